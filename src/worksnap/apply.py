@@ -1,0 +1,210 @@
+"""Apply: carry out a plan, in a fixed order, without ever leaving the root.
+
+Order: removals (deepest first), then directories (shallowest first), then
+writes. It stops at the first failure. Every operation walks down from a
+descriptor on the root one component at a time with `O_NOFOLLOW`, so a
+symlinked parent can never lead outside the root, and a link at the last
+component is replaced, never written through.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from worksnap.errors import ObjectError
+from worksnap.hash import hash_bytes
+from worksnap.manifest import fs_path
+from worksnap.plan import Change, Op, Plan
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(slots=True)
+class Result:
+    """What a restore did.
+
+    Attributes:
+        target: id of the snapshot restored.
+        restored: paths changed, in the order they were changed.
+        not_restored: the path that failed first and every planned path after it.
+        error: why it stopped, or None when every change was made.
+        rolled_back: a failed restore was undone (the workspace is as before).
+        pre_restore: id of the snapshot of the state before the restore (restore it to undo).
+    """
+
+    target: str
+    restored: list[str] = field(default_factory=list)
+    not_restored: list[str] = field(default_factory=list)
+    error: str | None = None
+    rolled_back: bool = False
+    pre_restore: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when every planned change was made."""
+        return self.error is None
+
+
+class _Tree:
+    """Directory descriptors under one root, opened one component at a time."""
+
+    def __init__(self, root: str) -> None:
+        self._fds: dict[str, int] = {"": os.open(root, _DIR_FLAGS)}
+
+    def dir_fd(self, directory: str) -> int:
+        """Returns a descriptor on `directory` (relative wire path), never crossing a symlink."""
+        fd = self._fds.get(directory)
+        if fd is None:
+            parent, _, name = directory.rpartition("/")
+            try:
+                fd = os.open(fs_path(name), _DIR_FLAGS, dir_fd=self.dir_fd(parent))
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise OSError(
+                        exc.errno, f"{directory} is not a directory (a symlink?)"
+                    ) from None
+                raise
+            self._fds[directory] = fd
+        return fd
+
+    def forget(self, directory: str) -> None:
+        """Closes the descriptors of `directory` and below (it is about to be removed)."""
+        for key in [
+            k for k in self._fds if k and (k == directory or k.startswith(directory + "/"))
+        ]:
+            os.close(self._fds.pop(key))
+
+    def close(self) -> None:
+        """Closes every descriptor."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+Step = tuple[str, Change]
+"""One action of a run: ("remove" | "mkdir" | "write", the change it serves)."""
+
+
+def order(plan: Plan) -> list[Step]:
+    """Returns the steps `apply_plan` runs: removals, then directories, then writes.
+
+    A change between a directory and a file or symlink takes two steps: the
+    removal of what is there, then the making of what the snapshot has.
+    """
+    removals = [
+        c for c in plan.changes
+        if c.op is Op.ADDED or (c.op is Op.MODIFIED and (c.was_dir or c.entry is None))
+    ]  # fmt: skip
+    removals.sort(key=lambda c: c.path, reverse=True)
+    steps: list[Step] = [("remove", c) for c in removals]
+    steps += [("mkdir", c) for c in plan.changes if c.entry is None and c.op is not Op.ADDED]
+    steps += [("write", c) for c in plan.changes if c.entry is not None]
+    return steps
+
+
+def apply_plan(
+    root: str,
+    plan: Plan,
+    read_object: Callable[[str], bytes],
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> Result:
+    """Carries out `plan` under `root`; stops at the first failure.
+
+    Args:
+        root: absolute path of the workspace.
+        plan: what to change.
+        read_object: returns an object's verified bytes by digest.
+        progress: called with (done, total) after each step.
+    """
+    steps = order(plan)
+    result = Result(target=plan.target.id)
+    tree = _Tree(root)
+    touched_dirs: set[str] = set()
+    failed_at = len(steps)
+    try:
+        for done, (action, change) in enumerate(steps):
+            parent, _, name = change.path.rpartition("/")
+            try:
+                fd = tree.dir_fd(parent)
+                raw = fs_path(name)
+                if action == "remove":
+                    if change.was_dir:
+                        tree.forget(change.path)
+                        os.rmdir(raw, dir_fd=fd)
+                    else:
+                        os.unlink(raw, dir_fd=fd)
+                elif action == "mkdir":
+                    os.mkdir(raw, 0o777, dir_fd=fd)
+                else:
+                    _write(fd, raw, change, read_object)
+                touched_dirs.add(parent)
+            except (OSError, ObjectError) as exc:
+                result.error = f"{change.path}: {_describe(exc)}"
+                failed_at = done
+                break
+            if progress is not None:
+                progress(done + 1, len(steps))
+        for directory in sorted(touched_dirs):
+            try:
+                os.fsync(tree.dir_fd(directory))
+            except OSError:
+                continue  # removed later in the run; its parent's fsync covers it
+    finally:
+        tree.close()
+    result.not_restored = _unique_paths(steps[failed_at:])
+    failed = set(result.not_restored)
+    result.restored = [p for p in _unique_paths(steps[:failed_at]) if p not in failed]
+    return result
+
+
+def _unique_paths(steps: list[Step]) -> list[str]:
+    return list(dict.fromkeys(change.path for _, change in steps))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc)
+
+
+def _write(fd: int, name: bytes, change: Change, read_object: Callable[[str], bytes]) -> None:
+    """Writes a file or symlink to a temp name in its directory, then renames it over `name`."""
+    entry = change.entry
+    assert entry is not None
+    tmp = b".worksnap-" + secrets.token_hex(6).encode() + b".tmp"
+    if entry.type == "symlink":
+        assert entry.target is not None
+        os.symlink(fs_path(entry.target), tmp, dir_fd=fd)
+    else:
+        assert entry.hash is not None
+        data = read_object(entry.hash)
+        out = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=fd,
+        )
+        try:
+            # Hash what is written, not what was meant to be: the two must agree.
+            if hash_bytes(data) != entry.hash:
+                raise ObjectError(entry.hash, "damaged: its bytes do not match its digest")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view) :]
+            os.fchmod(out, entry.mode)
+            os.fsync(out)
+        except BaseException:
+            os.close(out)
+            os.unlink(tmp, dir_fd=fd)
+            raise
+        os.close(out)
+    try:
+        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    except BaseException:
+        os.unlink(tmp, dir_fd=fd)
+        raise

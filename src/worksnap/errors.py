@@ -1,0 +1,88 @@
+"""The one error hierarchy of worksnap; each class maps to one exit code of the CLI."""
+
+from __future__ import annotations
+
+
+class WorksnapError(Exception):
+    """Base of every error worksnap raises on purpose.
+
+    `exit_code` is what the command line exits with: 2 means bad usage or bad
+    input (nothing was changed), 1 means the operation ran and failed.
+    """
+
+    exit_code = 2
+
+
+class InputError(WorksnapError):
+    """Bad usage or bad input: unknown ref, unsafe root, wrong store, bad option."""
+
+
+class ManifestError(InputError):
+    """A manifest is unreadable, corrupt, hostile, too new, or for another root.
+
+    Attributes:
+        source: where the manifest came from (a file path or a ref).
+        reason: one line that says what is wrong with it.
+    """
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"manifest {source}: {reason}")
+        self.source = source
+        self.reason = reason
+
+
+class ObjectError(WorksnapError):
+    """A stored object is missing or its bytes do not match its digest.
+
+    Attributes:
+        digest: the digest that was asked for.
+        reason: "missing" or a description of the damage.
+    """
+
+    exit_code = 1
+
+    def __init__(self, digest: str, reason: str) -> None:
+        super().__init__(f"object {digest}: {reason}")
+        self.digest = digest
+        self.reason = reason
+
+
+class SnapshotError(WorksnapError):
+    """A snapshot could not be taken (a file could not be read, the store is not writable).
+
+    Attributes:
+        path: the workspace path that failed, or "" when the failure is the store's.
+    """
+
+    exit_code = 1
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.path = path
+        self.reason = reason
+
+
+class ConflictError(InputError):
+    """The workspace changed between plan and apply; nothing was changed.
+
+    Attributes:
+        path: the first path that no longer matches what the plan saw.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"{path} changed since the plan was made; nothing was restored (plan again)"
+        )
+        self.path = path
+
+
+class LockError(WorksnapError):
+    """Another process holds the store lock for too long."""
+
+    exit_code = 1
+
+
+class RestoreError(WorksnapError):
+    """A restore stopped part-way; the message says what failed and what was rolled back."""
+
+    exit_code = 1

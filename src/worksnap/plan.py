@@ -1,0 +1,132 @@
+"""Plan: compare the working directory's state with a snapshot and list what a restore changes.
+
+Pure: it reads two manifests and writes nothing. `apply` carries a plan out.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from worksnap.manifest import Entry, Manifest
+
+
+class Op(enum.Enum):
+    """What a restore does to one path."""
+
+    MODIFIED = "M"
+    """Differs from the snapshot (content, mode, type or link target): restored."""
+    ADDED = "A"
+    """Exists now but not in the snapshot: removed."""
+    DELETED = "D"
+    """In the snapshot but missing now: recreated."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One path a restore will change.
+
+    Attributes:
+        op: what happens to it.
+        path: relative wire-form path.
+        entry: the snapshot's file or symlink at `path` (None when the snapshot has a directory
+            there, or nothing, for `ADDED`).
+        was_dir: there is a directory at `path` now.
+    """
+
+    op: Op
+    path: str
+    entry: Entry | None
+    was_dir: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What restoring `target` would change, sorted by path, and the state it was made from."""
+
+    target: Manifest
+    current: Manifest
+    changes: list[Change]
+
+    def counts(self) -> dict[str, int]:
+        """Returns how many changes of each op the plan holds."""
+        counts = {op.value: 0 for op in Op}
+        for change in self.changes:
+            counts[change.op.value] += 1
+        return counts
+
+
+def ancestors(path: str) -> Iterable[str]:
+    """Yields `path` and every directory above it, deepest first."""
+    while path:
+        yield path
+        path = path.rpartition("/")[0]
+
+
+def _same(a: Entry, b: Entry) -> bool:
+    return a.type == b.type and a.mode == b.mode and a.hash == b.hash and a.target == b.target
+
+
+def plan_restore(
+    current: Manifest,
+    target: Manifest,
+    *,
+    ignored_by_target: Callable[[str, bool], bool],
+) -> Plan:
+    """Lists what restoring `target` changes in a workspace whose state is `current`.
+
+    Never touched: what either manifest left out (ignored, large, excluded, and
+    anything below those), and anything the target's own `.gitignore` files
+    would ignore (so restoring a `.gitignore` never turns files into deletions).
+
+    Args:
+        current: the workspace's state now (a capture with the same options).
+        target: the snapshot to restore.
+        ignored_by_target: `ignored(path, is_dir)` under the target's ignore rules.
+    """
+    protected = {
+        *current.ignored, *current.large, *current.excluded,
+        *target.ignored, *target.large, *target.excluded,
+    }  # fmt: skip
+
+    def is_protected(path: str) -> bool:
+        return any(p in protected for p in ancestors(path))
+
+    now: dict[str, Entry | None] = dict.fromkeys(current.dirs)
+    now.update((e.path, e) for e in current.entries)
+    then: dict[str, Entry | None] = dict.fromkeys(target.dirs)
+    then.update((e.path, e) for e in target.entries)
+
+    changes: list[Change] = []
+    for path, entry in then.items():
+        if is_protected(path):
+            continue
+        if path not in now:
+            changes.append(Change(Op.DELETED, path, entry, was_dir=False))
+            continue
+        present = now[path]
+        if entry is None and present is None:
+            continue
+        if entry is None or present is None or not _same(entry, present):
+            changes.append(Change(Op.MODIFIED, path, entry, was_dir=present is None))
+
+    removed = {
+        path
+        for path, present in now.items()
+        if path not in then
+        and not is_protected(path)
+        and not ignored_by_target(path, present is None)
+    }
+    # A directory goes only once everything in it goes: what stays keeps its parents.
+    staying = {
+        parent
+        for path in (*now, *protected)
+        if path not in removed
+        for parent in ancestors(path.rpartition("/")[0])
+    }
+    for path in removed:
+        if path not in staying:
+            changes.append(Change(Op.ADDED, path, None, was_dir=now[path] is None))
+    changes.sort(key=lambda c: c.path)
+    return Plan(target=target, current=current, changes=changes)

@@ -1,0 +1,303 @@
+"""The store: content-addressed objects, manifests, summaries and the stat cache.
+
+Layout (see docs/format.md):
+
+    <store>/.gitignore            "*": git never shows the store
+    <store>/packs/<n>.pack        small objects appended back to back
+    <store>/packs/<n>.idx         msgpack [[digest, offset, size], ...]; written last
+    <store>/objects/<aa>/<rest>   objects of 1 MiB or more, one file each
+    <store>/manifests/<id>.json   one manifest, exactly as `show --json` prints it
+    <store>/summaries/<id>.json   the few fields `list` shows, so listing never reads manifests
+    <store>/cache/stat            stat cache (may be deleted at any time)
+
+Each pack is written by one process only and published by writing its index
+last, so snapshots running side by side never see each other's half-written
+objects and need no lock between them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Iterator
+
+import msgspec
+from blake3 import blake3
+
+from worksnap.errors import ManifestError, ObjectError, SnapshotError
+from worksnap.fsio import fsync_dir, write_atomic
+from worksnap.hash import SMALL, hash_bytes
+from worksnap.manifest import Digest, Manifest, Summary, decode_manifest, encode_manifest
+
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+_ID_FILE = re.compile(r"([0-9a-f]{12})\.json\Z")
+_idx_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
+_summary_decoder = msgspec.json.Decoder(Summary)
+_encoder = msgspec.msgpack.Encoder()
+
+StatKey = tuple[int, int, int, int, int]
+"""What the stat cache compares: (inode, size, mtime_ns, ctime_ns, st_mode)."""
+
+
+class _PackWriter:
+    """Appends objects to one new pack file owned by this process."""
+
+    def __init__(self, packs_dir: str) -> None:
+        self.name = secrets.token_hex(8)
+        self.path = os.path.join(packs_dir, self.name + ".pack")
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self.offset = 0
+        self.records: list[tuple[str, int, int]] = []
+
+    def append(self, digest: str, data: bytes) -> tuple[int, int]:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+        where = (self.offset, len(data))
+        self.records.append((digest, *where))
+        self.offset += len(data)
+        return where
+
+
+class Store:
+    """One store directory. Cheap to create; reads its index on first use."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        self._packs = os.path.join(directory, "packs")
+        self._objects = os.path.join(directory, "objects")
+        self._manifests = os.path.join(directory, "manifests")
+        self._summaries = os.path.join(directory, "summaries")
+        self._index: dict[str, tuple[str, int, int]] | None = None
+        self._writer: _PackWriter | None = None
+        self._read_fds: dict[str, int] = {}
+        self.added = 0
+        """How many new objects this instance has stored."""
+
+    # -- layout --------------------------------------------------------------
+
+    def create(self) -> None:
+        """Creates the store's directories (idempotent)."""
+        for path in (self._packs, self._objects, self._manifests, self._summaries):
+            os.makedirs(path, exist_ok=True)
+        os.makedirs(os.path.join(self.dir, "cache"), exist_ok=True)
+        gitignore = os.path.join(self.dir, ".gitignore")
+        if not os.path.exists(gitignore):
+            write_atomic(gitignore, b"*\n")
+
+    def exists(self) -> bool:
+        """True when a store has been created here."""
+        return os.path.isdir(self._manifests)
+
+    def close(self) -> None:
+        """Closes open pack files (an unflushed pack is left for gc to sweep)."""
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+        if self._writer is not None:
+            os.close(self._writer.fd)
+            self._writer = None
+
+    # -- objects -------------------------------------------------------------
+
+    def _loose_path(self, digest: str) -> str:
+        if not _HEX64.match(digest):
+            raise ObjectError(digest, "not a digest")
+        return os.path.join(self._objects, digest[:2], digest[2:])
+
+    def _load_index(self) -> dict[str, tuple[str, int, int]]:
+        if self._index is None:
+            index: dict[str, tuple[str, int, int]] = {}
+            try:
+                names = os.listdir(self._packs)
+            except FileNotFoundError:
+                names = []
+            for name in sorted(names):
+                if name.endswith(".idx"):
+                    pack = name[: -len(".idx")]
+                    with open(os.path.join(self._packs, name), "rb") as f:
+                        records = _idx_decoder.decode(f.read())
+                    for digest, offset, size in records:
+                        index[digest] = (pack, offset, size)
+            self._index = index
+        return self._index
+
+    def has(self, digest: str) -> bool:
+        """True when the object is stored (not checked against its digest; see `read`)."""
+        return digest in self._load_index() or os.path.exists(self._loose_path(digest))
+
+    def add(self, digest: Digest, data: bytes) -> bool:
+        """Stores `data` under `digest` unless it is already there; True when it was new."""
+        if self.has(digest):
+            return False
+        self.added += 1
+        if len(data) >= SMALL:
+            write_atomic(self._loose_path_dir(digest), data)
+            return True
+        if self._writer is None:
+            self._writer = _PackWriter(self._packs)
+        offset, size = self._writer.append(digest, data)
+        self._load_index()[digest] = (self._writer.name, offset, size)
+        return True
+
+    def _loose_path_dir(self, digest: str) -> str:
+        path = self._loose_path(digest)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def add_file(self, digest: Digest, path: str, rel: str) -> bool:
+        """Stores a large file by streaming it; True when it was new.
+
+        Raises:
+            SnapshotError: the file no longer has the digest it was hashed to.
+        """
+        if self.has(digest):
+            return False
+        self.added += 1
+        target = self._loose_path_dir(digest)
+        tmp = f"{target}.tmp-{secrets.token_hex(4)}"
+        hasher = blake3(max_threads=blake3.AUTO)
+        try:
+            with open(path, "rb") as src, open(tmp, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    hasher.update(chunk)
+                    dst.write(chunk)
+                dst.flush()
+                os.fsync(dst.fileno())
+            if hasher.hexdigest() != digest:
+                raise SnapshotError(rel, "changed while it was being stored")
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise SnapshotError(rel, f"cannot store: {exc.strerror}") from None
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        fsync_dir(os.path.dirname(target))
+        return True
+
+    def flush(self) -> None:
+        """Makes every object added so far durable and visible to other processes."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            os.fsync(writer.fd)
+        finally:
+            os.close(writer.fd)
+        # The index is written last: a pack without one is invisible and swept by gc.
+        write_atomic(
+            os.path.join(self._packs, writer.name + ".idx"), _encoder.encode(writer.records)
+        )
+
+    def read(self, digest: str) -> bytes:
+        """Returns an object's bytes after checking them against the digest.
+
+        Raises:
+            ObjectError: the object is missing or damaged.
+        """
+        located = self._load_index().get(digest)
+        try:
+            if located is None:
+                with open(self._loose_path(digest), "rb") as f:
+                    data = f.read()
+            else:
+                pack, offset, size = located
+                fd = self._read_fds.get(pack)
+                if fd is None:
+                    fd = os.open(os.path.join(self._packs, pack + ".pack"), os.O_RDONLY)
+                    self._read_fds[pack] = fd
+                data = os.pread(fd, size, offset)
+        except FileNotFoundError:
+            raise ObjectError(digest, "missing from the store") from None
+        except OSError as exc:
+            raise ObjectError(digest, f"unreadable: {exc.strerror}") from None
+        if hash_bytes(data) != digest:
+            raise ObjectError(digest, "damaged: its bytes do not match its digest")
+        return data
+
+    def digests(self) -> Iterator[str]:
+        """Yields the digest of every stored object."""
+        yield from self._load_index()
+        if os.path.isdir(self._objects):
+            for sub in os.listdir(self._objects):
+                for rest in os.listdir(os.path.join(self._objects, sub)):
+                    if ".tmp-" not in rest:
+                        yield sub + rest
+
+    # -- manifests -----------------------------------------------------------
+
+    def manifest_path(self, snapshot_id: str) -> str:
+        """Returns where the manifest with this id is stored."""
+        return os.path.join(self._manifests, snapshot_id + ".json")
+
+    def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
+        """Stores a manifest and then its summary (a summary means a complete snapshot)."""
+        self.flush()
+        write_atomic(self.manifest_path(manifest.id), encode_manifest(manifest))
+        write_atomic(
+            os.path.join(self._summaries, manifest.id + ".json"), msgspec.json.encode(summary)
+        )
+
+    def manifest_bytes(self, snapshot_id: str) -> bytes:
+        """Returns a stored manifest's bytes.
+
+        Raises:
+            ManifestError: there is no readable manifest with that id.
+        """
+        try:
+            with open(self.manifest_path(snapshot_id), "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise ManifestError(snapshot_id, f"cannot read: {exc.strerror}") from None
+
+    def load_manifest(self, snapshot_id: str) -> Manifest:
+        """Reads and decodes a stored manifest (paths are checked by the caller)."""
+        return decode_manifest(self.manifest_bytes(snapshot_id), snapshot_id)
+
+    def ids(self) -> list[str]:
+        """Returns the ids of every stored manifest."""
+        try:
+            names = os.listdir(self._manifests)
+        except FileNotFoundError:
+            return []
+        return [m.group(1) for name in names if (m := _ID_FILE.match(name))]
+
+    def summaries(self) -> tuple[list[Summary], list[str]]:
+        """Returns the readable summaries, and one line for each damaged snapshot skipped."""
+        found: list[Summary] = []
+        problems: list[str] = []
+        for snapshot_id in self.ids():
+            path = os.path.join(self._summaries, snapshot_id + ".json")
+            try:
+                with open(path, "rb") as f:
+                    summary = _summary_decoder.decode(f.read())
+            except FileNotFoundError:
+                continue  # still being written, or its snapshot failed half-way
+            except (OSError, msgspec.DecodeError) as exc:
+                problems.append(f"snapshot {snapshot_id}: unreadable summary ({exc}); skipped")
+                continue
+            if summary.id != snapshot_id:
+                problems.append(f"snapshot {snapshot_id}: summary names {summary.id}; skipped")
+                continue
+            found.append(summary)
+        return found, problems
+
+    # -- stat cache ----------------------------------------------------------
+
+    def load_stat_cache(self, root: str) -> dict[str, tuple[StatKey, str]]:
+        """Returns the stat cache for `root` ({} if missing, damaged or for another root)."""
+        try:
+            with open(os.path.join(self.dir, "cache", "stat"), "rb") as f:
+                cached_root, table = msgspec.msgpack.decode(
+                    f.read(), type=tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
+                )
+        except (OSError, msgspec.DecodeError):
+            return {}
+        return table if cached_root == root else {}
+
+    def save_stat_cache(self, root: str, table: dict[str, tuple[StatKey, str]]) -> None:
+        """Stores the stat cache; losing it only costs re-hashing, so it is not fsynced."""
+        write_atomic(
+            os.path.join(self.dir, "cache", "stat"), _encoder.encode((root, table)), durable=False
+        )
