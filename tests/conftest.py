@@ -1,0 +1,52 @@
+"""Shared helpers: build real trees and read back their exact state."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+# Tests must not see the developer's git configuration or store override.
+for _name in [n for n in os.environ if n.startswith("GIT_") or n.startswith("WORKSNAP_")]:
+    del os.environ[_name]
+
+
+def write(root: Path, rel: str | bytes, data: bytes | str = b"", mode: int | None = None) -> Path:
+    """Writes a file (creating parents); `rel` may be bytes for names that are not UTF-8."""
+    path = Path(os.fsdecode(os.path.join(os.fsencode(root), os.fsencode(rel))))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+def tree_state(root: Path, *, skip: tuple[str, ...] = (".worksnap",)) -> dict[bytes, object]:
+    """Returns everything a restore must reproduce: bytes, modes, link targets, empty dirs."""
+    state: dict[bytes, object] = {}
+    base = os.fsencode(root)
+    for dirpath, dirnames, filenames in os.walk(base):
+        rel_dir = os.path.relpath(dirpath, base)
+        dirnames[:] = [d for d in dirnames if os.fsdecode(d) not in skip or rel_dir != b"."]
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                state[rel] = ("link", os.readlink(full))
+            elif stat.S_ISDIR(st.st_mode):
+                state[rel] = ("dir",)
+            else:
+                with open(full, "rb") as f:
+                    state[rel] = ("file", stat.S_IMODE(st.st_mode), f.read())
+    return state
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An empty workspace directory."""
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path

@@ -1,0 +1,181 @@
+"""The command line contract: output shapes, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap.cli import display, main
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse exits on its own for usage errors and --help
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> object:
+    code, out, err = run(capsys, "--root", str(root), "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_snapshot_list_show_plan_restore_round_trip(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "a")
+    snap = run_json(capsys, root, "snapshot", "--step", "1", "--label", "start")
+    assert isinstance(snap, dict)
+    for key in ("id", "step", "kind", "time", "files", "bytes", "new_objects", "ignored", "large"):
+        assert key in snap
+    assert (snap["step"], snap["kind"], snap["files"], snap["new_objects"]) == (1, "manual", 1, 1)
+
+    listed = run_json(capsys, root, "list")
+    assert isinstance(listed, list)
+    assert [(s["id"], s["step"], s["label"]) for s in listed] == [(snap["id"], 1, "start")]
+
+    shown = run_json(capsys, root, "show", snap["id"])
+    stored = root / ".worksnap" / "manifests" / f"{snap['id']}.json"
+    assert shown == json.loads(stored.read_bytes())
+
+    before = tree_state(root)
+    write(root, "a.txt", "changed")
+    write(root, "b.txt", "new")
+    plan = run_json(capsys, root, "plan", "step:1")
+    assert plan == {
+        "target": snap["id"],
+        "changes": [{"op": "M", "path": "a.txt"}, {"op": "A", "path": "b.txt"}],
+    }
+    dry = run_json(capsys, root, "restore", "step:1", "--dry-run")
+    assert dry == plan
+    assert (root / "b.txt").exists()
+    result = run_json(capsys, root, "restore", "step:1", "--yes")
+    assert isinstance(result, dict)
+    assert result["target"] == snap["id"]
+    assert sorted(result["restored"]) == ["a.txt", "b.txt"]
+    assert (result["not_restored"], result["error"]) == ([], None)
+    assert tree_state(root) == before
+
+
+def test_human_plan_output_has_counts(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(root, "a.txt", "a")
+    code, out, _ = run(capsys, "--root", str(root), "snapshot")
+    assert code == 0 and len(out.strip()) == 12
+    write(root, "a.txt", "b")
+    write(root, "n.txt", "n")
+    code, out, _ = run(capsys, "--root", str(root), "plan", "latest")
+    assert code == 0
+    assert "  M  a.txt" in out and "  A  n.txt" in out
+    assert "1 modified (restored), 1 added since (removed), 0 deleted since (recreated)" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["plan", "nope"], 2, "no snapshot matches 'nope'"),
+        (["show", "step:x"], 2, "step:N needs a number"),
+        (["snapshot", "--step", "-1"], 2, "is negative"),
+        (["bogus"], 2, "invalid choice"),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(
+    root: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: int, message: str
+) -> None:
+    write(root, "a.txt", "a")
+    assert run(capsys, "--root", str(root), "snapshot")[0] == 0
+    got, out, err = run(capsys, "--root", str(root), *args)
+    assert got == code
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert out == ""
+
+
+def test_corrupt_manifest_is_exit_2_and_one_line(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "a")
+    snap = run_json(capsys, root, "snapshot")
+    assert isinstance(snap, dict)
+    path = root / ".worksnap" / "manifests" / f"{snap['id']}.json"
+    path.write_bytes(path.read_bytes()[:40])
+    code, out, err = run(capsys, "--root", str(root), "restore", snap["id"], "--yes")
+    assert code == 2
+    assert out == "" and err.startswith("worksnap: error: manifest") and err.count("\n") == 1
+
+
+def test_verify_reports_damage_with_exit_1(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(root, "a.txt", "a" * 100)
+    run_json(capsys, root, "snapshot")
+    assert run_json(capsys, root, "verify") == {"ok": True, "problems": []}
+    pack = next((root / ".worksnap" / "packs").glob("*.pack"))
+    pack.write_bytes(b"b" * 100)
+    code, out, _ = run(capsys, "--root", str(root), "--json", "verify")
+    assert code == 1
+    report = json.loads(out)
+    assert report["ok"] is False and "a.txt" in report["problems"][0]
+
+
+def test_failed_restore_json_printed_with_exit_1(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worksnap import apply as apply_module
+
+    write(root, "a.txt", "a")
+    snap = run_json(capsys, root, "snapshot")
+    assert isinstance(snap, dict)
+    write(root, "a.txt", "edited")
+
+    def no_rename(*args: object, **kw: object) -> None:
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(apply_module.os, "rename", no_rename)
+    code, out, _ = run(capsys, "--root", str(root), "--json", "restore", snap["id"], "--yes")
+    assert code == 1
+    result = json.loads(out)
+    assert result["error"] == "a.txt: Permission denied"
+    assert result["not_restored"] == ["a.txt"] and result["restored"] == []
+    assert result["rolled_back"] is True
+    assert (root / "a.txt").read_text() == "edited"
+
+
+def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    assert "examples:" in out and "worksnap restore step:3 --yes" in out
+
+
+def test_display_quotes_awkward_names() -> None:
+    assert display("plain/name.txt") == "plain/name.txt"
+    assert display("tab\there") == '"tab\\there"'
+    assert display("caf\x00e9") == '"caf\\xe9"'
+    assert display(" padded") == '" padded"'
+
+
+def test_entry_point_runs_as_a_process(root: Path) -> None:
+    write(root, "a.txt", "a")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSNAP_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", "--root", str(root), "--json", "snapshot"],
+        capture_output=True,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["files"] == 1
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", "--root", str(root), "plan", "deadbeef"],
+        capture_output=True,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 2
+    assert done.stderr.decode().count("\n") == 1 and b"Traceback" not in done.stderr

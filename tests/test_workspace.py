@@ -1,0 +1,460 @@
+"""The core promises of snapshot, plan and restore, on real files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap import (
+    InputError,
+    ManifestError,
+    ObjectError,
+    Op,
+    Workspace,
+)
+from worksnap.manifest import fs_path
+
+
+def changes(ws: Workspace, ref: str = "latest") -> list[tuple[str, str]]:
+    return [(c.op.value, c.path) for c in ws.plan_restore(ws.load(ref)).changes]
+
+
+def restore_exactly(ws: Workspace, ref: str) -> None:
+    result = ws.restore(ref)
+    assert result.ok, result.error
+    assert changes(ws, ref) == []
+
+
+def test_fresh_snapshot_plans_nothing(root: Path) -> None:
+    write(root, "a.txt", "a")
+    write(root, "d/b.txt", "b")
+    (root / "empty").mkdir()
+    ws = Workspace(root)
+    ws.snapshot()
+    assert changes(ws) == []
+
+
+def test_snapshot_records_entries_dirs_and_metadata(root: Path) -> None:
+    write(root, "x/y.txt", "hello", mode=0o640)
+    (root / "x" / "empty").mkdir()
+    os.symlink("y.txt", root / "x" / "link")
+    ws = Workspace(root)
+    m = ws.snapshot(kind="step", step=4, label="first line\nsecond")
+    assert m.version == 1
+    assert m.root == str(root.resolve())
+    assert (m.kind, m.step, m.label) == ("step", 4, "first line")
+    assert m.dirs == ["x", "x/empty"]
+    by_path = {e.path: e for e in m.entries}
+    file = by_path["x/y.txt"]
+    assert (file.type, file.mode, file.size) == ("file", 0o640, 5)
+    assert file.hash is not None and len(file.hash) == 64
+    link = by_path["x/link"]
+    assert (link.type, link.target, link.hash, link.size) == ("symlink", "y.txt", None, None)
+    assert m.time.endswith("Z") and "T" in m.time
+    stored = root / ".worksnap" / "manifests" / f"{m.id}.json"
+    assert stored.read_bytes() == ws.show_bytes(m.id)
+
+
+def test_every_snapshot_gets_an_id_and_unchanged_writes_no_objects(root: Path) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    first = ws.snapshot()
+    added = ws.store.added
+    second = ws.snapshot()
+    assert first.id != second.id
+    assert ws.store.added == added
+    assert first.tree == second.tree
+    assert [s.id for s in ws.list()] == [second.id, first.id]
+
+
+def test_store_hides_itself_from_git_and_is_never_captured(root: Path) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    m = ws.snapshot()
+    assert (root / ".worksnap" / ".gitignore").read_bytes() == b"*\n"
+    assert all(not e.path.startswith(".worksnap") for e in m.entries)
+    assert ".worksnap" in m.excluded
+
+
+def test_modified_added_deleted_detected_and_undone(root: Path) -> None:
+    write(root, "keep.txt", "same")
+    write(root, "mod.txt", "before")
+    write(root, "gone/deep.txt", "deleted later")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    before = tree_state(root)
+    write(root, "mod.txt", "after")
+    write(root, "new.txt", "added")
+    write(root, "newdir/sub/f", "added deep")
+    (root / "gone" / "deep.txt").unlink()
+    (root / "gone").rmdir()
+    assert changes(ws, snap.id) == [
+        ("D", "gone"),
+        ("D", "gone/deep.txt"),
+        ("M", "mod.txt"),
+        ("A", "new.txt"),
+        ("A", "newdir"),
+        ("A", "newdir/sub"),
+        ("A", "newdir/sub/f"),
+    ]
+    restore_exactly(ws, snap.id)
+    assert tree_state(root) == before
+
+
+def test_mode_only_change_is_modified(root: Path) -> None:
+    write(root, "run.sh", "#!/bin/sh\n", mode=0o644)
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    (root / "run.sh").chmod(0o755)
+    assert changes(ws, snap.id) == [("M", "run.sh")]
+    restore_exactly(ws, snap.id)
+    assert (root / "run.sh").stat().st_mode & 0o777 == 0o644
+
+
+def test_type_changes_between_file_dir_and_symlink(root: Path) -> None:
+    write(root, "was_file", "f")
+    write(root, "was_dir/inner", "i")
+    os.symlink("was_file", root / "was_link")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    before = tree_state(root)
+    (root / "was_file").unlink()
+    write(root, "was_file/now_inside", "x")
+    (root / "was_dir" / "inner").unlink()
+    (root / "was_dir").rmdir()
+    write(root, "was_dir", "now a file")
+    (root / "was_link").unlink()
+    write(root, "was_link", "now a file")
+    plan = {p: op for op, p in changes(ws, snap.id)}
+    assert plan["was_file"] == "M" and plan["was_dir"] == "M" and plan["was_link"] == "M"
+    restore_exactly(ws, snap.id)
+    assert tree_state(root) == before
+
+
+def test_symlinks_recorded_by_target_never_followed(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write(outside, "secret.txt", "do not touch")
+    os.symlink(outside, root / "out")
+    os.symlink("missing/target", root / "dangling")
+    os.symlink(outside / "secret.txt", root / "outfile")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    by_path = {e.path: e for e in snap.entries}
+    assert by_path["out"].target == str(outside)
+    assert by_path["dangling"].target == "missing/target"
+    assert by_path["outfile"].type == "symlink"
+    assert not any(e.path.startswith("out/") for e in snap.entries)
+    outside_before = tree_state(outside)
+    for name in ("out", "dangling", "outfile"):
+        (root / name).unlink()
+    write(root, "out", "a file where the link was")
+    restore_exactly(ws, snap.id)
+    assert os.readlink(root / "dangling") == "missing/target"
+    assert os.readlink(root / "out") == str(outside)
+    assert tree_state(outside) == outside_before
+
+
+def test_large_files_listed_and_never_touched(root: Path) -> None:
+    write(root, "small.txt", "s")
+    write(root, "big.bin", b"x" * 100)
+    ws = Workspace(root, max_file_bytes=50)
+    snap = ws.snapshot()
+    assert snap.large == ["big.bin"]
+    assert [e.path for e in snap.entries] == ["small.txt"]
+    write(root, "big.bin", b"y" * 200)
+    assert changes(ws, snap.id) == []
+    (root / "big.bin").unlink()
+    assert changes(ws, snap.id) == []
+    restore_exactly(ws, snap.id)
+    assert not (root / "big.bin").exists()
+
+
+def test_ignored_and_excluded_paths_untouched(root: Path) -> None:
+    write(root, ".gitignore", "*.log\nbuild/\n")
+    write(root, "app.py", "print()")
+    write(root, "debug.log", "old log")
+    write(root, "build/out.o", "obj")
+    write(root, "secrets/key", "k")
+    ws = Workspace(root, exclude=("secrets",))
+    snap = ws.snapshot()
+    assert snap.ignored == ["build", "debug.log"]
+    assert "secrets" in snap.excluded
+    write(root, "debug.log", "new log")
+    write(root, "build/new.o", "new obj")
+    write(root, "secrets/key", "changed key")
+    write(root, "secrets/other", "new secret")
+    write(root, "fresh.log", "created after")
+    ignored_state = {
+        k: v for k, v in tree_state(root).items() if not k.startswith((b"app", b".gitignore"))
+    }
+    write(root, "app.py", "broken")
+    assert changes(ws, snap.id) == [("M", "app.py")]
+    restore_exactly(ws, snap.id)
+    after = {k: v for k, v in tree_state(root).items() if not k.startswith((b"app", b".gitignore"))}
+    assert after == ignored_state
+
+
+def test_git_dirs_excluded_and_nested_repos_captured(root: Path) -> None:
+    write(root, ".git/HEAD", "ref: refs/heads/main\n")
+    write(root, "vendor/lib/.git", "gitdir: ../../.git/modules/lib\n")
+    write(root, "vendor/lib/code.py", "x = 1")
+    write(root, "nested/.git/config", "[core]\n")
+    write(root, "nested/file.txt", "inside a nested repo")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    paths = {e.path for e in snap.entries}
+    assert paths == {"vendor/lib/code.py", "nested/file.txt"}
+    assert set(snap.excluded) >= {".git", "vendor/lib/.git", "nested/.git"}
+    git_before = tree_state(root / ".git"), tree_state(root / "nested" / ".git")
+    write(root, ".git/HEAD", "changed by git")
+    write(root, "nested/.git/config", "changed too")
+    (root / "vendor" / "lib" / "code.py").unlink()
+    git_now = tree_state(root / ".git"), tree_state(root / "nested" / ".git")
+    assert changes(ws, snap.id) == [("D", "vendor/lib/code.py")]
+    restore_exactly(ws, snap.id)
+    assert (tree_state(root / ".git"), tree_state(root / "nested" / ".git")) == git_now
+    assert git_now != git_before
+
+
+def test_empty_dirs_recreated_and_added_dirs_removed(root: Path) -> None:
+    (root / "empty" / "nested").mkdir(parents=True)
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    (root / "empty" / "nested").rmdir()
+    (root / "junk" / "deeper").mkdir(parents=True)
+    write(root, "junk/file", "x")
+    assert changes(ws, snap.id) == [
+        ("D", "empty/nested"),
+        ("A", "junk"),
+        ("A", "junk/deeper"),
+        ("A", "junk/file"),
+    ]
+    restore_exactly(ws, snap.id)
+    assert (root / "empty" / "nested").is_dir()
+    assert not (root / "junk").exists()
+
+
+def test_added_dir_holding_ignored_files_is_kept(root: Path) -> None:
+    write(root, ".gitignore", "*.tmp\n")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    write(root, "work/a.py", "a")
+    write(root, "work/cache.tmp", "ignored, must survive")
+    assert changes(ws, snap.id) == [("A", "work/a.py")]
+    restore_exactly(ws, snap.id)
+    assert (root / "work" / "cache.tmp").read_text() == "ignored, must survive"
+
+
+def test_restoring_gitignore_does_not_delete_what_it_ignores(root: Path) -> None:
+    write(root, ".gitignore", "*.log\n")
+    write(root, "a.py", "a")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    write(root, ".gitignore", "")  # the agent dropped the rule ...
+    write(root, "run.log", "precious output")  # ... and now this is not ignored
+    plan = changes(ws, snap.id)
+    assert plan == [("M", ".gitignore")]
+    restore_exactly(ws, snap.id)
+    assert (root / "run.log").read_text() == "precious output"
+
+
+def test_content_round_trips_byte_exact(root: Path) -> None:
+    contents = {
+        "crlf.txt": b"line one\r\nline two\r\n",
+        "bom.txt": b"\xef\xbb\xbfwith bom\n",
+        "binary.bin": bytes(range(256)) * 4,
+        "latin1.txt": b"caf\xe9 na\xefve\n",
+        "empty": b"",
+        "no-newline": b"end",
+    }
+    for name, data in contents.items():
+        write(root, name, data)
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    for name in contents:
+        write(root, name, b"clobbered\n")
+    restore_exactly(ws, snap.id)
+    for name, data in contents.items():
+        assert (root / name).read_bytes() == data
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        b"with space.txt",
+        b" leading and trailing ",
+        "unicod\u00e9 \u65e5\u672c.txt".encode(),
+        b"tab\there",
+        b"new\nline",
+        b"back\\slash",
+        b"-leading-dash",
+        b"--",
+        b"not-utf8-\xff\xfe",
+        b"caf\xe9",
+        b"dir \xe9/inner\xff",
+    ],
+)
+def test_awkward_names_captured_and_restored_exactly(root: Path, name: bytes) -> None:
+    write(root, name, b"content of " + name)
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    before = tree_state(root)
+    assert {fs_path(e.path) for e in snap.entries} == {name}
+    target = os.path.join(os.fsencode(root), name)
+    os.unlink(target)
+    assert [op for op, _ in changes(ws, snap.id)] == ["D"]
+    restore_exactly(ws, snap.id)
+    assert tree_state(root) == before
+    with open(target, "wb") as f:
+        f.write(b"modified")
+    assert [op for op, _ in changes(ws, snap.id)] == ["M"]
+    restore_exactly(ws, snap.id)
+    assert tree_state(root) == before
+
+
+def test_wrong_root_refused_with_nothing_changed(root: Path, tmp_path: Path) -> None:
+    write(root, "a.txt", "a")
+    store = tmp_path / "store"
+    snap = Workspace(root, store=store).snapshot()
+    other = tmp_path / "other"
+    other.mkdir()
+    write(other, "b.txt", "b")
+    before = tree_state(other)
+    with pytest.raises(InputError, match="belongs to"):
+        Workspace(other, store=store).snapshot()
+    with pytest.raises(ManifestError, match="belongs to"):
+        Workspace(other, store=store).load(snap.id)
+    assert tree_state(other) == before
+
+
+def test_missing_object_refused_with_nothing_changed(root: Path) -> None:
+    write(root, "a.txt", "original")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    write(root, "a.txt", "edited")
+    ws.close()
+    for pack in (root / ".worksnap" / "packs").glob("*.pack"):
+        pack.write_bytes(b"")
+    ws = Workspace(root)
+    before = tree_state(root)
+    with pytest.raises(ObjectError):
+        ws.restore(snap.id)
+    assert tree_state(root) == before
+
+
+def test_too_new_version_refused(root: Path) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    path = root / ".worksnap" / "manifests" / f"{snap.id}.json"
+    path.write_bytes(path.read_bytes().replace(b'"version":1', b'"version":99', 1))
+    with pytest.raises(ManifestError, match="newer"):
+        ws.load(snap.id)
+
+
+def test_failure_mid_apply_stops_and_reports_not_restored(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worksnap import apply as apply_module
+    from worksnap.apply import apply_plan
+
+    for name in ("a", "b", "c"):
+        write(root, f"{name}.txt", name)
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    for name in ("a", "b", "c"):
+        write(root, f"{name}.txt", "edited " + name)
+    plan = ws.plan_restore(ws.load(snap.id))
+    real_rename = os.rename
+
+    def failing_rename(src: object, dst: object, **kw: object) -> None:
+        if dst == b"b.txt":
+            raise OSError(28, "No space left on device")
+        real_rename(src, dst, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apply_module.os, "rename", failing_rename)
+    result = apply_plan(str(root), plan, ws.store.read)
+    assert result.restored == ["a.txt"]
+    assert result.not_restored == ["b.txt", "c.txt"]
+    assert result.error == "b.txt: No space left on device"
+    assert (root / "c.txt").read_text() == "edited c"
+    assert sorted(os.listdir(root)) == [".worksnap", "a.txt", "b.txt", "c.txt"]
+
+
+def test_failed_restore_rolls_back(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worksnap import apply as apply_module
+
+    write(root, "a.txt", "a")
+    write(root, "b.txt", "b")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    write(root, "a.txt", "edited a")
+    write(root, "b.txt", "edited b")
+    write(root, "added.txt", "added")
+    before = tree_state(root)
+    real_rename = os.rename
+    calls = {"n": 0}
+
+    def rename_fails_once(src: object, dst: object, **kw: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(5, "Input/output error")
+        real_rename(src, dst, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apply_module.os, "rename", rename_fails_once)
+    result = ws.restore(snap.id)
+    assert not result.ok and result.rolled_back
+    assert result.error is not None and "Input/output error" in result.error
+    assert tree_state(root) == before
+    assert not (root / ".worksnap" / "journal.json").exists()
+
+
+def test_refs_resolve(root: Path) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    one = ws.snapshot(step=1)
+    two = ws.snapshot(step=2)
+    three = ws.snapshot(step=1)
+    assert ws.resolve("latest") == three.id
+    assert ws.resolve("step:1") == three.id
+    assert ws.resolve("step:2") == two.id
+    assert ws.resolve(one.id) == one.id
+    assert ws.resolve(one.id[:8]) == one.id
+    with pytest.raises(InputError, match="no snapshot"):
+        ws.resolve("step:9")
+    with pytest.raises(InputError, match="no snapshot"):
+        ws.resolve("zzzz")
+    with pytest.raises(InputError, match="no snapshot"):
+        ws.resolve("")
+    ids = [ws.snapshot().id for _ in range(16)] + [one.id, two.id, three.id]
+    shared = next(i[0] for i in ids if sum(j[0] == i[0] for j in ids) > 1)  # pigeonhole
+    with pytest.raises(InputError, match="ambiguous"):
+        ws.resolve(shared)
+
+
+def test_root_guard_refuses_home_and_filesystem_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(InputError, match="home"):
+        Workspace("/")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(InputError, match="home"):
+        Workspace(tmp_path)
+    assert Workspace(tmp_path, force=True).root == str(tmp_path.resolve())
+
+
+def test_plan_is_sorted_and_counts(root: Path) -> None:
+    write(root, "b.txt", "b")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    write(root, "a.txt", "a")
+    write(root, "c.txt", "c")
+    (root / "b.txt").unlink()
+    plan = ws.plan_restore(ws.load(snap.id))
+    assert [c.path for c in plan.changes] == ["a.txt", "b.txt", "c.txt"]
+    assert [c.op for c in plan.changes] == [Op.ADDED, Op.DELETED, Op.ADDED]
+    assert plan.counts() == {"M": 0, "A": 2, "D": 1}
