@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--force", action="store_true", help="allow / or the home directory as the root"
     )
+    parser.add_argument(
+        "--session",
+        default=os.environ.get("WORKSNAP_SESSION") or "default",
+        help="session to work in (default: $WORKSNAP_SESSION or 'default')",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     snap = commands.add_parser(
@@ -72,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="never capture nor touch PATH (repeatable)",
     )
+    _add_meta_options(snap)
     snap.add_argument(
         "--max-file-bytes",
         type=_natural,
@@ -79,9 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="files larger than N bytes are listed as large, not stored (default: 2 MiB)",
     )
 
-    commands.add_parser(
-        "list", help="list snapshots, newest first", description="List snapshots, newest first."
+    listing = commands.add_parser(
+        "list",
+        help="list snapshots, newest first",
+        description="List this session's snapshots, newest first: step, kind, age, "
+        "paths changed since the previous snapshot, label.",
     )
+    listing.add_argument("--all", action="store_true", help="every session, not just this one")
 
     show = commands.add_parser(
         "show", help="show one snapshot", description="Show one snapshot (--json: the manifest)."
@@ -122,7 +133,114 @@ def build_parser() -> argparse.ArgumentParser:
         description="Roll back a restore that was killed part-way (any command does this "
         "on its own when it finds one).",
     )
+
+    rewind = commands.add_parser(
+        "rewind",
+        help="restore the newest snapshot of step N",
+        description="Restore the newest snapshot (or checkpoint) of this session taken at "
+        "step N, with every guarantee of restore.",
+        epilog="example: worksnap rewind 3 --yes",
+    )
+    rewind.add_argument("step", type=_natural)
+    rewind.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    commands.add_parser(
+        "undo",
+        help="undo the last restore, or discard edits since the last snapshot",
+        description="Restore the newest snapshot of this session whose state differs from "
+        "the current one. Right after a restore this reverses it. Repeat to walk back.",
+    )
+    commands.add_parser(
+        "redo",
+        help="re-apply what the last undo undid",
+        description="Re-apply what the last undo undid. A new snapshot clears redo.",
+    )
+
+    begin = commands.add_parser(
+        "begin",
+        help="open a light checkpoint for a turn (no tree scan)",
+        description="Open a checkpoint for a turn; `worksnap capture PATH...` then records "
+        "before-images of the files the turn is about to change.",
+        epilog='example: worksnap begin --step 5 --label "$(head -1 prompt.txt)"',
+    )
+    begin.add_argument("--step", type=_natural, help="agent step number")
+    begin.add_argument("--label", help="a short label (first line kept, at most 200 bytes)")
+    _add_meta_options(begin)
+    capture = commands.add_parser(
+        "capture",
+        help="record files' before-images in the open checkpoint",
+        description="Record each PATH's current state in the open checkpoint; the first "
+        "capture of a path in a checkpoint wins; a missing file is recorded as absent.",
+        epilog="example: worksnap capture src/app.py README.md",
+    )
+    capture.add_argument("paths", nargs="+", metavar="PATH")
+
+    attachment = commands.add_parser(
+        "attachment",
+        help="print a snapshot's attachment",
+        description="Write the bytes of attachment NAME of snapshot REF to stdout.",
+    )
+    attachment.add_argument("ref")
+    attachment.add_argument("name")
+
+    gc = commands.add_parser(
+        "gc",
+        help="drop old snapshots and sweep unused objects",
+        description="Drop snapshots by retention (per session; pinned snapshots and the "
+        "newest of each session are kept) and delete objects no snapshot needs. Without "
+        "options, uses the retention in STORE/config.json.",
+        epilog="example: worksnap gc --keep-last 50 --max-age 30d --max-bytes 2G",
+    )
+    gc.add_argument("--keep-last", type=_natural, metavar="N", help="keep N newest per session")
+    gc.add_argument("--max-age", metavar="DURATION", help="drop older than e.g. 90m, 12h, 30d")
+    gc.add_argument("--max-bytes", metavar="SIZE", help="keep the newest that fit, e.g. 5G")
+    pin = commands.add_parser("pin", help="keep a snapshot through gc")
+    pin.add_argument("ref")
+    unpin = commands.add_parser("unpin", help="let gc drop a pinned snapshot again")
+    unpin.add_argument("ref")
+    commands.add_parser("du", help="store size per session")
+    commands.add_parser(
+        "rebind",
+        help="bind the store to --root after the project moved",
+        description="Rebind the store found at ROOT (or --store) to ROOT, after the "
+        "project directory was moved or copied.",
+        epilog="example: worksnap --root ~/src/newplace rebind",
+    )
+
+    diff = commands.add_parser(
+        "diff",
+        help="show what changed since a snapshot",
+        description="Unified diff from REF to REF2 (default: the workspace now). Binary "
+        "files are noted, renames detected.",
+        epilog="example: worksnap diff step:2 --stat",
+    )
+    diff.add_argument("ref")
+    diff.add_argument("ref2", nargs="?")
+    style = diff.add_mutually_exclusive_group()
+    style.add_argument("--stat", action="store_true", help="a histogram per file")
+    style.add_argument("--numstat", action="store_true", help="added, deleted, path per line")
+
+    run = commands.add_parser(
+        "run",
+        help="snapshot before and after a command",
+        description="Snapshot, run CMD, snapshot again; with --every, also snapshot while "
+        "it runs whenever the tree has changed and settled. Exits with CMD's status.",
+        epilog="example: worksnap run --every 30 -- make test",
+    )
+    run.add_argument("--every", type=float, metavar="SECONDS", help="check every SECONDS")
+    run.add_argument("--step", type=_natural, help="agent step number for the snapshots")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     return parser
+
+
+def _add_meta_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--meta", action="append", default=[], metavar="KEY=VALUE",
+        help="small metadata to keep with it (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--attach", action="append", default=[], metavar="NAME=FILE",
+        help="store FILE as attachment NAME (repeatable)",
+    )  # fmt: skip
 
 
 def _natural(text: str) -> int:
@@ -206,6 +324,7 @@ def _open(args: argparse.Namespace, **options: Any) -> Workspace:
         args.root,
         store=args.store,
         force=args.force,
+        session=args.session,
         progress=_progress_printer(sys.stderr.isatty() and not args.json),
         **options,
     )
@@ -217,7 +336,9 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
         options["max_file_bytes"] = args.max_file_bytes
     with _open(args, **options) as ws:
         before = ws.store.added
-        manifest = ws.snapshot(kind=args.kind, step=args.step, label=args.label)
+        manifest = ws.snapshot(
+            kind=args.kind, step=args.step, label=args.label, **_meta_and_attachments(args)
+        )
         if args.json:
             _emit_json(
                 {
@@ -248,35 +369,66 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     with _open(args) as ws:
-        summaries = ws.list()
+        summaries = ws.list(all_sessions=args.all)
         for problem in ws.problems:
             print(f"worksnap: warning: {problem}", file=sys.stderr)
     if args.json:
         _emit_json(
             [
-                {
-                    "id": s.id,
-                    "step": s.step,
-                    "kind": s.kind,
-                    "time": s.time,
-                    "label": s.label,
-                    "files": s.files,
-                    "bytes": s.bytes,
-                    "tree": s.tree,
-                }
+                {"id": s.id, "step": s.step, "kind": s.kind, "time": s.time, "label": s.label,
+                 "session": s.session, "files": s.files, "bytes": s.bytes,
+                 "changed": s.changed, "tree": s.tree}
                 for s in summaries
             ]
-        )
+        )  # fmt: skip
         return 0
     if not summaries:
         print("no snapshots yet (take one with `worksnap snapshot`)")
         return 0
-    print(f"{'ID':<12}  {'STEP':>4}  {'KIND':<11}  {'TIME (UTC)':<19}  {'FILES':>6}  LABEL")
+    now = datetime.now(timezone.utc)
+    session = "SESSION     " if args.all else ""
+    print(f"{'ID':<12}  {session}{'STEP':>4}  {'KIND':<11}  {'AGE':>5}  {'CHANGED':>7}  LABEL")
     for s in summaries:
         step = "-" if s.step is None else str(s.step)
-        when = s.time[:19].replace("T", " ")
-        print(f"{s.id:<12}  {step:>4}  {s.kind:<11}  {when:<19}  {s.files:>6}  {s.label or ''}")
+        changed = "-" if s.changed is None else str(s.changed)
+        in_session = f"{s.session:<12}" if args.all else ""
+        print(
+            f"{s.id:<12}  {in_session}{step:>4}  {s.kind:<11}  {_age(s.time, now):>5}  "
+            f"{changed:>7}  {s.label or ''}"
+        )
     return 0
+
+
+def _age(time: str, now: datetime) -> str:
+    """Returns how long ago an RFC 3339 UTC time was, in one short unit (`42s`, `3h`, `5d`)."""
+    then = datetime.strptime(time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    seconds = max(0, int((now - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _meta_and_attachments(args: argparse.Namespace) -> dict[str, Any]:
+    from worksnap.errors import InputError
+
+    meta: dict[str, str] = {}
+    for item in args.meta:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--meta {item!r}: expected KEY=VALUE")
+        meta[key] = value
+    attach: dict[str, bytes] = {}
+    for item in args.attach:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--attach {item!r}: expected NAME=FILE")
+        try:
+            with open(path, "rb") as f:
+                attach[name] = f.read()
+        except OSError as exc:
+            raise InputError(f"--attach {item!r}: cannot read {path}: {exc.strerror}") from None
+    return {"meta": meta, "attach": attach}
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -335,12 +487,8 @@ def _cmd_restore(args: argparse.Namespace) -> int:
             else:
                 _print_plan(plan)
             return 0
-        if plan.changes and not args.yes and not args.json and sys.stdin.isatty():
-            _print_plan(plan)
-            answer = input(f"restore {len(plan.changes)} changes? [y/N] ").strip().lower()
-            if answer not in ("y", "yes"):
-                print("nothing was changed")
-                return 1
+        if not _confirmed(args, plan):
+            return 1
         result = ws.apply(plan)
     return _report_result(args, result)
 
@@ -392,6 +540,211 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _confirmed(args: argparse.Namespace, plan: Plan) -> bool:
+    """Shows the plan and asks, when a person is at the terminal and did not pass --yes."""
+    if not plan.changes or getattr(args, "yes", True) or args.json or not sys.stdin.isatty():
+        return True
+    _print_plan(plan)
+    answer = input(f"restore {len(plan.changes)} changes? [y/N] ").strip().lower()
+    if answer in ("y", "yes"):
+        return True
+    print("nothing was changed")
+    return False
+
+
+def _cmd_rewind(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        plan = ws.plan_restore(ws.load(f"step:{args.step}"))
+        if not _confirmed(args, plan):
+            return 1
+        result = ws.apply(plan)
+    return _report_result(args, result)
+
+
+def _cmd_undo(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        result = ws.undo()
+    return _report_result(args, result)
+
+
+def _cmd_redo(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        result = ws.redo()
+    return _report_result(args, result)
+
+
+def _cmd_begin(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        checkpoint = ws.begin(step=args.step, label=args.label, **_meta_and_attachments(args))
+    if args.json:
+        _emit_json({"id": checkpoint.id, "step": checkpoint.step, "kind": checkpoint.kind,
+                    "time": checkpoint.time, "label": checkpoint.label})  # fmt: skip
+    else:
+        print(checkpoint.id)
+    return 0
+
+
+def _cmd_capture(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        checkpoint = ws.capture_before(args.paths)
+    if args.json:
+        _emit_json({"id": checkpoint.id, "captured": [e.path for e in checkpoint.entries],
+                    "absent": checkpoint.absent, "large": checkpoint.large})  # fmt: skip
+    return 0
+
+
+def _cmd_attachment(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        data = ws.attachment(args.ref, args.name)
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    return 0
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from worksnap.retention import Retention
+
+    policy = Retention(keep_last=args.keep_last, max_age=args.max_age, max_bytes=args.max_bytes)
+    with _open(args) as ws:
+        report = ws.gc(None if policy.is_empty() else policy)
+    if args.json:
+        _emit_json({"snapshots": report.snapshots, "objects": report.objects,
+                    "bytes": report.bytes})  # fmt: skip
+    else:
+        print(f"dropped {report.snapshots} snapshots, {report.objects} objects "
+              f"({_human_bytes(report.bytes)} freed)")  # fmt: skip
+    return 0
+
+
+def _cmd_pin(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        snapshot_id = ws.pin(args.ref, pinned=args.command == "pin")
+    if args.json:
+        _emit_json({"id": snapshot_id, "pinned": args.command == "pin"})
+    else:
+        print(f"{args.command}ned {snapshot_id}")
+    return 0
+
+
+def _cmd_du(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        sessions = ws.du()
+        total = ws.store.size() if ws.store.exists() else 0
+    if args.json:
+        _emit_json({"sessions": {name: {"snapshots": count, "bytes": size}
+                                 for name, (count, size) in sessions.items()},
+                    "store_bytes": total})  # fmt: skip
+        return 0
+    print(f"{'SESSION':<20}  {'SNAPSHOTS':>9}  REFERENCED")
+    for name, (count, size) in sessions.items():
+        print(f"{name:<20}  {count:>9}  {_human_bytes(size)}")
+    print(f"store on disk: {_human_bytes(total)}")
+    return 0
+
+
+def _human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def _cmd_rebind(args: argparse.Namespace) -> int:
+    with _open(args) as ws:
+        count = ws.rebind()
+        root = ws.root
+    if args.json:
+        _emit_json({"root": root, "snapshots": count})
+    else:
+        print(f"store bound to {root} ({count} snapshots rebound)")
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from worksnap.diff import line_counts, unified
+
+    with _open(args) as ws:
+        changes, read = ws.diff(args.ref, args.ref2)
+        if args.json:
+            rows = []
+            for change in changes:
+                counts = line_counts(change, read)
+                rows.append({"op": change.op, "path": change.path, "from": change.old_path,
+                             "added": counts[0] if counts else None,
+                             "deleted": counts[1] if counts else None,
+                             "binary": counts is None})  # fmt: skip
+            _emit_json(rows)
+        elif args.numstat or args.stat:
+            _print_stats(changes, read, numstat=args.numstat)
+        else:
+            for change in changes:
+                sys.stdout.write(unified(change, read))
+    return 0
+
+
+def _print_stats(changes: list[Any], read: Any, *, numstat: bool) -> None:
+    from worksnap.diff import line_counts
+
+    added_total = deleted_total = 0
+    rows = []
+    for change in changes:
+        name = display(change.path)
+        if change.op == "R":
+            name = f"{display(change.old_path)} => {display(change.path)}"
+        counts = line_counts(change, read)
+        rows.append((name, counts))
+        if counts:
+            added_total += counts[0]
+            deleted_total += counts[1]
+    width = max((len(name) for name, _ in rows), default=0)
+    for name, counts in rows:
+        if numstat:
+            print(f"{counts[0]}\t{counts[1]}\t{name}" if counts else f"-\t-\t{name}")
+        elif counts is None:
+            print(f" {name:<{width}} | Bin")
+        else:
+            bar = "+" * min(counts[0], 40) + "-" * min(counts[1], 40)
+            print(f" {name:<{width}} | {counts[0] + counts[1]:>4} {bar}")
+    if not numstat:
+        print(f" {len(rows)} files changed, {added_total} insertions(+), "
+              f"{deleted_total} deletions(-)")  # fmt: skip
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import subprocess
+    import time
+
+    from worksnap.errors import InputError
+
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        raise InputError("run needs a command after --, e.g. worksnap run -- make test")
+    label = " ".join(command)
+    with _open(args) as ws:
+        last = ws.snapshot(kind="run-before", step=args.step, label=label).tree
+        try:
+            child = subprocess.Popen(command)
+        except OSError as exc:
+            raise InputError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+        seen = last
+        while True:
+            try:
+                code = child.wait(timeout=args.every)
+                break
+            except subprocess.TimeoutExpired:
+                # Snapshot only once the tree has stopped changing for a whole interval.
+                now = ws.capture(store_objects=False).tree
+                if now == seen and now != last:
+                    last = ws.snapshot(kind="run-settled", step=args.step, label=label).tree
+                seen = now
+            except KeyboardInterrupt:
+                time.sleep(0.1)  # the child got the same SIGINT; let it finish first
+        ws.snapshot(kind="run-after", step=args.step, label=label)
+    return code
+
+
 _COMMANDS = {
     "snapshot": _cmd_snapshot,
     "list": _cmd_list,
@@ -400,6 +753,19 @@ _COMMANDS = {
     "restore": _cmd_restore,
     "verify": _cmd_verify,
     "recover": _cmd_recover,
+    "rewind": _cmd_rewind,
+    "undo": _cmd_undo,
+    "redo": _cmd_redo,
+    "begin": _cmd_begin,
+    "capture": _cmd_capture,
+    "attachment": _cmd_attachment,
+    "gc": _cmd_gc,
+    "pin": _cmd_pin,
+    "unpin": _cmd_pin,
+    "du": _cmd_du,
+    "rebind": _cmd_rebind,
+    "diff": _cmd_diff,
+    "run": _cmd_run,
 }
 
 

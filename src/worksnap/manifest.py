@@ -66,6 +66,8 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     large: list[str]
     excluded: list[str]
     meta: dict[str, str] = {}
+    attachments: dict[str, str] = {}
+    absent: list[str] = []
 
 
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
@@ -265,9 +267,12 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
             raise ManifestError(
                 source, f"{kind} {path!r} has a parent that is not a captured directory"
             )
-    for name in ("ignored", "large", "excluded"):
+    for name in ("ignored", "large", "excluded", "absent"):
         for path in getattr(manifest, name):
             _check_relpath(path, name, source, allow_git=name == "excluded")
+    for name, digest in manifest.attachments.items():
+        if not name or "/" in name or _NUL in name or not _HEX64.match(digest):
+            raise ManifestError(source, f"bad attachment {name!r}")
 
 
 def _check_entry(entry: Entry, source: str) -> None:

@@ -17,6 +17,7 @@ objects and need no lock between them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -282,6 +283,91 @@ class Store:
                 continue
             found.append(summary)
         return found, problems
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Removes a snapshot: its summary first (so `list` stops showing it), then its manifest."""
+        for path in (
+            os.path.join(self._summaries, snapshot_id + ".json"),
+            self.manifest_path(snapshot_id),
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def sweep(self, live: set[str]) -> tuple[int, int]:
+        """Deletes every object not in `live`, and leftovers of interrupted writes.
+
+        Packs holding dead objects are rewritten with only their live ones. The
+        caller holds the exclusive lock, so no pack is being written.
+
+        Returns:
+            How many objects were removed and how many bytes that freed.
+        """
+        self.close()
+        removed = freed = 0
+        names = set(os.listdir(self._packs)) if os.path.isdir(self._packs) else set()
+        for name in sorted(names):
+            path = os.path.join(self._packs, name)
+            pack = name.rsplit(".", 1)[0]
+            if name.endswith(".pack") and pack + ".idx" not in names:
+                freed += os.path.getsize(path)  # never published: a writer died before its idx
+                os.unlink(path)
+            elif not name.endswith((".pack", ".idx")):
+                os.unlink(path)  # a temp file of an interrupted idx write
+        for name in sorted(n for n in names if n.endswith(".idx")):
+            pack = name[: -len(".idx")]
+            with open(os.path.join(self._packs, name), "rb") as f:
+                records = _idx_decoder.decode(f.read())
+            dead = [r for r in records if r[0] not in live]
+            if not dead:
+                continue
+            kept = [r for r in records if r[0] in live]
+            if kept:
+                with open(os.path.join(self._packs, pack + ".pack"), "rb") as f:
+                    for digest, offset, size in kept:
+                        f.seek(offset)
+                        self._writer = self._writer or _PackWriter(self._packs)
+                        self._writer.append(digest, f.read(size))
+                self.flush()  # the live copies are durable before the old pack goes
+            os.unlink(os.path.join(self._packs, name))
+            os.unlink(os.path.join(self._packs, pack + ".pack"))
+            removed += len(dead)
+            freed += sum(size for _, _, size in dead)
+        if os.path.isdir(self._objects):
+            for sub in os.listdir(self._objects):
+                directory = os.path.join(self._objects, sub)
+                for rest in os.listdir(directory):
+                    if ".tmp-" in rest or sub + rest not in live:
+                        path = os.path.join(directory, rest)
+                        freed += os.path.getsize(path)
+                        os.unlink(path)
+                        removed += ".tmp-" not in rest
+        self._index = None
+        return removed, freed
+
+    def size(self) -> int:
+        """Returns the bytes the store takes on disk."""
+        total = 0
+        for directory, _, files in os.walk(self.dir):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(directory, name)).st_size
+                except FileNotFoundError:
+                    continue
+        return total
+
+    def pins(self) -> set[str]:
+        """Returns the ids of pinned snapshots (never dropped by gc)."""
+        try:
+            with open(os.path.join(self.dir, "pins.json"), "rb") as f:
+                return set(msgspec.json.decode(f.read(), type=list[str]))
+        except FileNotFoundError:
+            return set()
+        except (OSError, msgspec.DecodeError) as exc:
+            raise ManifestError("pins.json", f"damaged ({exc})") from None
+
+    def set_pins(self, pins: set[str]) -> None:
+        """Stores the set of pinned snapshot ids."""
+        write_atomic(os.path.join(self.dir, "pins.json"), msgspec.json.encode(sorted(pins)))
 
     # -- stat cache ----------------------------------------------------------
 

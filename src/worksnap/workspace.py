@@ -10,24 +10,40 @@ from __future__ import annotations
 import builtins
 import os
 import socket
+import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
 from worksnap.apply import Result, apply_plan
+from worksnap.diff import FileChange, compare
 from worksnap.errors import (
     ConflictError,
     InputError,
+    LockError,
     ManifestError,
     ObjectError,
     RestoreError,
     SnapshotError,
 )
 from worksnap.fsio import write_atomic
-from worksnap.hash import SMALL, read_file
+from worksnap.hash import SMALL, hash_bytes, read_file
+from worksnap.history import (
+    CHECKPOINT,
+    DEFAULT_SESSION,
+    UNDO_KINDS,
+    Frame,
+    check_session_name,
+    checkpoint_target,
+    load_state,
+    save_state,
+    undo_target,
+)
 from worksnap.ignore import Rules, base_rules, ignore_checker
 from worksnap.lock import StoreLock
 from worksnap.manifest import (
@@ -37,13 +53,16 @@ from worksnap.manifest import (
     Summary,
     check_manifest,
     check_path,
+    encode_manifest,
     fs_path,
+    is_under,
     new_id,
     now_rfc3339,
     tree_digest,
     wire_name,
 )
 from worksnap.plan import Plan, ancestors, plan_restore
+from worksnap.retention import Retention, select_expired
 from worksnap.scan import scan_tree
 from worksnap.store import StatKey, Store
 
@@ -57,6 +76,25 @@ STORE_DIR_NAME = ".worksnap"
 # that recorded it by more than a filesystem timestamp tick: a file changed again
 # within the same tick would otherwise keep its stat and its stale digest (racy git).
 _RACY_MARGIN_NS = 100_000_000
+
+
+Reader = Callable[[Entry], bytes]
+"""Returns the bytes of a captured file."""
+
+
+@dataclass(frozen=True, slots=True)
+class GcReport:
+    """What a garbage collection removed."""
+
+    snapshots: int = 0
+    objects: int = 0
+    bytes: int = 0
+
+
+class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """`<store>/config.json`: settings that apply to every command on the store."""
+
+    retention: Retention = msgspec.field(default_factory=Retention)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +128,7 @@ class Workspace:
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         exclude: tuple[str, ...] = (),
         force: bool = False,
+        session: str = DEFAULT_SESSION,
         progress: Callable[[Progress], None] | None = None,
     ) -> None:
         """Opens the workspace at `root` (nothing is written until the first snapshot).
@@ -101,6 +140,8 @@ class Workspace:
             exclude: paths (relative to the root, or absolute inside it) never captured
                 nor touched; a directory excludes everything below it.
             force: allow `/` or the home directory as a root.
+            session: the session new snapshots belong to; list, rewind, undo and redo
+                look only at it.
             progress: called now and then during long work.
 
         Raises:
@@ -123,6 +164,8 @@ class Workspace:
             os.path.abspath(store_path) if store_path else os.path.join(self.root, STORE_DIR_NAME)
         )
         self.max_file_bytes = max_file_bytes
+        self.session = check_session_name(session)
+        self._last_full: Manifest | None = None
         self._wire_root = wire_name(self.root)
         store_rel = self._relative(os.path.realpath(self.store_dir))
         self._store_rel = store_rel
@@ -268,19 +311,26 @@ class Workspace:
         kind: str = "manual",
         step: int | None = None,
         label: str | None = None,
-        session: str = "default",
         meta: dict[str, str] | None = None,
+        attach: dict[str, bytes] | None = None,
     ) -> Manifest:
-        """Captures the whole workspace and stores it as a new snapshot.
+        """Captures the whole workspace and stores it as a new snapshot of this session.
 
         Every call records a new snapshot with its own id, even when nothing
-        changed (then no new object is written).
+        changed (then no new object is written). A new snapshot clears the
+        session's redo stack (unless undo or redo itself took it).
+
+        Args:
+            kind: what the snapshot is for (`manual`, `step`, ...).
+            step: the agent step it belongs to.
+            label: a short label; its first line is kept, at most 200 bytes.
+            meta: small string metadata (e.g. a conversation cut point).
+            attach: named attachments (e.g. `messages.json`), stored content-addressed.
 
         Raises:
             SnapshotError: a file could not be read or the store not written.
         """
-        if step is not None and step < 0:
-            raise InputError("step must not be negative")
+        self._check_step(step)
         self._recover_if_interrupted()
         try:
             self._ensure_store()
@@ -291,32 +341,82 @@ class Workspace:
                     kind=kind,
                     step=step,
                     label=_one_line(label),
-                    session=session,
+                    session=self.session,
                     meta=dict(meta or {}),
+                    attachments=self._store_attachments(attach),
                 )
-                self.store.save_manifest(manifest, _summarize(manifest))
+                self._save(manifest)
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
+        self._apply_configured_retention()
         return manifest
+
+    def _check_step(self, step: int | None) -> None:
+        if step is not None and step < 0:
+            raise InputError("step must not be negative")
+
+    def _store_attachments(self, attach: dict[str, bytes] | None) -> dict[str, str]:
+        stored: dict[str, str] = {}
+        for name, data in (attach or {}).items():
+            if not name or "/" in name or "\x00" in name:
+                raise InputError(f"bad attachment name {name!r}")
+            digest = hash_bytes(data)
+            self.store.add(digest, data)
+            stored[name] = digest
+        return stored
+
+    def _save(self, manifest: Manifest) -> None:
+        """Stores a new snapshot of this session, with the count of paths changed since the last."""
+        previous = self._previous_full(manifest)
+        changed = None
+        if previous is not None:
+            changed = 0 if previous.tree == manifest.tree else _count_changes(previous, manifest)
+        self.store.save_manifest(manifest, _summarize(manifest, changed=changed))
+        if manifest.kind != CHECKPOINT:
+            self._last_full = manifest
+        if manifest.kind not in UNDO_KINDS:
+            state = load_state(self.store_dir, self.session)
+            if state.redo:
+                state.redo.clear()
+                save_state(self.store_dir, self.session, state)
+
+    def _previous_full(self, manifest: Manifest) -> Manifest | None:
+        """Returns the session's newest full snapshot before `manifest`, if it can be read."""
+        if manifest.kind == CHECKPOINT:
+            return None
+        if self._last_full is not None and self._last_full.session == self.session:
+            return self._last_full
+        for summary in self.list():
+            if summary.kind != CHECKPOINT:
+                try:
+                    return self.store.load_manifest(summary.id)
+                except ManifestError:
+                    return None
+        return None
 
     # -- reading snapshots ---------------------------------------------------
 
-    def list(self, *, session: str | None = None) -> list[Summary]:
-        """Returns the snapshots, newest first (damaged ones are skipped; see `problems`)."""
+    def list(self, *, all_sessions: bool = False) -> builtins.list[Summary]:
+        """Returns this session's snapshots (or every session's), newest first.
+
+        Damaged snapshots are skipped; `problems` then holds one line for each.
+        """
         summaries, self.problems = self.store.summaries()
-        if session is not None:
-            summaries = [s for s in summaries if s.session == session]
+        if not all_sessions:
+            summaries = [s for s in summaries if s.session == self.session]
         summaries.sort(key=lambda s: (s.time, s.id), reverse=True)
         return summaries
 
-    def resolve(self, ref: str, *, session: str | None = None) -> str:
+    def resolve(self, ref: str) -> str:
         """Returns the snapshot id a ref names: an id, a unique id prefix, `latest`, `step:N`.
+
+        `latest` and `step:N` look in this session only; ids name any snapshot.
 
         Raises:
             InputError: the ref names no snapshot, or more than one.
         """
         if ref == "latest" or ref.startswith("step:"):
-            summaries = self.list(session=session)
+            summaries = self.list()
             if ref != "latest":
                 try:
                     wanted = int(ref[len("step:") :])
@@ -324,7 +424,7 @@ class Workspace:
                     raise InputError(f"bad ref {ref!r}: step:N needs a number") from None
                 summaries = [s for s in summaries if s.step == wanted]
             if not summaries:
-                raise InputError(f"no snapshot matches {ref!r}")
+                raise InputError(f"no snapshot matches {ref!r} in session {self.session!r}")
             return summaries[0].id
         matches = [i for i in self.store.ids() if i.startswith(ref.lower())] if ref else []
         if len(matches) == 1:
@@ -385,8 +485,15 @@ class Workspace:
     # -- restore -------------------------------------------------------------
 
     def plan_restore(self, target: Manifest) -> Plan:
-        """Previews what restoring `target` would change; writes nothing but the stat cache."""
-        return self._plan(self.capture(store_objects=False), target)
+        """Previews what restoring `target` would change; writes nothing but the stat cache.
+
+        For a checkpoint, the target is every path captured in it or in a later
+        checkpoint of its session, at its earliest before-image; nothing else.
+        """
+        current = self.capture(store_objects=False)
+        if target.kind == CHECKPOINT:
+            target = checkpoint_target(current, self._later_checkpoints(target))
+        return self._plan(current, target)
 
     def _plan(self, current: Manifest, target: Manifest) -> Plan:
         gitignores: dict[str, bytes] = {}
@@ -422,9 +529,9 @@ class Workspace:
                 if change.entry is not None and change.entry.hash is not None:
                     self.store.read(change.entry.hash)
             pre = self.capture(store_objects=True)
-            pre = msgspec.structs.replace(pre, kind=kind, session=plan.target.session)
+            pre = msgspec.structs.replace(pre, kind=kind, session=self.session)
             _check_unchanged(plan, pre)
-            self.store.save_manifest(pre, _summarize(pre))
+            self._save(pre)
             journal = os.path.join(self.store_dir, "journal.json")
             write_atomic(
                 journal,
@@ -494,6 +601,358 @@ class Workspace:
             self._stat_cache = None
             return result
 
+    # -- steps, undo and redo ------------------------------------------------
+
+    def rewind(self, step: int) -> Result:
+        """Restores the newest snapshot (or checkpoint) of this session taken at `step`."""
+        return self.restore(f"step:{step}")
+
+    def undo(self) -> Result:
+        """Restores the newest snapshot of this session whose state differs from the current one.
+
+        Right after a restore that is its pre-restore snapshot (so undo reverses
+        the restore); otherwise it discards the edits made since the last
+        snapshot. The state undo leaves is kept for `redo`; repeated undo walks
+        further back.
+
+        Raises:
+            InputError: there is nothing to undo.
+        """
+        current = self.capture(store_objects=False)
+        state = load_state(self.store_dir, self.session)
+        target_id = undo_target(self.list(), current.tree, state)
+        if target_id is None:
+            raise InputError(f"nothing to undo in session {self.session!r}")
+        result = self.apply(self._plan(current, self.load(target_id)), kind="undo")
+        if result.ok and result.pre_restore is not None:
+            state = load_state(self.store_dir, self.session)
+            state.redo.append(Frame(target_id, result.pre_restore))
+            save_state(self.store_dir, self.session, state)
+        return result
+
+    def redo(self) -> Result:
+        """Re-applies what the last `undo` undid (the state it left).
+
+        Raises:
+            InputError: nothing was undone, or a new snapshot cleared the redo stack.
+        """
+        state = load_state(self.store_dir, self.session)
+        if not state.redo:
+            raise InputError(
+                f"nothing to redo in session {self.session!r} "
+                "(only an undo can be redone, and a new snapshot clears redo)"
+            )
+        frame = state.redo[-1]
+        result = self.apply(self.plan_restore(self.load(frame.left)), kind="redo")
+        if result.ok:
+            state = load_state(self.store_dir, self.session)
+            if state.redo and state.redo[-1] == frame:
+                state.redo.pop()
+                save_state(self.store_dir, self.session, state)
+        return result
+
+    # -- per-file checkpoints ------------------------------------------------
+
+    def begin(
+        self,
+        *,
+        step: int | None = None,
+        label: str | None = None,
+        meta: dict[str, str] | None = None,
+        attach: dict[str, bytes] | None = None,
+    ) -> Manifest:
+        """Opens a light checkpoint for a turn without scanning the tree.
+
+        Files named to `capture_before` until the next `begin` record their
+        before-image in it.
+        """
+        self._check_step(step)
+        self._ensure_store()
+        with StoreLock(self.store_dir, exclusive=False):
+            checkpoint = Manifest(
+                version=VERSION,
+                id=new_id(),
+                root=self._wire_root,
+                kind=CHECKPOINT,
+                step=step,
+                time=now_rfc3339(),
+                max_file_bytes=self.max_file_bytes,
+                tree=tree_digest([], []),
+                label=_one_line(label),
+                session=self.session,
+                entries=[],
+                dirs=[],
+                ignored=[],
+                large=[],
+                excluded=[],
+                meta=dict(meta or {}),
+                attachments=self._store_attachments(attach),
+            )
+            self._save(checkpoint)
+            state = load_state(self.store_dir, self.session)
+            state.checkpoint = checkpoint.id
+            save_state(self.store_dir, self.session, state)
+        return checkpoint
+
+    def capture_before(self, paths: Iterable[str | os.PathLike[str]]) -> Manifest:
+        """Records the before-image of each named file in the open checkpoint.
+
+        The first capture of a path in a checkpoint wins; a file that does not
+        exist is recorded as absent (a rewind removes it). Costs what the named
+        files cost, never a tree scan.
+
+        Raises:
+            InputError: no checkpoint is open, or a path is outside the root,
+                inside `.git` or the store, or a directory.
+        """
+        state = load_state(self.store_dir, self.session)
+        if state.checkpoint is None:
+            raise InputError(
+                f"no open checkpoint in session {self.session!r}: run `worksnap begin` first"
+            )
+        with StoreLock(self.store_dir, exclusive=False):
+            checkpoint = self.load(state.checkpoint)
+            entries = {e.path: e for e in checkpoint.entries}
+            absent = set(checkpoint.absent)
+            large = set(checkpoint.large)
+            dirs = set(checkpoint.dirs)
+            for path in paths:
+                rel = self._named_path(path)
+                if rel in entries or rel in absent or rel in large:
+                    continue
+                entry = self._before_image(rel)
+                if entry is None:
+                    absent.add(rel)
+                elif entry == "large":
+                    large.add(rel)
+                else:
+                    entries[rel] = entry
+                    dirs.update(ancestors(rel.rpartition("/")[0]))
+            ordered = sorted(entries.values(), key=lambda e: e.path)
+            updated = msgspec.structs.replace(
+                checkpoint,
+                entries=ordered,
+                dirs=sorted(dirs),
+                absent=sorted(absent),
+                large=sorted(large),
+                tree=tree_digest(ordered, sorted(dirs)),
+            )
+            self.store.save_manifest(updated, _summarize(updated))
+        return updated
+
+    def _named_path(self, path: str | os.PathLike[str]) -> str:
+        """Returns a path a caller named as a safe relative wire path inside the root."""
+        absolute = os.path.normpath(os.path.join(self.root, os.fspath(path)))
+        rel = self._relative(absolute)
+        if rel is None or check_path(rel, "path") is not None:
+            raise InputError(f"{os.fspath(path)!r} is not a path inside {self.root}")
+        if any(is_under(rel, excluded) for excluded in self._exclude) or any(
+            part == ".git" for part in rel.split("/")
+        ):
+            raise InputError(f"{rel!r} is excluded (the store, .git, or --exclude)")
+        return rel
+
+    def _before_image(self, rel: str) -> Entry | Literal["large"] | None:
+        """Stores and returns a path's current file or symlink.
+
+        Returns None when nothing is there, "large" for a file over the size cap.
+        """
+        path = os.path.join(self.root, os.fsdecode(fs_path(rel)))
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return Entry(
+                path=rel, type="symlink", mode=st.st_mode & 0o777,
+                target=wire_name(os.readlink(path)),
+            )  # fmt: skip
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{rel!r} is not a file or symlink")
+        if st.st_size > self.max_file_bytes:
+            return "large"
+        digest, st = self._hash_and_store(rel, store_objects=True)
+        self.store.flush()
+        return Entry(path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size)
+
+    def _later_checkpoints(self, first: Manifest) -> builtins.list[Manifest]:
+        """Returns `first` and every later checkpoint of its session, oldest first."""
+        later = [
+            s for s in self.list()
+            if s.kind == CHECKPOINT and (s.time, s.id) > (first.time, first.id)
+        ]  # fmt: skip
+        later.sort(key=lambda s: (s.time, s.id))
+        return [first, *(self.load(s.id) for s in later)]
+
+    # -- attachments ---------------------------------------------------------
+
+    def attachment(self, ref: str, name: str) -> bytes:
+        """Returns the bytes of a snapshot's named attachment."""
+        manifest = self.load(ref)
+        digest = manifest.attachments.get(name)
+        if digest is None:
+            names = ", ".join(sorted(manifest.attachments)) or "none"
+            raise InputError(f"snapshot {manifest.id} has no attachment {name!r} (has: {names})")
+        return self.store.read(digest)
+
+    # -- retention -----------------------------------------------------------
+
+    def pin(self, ref: str, *, pinned: bool = True) -> str:
+        """Pins a snapshot so gc never drops it (or unpins it); returns its id."""
+        snapshot_id = self.resolve(ref)
+        self._ensure_store()
+        with StoreLock(self.store_dir, exclusive=True):
+            pins = self.store.pins()
+            if pinned:
+                pins.add(snapshot_id)
+            else:
+                pins.discard(snapshot_id)
+            self.store.set_pins(pins)
+        return snapshot_id
+
+    def gc(self, policy: Retention | None = None, *, wait: bool = True) -> GcReport:
+        """Drops the snapshots a retention policy expires and sweeps unreferenced objects.
+
+        Pinned snapshots, snapshots a redo stack or open checkpoint needs, and
+        the newest snapshot of each session are kept. Safe while other
+        processes snapshot: it waits for them and they wait for it.
+
+        Args:
+            policy: the limits; None uses the store's configured retention.
+            wait: wait for the store lock (False: give up at once if it is busy).
+        """
+        policy = policy if policy is not None else self.configured_retention()
+        if not self.store.exists():
+            return GcReport()
+        with StoreLock(self.store_dir, exclusive=True, timeout=60.0 if wait else 0.0):
+            summaries, _ = self.store.summaries()
+            keep = self.store.pins() | self._referenced_by_sessions()
+            dropped = select_expired(
+                summaries,
+                policy,
+                keep=keep,
+                now=datetime.now(timezone.utc),
+                object_sizes=self._object_sizes,
+            )
+            for snapshot_id in dropped:
+                self.store.delete_snapshot(snapshot_id)
+            live: set[str] = set()
+            for snapshot_id in self.store.ids():
+                live.update(self._object_sizes(snapshot_id))
+            removed, freed = self.store.sweep(live)
+        self._last_full = None
+        return GcReport(snapshots=len(dropped), objects=removed, bytes=freed)
+
+    def _object_sizes(self, snapshot_id: str) -> dict[str, int]:
+        """Returns {digest: size} of every object a snapshot needs (its attachments included)."""
+        manifest = self.store.load_manifest(snapshot_id)
+        sizes = {e.hash: e.size or 0 for e in manifest.entries if e.hash}
+        for digest in manifest.attachments.values():
+            sizes.setdefault(digest, 0)
+        return sizes
+
+    def _referenced_by_sessions(self) -> set[str]:
+        """Ids that session state or an interrupted restore still needs."""
+        needed: set[str] = set()
+        sessions_dir = os.path.join(self.store_dir, "sessions")
+        for name in os.listdir(sessions_dir) if os.path.isdir(sessions_dir) else []:
+            if name.endswith(".json"):
+                state = load_state(self.store_dir, name[: -len(".json")])
+                needed.update(f.target for f in state.redo)
+                needed.update(f.left for f in state.redo)
+                if state.checkpoint is not None:
+                    needed.add(state.checkpoint)
+        return needed
+
+    def configured_retention(self) -> Retention:
+        """Returns the retention policy in `<store>/config.json` (none when absent)."""
+        path = os.path.join(self.store_dir, "config.json")
+        try:
+            with open(path, "rb") as f:
+                config = msgspec.json.decode(f.read(), type=Config)
+        except FileNotFoundError:
+            return Retention()
+        except (OSError, msgspec.DecodeError) as exc:
+            raise InputError(f"config {path} is not valid ({exc})") from None
+        return config.retention
+
+    def _apply_configured_retention(self) -> None:
+        """Runs the configured retention after a snapshot, unless another process is busy."""
+        policy = self.configured_retention()
+        if policy.is_empty():
+            return
+        try:
+            self.gc(policy, wait=False)
+        except LockError:
+            pass  # another process holds the store; the next snapshot will try again
+
+    def du(self) -> dict[str, tuple[int, int]]:
+        """Returns, per session, (snapshots, bytes of the distinct objects they reference)."""
+        per_session: dict[str, tuple[int, dict[str, int]]] = {}
+        summaries, _ = self.store.summaries()
+        for summary in summaries:
+            count, objects = per_session.get(summary.session, (0, {}))
+            try:
+                objects.update(self._object_sizes(summary.id))
+            except ManifestError:
+                pass  # damaged: counted, not sized (verify reports it)
+            per_session[summary.session] = (count + 1, objects)
+        return {
+            session: (count, sum(objects.values()))
+            for session, (count, objects) in sorted(per_session.items())
+        }
+
+    # -- moving workspaces ---------------------------------------------------
+
+    def rebind(self) -> int:
+        """Binds the store to this root (after the project moved); returns snapshots rebound.
+
+        Every manifest's `root` is rewritten; the stat cache is dropped.
+        """
+        if not self.store.exists():
+            raise InputError(f"no store at {self.store_dir} to rebind")
+        with StoreLock(self.store_dir, exclusive=True):
+            count = 0
+            for snapshot_id in self.store.ids():
+                try:
+                    manifest = self.store.load_manifest(snapshot_id)
+                except ManifestError:
+                    continue  # left as it is; verify and list report it
+                if manifest.root != self._wire_root:
+                    moved = msgspec.structs.replace(manifest, root=self._wire_root)
+                    write_atomic(self.store.manifest_path(snapshot_id), encode_manifest(moved))
+                    count += 1
+            write_atomic(os.path.join(self.store_dir, "root"), os.fsencode(self.root) + b"\n")
+            cache = os.path.join(self.store_dir, "cache", "stat")
+            if os.path.exists(cache):
+                os.unlink(cache)
+        self._stat_cache = None
+        return count
+
+    # -- diff ----------------------------------------------------------------
+
+    def diff(self, ref: str, ref2: str | None = None) -> tuple[builtins.list[FileChange], Reader]:
+        """Compares snapshot `ref` with `ref2` (default: the workspace now).
+
+        Returns:
+            The changes, and a function that reads an entry's bytes (from the
+            store, or from disk for the current state).
+        """
+        old = self.load(ref)
+        new = self.load(ref2) if ref2 is not None else self.capture(store_objects=False)
+
+        def read(entry: Entry) -> bytes:
+            if entry.hash is None:
+                return b""
+            if self.store.has(entry.hash):
+                return self.store.read(entry.hash)
+            with open(os.path.join(self.root, os.fsdecode(fs_path(entry.path))), "rb") as f:
+                return f.read()
+
+        return compare(old, new), read
+
 
 def _one_line(label: str | None) -> str | None:
     """Returns the first line of a label, trimmed, at most 200 bytes (None if empty)."""
@@ -504,7 +963,20 @@ def _one_line(label: str | None) -> str | None:
     return cut or None
 
 
-def _summarize(manifest: Manifest) -> Summary:
+def _count_changes(old: Manifest, new: Manifest) -> int:
+    """Counts the paths (files, links, dirs) that differ between two full snapshots."""
+    before: dict[str, Entry | None] = dict.fromkeys(old.dirs)
+    before.update((e.path, e) for e in old.entries)
+    after: dict[str, Entry | None] = dict.fromkeys(new.dirs)
+    after.update((e.path, e) for e in new.entries)
+    return sum(
+        1
+        for path in before.keys() | after.keys()
+        if path not in before or path not in after or before[path] != after[path]
+    )
+
+
+def _summarize(manifest: Manifest, *, changed: int | None = None) -> Summary:
     return Summary(
         id=manifest.id,
         step=manifest.step,
@@ -515,6 +987,7 @@ def _summarize(manifest: Manifest) -> Summary:
         tree=manifest.tree,
         files=len(manifest.entries),
         bytes=sum(e.size or 0 for e in manifest.entries),
+        changed=changed,
     )
 
 

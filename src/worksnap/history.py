@@ -1,0 +1,135 @@
+"""Sessions: each session's undo/redo stack and open checkpoint, and checkpoint rewind targets.
+
+A session's state lives in `<store>/sessions/<name>.json`. Snapshots carry their
+session in the manifest; this file only holds what cannot be derived from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+
+import msgspec
+
+from worksnap.errors import InputError
+from worksnap.fsio import write_atomic
+from worksnap.manifest import Entry, Manifest, Summary
+from worksnap.plan import ancestors
+
+DEFAULT_SESSION = "default"
+_SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+
+UNDO_KINDS = frozenset({"undo", "redo"})
+"""Kinds of the snapshots undo and redo take of the state they leave: redo-stack only."""
+
+CHECKPOINT = "checkpoint"
+"""Kind of a light per-turn checkpoint (before-images of named files, no tree scan)."""
+
+
+class Frame(msgspec.Struct, frozen=True, array_like=True):
+    """One undo on the redo stack: the snapshot undo went to, and the state it left."""
+
+    target: str
+    left: str
+
+
+class SessionState(msgspec.Struct, kw_only=True):
+    """What a session remembers besides its snapshots."""
+
+    redo: list[Frame] = []
+    checkpoint: str | None = None
+
+
+def check_session_name(name: str) -> str:
+    """Returns `name` if it is a valid session name (letters, digits, `.`, `_`, `-`)."""
+    if not _SESSION_NAME.match(name):
+        raise InputError(f"bad session name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    return name
+
+
+def _path(store_dir: str, session: str) -> str:
+    return os.path.join(store_dir, "sessions", session + ".json")
+
+
+def load_state(store_dir: str, session: str) -> SessionState:
+    """Returns a session's state (empty when it has none yet)."""
+    try:
+        with open(_path(store_dir, session), "rb") as f:
+            return msgspec.json.decode(f.read(), type=SessionState)
+    except FileNotFoundError:
+        return SessionState()
+    except (OSError, msgspec.DecodeError) as exc:
+        raise InputError(f"session {session!r} state is damaged ({exc})") from None
+
+
+def save_state(store_dir: str, session: str, state: SessionState) -> None:
+    """Stores a session's state atomically (removes the file when there is nothing to keep)."""
+    path = _path(store_dir, session)
+    if not state.redo and state.checkpoint is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_atomic(path, msgspec.json.encode(state))
+
+
+def undo_target(history: list[Summary], current_tree: str, state: SessionState) -> str | None:
+    """Picks what `undo` restores.
+
+    That is the newest snapshot older than the last undo's target whose tree
+    differs from the current one (undo/redo snapshots and checkpoints never count).
+
+    Args:
+        history: the session's snapshots, newest first.
+        current_tree: the tree digest of the workspace now.
+        state: the session's redo stack (its top frame is where the last undo went).
+    """
+    before = None
+    if state.redo:
+        last = next((s for s in history if s.id == state.redo[-1].target), None)
+        before = (last.time, last.id) if last is not None else None
+    for summary in history:
+        if summary.kind in UNDO_KINDS or summary.kind == CHECKPOINT:
+            continue
+        if before is not None and (summary.time, summary.id) >= before:
+            continue
+        if summary.tree != current_tree:
+            return summary.id
+    return None
+
+
+def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifest:
+    """Returns the full target a checkpoint rewind restores.
+
+    It is the current state with every path captured in `checkpoints` (the
+    checkpoint rewound to and every later one of the session, oldest first)
+    set back to its earliest before-image; everything else stays as it is.
+    """
+    wanted: dict[str, Entry | None] = {}
+    for checkpoint in checkpoints:
+        for entry in checkpoint.entries:
+            wanted.setdefault(entry.path, entry)
+        for path in checkpoint.absent:
+            wanted.setdefault(path, None)
+    entries = {e.path: e for e in current.entries}
+    dirs = set(current.dirs)
+    for path, image in wanted.items():
+        if path in dirs:
+            continue  # a directory there now: rewinding named files never removes directories
+        if image is None:
+            entries.pop(path, None)
+        else:
+            entries[path] = image
+            dirs.update(ancestors(path.rpartition("/")[0]))
+    first = checkpoints[0]
+    return msgspec.structs.replace(
+        current,
+        id=first.id,
+        kind=first.kind,
+        step=first.step,
+        label=first.label,
+        session=first.session,
+        entries=sorted(entries.values(), key=lambda e: e.path),
+        dirs=sorted(dirs),
+    )

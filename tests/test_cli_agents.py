@@ -1,0 +1,146 @@
+"""The agent-facing commands of the CLI: sessions, rewind, undo/redo, checkpoints, gc, run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap.cli import main
+
+
+def call(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(["--root", str(root), *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def ok_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> object:
+    code, out, err = call(capsys, root, "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_rewind_undo_redo_from_the_command_line(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "step 1")
+    ok_json(capsys, root, "snapshot", "--step", "1")
+    step_1 = tree_state(root)
+    write(root, "a.txt", "step 2")
+    ok_json(capsys, root, "snapshot", "--step", "2")
+    step_2 = tree_state(root)
+    result = ok_json(capsys, root, "rewind", "1", "--yes")
+    assert isinstance(result, dict) and result["error"] is None
+    assert tree_state(root) == step_1
+    ok_json(capsys, root, "undo")
+    assert tree_state(root) == step_2
+    ok_json(capsys, root, "redo")
+    assert tree_state(root) == step_1
+    code, out, err = call(capsys, root, "redo")
+    assert code == 2 and "nothing to redo" in err and out == ""
+
+
+def test_session_option_and_environment(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root, "a.txt", "a")
+    ok_json(capsys, root, "--session", "s1", "snapshot", "--step", "1")
+    monkeypatch.setenv("WORKSNAP_SESSION", "s2")
+    code, _, _ = call(capsys, root, "--session", "s2", "snapshot", "--step", "7")
+    assert code == 0
+    listed = ok_json(capsys, root, "--session", "s1", "list")
+    assert isinstance(listed, list) and [s["step"] for s in listed] == [1]
+    everything = ok_json(capsys, root, "list", "--all")
+    assert isinstance(everything, list)
+    assert sorted(s["session"] for s in everything) == ["s1", "s2"]
+    code, _, err = call(capsys, root, "--session", "s1", "rewind", "7", "--yes")
+    assert code == 2 and "no snapshot matches 'step:7' in session 's1'" in err
+
+
+def test_begin_capture_and_attachments(
+    root: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    write(root, "code.py", "original")
+    messages = tmp_path / "messages.json"
+    messages.write_bytes(b'[{"role":"user"}]')
+    began = ok_json(
+        capsys, root, "begin", "--step", "3", "--label", "fix the bug\nmore",
+        "--meta", "cut_len=4", "--attach", f"messages.json={messages}",
+    )  # fmt: skip
+    assert isinstance(began, dict) and began["label"] == "fix the bug"
+    captured = ok_json(capsys, root, "capture", "code.py", "new.py")
+    assert captured == {
+        "id": began["id"], "captured": ["code.py"], "absent": ["new.py"], "large": [],
+    }  # fmt: skip
+    write(root, "code.py", "edited")
+    write(root, "new.py", "created")
+    ok_json(capsys, root, "rewind", "3", "--yes")
+    assert (root / "code.py").read_text() == "original"
+    assert not (root / "new.py").exists()
+    code, out, _ = call(capsys, root, "attachment", began["id"], "messages.json")
+    assert code == 0 and out == '[{"role":"user"}]'
+    shown = ok_json(capsys, root, "show", began["id"])
+    assert isinstance(shown, dict) and shown["meta"] == {"cut_len": "4"}
+    code, _, err = call(capsys, root, "snapshot", "--meta", "novalue")
+    assert code == 2 and "expected KEY=VALUE" in err
+
+
+def test_gc_pin_du_from_the_command_line(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = []
+    for i in range(3):
+        write(root, "a.txt", f"v{i}")
+        snap = ok_json(capsys, root, "snapshot", "--step", str(i))
+        assert isinstance(snap, dict)
+        ids.append(snap["id"])
+    assert ok_json(capsys, root, "pin", ids[0]) == {"id": ids[0], "pinned": True}
+    report = ok_json(capsys, root, "gc", "--keep-last", "1")
+    assert report == {"snapshots": 1, "objects": 1, "bytes": 2}
+    listed = ok_json(capsys, root, "list")
+    assert isinstance(listed, list) and [s["id"] for s in listed] == [ids[2], ids[0]]
+    usage = ok_json(capsys, root, "du")
+    assert isinstance(usage, dict)
+    assert usage["sessions"] == {"default": {"snapshots": 2, "bytes": 4}}
+    assert usage["store_bytes"] > 0
+    code, _, err = call(capsys, root, "gc", "--max-age", "forever")
+    assert code == 2 and "bad duration" in err
+
+
+def test_run_wraps_a_command_and_passes_its_status(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(root)  # the command runs where worksnap was started
+    write(root, "a.txt", "before")
+    script = "import pathlib, sys; pathlib.Path('a.txt').write_text('after'); sys.exit(3)"
+    code, _, _ = call(capsys, root, "run", "--step", "5", "--", sys.executable, "-c", script)
+    assert code == 3
+    listed = ok_json(capsys, root, "list")
+    assert isinstance(listed, list)
+    assert [(s["kind"], s["step"], s["changed"]) for s in listed] == [
+        ("run-after", 5, 1),
+        ("run-before", 5, None),
+    ]
+    assert ok_json(capsys, root, "diff", listed[1]["id"], listed[0]["id"]) == [
+        {"op": "M", "path": "a.txt", "from": None, "added": 1, "deleted": 1, "binary": False}
+    ]
+    code, _, err = call(capsys, root, "run")
+    assert code == 2 and "needs a command" in err
+
+
+def test_run_every_snapshots_once_the_tree_settles(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(root)
+    script = "import pathlib, time; pathlib.Path('made.txt').write_text('x'); time.sleep(2)"
+    code, _, _ = call(capsys, root, "run", "--every", "0.2", "--", sys.executable, "-c", script)
+    assert code == 0
+    listed = ok_json(capsys, root, "list")
+    assert isinstance(listed, list)
+    assert [s["kind"] for s in listed] == ["run-after", "run-settled", "run-before"]
+    assert [s["changed"] for s in listed] == [0, 1, None]

@@ -1,0 +1,75 @@
+"""Diff between snapshots and the workspace: unified text, stats, renames."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write
+from worksnap import Workspace
+from worksnap.cli import main
+from worksnap.diff import line_counts, unified
+
+
+def test_diff_lists_changes_with_renames(root: Path) -> None:
+    write(root, "kept.txt", "line 1\nline 2\nline 3\n")
+    write(root, "old_name.py", "print('moved')\n")
+    write(root, "removed.txt", "bye\n")
+    write(root, "image.bin", b"\x00\x01\x02")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    write(root, "kept.txt", "line 1\nline two\nline 3\nline 4\n")
+    os.rename(root / "old_name.py", root / "new_name.py")
+    (root / "removed.txt").unlink()
+    write(root, "image.bin", b"\x00\x09")
+    write(root, "added.txt", "hello\n")
+    changes, read = ws.diff(snap.id)
+    assert [(c.op, c.path, c.old_path) for c in changes] == [
+        ("A", "added.txt", None),
+        ("M", "image.bin", None),
+        ("M", "kept.txt", None),
+        ("R", "new_name.py", "old_name.py"),
+        ("D", "removed.txt", None),
+    ]
+    by_path = {c.path: c for c in changes}
+    assert line_counts(by_path["kept.txt"], read) == (2, 1)
+    assert line_counts(by_path["image.bin"], read) is None
+    text = unified(by_path["kept.txt"], read)
+    assert "-line 2\n" in text and "+line two\n" in text and "+line 4\n" in text
+    assert "Binary files a/image.bin and b/image.bin differ" in unified(by_path["image.bin"], read)
+    assert "rename from old_name.py" in unified(by_path["new_name.py"], read)
+
+
+def test_diff_between_two_snapshots(root: Path) -> None:
+    write(root, "a.txt", "one\n")
+    ws = Workspace(root)
+    first = ws.snapshot()
+    write(root, "a.txt", "two\n")
+    second = ws.snapshot()
+    write(root, "a.txt", "three (not in either snapshot)\n")
+    changes, read = ws.diff(first.id, second.id)
+    assert [(c.op, c.path) for c in changes] == [("M", "a.txt")]
+    assert "+two\n" in unified(changes[0], read)
+
+
+def test_cli_diff_stat_numstat_json(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(root, "a.txt", "1\n2\n")
+    write(root, "b.bin", b"\x00")
+    assert main(["--root", str(root), "snapshot"]) == 0
+    write(root, "a.txt", "1\n2\n3\n")
+    write(root, "b.bin", b"\x00\x01")
+    capsys.readouterr()
+    assert main(["--root", str(root), "diff", "latest", "--numstat"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["1\t0\ta.txt", "-\t-\tb.bin"]
+    assert main(["--root", str(root), "diff", "latest", "--stat"]) == 0
+    stat = capsys.readouterr().out
+    assert "a.txt |    1 +" in stat and "b.bin | Bin" in stat
+    assert "2 files changed, 1 insertions(+), 0 deletions(-)" in stat
+    assert main(["--root", str(root), "--json", "diff", "latest"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0] == {
+        "op": "M", "path": "a.txt", "from": None, "added": 1, "deleted": 0, "binary": False,
+    }  # fmt: skip

@@ -1,0 +1,258 @@
+"""Steps, sessions, undo/redo and per-file checkpoints, in the style of the seed systems."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap import InputError, Workspace
+
+
+def test_rewind_to_a_step_restores_its_newest_snapshot(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "step 1")
+    ws.snapshot(step=1, kind="step")
+    write(root, "a.txt", "step 1, later")
+    state_1b = tree_state(root)
+    ws.snapshot(step=1, kind="step")
+    write(root, "a.txt", "step 2")
+    write(root, "b.txt", "new in 2")
+    ws.snapshot(step=2, kind="step")
+    result = ws.rewind(1)
+    assert result.ok
+    assert tree_state(root) == state_1b
+
+
+def test_list_shows_changed_counts_since_previous_snapshot(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "a")
+    write(root, "b.txt", "b")
+    ws.snapshot(step=1)
+    ws.snapshot(step=2)
+    write(root, "a.txt", "changed")
+    write(root, "c/d.txt", "added file in a new dir")
+    ws.snapshot(step=3)
+    # A fresh Workspace reads the previous manifest from the store instead of memory.
+    fresh = Workspace(root)
+    write(root, "b.txt", "b changed")
+    fresh.snapshot(step=4)
+    assert [(s.step, s.changed) for s in fresh.list()] == [(4, 1), (3, 3), (2, 0), (1, None)]
+
+
+def test_sessions_never_mix_histories(root: Path) -> None:
+    write(root, "a.txt", "a")
+    alpha = Workspace(root, session="alpha")
+    beta = Workspace(root, session="beta")
+    first = alpha.snapshot(step=1)
+    write(root, "a.txt", "beta's edit")
+    second = beta.snapshot(step=1)
+    assert [s.id for s in alpha.list()] == [first.id]
+    assert [s.id for s in beta.list()] == [second.id]
+    assert alpha.resolve("step:1") == first.id
+    assert beta.resolve("latest") == second.id
+    assert {s.id for s in alpha.list(all_sessions=True)} == {first.id, second.id}
+    with pytest.raises(InputError, match="bad session name"):
+        Workspace(root, session="../escape")
+
+
+def test_undo_reverses_a_restore_and_redo_reapplies_it(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "v1")
+    first = ws.snapshot(step=1)
+    write(root, "a.txt", "v2")
+    write(root, "new.txt", "n")
+    ws.snapshot(step=2)
+    at_step_2 = tree_state(root)
+    assert ws.restore(first.id).ok
+    at_step_1 = tree_state(root)
+    assert ws.undo().ok
+    assert tree_state(root) == at_step_2
+    assert ws.redo().ok
+    assert tree_state(root) == at_step_1
+
+
+def test_undo_discards_edits_since_last_step_and_walks_back(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "one")
+    ws.snapshot(step=1)
+    one = tree_state(root)
+    write(root, "a.txt", "two")
+    ws.snapshot(step=2)
+    two = tree_state(root)
+    write(root, "a.txt", "unsaved edit")
+    write(root, "junk.txt", "junk")
+    edits = tree_state(root)
+    assert ws.undo().ok
+    assert tree_state(root) == two
+    assert ws.undo().ok
+    assert tree_state(root) == one
+    with pytest.raises(InputError, match="nothing to undo"):
+        ws.undo()
+    assert ws.redo().ok
+    assert tree_state(root) == two
+    assert ws.redo().ok
+    assert tree_state(root) == edits
+    with pytest.raises(InputError, match="nothing to redo"):
+        ws.redo()
+
+
+def test_new_snapshot_clears_redo_and_redo_then_changes_nothing(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "one")
+    ws.snapshot(step=1)
+    write(root, "a.txt", "two")
+    assert ws.undo().ok
+    ws.snapshot(step=2)
+    before = tree_state(root)
+    with pytest.raises(InputError, match="new snapshot clears redo"):
+        ws.redo()
+    assert tree_state(root) == before
+
+
+def test_undo_stack_survives_a_restart(root: Path) -> None:
+    write(root, "a.txt", "one")
+    Workspace(root).snapshot(step=1)
+    write(root, "a.txt", "two")
+    edits = tree_state(root)
+    assert Workspace(root).undo().ok
+    assert Workspace(root).redo().ok
+    assert tree_state(root) == edits
+
+
+def test_unchanged_step_records_the_same_tree(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "a")
+    first = ws.snapshot(step=1).tree
+    assert ws.snapshot(step=2).tree == first
+    write(root, "a.txt", "b")
+    assert ws.snapshot(step=3).tree != first
+
+
+def test_checkpoint_capture_and_rewind_touch_only_captured_paths(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "edited.txt", "before turn 1")
+    write(root, "untouched.txt", "the agent never named this")
+    ws.begin(step=1, label="turn 1\nmore prompt text")
+    ws.capture_before(["edited.txt", "created.txt"])
+    write(root, "edited.txt", "turn 1 edit")
+    ws.capture_before(["edited.txt"])  # first capture wins
+    write(root, "edited.txt", "turn 1 second edit")
+    write(root, "created.txt", "made in turn 1")
+    write(root, "untouched.txt", "changed by the user meanwhile")
+    ws.begin(step=2)
+    ws.capture_before([str(root / "later.txt"), "edited.txt"])
+    write(root, "later.txt", "made in turn 2")
+    write(root, "edited.txt", "turn 2 edit")
+    checkpoint = ws.load("step:1")
+    assert checkpoint.kind == "checkpoint"
+    assert checkpoint.label == "turn 1"
+    assert [e.path for e in checkpoint.entries] == ["edited.txt"]
+    assert checkpoint.absent == ["created.txt"]
+    plan = ws.plan_restore(checkpoint)
+    assert [(c.op.value, c.path) for c in plan.changes] == [
+        ("A", "created.txt"),
+        ("M", "edited.txt"),
+        ("A", "later.txt"),
+    ]
+    assert ws.rewind(1).ok
+    assert (root / "edited.txt").read_text() == "before turn 1"
+    assert not (root / "created.txt").exists()
+    assert not (root / "later.txt").exists()
+    assert (root / "untouched.txt").read_text() == "changed by the user meanwhile"
+
+
+def test_capture_costs_only_named_files(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worksnap import workspace
+
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    ws.begin(step=1)
+
+    def no_scan(*args: object, **kwargs: object) -> None:
+        raise AssertionError("capture must not scan the tree")
+
+    monkeypatch.setattr(workspace, "scan_tree", no_scan)
+    checkpoint = ws.capture_before(["a.txt"])
+    assert [e.path for e in checkpoint.entries] == ["a.txt"]
+
+
+def test_capture_refuses_paths_outside_root_and_without_checkpoint(
+    root: Path, tmp_path: Path
+) -> None:
+    ws = Workspace(root)
+    with pytest.raises(InputError, match="no open checkpoint"):
+        ws.capture_before(["a.txt"])
+    ws.begin(step=1)
+    with pytest.raises(InputError, match="not a path inside"):
+        ws.capture_before([str(tmp_path / "elsewhere.txt")])
+    with pytest.raises(InputError, match="not a path inside"):
+        ws.capture_before(["../escape.txt"])
+    with pytest.raises(InputError, match="excluded"):
+        ws.capture_before([".git/config"])
+    with pytest.raises(InputError, match="excluded"):
+        ws.capture_before([".worksnap/root"])
+
+
+def test_mixed_session_of_snapshots_and_checkpoints(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "a0")
+    write(root, "b.txt", "b0")
+    full = ws.snapshot(step=1)
+    state_full = tree_state(root)
+    ws.begin(step=2)
+    ws.capture_before(["a.txt"])
+    write(root, "a.txt", "a2")
+    write(root, "b.txt", "b2 (shell edit, not captured)")
+    ws.snapshot(step=3)
+    ws.begin(step=4)
+    ws.capture_before(["b.txt"])
+    write(root, "b.txt", "b4")
+    assert ws.rewind(2).ok
+    assert (root / "a.txt").read_text() == "a0"
+    assert (root / "b.txt").read_text() == "b2 (shell edit, not captured)"
+    assert ws.restore(full.id).ok
+    assert tree_state(root) == state_full
+
+
+def test_symlink_and_mode_before_images(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "run.sh", "#!/bin/sh\n", mode=0o755)
+    os.symlink("run.sh", root / "link")
+    ws.begin(step=1)
+    ws.capture_before(["run.sh", "link"])
+    write(root, "run.sh", "changed", mode=0o600)
+    (root / "link").unlink()
+    write(root, "link", "now a file")
+    assert ws.rewind(1).ok
+    assert (root / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert os.readlink(root / "link") == "run.sh"
+
+
+def test_meta_and_attachments_round_trip(root: Path) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    messages = b'[{"role": "user", "content": "hi"}]'
+    snap = ws.snapshot(
+        step=1,
+        meta={"cut_len": "12", "full_compact_count": "0"},
+        attach={"messages.json": messages},
+    )
+    loaded = ws.load(snap.id)
+    assert loaded.meta == {"cut_len": "12", "full_compact_count": "0"}
+    assert ws.attachment(snap.id, "messages.json") == messages
+    with pytest.raises(InputError, match="no attachment"):
+        ws.attachment(snap.id, "missing.json")
+    checkpoint = ws.begin(step=2, attach={"messages.json": b"[]"})
+    assert ws.attachment(checkpoint.id, "messages.json") == b"[]"
+
+
+def test_label_is_first_line_trimmed_to_200_bytes(root: Path) -> None:
+    ws = Workspace(root)
+    long = "  " + "\u00e9" * 150 + "\nsecond line"
+    label = ws.snapshot(label=long).label
+    assert label is not None
+    assert len(label.encode()) <= 200
+    assert label == "\u00e9" * 100

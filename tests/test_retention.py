@@ -1,0 +1,159 @@
+"""Retention, pinning, garbage collection and du."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap import InputError, Summary, Workspace
+from worksnap.retention import Retention, parse_duration, parse_size, select_expired
+
+
+def summary(snapshot_id: str, minutes_ago: float, session: str = "default") -> Summary:
+    when = datetime.now(timezone.utc) - timedelta(minutes=minutes_ago)
+    return Summary(
+        id=snapshot_id, step=None, kind="step", time=when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        session=session, tree="0" * 64, files=0, bytes=0,
+    )  # fmt: skip
+
+
+def test_durations_and_sizes_parse() -> None:
+    assert parse_duration("90s") == 90
+    assert parse_duration("45m") == 2700
+    assert parse_duration("12h") == 43200
+    assert parse_duration("30d") == 30 * 86400
+    assert parse_duration("2w") == 14 * 86400
+    assert parse_size("1024") == 1024
+    assert parse_size("10KiB") == 10240
+    assert parse_size("5G") == 5 * 1024**3
+    with pytest.raises(InputError, match="bad duration"):
+        parse_duration("soon")
+    with pytest.raises(InputError, match="bad size"):
+        parse_size("lots")
+
+
+def test_keep_last_is_per_session_and_spares_pins_and_newest() -> None:
+    snaps = [summary(f"a{i}", i) for i in range(5)] + [summary("b0", 10, session="other")]
+    now = datetime.now(timezone.utc)
+    dropped = select_expired(
+        snaps, Retention(keep_last=2), keep={"a4"}, now=now, object_sizes=lambda _: {}
+    )
+    assert sorted(dropped) == ["a2", "a3"]
+    dropped = select_expired(
+        snaps, Retention(keep_last=0), keep=set(), now=now, object_sizes=lambda _: {}
+    )
+    assert sorted(dropped) == ["a1", "a2", "a3", "a4"]  # newest per session always stays
+
+
+def test_max_age_and_max_bytes() -> None:
+    snaps = [summary("new", 1), summary("mid", 60), summary("old", 60 * 48)]
+    now = datetime.now(timezone.utc)
+    assert select_expired(
+        snaps, Retention(max_age="1d"), keep=set(), now=now, object_sizes=lambda _: {}
+    ) == ["old"]
+    sizes = {"new": {"x": 600}, "mid": {"x": 600, "y": 500}, "old": {"z": 300}}
+    dropped = select_expired(
+        snaps, Retention(max_bytes="1000"), keep=set(), now=now, object_sizes=sizes.__getitem__
+    )
+    assert dropped == ["mid"]  # new (600) + old (300) fit; mid would add 500
+
+
+def test_gc_drops_snapshots_and_sweeps_objects(root: Path) -> None:
+    ws = Workspace(root)
+    for i in range(4):
+        write(root, "data.txt", f"version {i} " * 50)
+        ws.snapshot(step=i)
+    write(root, "data.txt", "final")
+    final = ws.snapshot(step=9)
+    store_before = ws.store.size()
+    report = ws.gc(Retention(keep_last=1))
+    assert report.snapshots == 4
+    assert report.objects == 4
+    assert report.bytes > 0
+    assert [s.id for s in ws.list()] == [final.id]
+    assert ws.store.size() < store_before
+    assert ws.verify() == []
+    write(root, "data.txt", "edited")
+    assert ws.restore(final.id).ok
+    assert (root / "data.txt").read_text() == "final"
+
+
+def test_pinned_snapshot_survives_gc_and_stays_restorable(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "pinned content")
+    pinned = ws.snapshot(step=1)
+    ws.pin(pinned.id)
+    write(root, "a.txt", "later")
+    ws.snapshot(step=2)
+    write(root, "a.txt", "latest")
+    ws.snapshot(step=3)
+    ws.gc(Retention(keep_last=1))
+    assert {s.id for s in ws.list()} >= {pinned.id}
+    assert ws.restore(pinned.id).ok
+    assert (root / "a.txt").read_text() == "pinned content"
+    ws.pin(pinned.id, pinned=False)
+    ws.gc(Retention(keep_last=1))
+    assert pinned.id not in {s.id for s in ws.list()}
+
+
+def test_gc_keeps_what_redo_needs(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "one")
+    ws.snapshot(step=1)
+    write(root, "a.txt", "unsaved")
+    assert ws.undo().ok
+    ws.gc(Retention(keep_last=1))
+    assert ws.redo().ok
+    assert (root / "a.txt").read_text() == "unsaved"
+
+
+def test_gc_sweeps_unpublished_packs(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "a")
+    ws.snapshot()
+    orphan = root / ".worksnap" / "packs" / "deadbeefdeadbeef.pack"
+    orphan.write_bytes(b"half-written by a killed process")
+    ws.gc(Retention())
+    assert not orphan.exists()
+    assert ws.verify() == []
+
+
+def test_configured_retention_runs_after_each_snapshot(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "a")
+    ws.snapshot()
+    config = {"retention": {"keep_last": 2}}
+    (root / ".worksnap" / "config.json").write_text(json.dumps(config))
+    for i in range(4):
+        write(root, "a.txt", str(i))
+        ws.snapshot(step=i)
+    assert [s.step for s in ws.list()] == [3, 2]
+
+
+def test_du_reports_per_session(root: Path) -> None:
+    write(root, "a.txt", "x" * 1000)
+    Workspace(root, session="one").snapshot()
+    write(root, "b.txt", "y" * 500)
+    Workspace(root, session="two").snapshot()
+    usage = Workspace(root).du()
+    assert usage == {"one": (1, 1000), "two": (1, 1500)}
+
+
+def test_rebind_after_the_project_moved(root: Path, tmp_path: Path) -> None:
+    write(root, "a.txt", "a")
+    snap = Workspace(root).snapshot()
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    with pytest.raises(InputError, match="worksnap rebind"):
+        Workspace(moved).snapshot()
+    assert Workspace(moved).rebind() == 1
+    ws = Workspace(moved)
+    write(moved, "a.txt", "edited after the move")
+    before_other = tree_state(moved)
+    assert before_other != {}
+    assert ws.restore(snap.id).ok
+    assert (moved / "a.txt").read_text() == "a"
