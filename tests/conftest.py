@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 # Tests must not see the developer's git configuration or store override.
-for _name in [n for n in os.environ if n.startswith("GIT_") or n.startswith("WORKSNAP_")]:
-    del os.environ[_name]
+for _name in [n for n in os.environ if n.startswith("GIT_")] + [
+    "WORKSNAP_STORE",
+    "WORKSNAP_SESSION",
+]:
+    os.environ.pop(_name, None)
 
 
 def write(root: Path, rel: str | bytes, data: bytes | str = b"", mode: int | None = None) -> Path:
