@@ -1,0 +1,143 @@
+"""The stat cache may only ever save work, never hide a change."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write
+from worksnap import Workspace
+from worksnap import workspace as workspace_module
+
+
+def digests(ws: Workspace) -> dict[str, str | None]:
+    return {e.path: e.hash for e in ws.snapshot().entries}
+
+
+def age(path: Path, seconds: float = 10.0) -> None:
+    """Makes a file look untouched for a while, so the cache may trust it.
+
+    mtime can be set back, ctime cannot: it is waited out past the racy margin.
+    """
+    old = time.time() - seconds
+    os.utime(path, (old, old))
+    time.sleep(workspace_module._RACY_MARGIN_NS / 1e9 * 2)
+
+
+def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    hashed: list[str] = []
+    real = workspace_module.read_file
+
+    def counting(path: str, rel: str, *, keep: bool) -> tuple[str, bytes | None, os.stat_result]:
+        hashed.append(rel)
+        return real(path, rel, keep=keep)
+
+    monkeypatch.setattr(workspace_module, "read_file", counting)
+    return hashed
+
+
+def test_unchanged_old_files_are_not_rehashed(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("a", "b", "c"):
+        age(write(root, name, name))
+    ws = Workspace(root)
+    ws.snapshot()
+    hashed = count_hashes(monkeypatch)
+    ws.snapshot()
+    Workspace(root).snapshot()  # a new process reads the cache from the store
+    assert hashed == []
+
+
+def test_racy_file_is_rehashed_until_it_is_old(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(root, "fresh.txt", "just written")  # mtime is now: inside the racy window
+    ws = Workspace(root)
+    ws.snapshot()
+    hashed = count_hashes(monkeypatch)
+    ws.snapshot()
+    assert hashed == ["fresh.txt"]
+    age(path)
+    ws.snapshot()
+    ws.snapshot()
+    assert hashed == ["fresh.txt", "fresh.txt"]
+
+
+def test_touched_but_unchanged_file_rehashed_and_same_digest(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(root, "a.txt", "same bytes")
+    age(path, 20)
+    ws = Workspace(root)
+    before = digests(ws)
+    age(path, 5)  # touched: new mtime, same content
+    hashed = count_hashes(monkeypatch)
+    assert digests(ws) == before
+    assert hashed == ["a.txt"]
+
+
+def test_changed_same_size_same_mtime_is_detected(root: Path) -> None:
+    path = write(root, "a.txt", "AAAA")
+    age(path)
+    ws = Workspace(root)
+    before = digests(ws)
+    st = path.stat()
+    path.write_text("BBBB")  # same size ...
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and mtime put back; ctime moved
+    after = digests(ws)
+    assert after["a.txt"] != before["a.txt"]
+    assert Workspace(root).plan_restore(ws.load("latest")).changes == []
+
+
+def test_replaced_by_a_new_inode_with_identical_stat_fields_is_detected(root: Path) -> None:
+    path = write(root, "a.txt", "1111")
+    age(path)
+    ws = Workspace(root)
+    before = digests(ws)
+    st = path.stat()
+    other = write(root, "tmp", "2222")
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, path)  # same size and mtime, different inode
+    assert digests(ws)["a.txt"] != before["a.txt"]
+
+
+def test_directory_replaced_by_file_and_back(root: Path) -> None:
+    age(write(root, "thing/inside.txt", "inside"))
+    ws = Workspace(root)
+    first = ws.snapshot()
+    (root / "thing" / "inside.txt").unlink()
+    (root / "thing").rmdir()
+    age(write(root, "thing", "now a file"))
+    second = ws.snapshot()
+    assert [(e.path, e.type) for e in second.entries] == [("thing", "file")]
+    assert second.dirs == []
+    (root / "thing").unlink()
+    age(write(root, "thing/inside.txt", "inside"))
+    third = ws.snapshot()
+    assert third.tree == first.tree
+
+
+def test_deleted_cache_only_costs_rehashing(root: Path) -> None:
+    age(write(root, "a.txt", "a"))
+    ws = Workspace(root)
+    first = ws.snapshot()
+    (root / ".worksnap" / "cache" / "stat").unlink()
+    assert Workspace(root).snapshot().tree == first.tree
+    (root / ".worksnap" / "cache" / "stat").write_bytes(b"garbage")
+    assert Workspace(root).snapshot().tree == first.tree
+
+
+def test_objects_swept_by_gc_are_stored_again(root: Path) -> None:
+    from worksnap.retention import Retention
+
+    age(write(root, "a.txt", "kept content"))
+    ws = Workspace(root)
+    first = ws.snapshot(step=1)
+    write(root, "a.txt", "other")
+    ws.snapshot(step=2)
+    ws.gc(Retention(keep_last=1))  # drops step 1 and its object
+    write(root, "a.txt", "kept content")
+    age(root / "a.txt")
+    again = ws.snapshot(step=3)
+    assert again.tree == first.tree
+    assert ws.verify() == []
