@@ -519,14 +519,19 @@ def _summarize(manifest: Manifest) -> Summary:
 
 
 def _check_unchanged(plan: Plan, now: Manifest) -> None:
-    """Refuses to apply a plan if anything at or below a path it touches changed since."""
+    """Refuses to apply a plan if anything it touches, or any directory above, changed since.
+
+    A change above a touched path counts: a directory swapped for a symlink
+    between plan and apply must stop the restore, not redirect it.
+    """
     seen: dict[str, Entry | None] = dict.fromkeys(plan.current.dirs)
     seen.update((e.path, e) for e in plan.current.entries)
     present: dict[str, Entry | None] = dict.fromkeys(now.dirs)
     present.update((e.path, e) for e in now.entries)
     touched = {change.path for change in plan.changes}
-    for path in seen.keys() | present.keys():
-        if (path in seen, seen.get(path)) != (path in present, present.get(path)) and any(
-            a in touched for a in ancestors(path)
+    above = {a for path in touched for a in ancestors(path.rpartition("/")[0])}
+    for path in sorted(seen.keys() | present.keys()):
+        if (path in seen, seen.get(path)) != (path in present, present.get(path)) and (
+            path in above or any(a in touched for a in ancestors(path))
         ):
             raise ConflictError(path)
