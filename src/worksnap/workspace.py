@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from worksnap.apply import Result, apply_plan
+from worksnap.apply import Result, apply_plan, remove_leftovers
 from worksnap.errors import (
     ConflictError,
     InputError,
@@ -25,8 +25,9 @@ from worksnap.errors import (
     ObjectError,
     RestoreError,
     SnapshotError,
+    WorksnapError,
 )
-from worksnap.fsio import write_atomic
+from worksnap.fsio import fsync_dir, write_atomic
 from worksnap.hash import SMALL, read_file
 from worksnap.ignore import Rules, base_rules, ignore_checker
 from worksnap.lock import StoreLock
@@ -437,30 +438,49 @@ class Workspace:
                     )
                 ),
             )
-            result = apply_plan(
-                self.root,
-                plan,
-                self.store.read,
-                progress=lambda done, total: self._report("apply", done, total),
-            )
+            try:
+                result = apply_plan(
+                    self.root,
+                    plan,
+                    self.store.read,
+                    progress=lambda done, total: self._report("apply", done, total),
+                )
+            except BaseException as exc:
+                # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
+                failed = Result(target=plan.target.id, error=f"interrupted: {exc!r}")
+                self._roll_back(pre, failed, plan.target)
+                _remove_journal(journal)
+                raise
             result.pre_restore = pre.id
             if not result.ok:
-                self._roll_back(pre, result)
-            os.unlink(journal)
+                self._roll_back(pre, result, plan.target)
+            _remove_journal(journal)
             self._stat_cache = None  # files were rewritten: trust only fresh stats
             return result
 
-    def _roll_back(self, pre: Manifest, result: Result) -> None:
-        """Returns the workspace to `pre` after a failed apply (the lock is held)."""
+    def _roll_back(self, pre: Manifest, result: Result, target: Manifest | None) -> Result:
+        """Returns the workspace to `pre` after a failed apply (the lock is held).
+
+        Returns:
+            What the rollback changed.
+
+        Raises:
+            RestoreError: the rollback failed too (the journal stays for `recover`).
+        """
+        self._stat_cache = None  # the failed apply rewrote files: trust only fresh stats
+        dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
+        remove_leftovers(self.root, dirs)
         back = apply_plan(
             self.root, self._plan(self.capture(store_objects=False), pre), self.store.read
         )
         if not back.ok:
             raise RestoreError(
                 f"restore failed ({result.error}) and so did the rollback ({back.error}); "
-                f"the pre-restore snapshot {pre.id} holds the earlier state"
+                f"the pre-restore snapshot {pre.id} holds the earlier state "
+                "(run `worksnap recover` to try again)"
             )
         result.rolled_back = True
+        return back
 
     def _recover_if_interrupted(self) -> Result | None:
         """Finishes the rollback of a restore that was killed part-way, if there was one."""
@@ -476,23 +496,30 @@ class Workspace:
             The rollback's result, or None when no restore was interrupted.
         """
         journal = os.path.join(self.store_dir, "journal.json")
+        if not os.path.exists(journal):
+            return None  # checked again under the lock: this only spares a missing store
         with StoreLock(self.store_dir, exclusive=True):
             try:
                 with open(journal, "rb") as f:
                     record = msgspec.json.decode(f.read(), type=_Journal)
             except FileNotFoundError:
                 return None  # another process finished it while we waited for the lock
-            except (OSError, msgspec.DecodeError) as exc:
+            except (OSError, msgspec.DecodeError, RecursionError) as exc:
                 raise RestoreError(f"journal {journal} is damaged ({exc}); remove it") from None
             pre = self.load(record.pre_restore)
-            result = apply_plan(
-                self.root, self._plan(self.capture(store_objects=False), pre), self.store.read
-            )
-            if not result.ok:
-                raise RestoreError(f"recovery of an interrupted restore failed: {result.error}")
-            os.unlink(journal)
-            self._stat_cache = None
-            return result
+            try:
+                target: Manifest | None = self.load(record.target)
+            except WorksnapError:
+                target = None  # only used to find where temp files may be left
+            back = self._roll_back(pre, Result(target=record.target, error="interrupted"), target)
+            _remove_journal(journal)
+            return back
+
+
+def _remove_journal(journal: str) -> None:
+    """Removes the journal durably: once a restore is done, it must not come back."""
+    os.unlink(journal)
+    fsync_dir(os.path.dirname(journal))
 
 
 def _one_line(label: str | None) -> str | None:
