@@ -274,7 +274,7 @@ class Store:
                     summary = _summary_decoder.decode(f.read())
             except FileNotFoundError:
                 continue  # still being written, or its snapshot failed half-way
-            except (OSError, msgspec.DecodeError) as exc:
+            except (OSError, msgspec.DecodeError, RecursionError) as exc:
                 problems.append(f"snapshot {snapshot_id}: unreadable summary ({exc}); skipped")
                 continue
             if summary.id != snapshot_id:

@@ -125,7 +125,11 @@ class Workspace:
         )
         self.max_file_bytes = max_file_bytes
         self._wire_root = wire_name(self.root)
-        store_rel = self._relative(os.path.realpath(self.store_dir))
+        real_store = os.path.realpath(self.store_dir)
+        if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
+            # A restore would treat the store's own files as workspace files.
+            raise InputError(f"store {self.store_dir} must not be the root or contain it")
+        store_rel = self._relative(real_store)
         self._store_rel = store_rel
         excluded = {self._exclusion(path) for path in exclude}
         if store_rel is not None:
