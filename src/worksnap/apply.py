@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from worksnap.errors import ObjectError
 from worksnap.hash import hash_bytes
-from worksnap.manifest import fs_path
+from worksnap.manifest import fs_path, is_under
 from worksnap.plan import Change, Op, Plan
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -50,32 +52,51 @@ class Result:
 
 
 class _Tree:
-    """Directory descriptors under one root, opened one component at a time."""
+    """Directory descriptors under one root, opened one component at a time.
+
+    At most `_KEEP` descriptors stay open besides the root's (least recently used
+    ones are closed), so a restore of many directories never runs out of them,
+    and the walk down is a loop, so no depth is too deep.
+    """
+
+    _KEEP = 64
 
     def __init__(self, root: str) -> None:
-        self._fds: dict[str, int] = {"": os.open(root, _DIR_FLAGS)}
+        self._root = os.open(root, _DIR_FLAGS)
+        self._fds: OrderedDict[str, int] = OrderedDict()
 
     def dir_fd(self, directory: str) -> int:
         """Returns a descriptor on `directory` (relative wire path), never crossing a symlink."""
+        if not directory:
+            return self._root
         fd = self._fds.get(directory)
-        if fd is None:
-            parent, _, name = directory.rpartition("/")
+        if fd is not None:
+            self._fds.move_to_end(directory)
+            return fd
+        parts = directory.split("/")
+        start, fd = 0, self._root
+        for depth in range(len(parts) - 1, 0, -1):
+            cached = self._fds.get("/".join(parts[:depth]))
+            if cached is not None:
+                self._fds.move_to_end("/".join(parts[:depth]))
+                start, fd = depth, cached
+                break
+        for depth in range(start, len(parts)):
             try:
-                fd = os.open(fs_path(name), _DIR_FLAGS, dir_fd=self.dir_fd(parent))
+                fd = os.open(fs_path(parts[depth]), _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise OSError(
-                        exc.errno, f"{directory} is not a directory (a symlink?)"
-                    ) from None
+                    where = "/".join(parts[: depth + 1])
+                    raise OSError(exc.errno, f"{where} is not a directory (a symlink?)") from None
                 raise
-            self._fds[directory] = fd
+            self._fds["/".join(parts[: depth + 1])] = fd
+            while len(self._fds) > self._KEEP:
+                os.close(self._fds.popitem(last=False)[1])
         return fd
 
     def forget(self, directory: str) -> None:
         """Closes the descriptors of `directory` and below (it is about to be removed)."""
-        for key in [
-            k for k in self._fds if k and (k == directory or k.startswith(directory + "/"))
-        ]:
+        for key in [k for k in self._fds if is_under(k, directory)]:
             os.close(self._fds.pop(key))
 
     def close(self) -> None:
@@ -83,6 +104,7 @@ class _Tree:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        os.close(self._root)
 
 
 Step = tuple[str, Change]
@@ -123,9 +145,14 @@ def apply_plan(
     """
     steps = order(plan)
     result = Result(target=plan.target.id)
-    tree = _Tree(root)
-    touched_dirs: set[str] = set()
     failed_at = len(steps)
+    try:
+        tree = _Tree(root)
+    except OSError as exc:
+        result.error = f"{root}: {_describe(exc)}"
+        result.not_restored = _unique_paths(steps)
+        return result
+    touched_dirs: set[str] = set()
     try:
         for done, (action, change) in enumerate(steps):
             parent, _, name = change.path.rpartition("/")
@@ -149,17 +176,57 @@ def apply_plan(
                 break
             if progress is not None:
                 progress(done + 1, len(steps))
+        # Make the renames, unlinks and mkdirs durable. A directory that is gone was
+        # removed later in the run, and its parent's fsync covers that.
         for directory in sorted(touched_dirs):
             try:
                 os.fsync(tree.dir_fd(directory))
-            except OSError:
-                continue  # removed later in the run; its parent's fsync covers it
+            except OSError as exc:
+                # fsync itself never fails with these: the directory is gone.
+                gone = exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+                if not gone and result.error is None:
+                    where = directory or "."
+                    result.error = f"{where}: cannot make changes durable: {_describe(exc)}"
     finally:
         tree.close()
     result.not_restored = _unique_paths(steps[failed_at:])
     failed = set(result.not_restored)
     result.restored = [p for p in _unique_paths(steps[:failed_at]) if p not in failed]
     return result
+
+
+_LEFTOVER = re.compile(r"\.worksnap-[0-9a-f]{12}\.tmp\Z")
+
+
+def remove_leftovers(root: str, dirs: Iterable[str]) -> list[str]:
+    """Removes the temp files an apply that was killed left behind; returns their paths.
+
+    Only `dirs` (relative wire paths) and the root are looked at, never below a
+    symlink; a temp file is only ever made in the directory of a path written.
+    An ignored temp file (`*.tmp` in a `.gitignore`) would otherwise stay forever.
+    """
+    removed: list[str] = []
+    try:
+        tree = _Tree(root)
+    except OSError:
+        return removed
+    try:
+        for directory in sorted({"", *dirs}):
+            try:
+                fd = tree.dir_fd(directory)
+                names = os.listdir(fd)
+            except OSError:
+                continue
+            for name in names:
+                if _LEFTOVER.match(name):
+                    try:
+                        os.unlink(name, dir_fd=fd)
+                    except OSError:
+                        continue
+                    removed.append(f"{directory}/{name}" if directory else name)
+    finally:
+        tree.close()
+    return removed
 
 
 def _unique_paths(steps: list[Step]) -> list[str]:

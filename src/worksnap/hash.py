@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Iterator
 
 from blake3 import blake3
@@ -15,7 +16,10 @@ SMALL = 1 << 20
 """Files below this size are read whole and hashed on one thread; larger ones are streamed."""
 
 _CHUNK = 1 << 20
-_RETRIES = 3
+_RETRIES = 4
+# A file changed within this long before it is read may change again without its
+# size or times moving (timestamps tick coarsely): it is read twice and must agree.
+_RECENT_NS = 100_000_000
 
 
 def hash_bytes(data: bytes) -> Digest:
@@ -55,6 +59,7 @@ def read_file(path: str, rel: str, *, keep: bool) -> tuple[Digest, bytes | None,
         SnapshotError: the file cannot be read, is no longer a regular file, or
             kept changing on every try.
     """
+    previous: Digest | None = None
     for _ in range(_RETRIES):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -80,6 +85,13 @@ def read_file(path: str, rel: str, *, keep: bool) -> tuple[Digest, bytes | None,
             os.close(fd)
         # A writer racing with us shows up as a changed size or times; the bytes we
         # hashed may then be a mix of two versions, so read again.
-        if same_file_state(before, after) and (data is None or len(data) == after.st_size):
+        if not same_file_state(before, after) or (data is not None and len(data) != after.st_size):
+            previous = None
+            continue
+        # Within one timestamp tick a write need not move the times: a file changed
+        # that recently is trusted only when two reads in a row agree.
+        recent = time.time_ns() - max(after.st_mtime_ns, after.st_ctime_ns) < _RECENT_NS
+        if not recent or digest == previous:
             return digest, data if keep else None, after
+        previous = digest
     raise SnapshotError(rel, f"kept changing while it was read ({_RETRIES} tries)")

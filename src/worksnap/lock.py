@@ -7,6 +7,7 @@ beside the lock so a waiting process can say who it is waiting for.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -14,6 +15,7 @@ import time
 from types import TracebackType
 
 from worksnap.errors import LockError
+from worksnap.fsio import write_atomic
 
 
 class StoreLock:
@@ -44,11 +46,14 @@ class StoreLock:
                 time.sleep(0.05)
         self._fd = fd
         if self._exclusive:
-            try:
-                with open(self._holder, "w", encoding="utf-8") as out:
-                    out.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-            except OSError:
-                pass  # the note only helps a waiting process explain itself
+            # Atomic, so a waiting process never reads half a note; not fsynced,
+            # as it only helps a waiting process explain itself.
+            with contextlib.suppress(OSError):
+                write_atomic(
+                    self._holder,
+                    f"pid {os.getpid()} on {socket.gethostname()}\n".encode(),
+                    durable=False,
+                )
         return self
 
     def __exit__(
@@ -58,6 +63,10 @@ class StoreLock:
         tb: TracebackType | None,
     ) -> None:
         if self._fd is not None:
+            if self._exclusive:
+                # A stale note would name a process that no longer holds the lock.
+                with contextlib.suppress(OSError):
+                    os.unlink(self._holder)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

@@ -9,6 +9,7 @@ form). `fs_path` turns a wire path back into the exact bytes of the name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,10 @@ _NUL = "\x00"
 _ESCAPE = re.compile("\x00([89a-f][0-9a-f])")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _ID = re.compile(r"[0-9a-f]{12}\Z")
+# `X:\` or `X:/`: absolute on Windows. A colon elsewhere (`a:b`, `C:x`) is a legal POSIX name.
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+# Code points HFS+ ignores when it compares names, so `.g\u200cit` opens `.git` there.
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -151,7 +156,7 @@ def decode_manifest(data: bytes, source: str) -> Manifest:
     """
     try:
         header = _header_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise ManifestError(source, f"not a valid manifest ({exc})") from None
     if header.version > VERSION:
         raise ManifestError(
@@ -163,7 +168,7 @@ def decode_manifest(data: bytes, source: str) -> Manifest:
         raise ManifestError(source, f"unsupported version {header.version}")
     try:
         manifest = _decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise ManifestError(source, f"not a valid manifest ({exc})") from None
     if encode_manifest(manifest) != data:
         raise ManifestError(source, _why_not_canonical(data))
@@ -179,7 +184,9 @@ def _why_not_canonical(data: bytes) -> str:
         duplicate.extend(key for key in keys if keys.count(key) > 1)
         return dict(items)
 
-    json.loads(data, object_pairs_hook=pairs)
+    # msgspec read it; all that matters here is whether a key repeats.
+    with contextlib.suppress(ValueError, RecursionError):
+        json.loads(data, object_pairs_hook=pairs)
     if duplicate:
         return f"duplicate key {duplicate[0]!r}"
     return "not in the canonical form worksnap writes (edited by hand?)"
@@ -194,16 +201,22 @@ def _is_canonical(text: str) -> bool:
 
 
 def _is_git_name(component: str) -> bool:
-    """True for every spelling git itself refuses as a path component (`.git`, `.GIT.`, `git~1`)."""
-    lowered = component.lower()
-    return lowered.rstrip(". ") == ".git" or lowered == "git~1"
+    """True for every spelling git itself refuses as a path component.
+
+    As git's `verify_path` with core.protectNTFS and core.protectHFS: any case
+    (`.GIT`), trailing dots and spaces (`.git. .`), an NTFS stream
+    (`.git::$INDEX_ALLOCATION`), the NTFS short name (`git~1`), and HFS+
+    ignorable code points anywhere (`.g\u200cit`).
+    """
+    name = _HFS_IGNORED.sub("", component).lower().partition(":")[0].rstrip(". ")
+    return name in (".git", "git~1")
 
 
 def check_path(path: str, what: str) -> str | None:
     """Returns why `path` is not a safe, normal wire-form relative path, or None when it is."""
     if not path:
         return f"{what} has an empty path"
-    if path.startswith("/") or (len(path) > 1 and path[1] == ":" and path[0].isalpha()):
+    if path.startswith("/") or _DRIVE.match(path):
         return f"{what} {path!r} is absolute"
     if os.sep != "/" and "\\" in path:
         return f"{what} {path!r} has a backslash"
@@ -248,6 +261,9 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
         raise ManifestError(source, f"bad tree digest {manifest.tree!r}")
     if manifest.max_file_bytes < 0 or (manifest.step is not None and manifest.step < 0):
         raise ManifestError(source, "negative max_file_bytes or step")
+    if tree_digest(manifest.entries, manifest.dirs) != manifest.tree:
+        # Damage that is still valid JSON (a flipped mode bit, a swapped digest).
+        raise ManifestError(source, "its entries do not match its tree digest (damaged?)")
     kinds: dict[str, str] = {}
     for d in manifest.dirs:
         _check_relpath(d, "dir", source)

@@ -198,9 +198,13 @@ class Store:
             ObjectError: the object is missing or damaged.
         """
         located = self._load_index().get(digest)
+        loose = self._loose_path(digest)
+        if located is None and self._writer is None and not os.path.exists(loose):
+            self._index = None  # another process may have published a pack since we looked
+            located = self._load_index().get(digest)
         try:
             if located is None:
-                with open(self._loose_path(digest), "rb") as f:
+                with open(loose, "rb") as f:
                     data = f.read()
             else:
                 pack, offset, size = located
@@ -275,7 +279,7 @@ class Store:
                     summary = _summary_decoder.decode(f.read())
             except FileNotFoundError:
                 continue  # still being written, or its snapshot failed half-way
-            except (OSError, msgspec.DecodeError) as exc:
+            except (OSError, msgspec.DecodeError, RecursionError) as exc:
                 problems.append(f"snapshot {snapshot_id}: unreadable summary ({exc}); skipped")
                 continue
             if summary.id != snapshot_id:

@@ -20,7 +20,7 @@ from typing import Literal
 
 import msgspec
 
-from worksnap.apply import Result, apply_plan
+from worksnap.apply import Result, apply_plan, remove_leftovers
 from worksnap.diff import FileChange, compare
 from worksnap.errors import (
     ConflictError,
@@ -30,8 +30,9 @@ from worksnap.errors import (
     ObjectError,
     RestoreError,
     SnapshotError,
+    WorksnapError,
 )
-from worksnap.fsio import write_atomic
+from worksnap.fsio import fsync_dir, write_atomic
 from worksnap.hash import SMALL, hash_bytes, read_file
 from worksnap.history import (
     CHECKPOINT,
@@ -167,7 +168,11 @@ class Workspace:
         self.session = check_session_name(session)
         self._last_full: Manifest | None = None
         self._wire_root = wire_name(self.root)
-        store_rel = self._relative(os.path.realpath(self.store_dir))
+        real_store = os.path.realpath(self.store_dir)
+        if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
+            # A restore would treat the store's own files as workspace files.
+            raise InputError(f"store {self.store_dir} must not be the root or contain it")
+        store_rel = self._relative(real_store)
         self._store_rel = store_rel
         excluded = {self._exclusion(path) for path in exclude}
         if store_rel is not None:
@@ -544,30 +549,49 @@ class Workspace:
                     )
                 ),
             )
-            result = apply_plan(
-                self.root,
-                plan,
-                self.store.read,
-                progress=lambda done, total: self._report("apply", done, total),
-            )
+            try:
+                result = apply_plan(
+                    self.root,
+                    plan,
+                    self.store.read,
+                    progress=lambda done, total: self._report("apply", done, total),
+                )
+            except BaseException as exc:
+                # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
+                failed = Result(target=plan.target.id, error=f"interrupted: {exc!r}")
+                self._roll_back(pre, failed, plan.target)
+                _remove_journal(journal)
+                raise
             result.pre_restore = pre.id
             if not result.ok:
-                self._roll_back(pre, result)
-            os.unlink(journal)
+                self._roll_back(pre, result, plan.target)
+            _remove_journal(journal)
             self._stat_cache = None  # files were rewritten: trust only fresh stats
             return result
 
-    def _roll_back(self, pre: Manifest, result: Result) -> None:
-        """Returns the workspace to `pre` after a failed apply (the lock is held)."""
+    def _roll_back(self, pre: Manifest, result: Result, target: Manifest | None) -> Result:
+        """Returns the workspace to `pre` after a failed apply (the lock is held).
+
+        Returns:
+            What the rollback changed.
+
+        Raises:
+            RestoreError: the rollback failed too (the journal stays for `recover`).
+        """
+        self._stat_cache = None  # the failed apply rewrote files: trust only fresh stats
+        dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
+        remove_leftovers(self.root, dirs)
         back = apply_plan(
             self.root, self._plan(self.capture(store_objects=False), pre), self.store.read
         )
         if not back.ok:
             raise RestoreError(
                 f"restore failed ({result.error}) and so did the rollback ({back.error}); "
-                f"the pre-restore snapshot {pre.id} holds the earlier state"
+                f"the pre-restore snapshot {pre.id} holds the earlier state "
+                "(run `worksnap recover` to try again)"
             )
         result.rolled_back = True
+        return back
 
     def _recover_if_interrupted(self) -> Result | None:
         """Finishes the rollback of a restore that was killed part-way, if there was one."""
@@ -583,23 +607,24 @@ class Workspace:
             The rollback's result, or None when no restore was interrupted.
         """
         journal = os.path.join(self.store_dir, "journal.json")
+        if not os.path.exists(journal):
+            return None  # checked again under the lock: this only spares a missing store
         with StoreLock(self.store_dir, exclusive=True):
             try:
                 with open(journal, "rb") as f:
                     record = msgspec.json.decode(f.read(), type=_Journal)
             except FileNotFoundError:
                 return None  # another process finished it while we waited for the lock
-            except (OSError, msgspec.DecodeError) as exc:
+            except (OSError, msgspec.DecodeError, RecursionError) as exc:
                 raise RestoreError(f"journal {journal} is damaged ({exc}); remove it") from None
             pre = self.load(record.pre_restore)
-            result = apply_plan(
-                self.root, self._plan(self.capture(store_objects=False), pre), self.store.read
-            )
-            if not result.ok:
-                raise RestoreError(f"recovery of an interrupted restore failed: {result.error}")
-            os.unlink(journal)
-            self._stat_cache = None
-            return result
+            try:
+                target: Manifest | None = self.load(record.target)
+            except WorksnapError:
+                target = None  # only used to find where temp files may be left
+            back = self._roll_back(pre, Result(target=record.target, error="interrupted"), target)
+            _remove_journal(journal)
+            return back
 
     # -- steps, undo and redo ------------------------------------------------
 
@@ -954,6 +979,12 @@ class Workspace:
         return compare(old, new), read
 
 
+def _remove_journal(journal: str) -> None:
+    """Removes the journal durably: once a restore is done, it must not come back."""
+    os.unlink(journal)
+    fsync_dir(os.path.dirname(journal))
+
+
 def _one_line(label: str | None) -> str | None:
     """Returns the first line of a label, trimmed, at most 200 bytes (None if empty)."""
     if label is None:
@@ -992,14 +1023,19 @@ def _summarize(manifest: Manifest, *, changed: int | None = None) -> Summary:
 
 
 def _check_unchanged(plan: Plan, now: Manifest) -> None:
-    """Refuses to apply a plan if anything at or below a path it touches changed since."""
+    """Refuses to apply a plan if anything it touches, or any directory above, changed since.
+
+    A change above a touched path counts: a directory swapped for a symlink
+    between plan and apply must stop the restore, not redirect it.
+    """
     seen: dict[str, Entry | None] = dict.fromkeys(plan.current.dirs)
     seen.update((e.path, e) for e in plan.current.entries)
     present: dict[str, Entry | None] = dict.fromkeys(now.dirs)
     present.update((e.path, e) for e in now.entries)
     touched = {change.path for change in plan.changes}
-    for path in seen.keys() | present.keys():
-        if (path in seen, seen.get(path)) != (path in present, present.get(path)) and any(
-            a in touched for a in ancestors(path)
+    above = {a for path in touched for a in ancestors(path.rpartition("/")[0])}
+    for path in sorted(seen.keys() | present.keys()):
+        if (path in seen, seen.get(path)) != (path in present, present.get(path)) and (
+            path in above or any(a in touched for a in ancestors(path))
         ):
             raise ConflictError(path)

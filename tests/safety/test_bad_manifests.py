@@ -1,0 +1,284 @@
+"""Bad input: a hostile or damaged manifest is refused before the first change.
+
+Every case plants a manifest straight into `<store>/manifests/` (the way an
+attacker, a bad disk or a hand edit would) and asks the command line to
+restore it: exit 2, one clear error line, and the workspace, the store's
+manifests and the journal exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from worksnap.manifest import Entry, Manifest, encode_manifest, fs_path
+from worksnap.workspace import Workspace
+
+from .conftest import STORE, cli, file_entry, hostile, plant, store_files, tree_state, write
+
+Build = Callable[[Manifest, Path], "Manifest | bytes"]
+
+
+def _canonical(base: Manifest) -> bytes:
+    return encode_manifest(hostile(base))
+
+
+def _entries(*extra: Entry, dirs: tuple[str, ...] = ()) -> Build:
+    """A manifest with the base's entries plus `extra` (and extra dirs)."""
+
+    def build(base: Manifest, _root: Path) -> Manifest:
+        entries = sorted([*base.entries, *extra], key=lambda e: e.path)
+        return hostile(base, entries=entries, dirs=sorted([*base.dirs, *dirs]))
+
+    return build
+
+
+def _entry(path: str, **changes: object) -> Build:
+    return _entries(file_entry(path, **changes))
+
+
+def _link(path: str, target: str, **changes: object) -> Build:
+    fields: dict[str, object] = {"path": path, "type": "symlink", "mode": 0o777, "target": target}
+    fields.update(changes)
+    return _entries(Entry(**fields))  # type: ignore[arg-type]
+
+
+def _raw(edit: Callable[[bytes], bytes]) -> Build:
+    return lambda base, _root: edit(_canonical(base))
+
+
+def _pretty(base: Manifest, _root: Path) -> bytes:
+    return json.dumps(json.loads(_canonical(base)), indent=2).encode()
+
+
+def _field(**changes: object) -> Build:
+    return lambda base, _root: hostile(base, **changes)
+
+
+def _misfiled(snapshot_id: str | None = None) -> Build:
+    """A manifest stored under a valid file name that holds another (or an invalid) id."""
+
+    def build(base: Manifest, root: Path) -> bytes:
+        data = encode_manifest(hostile(base, id=snapshot_id) if snapshot_id else hostile(base))
+        name = "0123456789ab"
+        (root / STORE / "manifests" / f"{name}.json").write_bytes(data)
+        return b"<planted>" + name.encode()
+
+    return build
+
+
+def _stale_tree(base: Manifest, _root: Path) -> Manifest:
+    # A flipped mode bit with the old tree digest: damage that is still valid JSON.
+    entries = [msgspec.structs.replace(e, mode=e.mode ^ 0o001) for e in base.entries]
+    return msgspec.structs.replace(hostile(base), entries=entries)
+
+
+CASES: dict[str, Build] = {
+    # -- structure and version
+    "truncated": _raw(lambda d: d[: len(d) // 2]),
+    "empty file": _raw(lambda d: b""),
+    "not json": _raw(lambda d: b"this is not json\n"),
+    "nested too deep to parse": _raw(
+        lambda d: b'{"version":1,"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    ),
+    "json but not an object": _raw(lambda d: b"[1, 2, 3]\n"),
+    "duplicate key at top": _raw(
+        lambda d: d.replace(b'{"version":1,', b'{"version":1,"version":1,', 1)
+    ),
+    "duplicate key in entry": _raw(lambda d: d.replace(b'{"path":', b'{"path":"zz","path":', 1)),
+    "missing version": _raw(lambda d: d.replace(b'"version":1,', b"", 1)),
+    "version as text": _raw(lambda d: d.replace(b'"version":1,', b'"version":"1",', 1)),
+    "too-new version": _field(version=2),
+    "version zero": _field(version=0),
+    "unknown field": _raw(lambda d: d.replace(b'{"version":1,', b'{"version":1,"evil":1,', 1)),
+    "not canonical (pretty-printed)": _pretty,
+    "invalid utf-8 in json": _raw(lambda d: d.replace(b'"a.txt"', b'"a\xff.txt"', 1)),
+    "file holds another id": _misfiled(),
+    "tree digest does not match the entries": _stale_tree,
+    "belongs to another root": _field(root="/somewhere/else"),
+    "bad id": _misfiled("ZZZZZZZZZZZZ"),
+    # -- repeated paths, also after normalising
+    "path repeated": _entries(file_entry("a.txt")),
+    "file repeats a dir": _entries(file_entry("src")),
+    "dir repeated": lambda base, _r: hostile(base, dirs=[*base.dirs, base.dirs[0]]),
+    "a//b repeats a/b": _entries(file_entry("src//main.py")),
+    "a/./b repeats a/b": _entries(file_entry("src/./main.py")),
+    "a/b/ repeats a/b": _entries(file_entry("src/main.py/")),
+    # -- components
+    "dot component": _entry("src/./new.py"),
+    "dot path": _entry("."),
+    "dotdot path": _entry(".."),
+    "dotdot escape": _entry("../escaped.txt"),
+    "dotdot inside": _entry("src/../../escaped.txt"),
+    "empty path": _entry(""),
+    "empty component": _entry("src//new.py"),
+    "trailing slash": _entry("src/new.py/"),
+    "dotdot dir": _entries(dirs=("..",)),
+    # -- absolute
+    "absolute /x": _entry("/tmp/escaped.txt"),
+    "absolute //x": _entry("//tmp/escaped.txt"),
+    "absolute C:\\x": _entry("C:\\escaped.txt"),
+    "absolute C:/x": _entry("C:/escaped.txt"),
+    # -- NUL
+    "NUL byte": _entry("a\x00b"),
+    "NUL at end": _entry("ab\x00"),
+    "escape of a valid byte": _entry("\x0041"),
+    "escape of valid utf-8": _entry("\x00c3\x00a9"),
+    "NUL in symlink target": _link("l", "a\x00b"),
+    # -- .git in every spelling git protects
+    ".git": _entries(file_entry(".git/config"), dirs=(".git",)),
+    ".GIT": _entry(".GIT"),
+    ".Git deeper": _entries(file_entry("src/.Git/hooks"), dirs=("src/.Git",)),
+    ".git.": _entry(".git."),
+    ".git trailing spaces and dots": _entry(".git . ."),
+    "git~1": _entry("git~1"),
+    "GIT~1": _entry("src/GIT~1"),
+    ".git NTFS stream": _entry(".git::$INDEX_ALLOCATION"),
+    ".git HFS ignorable": _entry(".g\u200cit"),
+    ".git HFS BOM": _entry("\ufeff.GIT"),
+    # -- the store
+    "inside the store": _entries(
+        file_entry(f"{STORE}/manifests/x.json"), dirs=(STORE, f"{STORE}/manifests")
+    ),
+    "the store itself": _entry(STORE),
+    # -- shape of the tree
+    "file is a parent": _entry("a.txt/child"),
+    "parent not captured": _entry("nowhere/child"),
+    # -- values
+    "hash too short": _entry("h.txt", hash="ab" * 31 + "a"),
+    "hash uppercase": _entry("h.txt", hash="AB" * 32),
+    "hash not hex": _entry("h.txt", hash="zz" * 32),
+    "hash missing": _entry("h.txt", hash=None),
+    "negative size": _entry("h.txt", size=-1),
+    "size missing": _entry("h.txt", size=None),
+    "size not an integer": _entry("h.txt", size=1.5),
+    "size a boolean": _entry("h.txt", size=True),
+    "mode above 0o777": _entry("h.txt", mode=0o4755),
+    "mode negative": _entry("h.txt", mode=-1),
+    "mode not an integer": _entry("h.txt", mode="644"),
+    "unknown type": _entry("h.txt", type="fifo"),
+    "type dir": _entry("h.txt", type="dir"),
+    "file with a target": _entry("h.txt", target="elsewhere"),
+    "symlink with a hash": _link("l", "x", hash="ab" * 32),
+    "symlink without target": _link("l", ""),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_hostile_manifest_is_refused_before_any_change(project: Workspace, case: str) -> None:
+    root = Path(project.root)
+    write(root, "a.txt", "edited since\n")  # a restore would have something to do
+    base = project.load("latest")
+    built = CASES[case](base, root)
+    if isinstance(built, bytes) and built.startswith(b"<planted>"):
+        ref = built[len(b"<planted>") :].decode()
+    else:
+        ref = plant(root, built)
+    before, manifests = tree_state(root), store_files(root)
+
+    code, out, err = cli("--root", str(root), "--json", "restore", ref, "--yes")
+
+    assert code == 2, (out, err)
+    assert out == ""
+    assert err.startswith("worksnap: error: manifest "), err
+    assert err.count("\n") == 1, err
+    assert tree_state(root) == before
+    assert store_files(root) == manifests  # not even a pre-restore snapshot
+    assert not (root / STORE / "journal.json").exists()
+
+
+def test_hostile_manifest_also_refused_by_plan_and_show(project: Workspace) -> None:
+    root = Path(project.root)
+    ref = plant(root, _entry("../escaped.txt")(project.load("latest"), root))  # type: ignore[arg-type]
+    for command in ("plan", "show"):
+        code, _, err = cli("--root", str(root), command, ref)
+        assert code == 2
+        assert "'..'" in err
+
+
+ODD_NAMES: list[bytes] = [
+    b"tab\there",
+    b"new\nline",
+    b"back\\slash",
+    b"C:colon",
+    b"a:b",
+    b"\\\\server\\share",
+    b" leading space",
+    b"trailing space ",
+    b"trailing dot.",
+    b"..double-dot-prefix",
+    b".gitignore",
+    b".gitx",
+    b".git-foo",
+    b"git~2",
+    b"caf\xc3\xa9",
+    b"latin1-\xe9",
+    b"\xff\xfe",
+    b"\x01control",
+    b"-dash",
+    b"*?[glob]",
+    "日本語".encode(),
+]
+
+
+def test_legitimate_odd_names_round_trip_exactly(root: Path) -> None:
+    for i, name in enumerate(ODD_NAMES):
+        write(root, name, f"top {i}\n".encode(), mode=0o640 if i % 2 else 0o644)
+        write(root, b"d/" + name, f"content {i}\n".encode(), mode=0o600 if i % 2 else 0o755)
+    os.mkdir(os.path.join(os.fsencode(root), b"dir-\xfe\tx"))
+    os.symlink(b"target-\xff\nwith newline", os.path.join(os.fsencode(root), b"link-\xff"))
+    with Workspace(root) as ws:
+        ws.snapshot()
+        expected = tree_state(root)
+        for name in ODD_NAMES:
+            os.unlink(os.path.join(os.fsencode(root), name))
+            os.unlink(os.path.join(os.fsencode(root), b"d/" + name))
+        os.rmdir(os.path.join(os.fsencode(root), b"dir-\xfe\tx"))
+        os.unlink(os.path.join(os.fsencode(root), b"link-\xff"))
+        write(root, b"d/\xfa-new", b"junk")
+        result = ws.restore("latest")
+    assert result.ok, result.error
+    assert tree_state(root) == expected
+
+
+def test_symlink_targets_are_text_never_followed(root: Path, outside: Path) -> None:
+    targets = {
+        "abs": str(outside / "secret.txt"),
+        "up": "../outside/secret.txt",
+        "dangling": "does/not/exist",
+        "dir": str(outside),
+        "self": "self",
+    }
+    for name, target in targets.items():
+        os.symlink(target, root / name)
+    with Workspace(root) as ws:
+        manifest = ws.snapshot()
+        assert {e.path: e.target for e in manifest.entries} == targets
+        for name in targets:
+            os.unlink(root / name)
+            write(root, name, "now a file")
+        outside_before = tree_state(outside)
+        result = ws.restore(manifest.id)
+    assert result.ok, result.error
+    assert {n: os.readlink(root / n) for n in targets} == targets
+    assert tree_state(outside) == outside_before
+
+
+def test_planted_manifest_with_odd_but_legal_paths_restores(project: Workspace) -> None:
+    # The validation refuses what is unsafe, not what is unusual.
+    root = Path(project.root)
+    data = b"odd\n"
+    project.store.add(file_entry("x", data).hash, data)  # type: ignore[arg-type]
+    project.store.flush()
+    names = ["tab\there", "a:b", "back\\slash", "latin\x00e9", ".gitx"]
+    build = _entries(*(file_entry(n, data) for n in names))
+    ref = plant(root, build(project.load("latest"), root))  # type: ignore[arg-type]
+    result = project.restore(ref)
+    assert result.ok, result.error
+    for name in names:
+        assert (root / os.fsdecode(fs_path(name))).read_bytes() == data

@@ -1,0 +1,131 @@
+"""Guard rails: roots that must never be restored over, and a damaged store that stays usable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from worksnap import InputError, Workspace
+from worksnap.manifest import decode_manifest, encode_manifest
+
+from .conftest import STORE, cli, tree_state, write
+
+
+@pytest.mark.parametrize("command", ["snapshot", "list", "recover"])
+def test_slash_is_refused_as_root_without_force(command: str) -> None:
+    code, out, err = cli("--root", "/", command)
+    assert (code, out) == (2, "")
+    assert "--force" in err
+    assert not os.path.exists("/" + STORE)
+
+
+def test_home_is_refused_as_root_without_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    write(home, "notes.txt", "mine")
+    monkeypatch.setenv("HOME", str(home))
+    os.symlink(home, tmp_path / "via-link")
+    for root in (home, tmp_path / "via-link", Path(str(home) + "/")):
+        code, _, err = cli("--root", str(root), "snapshot")
+        assert code == 2, err
+        assert "home directory" in err
+    assert not (home / STORE).exists()
+    code, _, err = cli("--root", str(home), "--force", "snapshot")
+    assert code == 0, err  # --force is the way to mean it
+    assert (home / STORE).is_dir()
+
+
+def test_slash_is_allowed_with_force_for_reading() -> None:
+    code, _, err = cli("--root", "/", "--force", "--json", "list")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("where", ["the root", "above the root"])
+def test_store_that_is_or_holds_the_root_is_refused(root: Path, where: str) -> None:
+    write(root, "a.txt", "a")
+    store = root if where == "the root" else root.parent
+    before = tree_state(root, skip=())
+    code, _, err = cli("--root", str(root), "--store", str(store), "snapshot")
+    assert code == 2
+    assert "must not be the root or contain it" in err
+    assert tree_state(root, skip=()) == before
+    with pytest.raises(InputError):
+        Workspace(root, store=store)
+
+
+@pytest.fixture
+def two_snapshots(root: Path) -> tuple[Workspace, str, str]:
+    write(root, "a.txt", "first\n")
+    ws = Workspace(root)
+    first = ws.snapshot(label="first").id
+    write(root, "a.txt", "second\n")
+    second = ws.snapshot(label="second").id
+    ws.close()
+    return ws, first, second
+
+
+def _too_new(data: bytes) -> bytes:
+    manifest = decode_manifest(data, "x")
+    return encode_manifest(msgspec.structs.replace(manifest, version=99))
+
+
+DAMAGE = {
+    "truncated": lambda data: data[: len(data) // 3],
+    "too new": _too_new,
+    "not json": lambda data: b"\x00\xff garbage",
+    "empty": lambda data: b"",
+    "nested too deep": lambda data: b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_damaged_manifest_breaks_neither_list_nor_other_restores(
+    root: Path, two_snapshots: tuple[Workspace, str, str], damage: str
+) -> None:
+    _, first, second = two_snapshots
+    path = root / STORE / "manifests" / f"{second}.json"
+    path.write_bytes(DAMAGE[damage](path.read_bytes()))
+
+    code, out, err = cli("--root", str(root), "--json", "list")
+    assert code == 0, err
+    assert {s["id"] for s in msgspec.json.decode(out)} == {first, second}
+
+    code, _, err = cli("--root", str(root), "restore", second, "--yes")
+    assert code == 2
+    assert f"manifest {second}" in err
+
+    code, out, _ = cli("--root", str(root), "--json", "verify")
+    report = msgspec.json.decode(out)
+    assert code == 1
+    assert len(report["problems"]) == 1
+    assert second in report["problems"][0]
+
+    code, _, err = cli("--root", str(root), "restore", first, "--yes")
+    assert code == 0, err
+    assert (root / "a.txt").read_text() == "first\n"
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_damaged_summary_is_reported_and_skipped_by_list(
+    root: Path, two_snapshots: tuple[Workspace, str, str], damage: str
+) -> None:
+    _, first, second = two_snapshots
+    path = root / STORE / "summaries" / f"{second}.json"
+    data = path.read_bytes()
+    path.write_bytes(DAMAGE[damage](data) if damage != "too new" else data[:-1] + b',"x":1}')
+
+    code, out, err = cli("--root", str(root), "--json", "list")
+    assert code == 0, err
+    listed = {s["id"] for s in msgspec.json.decode(out)}
+    if damage == "too new":
+        assert listed == {first, second}  # an unknown field is no damage
+    else:
+        assert listed == {first}
+        assert f"snapshot {second}" in err
+        assert "skipped" in err
+    code, _, err = cli("--root", str(root), "restore", first, "--yes")
+    assert code == 0, err

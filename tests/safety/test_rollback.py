@@ -1,0 +1,233 @@
+"""All or nothing: a restore that fails part-way is rolled back automatically.
+
+Each step of an apply (unlink, rmdir, mkdir, open, write, fchmod, fsync of a
+file or a directory, symlink, rename) is made to fail, at its first and at its
+last use, with EIO, ENOSPC and EACCES. Every time the workspace must end up
+byte-identical to how it was before (content, modes, symlinks, empty
+directories), and the result must report both the failure and the rollback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import worksnap.workspace
+from worksnap import ConflictError, ObjectError, RestoreError, Workspace
+
+from .conftest import STORE, cli, store_files, tree_state, write
+from .faults import STEPS, Faults, build_scenario
+
+_COUNTS: Counter[str] = Counter()
+
+
+def _step_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How often the scenario's restore uses each step (measured once)."""
+    if not _COUNTS:
+        with monkeypatch.context() as patch:
+            faults = Faults(patch)
+            (tmp_path / "count").mkdir()
+            ws, target = build_scenario(tmp_path / "count")
+            with ws:
+                assert ws.restore(target).ok
+        _COUNTS.update(faults.counts)
+    return _COUNTS
+
+
+def test_the_scenario_uses_every_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = _step_counts(tmp_path, monkeypatch)
+    assert set(counts) == set(STEPS), counts
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC, errno.EACCES], ids=errno.errorcode.get)
+@pytest.mark.parametrize("position", ["first", "last"])
+@pytest.mark.parametrize("step", STEPS)
+def test_failure_at_any_step_rolls_back_to_identical_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, position: str, code: int
+) -> None:
+    counts = _step_counts(tmp_path, monkeypatch)
+    root = tmp_path / "ws"
+    root.mkdir()
+    ws, target = build_scenario(root)
+    before = tree_state(root)
+    faults = Faults(monkeypatch)
+    faults.fail_step, faults.errno = step, code
+    faults.fail_at = 1 if position == "first" else counts[step]
+    with ws:
+        result = ws.restore(target)
+    assert faults.failed == 1
+    assert not result.ok
+    assert os.strerror(code) in (result.error or "")
+    assert result.rolled_back
+    assert result.pre_restore is not None
+    assert tree_state(root) == before
+    assert not (root / STORE / "journal.json").exists()
+
+
+def test_cli_reports_the_failure_and_the_rollback(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, target = build_scenario(root)
+    ws.close()
+    before = tree_state(root)
+    faults = Faults(monkeypatch)
+    faults.fail_step, faults.fail_at, faults.errno = "rename", 2, errno.ENOSPC
+    code, out, _ = cli("--root", str(root), "--json", "restore", target, "--yes")
+    report = msgspec.json.decode(out)
+    assert code == 1
+    assert "No space left on device" in report["error"]
+    assert report["rolled_back"] is True
+    assert report["pre_restore"]
+    assert report["not_restored"]
+    assert tree_state(root) == before
+
+
+def test_object_damaged_after_verification_is_caught_while_writing(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, target = build_scenario(root)
+    before = tree_state(root)
+    real_apply = worksnap.workspace.apply_plan
+    calls = []
+
+    def apply_with_bad_bytes(root_: str, plan, read_object, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:  # the restore, not its rollback
+            return real_apply(root_, plan, lambda digest: b"rotten" + read_object(digest), **kwargs)
+        return real_apply(root_, plan, read_object, **kwargs)
+
+    monkeypatch.setattr(worksnap.workspace, "apply_plan", apply_with_bad_bytes)
+    with ws:
+        result = ws.restore(target)
+    assert "do not match its digest" in (result.error or "")
+    assert result.rolled_back
+    assert tree_state(root) == before
+
+
+def test_interrupt_mid_apply_rolls_back_at_once(root: Path) -> None:
+    ws, target = build_scenario(root)
+    before = tree_state(root)
+
+    def progress(report: worksnap.workspace.Progress) -> None:
+        if report.what == "apply" and report.done == 3:
+            raise KeyboardInterrupt
+
+    ws._progress = progress
+    with ws, pytest.raises(KeyboardInterrupt):
+        ws.restore(target)
+    assert tree_state(root) == before
+    assert not (root / STORE / "journal.json").exists()
+
+
+def test_failed_rollback_keeps_journal_and_recover_finishes_it(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, target = build_scenario(root)
+    before = tree_state(root)
+    with monkeypatch.context() as patch:
+        faults = Faults(patch, arm_calls=2)  # the restore and its rollback
+        faults.fail_step, faults.fail_at, faults.persistent = "rename", 3, True
+        with ws, pytest.raises(RestoreError, match="so did the rollback"):
+            ws.restore(target)
+    assert (root / STORE / "journal.json").exists()
+    assert tree_state(root) != before
+    code, out, err = cli("--root", str(root), "recover")
+    assert code == 0, err
+    assert "rolled back" in out
+    assert tree_state(root) == before
+    assert not (root / STORE / "journal.json").exists()
+
+
+def test_any_later_command_finishes_an_interrupted_restore(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, target = build_scenario(root)
+    before = tree_state(root)
+    with monkeypatch.context() as patch:
+        faults = Faults(patch, arm_calls=2)
+        faults.fail_step, faults.fail_at, faults.persistent = "mkdir", 1, True
+        with ws, pytest.raises(RestoreError):
+            ws.restore(target)
+    code, _, err = cli("--root", str(root), "snapshot")
+    assert code == 0, err
+    assert tree_state(root) == before
+
+
+def test_recover_with_nothing_to_recover(root: Path) -> None:
+    # Not even a store yet: there is nothing to roll back, and that is not an error.
+    assert cli("--root", str(root), "recover")[:2] == (0, "no interrupted restore to recover\n")
+    assert not (root / STORE).exists()
+
+
+@pytest.mark.parametrize("edit", ["content", "mode", "deleted", "added below", "type"])
+def test_change_between_plan_and_apply_is_refused(root: Path, edit: str) -> None:
+    ws, target = build_scenario(root)
+    with ws:
+        plan = ws.plan_restore(ws.load(target))
+        if edit == "content":
+            write(root, "mod.txt", "NEW content, longer\n")  # same size as what plan saw
+        elif edit == "mode":
+            (root / "mod.txt").chmod(0o600)
+        elif edit == "deleted":
+            (root / "mod.txt").unlink()
+        elif edit == "added below":
+            write(root, "addeddir/a/late.txt", "written after the plan\n")
+        else:
+            (root / "mod.txt").unlink()
+            (root / "mod.txt").mkdir()
+        before, manifests = tree_state(root), store_files(root)
+        with pytest.raises(ConflictError) as refused:
+            ws.apply(plan)
+    assert refused.value.exit_code == 2
+    assert tree_state(root) == before
+    assert store_files(root) == manifests
+    assert not (root / STORE / "journal.json").exists()
+
+
+def test_untouched_change_between_plan_and_apply_is_kept(root: Path) -> None:
+    ws, target = build_scenario(root)
+    with ws:
+        plan = ws.plan_restore(ws.load(target))
+        write(root, "keep.txt", "edited, but the restore does not touch it\n")
+        result = ws.apply(plan)
+        assert result.ok
+        pre = ws.load(result.pre_restore or "")
+    assert (root / "keep.txt").read_text().startswith("edited")
+    edited = len("edited, but the restore does not touch it\n")
+    assert any(e.path == "keep.txt" and e.size == edited for e in pre.entries)
+
+
+@pytest.mark.parametrize("damage", ["missing loose", "corrupt loose", "corrupt packed"])
+def test_damaged_object_refuses_restore_with_nothing_changed(root: Path, damage: str) -> None:
+    write(root, "big.bin", os.urandom(1 << 20))  # 1 MiB and more: stored loose
+    write(root, "small.txt", "small and packed\n")
+    with Workspace(root) as ws:
+        snap = ws.snapshot()
+        big = next(e.hash for e in snap.entries if e.path == "big.bin")
+        assert big is not None
+        write(root, "big.bin", b"changed")
+        write(root, "small.txt", "changed too\n")
+        before, manifests = tree_state(root), store_files(root)
+        loose = root / STORE / "objects" / big[:2] / big[2:]
+        if damage == "missing loose":
+            loose.unlink()
+        elif damage == "corrupt loose":
+            data = bytearray(loose.read_bytes())
+            data[12345] ^= 1
+            loose.write_bytes(bytes(data))
+        else:
+            (pack,) = (root / STORE / "packs").glob("*.pack")
+            pack.write_bytes(pack.read_bytes().replace(b"small and packed", b"small and PACKED"))
+    code, out, err = cli("--root", str(root), "--json", "restore", snap.id, "--yes")
+    assert code == 1
+    assert out == ""
+    assert "missing" in err or "damaged" in err
+    assert tree_state(root) == before
+    assert store_files(root) == manifests  # refused before the pre-restore snapshot
+    with Workspace(root) as ws, pytest.raises(ObjectError):
+        ws.restore(snap.id)
