@@ -458,3 +458,21 @@ def test_plan_is_sorted_and_counts(root: Path) -> None:
     assert [c.path for c in plan.changes] == ["a.txt", "b.txt", "c.txt"]
     assert [c.op for c in plan.changes] == [Op.ADDED, Op.DELETED, Op.ADDED]
     assert plan.counts() == {"M": 0, "A": 2, "D": 1}
+
+
+def test_plan_finishes_an_interrupted_restore_first(root: Path) -> None:
+    import json
+
+    write(root, "a.txt", "target state")
+    ws = Workspace(root)
+    target = ws.snapshot()
+    write(root, "a.txt", "edited")
+    before_restore = tree_state(root)
+    pre = ws.snapshot(kind="pre-restore")
+    journal = {"target": target.id, "pre_restore": pre.id, "pid": 1, "host": "gone"}
+    (root / ".worksnap" / "journal.json").write_text(json.dumps(journal))
+    write(root, "a.txt", "half-restored")  # where the killed restore stopped
+    plan = ws.plan_restore(ws.load(target.id))
+    assert tree_state(root) == before_restore
+    assert [(c.op.value, c.path) for c in plan.changes] == [("M", "a.txt")]
+    assert not (root / ".worksnap" / "journal.json").exists()

@@ -83,6 +83,7 @@ class Store:
         for path in (self._packs, self._objects, self._manifests, self._summaries):
             os.makedirs(path, exist_ok=True)
         os.makedirs(os.path.join(self.dir, "cache"), exist_ok=True)
+        fsync_dir(self.dir)  # the new directories survive a crash with what goes in them
         gitignore = os.path.join(self.dir, ".gitignore")
         if not os.path.exists(gitignore):
             write_atomic(gitignore, b"*\n")
@@ -144,7 +145,9 @@ class Store:
 
     def _loose_path_dir(self, digest: str) -> str:
         path = self._loose_path(digest)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not os.path.isdir(os.path.dirname(path)):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fsync_dir(self._objects)
         return path
 
     def add_file(self, digest: Digest, path: str, rel: str) -> bool:

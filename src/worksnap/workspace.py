@@ -495,6 +495,7 @@ class Workspace:
         For a checkpoint, the target is every path captured in it or in a later
         checkpoint of its session, at its earliest before-image; nothing else.
         """
+        self._recover_if_interrupted()  # never preview a half-restored tree
         current = self.capture(store_objects=False)
         if target.kind == CHECKPOINT:
             target = checkpoint_target(current, self._later_checkpoints(target))
