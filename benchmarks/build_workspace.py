@@ -229,7 +229,7 @@ def _payload(rnd: random.Random, size: int) -> bytes:
 
 
 def _size(rnd: random.Random) -> int:
-    if rnd.random() < 0.002:
+    if rnd.random() < 0.0005:
         return rnd.randint(200_000, 1_500_000)
     return min(int(rnd.lognormvariate(7.0, 1.1)), 1_000_000)  # median ~1.1 KB
 

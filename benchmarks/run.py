@@ -500,7 +500,7 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
 SNAPDIR_SCRIPT = """
 import asyncio, sys, snapdir
 m = asyncio.run(snapdir.manifest(sys.argv[1], exclude=sys.argv[2:]))
-print(m.entries)
+print(len(m.entries))
 """
 
 STEPBACK_CHECKPOINT = """
@@ -806,6 +806,53 @@ def markdown(data: dict) -> str:
             f"{st['git_shadow_apparent_bytes'] / 1e6:.1f} MB | {ratio:.2f}x | <= 1.1x "
             f"| {'PASS' if ratio <= 1.1 else 'FAIL'} |"
         )
+    peers_data = data.get("peers")
+    if peers_data:
+        lines += ["", "Peers on the same tree (whole process, medians of 3 after a warm-up):", ""]
+        lines.append("| peer | operation | median | note |")
+        lines.append("|---|---|---:|---|")
+        sd = peers_data.get("snapdir_manifest", {})
+        if "median" in sd:
+            lines.append(
+                f"| snapdir 1.12.0 | manifest of the tree | {sd['median']:.3f} s "
+                f"| {sd['entries']} entries incl. dirs; .gitignore not read (regex excludes) |"
+            )
+        tm = peers_data.get("tidemark_snap", {})
+        if "median" in tm:
+            lines.append(
+                f"| tidemark 0.1.4 | snap (manifest, no content) | {tm['median']:.3f} s "
+                f"| first run {tm['first_run']:.3f} s; {tm['entries']} entries |"
+            )
+        sb = peers_data.get("stepback", {})
+        if "warm_checkpoint" in sb:
+            rew = sb["rewind_mad"]
+            rew_s = f"{rew['median']:.3f} s" if "median" in rew else "failed"
+            lines.append(
+                f"| stepback 0.2.0 | checkpoint cold / warm / 10 modified | "
+                f"{sb['cold_checkpoint']:.3f} / {sb['warm_checkpoint']['median']:.3f} / "
+                f"{sb['checkpoint_10mod']['median']:.3f} s | throwaway index: every checkpoint "
+                f"re-hashes the tree |"
+            )
+            lines.append(f"| stepback 0.2.0 | rewind ID --yes (M/A/D) | {rew_s} | |")
+    scale = data.get("scaling")
+    if scale:
+        lines += ["", "Scaling (synthetic trees; medians; A = worksnap, B = git or warm snapshot):"]
+        lines += [
+            "",
+            "| files | MB | cold | git cold | warm CLI | warm in-proc | 10 mod CLI "
+            "| 10 mod in-proc | git warm | plan CLI |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for n in sorted(scale, key=int):
+            r = scale[n]
+            lines.append(
+                f"| {r['files']} | {r['bytes'] / 1e6:.0f} | {r['cold_cli']:.2f} "
+                f"| {r['git_cold']:.2f} | {r['warm_nochange_cli']['median_a']:.3f} "
+                f"| {r['warm_nochange_inproc']['median_a']:.3f} "
+                f"| {r['warm_10mod_cli']['median_a']:.3f} "
+                f"| {r['warm_10mod_inproc']['median_a']:.3f} "
+                f"| {r['warm_nochange_cli']['median_b']:.3f} | {r['plan_cli']['median_a']:.3f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
