@@ -1,0 +1,181 @@
+"""Where worksnap's time goes, stage by stage, on one tree.
+
+Wraps worksnap's stage functions with timers (inclusive wall time, so nested stages
+overlap their parents) and runs one operation:
+
+* ``cold``: snapshot into an empty store;
+* ``warm-fresh``: a snapshot on a new Workspace object (what one CLI process does
+  after start-up; start-up itself is measured in a subprocess);
+* ``warm-inproc``: the second of two snapshots on one Workspace object;
+* ``plan``: plan REF on a long-lived object; ``restore``: restore REF with the
+  10 M / 10 A / 100 D situation rebuilt first.
+
+Examples::
+
+    python benchmarks/profile_stages.py --root /tmp/worksnap-bench/ref/root --mode warm-fresh
+    python benchmarks/profile_stages.py --mode cold --cprofile /tmp/cold.prof
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+import worksnap.apply
+import worksnap.ignore
+import worksnap.manifest
+import worksnap.plan
+import worksnap.scan
+import worksnap.store
+import worksnap.workspace
+
+TIMES: dict[str, float] = defaultdict(float)
+CALLS: dict[str, int] = defaultdict(int)
+
+# (module or class, attribute, label)
+STAGES: list[tuple[Any, str, str]] = [
+    (worksnap.workspace.Workspace, "snapshot", "snapshot (total)"),
+    (worksnap.workspace.Workspace, "capture", "  capture"),
+    (worksnap.workspace, "scan_tree", "    scan_tree (scandir + sort + ignore + lstat)"),
+    (worksnap.ignore.Rules, "ignored", "      Rules.ignored (ignore matching)"),
+    (worksnap.ignore.Rules, "child", "      Rules.child (.gitignore compile)"),
+    (worksnap.workspace.Workspace, "_base_rules", "    base_rules (git config, info/exclude)"),
+    (worksnap.store.Store, "load_stat_cache", "    load_stat_cache (msgpack decode)"),
+    (worksnap.store.Store, "_load_index", "    store._load_index (every call)"),
+    (worksnap.store.Store, "has", "    store.has (incl. index load)"),
+    (worksnap.workspace.Workspace, "_hash_and_store", "    read + hash + store (misses)"),
+    (worksnap.store.Store, "add", "      store.add (pack append)"),
+    (worksnap.workspace, "tree_digest", "    tree_digest (encode + blake3)"),
+    (worksnap.store.Store, "save_stat_cache", "    save_stat_cache (encode + write)"),
+    (worksnap.store.Store, "save_manifest", "  save_manifest (flush + encode + 2 fsynced writes)"),
+    (worksnap.store.Store, "flush", "    store.flush (pack fsync + idx)"),
+    (worksnap.workspace.Workspace, "load", "load REF (resolve + decode + checks)"),
+    (worksnap.store.Store, "load_manifest", "  load_manifest (decode + canonical re-encode)"),
+    (worksnap.workspace, "check_manifest", "  check_manifest (path checks)"),
+    (worksnap.workspace.Workspace, "plan_restore", "plan_restore (capture + plan)"),
+    (worksnap.workspace.Workspace, "_plan", "  _plan (read target .gitignores + diff)"),
+    (worksnap.workspace, "plan_restore", "    plan.plan_restore (the diff)"),
+    (worksnap.workspace.Workspace, "apply", "apply (verify objects + pre-restore + write)"),
+    (worksnap.workspace, "_check_unchanged", "  _check_unchanged"),
+    (worksnap.workspace, "apply_plan", "  apply_plan (the writes, fsync each)"),
+    (worksnap.store.Store, "read", "  store.read (pread + verify)"),
+    (worksnap.store.Store, "summaries", "store.summaries (list/resolve)"),
+]
+
+
+def _wrap(owner: Any, attr: str, label: str) -> None:
+    fn: Callable[..., Any] = getattr(owner, attr)
+
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            TIMES[label] += time.perf_counter() - start
+            CALLS[label] += 1
+
+    setattr(owner, attr, timed)
+
+
+def startup() -> dict[str, float]:
+    """Median wall time of bare interpreter start, and of start + worksnap's imports."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+
+    def median(cmd: list[str]) -> float:
+        ts = []
+        for _ in range(7):
+            start = time.perf_counter()
+            subprocess.run(cmd, env=env, check=True, capture_output=True)
+            ts.append(time.perf_counter() - start)
+        return sorted(ts)[3]
+
+    py = sys.executable
+    return {
+        "python -c pass": median([py, "-c", "pass"]),
+        "python -S -c pass": median([py, "-S", "-c", "pass"]),
+        "import worksnap.cli": median([py, "-c", "import worksnap.cli"]),
+        "import worksnap.cli + workspace": median(
+            [py, "-c", "import worksnap.cli, worksnap.workspace"]
+        ),
+        "worksnap --help": median([py, "-m", "worksnap", "--help"]),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=Path("/tmp/worksnap-bench/ref/root"))
+    parser.add_argument("--store", type=Path, help="default: ROOT/../state/profile-store")
+    parser.add_argument(
+        "--mode",
+        choices=["cold", "warm-fresh", "warm-inproc", "plan", "restore", "startup"],
+        default="warm-fresh",
+    )
+    parser.add_argument("--cprofile", type=Path, help="also write a cProfile dump here")
+    args = parser.parse_args()
+    if args.mode == "startup":
+        print(json.dumps(startup(), indent=1))
+        return 0
+    store = args.store or args.root.parent / "state" / "profile-store"
+    Workspace = worksnap.workspace.Workspace
+    if args.mode == "cold":
+        shutil.rmtree(store, ignore_errors=True)
+    elif not (store / "manifests").is_dir():
+        Workspace(args.root, store=store).snapshot()
+        time.sleep(0.2)
+    ref = None
+    edits = None
+    ws = Workspace(args.root, store=store)
+    if args.mode in ("warm-inproc", "plan", "restore"):
+        ref = ws.snapshot().id  # loads the caches; the timed call is the next one
+        time.sleep(0.2)
+    if args.mode == "restore":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from run import Edits
+
+        edits = Edits(args.root)
+        edits.mad()
+    for owner, attr, label in STAGES:
+        _wrap(owner, attr, label)
+    prof = cProfile.Profile() if args.cprofile else None
+    os.sync()
+    start = time.perf_counter()
+    if prof is not None:
+        prof.enable()
+    if args.mode in ("cold", "warm-fresh", "warm-inproc"):
+        ws.snapshot()
+    elif args.mode == "plan":
+        assert ref is not None
+        ws.plan_restore(ws.load(ref))
+    else:
+        assert ref is not None
+        result = ws.restore(ref)
+        assert result.ok, result
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(args.cprofile)
+    total = time.perf_counter() - start
+    if edits is not None:
+        edits.check_clean("restore")
+    print(f"{args.mode} on {args.root}: {total:.3f} s in the operation")
+    for _, _, label in STAGES:
+        if CALLS[label]:
+            print(f"  {label:<58} {TIMES[label]:7.3f} s  {CALLS[label]:>7} calls")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

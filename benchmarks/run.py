@@ -1,0 +1,912 @@
+"""Benchmark worksnap against a shadow git repository (and Rust / git-based peers).
+
+Every scenario is a pair: worksnap (A) and its peer (B), run alternately (A B, then
+B A, ...) for ``--rounds`` rounds after one untimed warm-up of each. Medians, the
+ratio A/B and pass/fail against the target go to ``benchmarks/results/<name>.json``
+and ``<name>.md``; the scaling plot goes to ``docs/performance-scaling.png``.
+
+Runs are page-cache warm: the OS caches cannot be dropped without root-only knobs,
+so the warm-up makes every run read from memory alike. Dirty pages are flushed
+(``os.sync()``) before every timed run so one run's writeback does not land in the next.
+
+Build the trees first (see build_workspace.py), then::
+
+    python benchmarks/run.py --name baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_BASE = Path("/tmp/worksnap-bench")
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "src"), "NO_COLOR": "1"}
+ENV.pop("WORKSNAP_STORE", None)
+SKIP_DIRS = {"node_modules", ".venv", "__pycache__", ".git", ".tidemark", ".stepback"}
+
+
+def worksnap_cmd() -> list[str]:
+    script = Path(sys.executable).parent / "worksnap"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "worksnap"]
+
+
+# -- running and timing ------------------------------------------------------
+
+
+def _spawn(cmd: list[str], cwd: Path | None) -> tuple[int, str]:
+    """Runs one command to its end; returns (its own peak RSS in KB, via wait4; stdout)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    out = proc.stdout.read()  # our outputs are small: no deadlock on stderr
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    return usage.ru_maxrss, out.decode()
+
+
+def run_timed(cmds: list[list[str]], cwd: Path | None = None) -> tuple[float, int, str]:
+    """Runs commands one after the other; returns (seconds, peak RSS KB of any, last stdout)."""
+    peak = 0
+    out = ""
+    start = time.perf_counter()
+    for cmd in cmds:
+        rss, out = _spawn(cmd, cwd)
+        peak = max(peak, rss)
+    return time.perf_counter() - start, peak, out
+
+
+def run_rss(cmd: list[str], cwd: Path | None = None) -> tuple[float, int, str]:
+    """Runs one command; returns (seconds, its peak RSS in KB, stdout)."""
+    return run_timed([cmd], cwd)
+
+
+class Worker:
+    """The in-process worksnap (benchmarks/inproc_worker.py) on one long-lived Workspace."""
+
+    def __init__(self, root: Path, store: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "inproc_worker.py")],
+            env=ENV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.call(op="open", root=str(root), store=str(store))
+
+    def call(self, **req: object) -> dict[str, object]:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"in-process worker died on {req}")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+# -- the workspace and its edits ---------------------------------------------
+
+
+def list_files(root: Path) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        rel = os.path.relpath(dirpath, root)
+        for name in sorted(filenames):
+            if name.endswith((".pyc", ".log", ".tmp")) or name == ".gitignore":
+                continue
+            path = name if rel == "." else f"{rel}/{name}"
+            out.append(path)
+    return out
+
+
+class Edits:
+    """The same files, edited the same way, for every tool and every round."""
+
+    def __init__(self, root: Path, seed: int = 42) -> None:
+        self.root = root
+        files = list_files(root)
+        rnd = random.Random(seed)
+        small = [f for f in files if 500 < (root / f).stat().st_size < 200_000]
+        chosen = rnd.sample(small, 110)
+        self.modified = chosen[:10]
+        self.deleted = [f for f in rnd.sample(files, 200) if f not in chosen][:100]
+        dirs = sorted({os.path.dirname(f) for f in self.modified})
+        self.added = [f"{dirs[i % len(dirs)]}/bench_added_{i}.txt".lstrip("/") for i in range(10)]
+        self.orig = {f: (root / f).read_bytes() for f in self.modified + self.deleted}
+        self.counter = 0
+
+    def modify(self) -> None:
+        """Rewrites the 10 files with content never seen before (so both tools must hash)."""
+        self.counter += 1
+        for f in self.modified:
+            (self.root / f).write_bytes(self.orig[f] + f"\nbench edit {self.counter}\n".encode())
+
+    def mad(self) -> None:
+        """Makes the restore situation: 10 modified, 10 added, 100 deleted."""
+        self.modify()
+        for i, f in enumerate(self.added):
+            (self.root / f).write_text(f"added file {i} round {self.counter}\n")
+        for f in self.deleted:
+            (self.root / f).unlink()
+
+    def reset(self) -> None:
+        """Puts the tree back as built (untimed)."""
+        for f, data in self.orig.items():
+            path = self.root / f
+            if not path.exists() or path.read_bytes() != data:
+                path.write_bytes(data)
+        for f in self.added:
+            (self.root / f).unlink(missing_ok=True)
+
+    def check_clean(self, what: str) -> None:
+        """Fails loudly if a restore did not bring the tree back."""
+        for f, data in self.orig.items():
+            path = self.root / f
+            if not path.exists() or path.read_bytes() != data:
+                raise RuntimeError(f"{what}: {f} was not restored")
+        for f in self.added:
+            if (self.root / f).exists():
+                raise RuntimeError(f"{what}: {f} was not removed")
+
+
+# -- one benchmark session ---------------------------------------------------
+
+
+class Bench:
+    def __init__(self, root: Path, state: Path, rounds: int) -> None:
+        self.root = root
+        self.state = state
+        self.rounds = rounds
+        self.store = state / "store"
+        self.gitdir = state / "shadow.git"
+        self.ws = worksnap_cmd()
+
+    # commands
+    def ws_cli(self, *args: str, store: Path | None = None) -> list[str]:
+        return [*self.ws, "--root", str(self.root), "--store", str(store or self.store), *args]
+
+    def git(self, *args: str, gitdir: Path | None = None) -> list[str]:
+        return ["git", f"--git-dir={gitdir or self.gitdir}", f"--work-tree={self.root}", *args]
+
+    def git_snapshot(self, gitdir: Path | None = None) -> tuple[float, int, str]:
+        return run_timed(
+            [self.git("add", "-A", gitdir=gitdir), self.git("write-tree", gitdir=gitdir)],
+            cwd=self.root,
+        )
+
+    def fresh_git(self, gitdir: Path | None = None) -> None:
+        gitdir = gitdir or self.gitdir
+        shutil.rmtree(gitdir, ignore_errors=True)
+        subprocess.run(["git", "init", "-q", "--bare", str(gitdir)], check=True)
+        # A bare init sets core.bare; the shadow repo has a work tree.
+        subprocess.run(["git", f"--git-dir={gitdir}", "config", "core.bare", "false"], check=True)
+
+    # the pair runner
+    def pair(
+        self,
+        name: str,
+        a: Callable[[], float],
+        b: Callable[[], float],
+        *,
+        before_a: Callable[[], None] = lambda: None,
+        before_b: Callable[[], None] = lambda: None,
+        after_a: Callable[[], None] = lambda: None,
+        after_b: Callable[[], None] = lambda: None,
+        rounds: int | None = None,
+    ) -> dict[str, object]:
+        rounds = rounds or self.rounds
+        times: dict[str, list[float]] = {"a": [], "b": []}
+        steps = {"a": (before_a, a, after_a), "b": (before_b, b, after_b)}
+
+        def one(which: str, record: bool) -> None:
+            before, fn, after = steps[which]
+            before()
+            os.sync()
+            t = fn()
+            after()
+            if record:
+                times[which].append(t)
+
+        one("a", False)  # untimed warm-up of each
+        one("b", False)
+        for i in range(rounds):
+            for which in ("a", "b") if i % 2 == 0 else ("b", "a"):
+                one(which, True)
+        ma, mb = statistics.median(times["a"]), statistics.median(times["b"])
+        print(
+            f"  {name}: A {ma:.3f} s  B {mb:.3f} s  ratio {ma / mb:.2f}  "
+            f"(A {' '.join(f'{t:.3f}' for t in times['a'])} | "
+            f"B {' '.join(f'{t:.3f}' for t in times['b'])})",
+            flush=True,
+        )
+        return {"a": times["a"], "b": times["b"], "median_a": ma, "median_b": mb, "ratio": ma / mb}
+
+
+def store_bytes(path: Path) -> tuple[int, int]:
+    """Returns (apparent bytes, allocated bytes) of everything under `path`."""
+    apparent = allocated = 0
+    for dirpath, _, filenames in os.walk(path):
+        for name in filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            apparent += st.st_size
+            allocated += st.st_blocks * 512
+    return apparent, allocated
+
+
+def store_breakdown(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for sub in sorted(os.listdir(path)):
+        full = path / sub
+        out[sub] = store_bytes(full)[0] if full.is_dir() else full.stat().st_size
+    return out
+
+
+# -- the scenarios -----------------------------------------------------------
+
+TARGETS = {
+    "cold": 0.25,
+    "warm_nochange_cli": 1.5,
+    "warm_nochange_inproc": 1.0,
+    "warm_10mod_cli": 1.5,
+    "warm_10mod_inproc": 1.0,
+    "restore_cli": 1.0,
+    "restore_inproc": 1.0,
+    "plan_cli": 1.0,
+    "plan_inproc": 1.0,
+}
+
+PEERS = {
+    "cold": "git add -A && git write-tree (fresh shadow git dir)",
+    "warm_nochange_cli": "git add -A && git write-tree (warm shadow)",
+    "warm_nochange_inproc": "git add -A && git write-tree (warm shadow)",
+    "warm_10mod_cli": "git add -A && git write-tree (warm, 10 modified)",
+    "warm_10mod_inproc": "git add -A && git write-tree (warm, 10 modified)",
+    "restore_cli": "git add -A && git read-tree -u --reset TREE",
+    "restore_inproc": "git add -A && git read-tree -u --reset TREE",
+    "plan_cli": "worksnap snapshot (CLI, warm)",
+    "plan_inproc": "ws.snapshot() (in-process, warm)",
+}
+
+WHAT = {
+    "cold": "cold snapshot (empty store), CLI",
+    "warm_nochange_cli": "warm snapshot, nothing changed, CLI",
+    "warm_nochange_inproc": "warm snapshot, nothing changed, in-process",
+    "warm_10mod_cli": "warm snapshot, 10 modified, CLI",
+    "warm_10mod_inproc": "warm snapshot, 10 modified, in-process",
+    "restore_cli": "restore 10 M / 10 A / 100 D (pre-restore snapshot incl.), CLI",
+    "restore_inproc": "restore 10 M / 10 A / 100 D, in-process",
+    "plan_cli": "plan REF (M/A/D present), CLI",
+    "plan_inproc": "plan REF (M/A/D present), in-process",
+}
+
+
+def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, object], dict]:
+    root = b.root
+    edits = Edits(root)
+    edits.reset()
+    results: dict[str, object] = {}
+    extra: dict[str, object] = {}
+
+    def want(name: str) -> bool:
+        return only is None or name in only
+
+    # cold ------------------------------------------------------------------
+    cold_rss: list[int] = []
+    git_cold_rss: list[int] = []
+    snap_info: dict[str, object] = {}
+
+    def ws_cold() -> float:
+        t, rss, out = run_rss(b.ws_cli("--json", "snapshot"))
+        cold_rss.append(rss)
+        snap_info.update(json.loads(out))
+        return t
+
+    def git_cold() -> float:
+        t, _, _ = b.git_snapshot()
+        return t
+
+    if want("cold"):
+        print("cold", flush=True)
+        results["cold"] = b.pair(
+            "cold",
+            ws_cold,
+            git_cold,
+            before_a=lambda: shutil.rmtree(b.store, ignore_errors=True),
+            before_b=b.fresh_git,
+        )
+        app, alloc = store_bytes(b.store)
+        extra["cold_peak_rss_kb"] = cold_rss
+        extra["cold_store"] = {
+            "captured_bytes": snap_info.get("bytes"),
+            "captured_files": snap_info.get("files"),
+            "new_objects": snap_info.get("new_objects"),
+            "store_apparent_bytes": app,
+            "store_allocated_bytes": alloc,
+            "breakdown": store_breakdown(b.store),
+            "git_shadow_apparent_bytes": store_bytes(b.gitdir)[0],
+        }
+        _t, rss, _ = run_rss(b.git("add", "-A"), cwd=root)
+        git_cold_rss.append(rss)
+        extra["git_warm_add_rss_kb"] = rss
+        print(f"  cold peak RSS {max(cold_rss) / 1024:.0f} MB; store {extra['cold_store']}")
+
+    # make sure both are populated and settled
+    if not (b.store / "manifests").is_dir():
+        run_rss(b.ws_cli("snapshot"))
+    if not (b.gitdir / "index").exists():
+        b.fresh_git()
+        b.git_snapshot()
+    time.sleep(0.2)  # let the racy-timestamp margin pass
+    run_rss(b.ws_cli("snapshot"))
+    b.git_snapshot()
+
+    def ws_snap() -> float:
+        return run_rss(b.ws_cli("snapshot"))[0]
+
+    def git_snap() -> float:
+        return b.git_snapshot()[0]
+
+    if want("warm_nochange_cli"):
+        print("warm, nothing changed, CLI", flush=True)
+        results["warm_nochange_cli"] = b.pair("warm_nochange_cli", ws_snap, git_snap)
+    if want("warm_10mod_cli"):
+        print("warm, 10 modified, CLI", flush=True)
+        results["warm_10mod_cli"] = b.pair(
+            "warm_10mod_cli", ws_snap, git_snap, before_a=edits.modify, before_b=edits.modify
+        )
+        edits.reset()
+        time.sleep(0.2)
+        ws_snap()
+        git_snap()
+
+    if want("warm_nochange_inproc") or want("warm_10mod_inproc"):
+        worker = Worker(root, b.store)
+        worker.call(op="snapshot")  # loads the stat cache and the store index
+        time.sleep(0.2)
+
+        def ws_inproc() -> float:
+            return float(worker.call(op="snapshot")["t"])  # type: ignore[arg-type]
+
+        if want("warm_nochange_inproc"):
+            print("warm, nothing changed, in-process", flush=True)
+            results["warm_nochange_inproc"] = b.pair("warm_nochange_inproc", ws_inproc, git_snap)
+        if want("warm_10mod_inproc"):
+            print("warm, 10 modified, in-process", flush=True)
+            results["warm_10mod_inproc"] = b.pair(
+                "warm_10mod_inproc",
+                ws_inproc,
+                git_snap,
+                before_a=edits.modify,
+                before_b=edits.modify,
+            )
+            edits.reset()
+            time.sleep(0.2)
+            ws_inproc()
+        extra["inproc_peak_rss_kb"] = worker.call(op="snapshot")["maxrss_kb"]
+        worker.close()
+        git_snap()
+
+    # restore ------------------------------------------------------------------
+    ref = json.loads(run_rss(b.ws_cli("--json", "snapshot"))[2])["id"]
+    tree = b.git_snapshot()[2].strip()
+    extra["ref"] = ref
+    extra["tree"] = tree
+
+    def ws_restore() -> float:
+        t, _, out = run_rss(b.ws_cli("--json", "restore", ref, "--yes"))
+        if json.loads(out)["error"] is not None:
+            raise RuntimeError(out)
+        return t
+
+    def git_restore() -> float:
+        t, _, _ = run_timed(
+            [b.git("add", "-A"), b.git("read-tree", "-u", "--reset", tree)], cwd=root
+        )
+        return t
+
+    def check(what: str) -> Callable[[], None]:
+        return lambda: edits.check_clean(what)
+
+    if want("restore_cli"):
+        print("restore M/A/D, CLI", flush=True)
+        results["restore_cli"] = b.pair(
+            "restore_cli",
+            ws_restore,
+            git_restore,
+            before_a=edits.mad,
+            before_b=edits.mad,
+            after_a=check("worksnap restore"),
+            after_b=check("git read-tree"),
+        )
+    if want("restore_inproc"):
+        print("restore M/A/D, in-process", flush=True)
+        worker = Worker(root, b.store)
+        worker.call(op="snapshot")
+        time.sleep(0.2)
+
+        def ws_restore_inproc() -> float:
+            answer = worker.call(op="restore", ref=ref)
+            if not answer["ok"]:
+                raise RuntimeError(answer)
+            return float(answer["t"])  # type: ignore[arg-type]
+
+        results["restore_inproc"] = b.pair(
+            "restore_inproc",
+            ws_restore_inproc,
+            git_restore,
+            before_a=edits.mad,
+            before_b=edits.mad,
+            after_a=check("worksnap restore (in-process)"),
+            after_b=check("git read-tree"),
+        )
+        worker.close()
+
+    # plan vs warm snapshot, with the M/A/D situation present ------------------
+    if want("plan_cli") or want("plan_inproc"):
+        edits.mad()
+        time.sleep(0.2)
+        ws_snap()
+
+        def ws_plan() -> float:
+            t, _, out = run_rss(b.ws_cli("--json", "plan", ref))
+            n = len(json.loads(out)["changes"])
+            extra["plan_changes"] = n
+            return t
+
+        if want("plan_cli"):
+            print("plan vs warm snapshot, CLI", flush=True)
+            results["plan_cli"] = b.pair("plan_cli", ws_plan, ws_snap)
+        if want("plan_inproc"):
+            print("plan vs warm snapshot, in-process", flush=True)
+            worker = Worker(root, b.store)
+            worker.call(op="snapshot")
+            worker.call(op="plan", ref=ref)
+            results["plan_inproc"] = b.pair(
+                "plan_inproc",
+                lambda: float(worker.call(op="plan", ref=ref)["t"]),  # type: ignore[arg-type]
+                lambda: float(worker.call(op="snapshot")["t"]),  # type: ignore[arg-type]
+            )
+            worker.close()
+        edits.reset()
+        time.sleep(0.2)
+        ws_snap()
+        git_snap()
+    return results, extra
+
+
+# -- peers ---------------------------------------------------------------------
+
+SNAPDIR_SCRIPT = """
+import asyncio, sys, snapdir
+m = asyncio.run(snapdir.manifest(sys.argv[1], exclude=sys.argv[2:]))
+print(len(m.entries))
+"""
+
+STEPBACK_CHECKPOINT = """
+import sys
+from pathlib import Path
+from stepback.engine import Engine
+cp = Engine(Path(sys.argv[1])).checkpoint()
+print(cp.id if cp is not None else "none")
+"""
+
+
+def peers(b: Bench, rounds: int) -> dict[str, object]:
+    """Rust and git-based peers on the same tree (not interleaved; `rounds` runs each)."""
+    root = b.root
+    out: dict[str, object] = {}
+    bindir = Path(sys.executable).parent
+
+    def median_of(fn: Callable[[], float], n: int = rounds) -> dict[str, object]:
+        fn()  # untimed warm-up
+        ts = []
+        for _ in range(n):
+            os.sync()
+            ts.append(fn())
+        return {"runs": ts, "median": statistics.median(ts)}
+
+    # snapdir: a manifest (BLAKE3 of every file) of the tree, ignored dirs excluded by regex.
+    try:
+        excludes = ["/node_modules(/|$)", "/\\.venv(/|$)", "/__pycache__(/|$)", "\\.pyc$"]
+        cmd = [sys.executable, "-c", SNAPDIR_SCRIPT, str(root), *excludes]
+        entries = run_rss(cmd)[2].strip()
+        out["snapdir_manifest"] = {
+            "what": "snapdir.manifest(root) (Python binding of the Rust crate), whole process",
+            "entries": entries,
+            **median_of(lambda: run_rss(cmd)[0]),
+        }
+        print(f"  snapdir manifest: {out['snapdir_manifest']}", flush=True)
+    except (RuntimeError, OSError) as exc:
+        out["snapdir_manifest"] = {"error": str(exc)}
+
+    # tidemark: `snap` writes a manifest into its store (.tidemark, inside the root).
+    tidemark = bindir / "tidemark"
+    if tidemark.exists():
+        tm_out = b.state / "tidemark.json"
+
+        def tm() -> float:
+            return run_rss(
+                [
+                    str(tidemark),
+                    "--quiet",
+                    "snap",
+                    "--path",
+                    str(root),
+                    "--no-content",
+                    "--hidden",
+                    "--output-file",
+                    str(tm_out),
+                    "--json",
+                    "bench",
+                ],
+                cwd=b.state,
+            )[0]
+
+        shutil.rmtree(root / ".tidemark", ignore_errors=True)
+        first = tm()
+        out["tidemark_snap"] = {
+            "what": "tidemark snap --no-content --hidden (honours .gitignore), whole process",
+            "first_run": first,
+            "entries": json.loads(tm_out.read_text())["entry_count"],
+            **median_of(tm),
+        }
+        shutil.rmtree(root / ".tidemark", ignore_errors=True)
+        print(f"  tidemark snap: {out['tidemark_snap']}", flush=True)
+    else:
+        out["tidemark_snap"] = {"error": "tidemark not installed"}
+
+    # stepback: its Engine.checkpoint() (git add -A into a throwaway index + write-tree +
+    # commit-tree) and `stepback rewind ID --yes`. Its shadow store lives in ROOT/.stepback.
+    if (bindir / "stepback").exists():
+        edits = Edits(root)
+        edits.reset()
+        sb_dir = root / ".stepback"
+        cmd = [sys.executable, "-c", STEPBACK_CHECKPOINT, str(root)]
+        shutil.rmtree(sb_dir, ignore_errors=True)
+        os.sync()
+        cold = run_rss(cmd, cwd=root)
+        cp_id = cold[2].strip()
+
+        def sb_warm() -> float:
+            return run_rss(cmd, cwd=root)[0]
+
+        def sb_mod() -> float:
+            edits.modify()
+            os.sync()
+            return run_rss(cmd, cwd=root)[0]
+
+        warm = median_of(sb_warm)
+        mod = median_of(sb_mod)
+        edits.reset()
+        run_rss(cmd, cwd=root)
+
+        def sb_rewind() -> float:
+            edits.mad()
+            os.sync()
+            t = run_rss([str(bindir / "stepback"), "rewind", cp_id, "--yes"], cwd=root)[0]
+            edits.check_clean("stepback rewind")
+            return t
+
+        try:
+            rewind = median_of(sb_rewind)
+        except RuntimeError as exc:
+            rewind = {"error": str(exc)[-500:]}
+        out["stepback"] = {
+            "what": "stepback Engine(root).checkpoint() per process; `stepback rewind ID --yes`",
+            "cold_checkpoint": cold[0],
+            "cold_peak_rss_kb": cold[1],
+            "warm_checkpoint": warm,
+            "checkpoint_10mod": mod,
+            "rewind_mad": rewind,
+        }
+        edits.reset()
+        shutil.rmtree(sb_dir, ignore_errors=True)
+        print(f"  stepback: {out['stepback']}", flush=True)
+    else:
+        out["stepback"] = {"error": "stepback not installed"}
+    return out
+
+
+# -- scaling -------------------------------------------------------------------
+
+
+def scaling(base: Path, sizes: list[int], rounds: int) -> dict[str, object]:
+    return {str(n): scale_one(base, n, rounds) for n in sizes}
+
+
+def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
+    """One synthetic tree: cold once, then warm / 10 modified / plan pairs."""
+    tree = base / f"syn{n}"
+    if not (tree / "root").is_dir():
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "build_workspace.py"),
+                "--synthetic",
+                str(n),
+                "--out",
+                str(tree),
+            ],
+            check=True,
+        )
+    b = Bench(tree / "root", tree / "state", rounds)
+    b.state.mkdir(exist_ok=True)
+    print(f"scaling {n} files", flush=True)
+    shutil.rmtree(b.store, ignore_errors=True)
+    os.sync()
+    ws_cold_t, ws_cold_rss, snap = run_rss(b.ws_cli("--json", "snapshot"))
+    b.fresh_git()
+    os.sync()
+    git_cold_t = b.git_snapshot()[0]
+    time.sleep(0.2)
+    ref = json.loads(run_rss(b.ws_cli("--json", "snapshot"))[2])["id"]
+    b.git_snapshot()
+    edits = Edits(b.root)
+
+    def ws_snap() -> float:
+        return run_rss(b.ws_cli("snapshot"))[0]
+
+    def git_snap() -> float:
+        return b.git_snapshot()[0]
+
+    def ws_plan() -> float:
+        return run_rss(b.ws_cli("--json", "plan", ref))[0]
+
+    row: dict[str, object] = {
+        "files": json.loads(snap)["files"],
+        "bytes": json.loads(snap)["bytes"],
+        "cold_cli": ws_cold_t,
+        "cold_peak_rss_kb": ws_cold_rss,
+        "git_cold": git_cold_t,
+    }
+    row["warm_nochange_cli"] = b.pair("warm_nochange_cli", ws_snap, git_snap)
+    row["warm_10mod_cli"] = b.pair(
+        "warm_10mod_cli", ws_snap, git_snap, before_a=edits.modify, before_b=edits.modify
+    )
+    edits.reset()
+    time.sleep(0.2)
+    ws_snap()
+    worker = Worker(b.root, b.store)
+    worker.call(op="snapshot")
+    time.sleep(0.2)
+    row["warm_nochange_inproc"] = b.pair(
+        "warm_nochange_inproc",
+        lambda: float(worker.call(op="snapshot")["t"]),  # type: ignore[arg-type]
+        git_snap,
+    )
+    row["warm_10mod_inproc"] = b.pair(
+        "warm_10mod_inproc",
+        lambda: float(worker.call(op="snapshot")["t"]),  # type: ignore[arg-type]
+        git_snap,
+        before_a=edits.modify,
+        before_b=edits.modify,
+    )
+    edits.reset()
+    time.sleep(0.2)
+    row["plan_cli"] = b.pair("plan_cli", ws_plan, ws_snap)
+    worker.close()
+    return row
+
+
+def plot(scale: dict[str, object], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(scale, key=int)
+    xs = [scale[n]["files"] for n in sizes]  # type: ignore[index]
+
+    def series(key: str, which: str = "median_a") -> list[float]:
+        return [scale[n][key][which] for n in sizes]  # type: ignore[index]
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    ax.plot(xs, series("warm_nochange_cli"), "o-", label="worksnap warm, no change (CLI)")
+    ax.plot(xs, series("warm_10mod_cli"), "s--", label="worksnap warm, 10 modified (CLI)")
+    ax.plot(xs, series("warm_nochange_inproc"), "o-", label="worksnap warm, no change (in-proc)")
+    ax.plot(xs, series("warm_10mod_inproc"), "s--", label="worksnap warm, 10 modified (in-proc)")
+    ax.plot(xs, series("plan_cli"), "^-", label="worksnap plan (CLI)")
+    ax.plot(xs, series("warm_nochange_cli", "median_b"), "k:", label="git add -A + write-tree")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("captured files (synthetic trees)")
+    ax.set_ylabel("median seconds")
+    ax.set_title("worksnap warm snapshot and plan vs tree size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# -- report --------------------------------------------------------------------
+
+
+def machine() -> dict[str, object]:
+    def sh(cmd: list[str]) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+        except OSError:
+            return "?"
+
+    mem = "?"
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) // 1024} MiB"
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "git": sh(["git", "--version"]),
+        "filesystem": sh(["stat", "-f", "-c", "%T", str(DEFAULT_BASE)]),
+        "worksnap_commit": sh(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
+    }
+
+
+def markdown(data: dict) -> str:
+    lines = []
+    counts = data.get("counts", {})
+    lines.append(
+        f"Reference tree: {counts.get('captured_files')} captured files, "
+        f"{counts.get('captured_bytes', 0) / 1e6:.1f} MB, "
+        f"{counts.get('ignored_files')} ignored files; {data['rounds']} rounds, medians."
+    )
+    lines.append("")
+    lines.append("| scenario | worksnap (A) | peer (B) | A/B | target | result |")
+    lines.append("|---|---:|---:|---:|---:|---|")
+    for key, r in data["results"].items():
+        ok = r["ratio"] <= TARGETS[key]
+        lines.append(
+            f"| {WHAT[key]} | {r['median_a']:.3f} s | {r['median_b']:.3f} s "
+            f"<br><sub>{PEERS[key]}</sub> | {r['ratio']:.2f}x | <= {TARGETS[key]}x "
+            f"| {'PASS' if ok else 'FAIL'} |"
+        )
+    extra = data.get("extra", {})
+    if "cold_peak_rss_kb" in extra:
+        rss = max(extra["cold_peak_rss_kb"]) / 1024
+        st = extra["cold_store"]
+        ratio = st["store_apparent_bytes"] / st["captured_bytes"]
+        lines.append(
+            f"| peak RSS, cold snapshot (max of runs) | {rss:.0f} MB | | | <= 200 MB "
+            f"| {'PASS' if rss <= 200 else 'FAIL'} |"
+        )
+        lines.append(
+            f"| store size / captured bytes | {st['store_apparent_bytes'] / 1e6:.1f} MB / "
+            f"{st['captured_bytes'] / 1e6:.1f} MB | git shadow "
+            f"{st['git_shadow_apparent_bytes'] / 1e6:.1f} MB | {ratio:.2f}x | <= 1.1x "
+            f"| {'PASS' if ratio <= 1.1 else 'FAIL'} |"
+        )
+    peers_data = data.get("peers")
+    if peers_data:
+        lines += ["", "Peers on the same tree (whole process, medians of 3 after a warm-up):", ""]
+        lines.append("| peer | operation | median | note |")
+        lines.append("|---|---|---:|---|")
+        sd = peers_data.get("snapdir_manifest", {})
+        if "median" in sd:
+            lines.append(
+                f"| snapdir 1.12.0 | manifest of the tree | {sd['median']:.3f} s "
+                f"| {sd['entries']} entries incl. dirs; .gitignore not read (regex excludes) |"
+            )
+        tm = peers_data.get("tidemark_snap", {})
+        if "median" in tm:
+            lines.append(
+                f"| tidemark 0.1.4 | snap (manifest, no content) | {tm['median']:.3f} s "
+                f"| first run {tm['first_run']:.3f} s; {tm['entries']} entries |"
+            )
+        sb = peers_data.get("stepback", {})
+        if "warm_checkpoint" in sb:
+            rew = sb["rewind_mad"]
+            rew_s = f"{rew['median']:.3f} s" if "median" in rew else "failed"
+            lines.append(
+                f"| stepback 0.2.0 | checkpoint cold / warm / 10 modified | "
+                f"{sb['cold_checkpoint']:.3f} / {sb['warm_checkpoint']['median']:.3f} / "
+                f"{sb['checkpoint_10mod']['median']:.3f} s | throwaway index: every checkpoint "
+                f"re-hashes the tree |"
+            )
+            lines.append(f"| stepback 0.2.0 | rewind ID --yes (M/A/D) | {rew_s} | |")
+    scale = data.get("scaling")
+    if scale:
+        lines += ["", "Scaling (synthetic trees; medians; A = worksnap, B = git or warm snapshot):"]
+        lines += [
+            "",
+            "| files | MB | cold | git cold | warm CLI | warm in-proc | 10 mod CLI "
+            "| 10 mod in-proc | git warm | plan CLI |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for n in sorted(scale, key=int):
+            r = scale[n]
+            lines.append(
+                f"| {r['files']} | {r['bytes'] / 1e6:.0f} | {r['cold_cli']:.2f} "
+                f"| {r['git_cold']:.2f} | {r['warm_nochange_cli']['median_a']:.3f} "
+                f"| {r['warm_nochange_inproc']['median_a']:.3f} "
+                f"| {r['warm_10mod_cli']['median_a']:.3f} "
+                f"| {r['warm_10mod_inproc']['median_a']:.3f} "
+                f"| {r['warm_nochange_cli']['median_b']:.3f} | {r['plan_cli']['median_a']:.3f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base", type=Path, default=DEFAULT_BASE, help="where the trees are")
+    parser.add_argument("--ref", default="ref", help="reference tree: BASE/REF/root")
+    parser.add_argument("--name", default="baseline", help="results file name")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", help="comma-separated scenarios (default: all)")
+    parser.add_argument("--scaling", default="10000,50000,200000", help="'' to skip")
+    parser.add_argument("--scaling-rounds", type=int, default=3)
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--plot", type=Path, default=REPO / "docs" / "performance-scaling.png")
+    args = parser.parse_args()
+
+    tree = args.base / args.ref
+    root = tree / "root"
+    if not root.is_dir():
+        print(f"no tree at {root}: run benchmarks/build_workspace.py first", file=sys.stderr)
+        return 2
+    state = tree / "state"
+    state.mkdir(exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
+    data: dict[str, object] = {
+        "name": args.name,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": machine(),
+        "rounds": args.rounds,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    counts_file = tree / "counts.json"
+    if counts_file.exists():
+        data["counts"] = json.loads(counts_file.read_text())
+    start = time.monotonic()
+    bench = Bench(root, state, args.rounds)
+    data["results"], data["extra"] = reference_scenarios(bench, only)
+    if not args.no_peers and only is None:
+        print("peers", flush=True)
+        data["peers"] = peers(bench, rounds=3)
+    if args.scaling:
+        sizes = [int(s) for s in args.scaling.split(",")]
+        data["scaling"] = scale = scaling(args.base, sizes, args.scaling_rounds)
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        plot(scale, args.plot)  # type: ignore[arg-type]
+    data["seconds"] = time.monotonic() - start
+    out_dir = HERE / "results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / f"{args.name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out_dir / f"{args.name}.md").write_text(markdown(data))
+    print(markdown(data))
+    print(f"total {data['seconds']:.0f} s; wrote {out_dir / (args.name + '.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
