@@ -42,23 +42,38 @@ StatKey = tuple[int, int, int, int, int]
 
 
 class _PackWriter:
-    """Appends objects to one new pack file owned by this process."""
+    """Appends objects to one new pack file owned by this process.
+
+    Small objects are gathered in memory and written 1 MiB at a time: one
+    `write` per object cost a third of a cold snapshot.
+    """
+
+    _BUFFER = 1 << 20
 
     def __init__(self, packs_dir: str) -> None:
         self.name = secrets.token_hex(8)
         self.path = os.path.join(packs_dir, self.name + ".pack")
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self.offset = 0
+        self.pending = bytearray()
         self.records: list[tuple[str, int, int]] = []
 
     def append(self, digest: str, data: bytes) -> tuple[int, int]:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
         where = (self.offset, len(data))
+        self.pending += data
         self.records.append((digest, *where))
         self.offset += len(data)
+        if len(self.pending) >= self._BUFFER:
+            self.drain()
         return where
+
+    def drain(self) -> None:
+        """Writes the gathered objects to the pack file."""
+        view = memoryview(self.pending)
+        while view:
+            view = view[os.write(self.fd, view) :]
+        view.release()
+        self.pending.clear()
 
 
 class Store:
@@ -131,7 +146,8 @@ class Store:
 
     def add(self, digest: Digest, data: bytes) -> bool:
         """Stores `data` under `digest` unless it is already there; True when it was new."""
-        if self.has(digest):
+        # A small object is never stored loose: the index alone answers for it.
+        if digest in self._load_index() or (len(data) >= SMALL and self.has(digest)):
             return False
         self.added += 1
         if len(data) >= SMALL:
@@ -186,6 +202,7 @@ class Store:
         if writer is None:
             return
         try:
+            writer.drain()
             os.fsync(writer.fd)
         finally:
             os.close(writer.fd)
@@ -211,6 +228,8 @@ class Store:
                     data = f.read()
             else:
                 pack, offset, size = located
+                if self._writer is not None and pack == self._writer.name:
+                    self._writer.drain()  # it may still be in the write buffer
                 fd = self._read_fds.get(pack)
                 if fd is None:
                     fd = os.open(os.path.join(self._packs, pack + ".pack"), os.O_RDONLY)
