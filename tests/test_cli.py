@@ -179,3 +179,37 @@ def test_entry_point_runs_as_a_process(root: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.decode().count("\n") == 1 and b"Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("answer", "code", "restored"), [("n", 1, False), ("yes", 0, True)])
+def test_restore_asks_at_a_terminal(
+    root: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    answer: str,
+    code: int,
+    restored: bool,
+) -> None:
+    write(root, "a.txt", "original")
+    run(capsys, "--root", str(root), "snapshot")
+    write(root, "a.txt", "edited")
+    asked: list[str] = []
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)
+    got, out, _ = run(capsys, "--root", str(root), "restore", "latest")
+    assert got == code
+    assert asked == ["restore 1 changes? [y/N] "]
+    assert "  M  a.txt" in out
+    assert (root / "a.txt").read_text() == ("original" if restored else "edited")
+
+
+def test_restore_does_not_ask_without_a_terminal(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root, "a.txt", "original")
+    run(capsys, "--root", str(root), "snapshot")
+    write(root, "a.txt", "edited")
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("must not ask"))
+    assert run(capsys, "--root", str(root), "restore", "latest")[0] == 0
+    assert (root / "a.txt").read_text() == "original"

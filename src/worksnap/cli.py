@@ -480,17 +480,33 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     with _open(args) as ws:
-        plan = ws.plan_restore(ws.load(args.ref))
         if args.dry_run:
+            plan = ws.plan_restore(ws.load(args.ref))
             if args.json:
                 _emit_json(_plan_json(plan))
             else:
                 _print_plan(plan)
             return 0
-        if not _confirmed(args, plan):
-            return 1
-        result = ws.apply(plan)
-    return _report_result(args, result)
+        result = _restore_confirmed(args, ws, args.ref)
+    return 1 if result is None else _report_result(args, result)
+
+
+def _restore_confirmed(args: argparse.Namespace, ws: Workspace, ref: str) -> Result | None:
+    """Restores `ref`, first showing the plan and asking when a person is at the terminal.
+
+    Returns None when the person said no (nothing was changed).
+    """
+    if args.yes or args.json or not sys.stdin.isatty():
+        return ws.restore(ref)  # one walk of the tree serves plan and pre-restore snapshot
+    plan = ws.plan_restore(ws.load(ref))
+    if not plan.changes:
+        return ws.apply(plan)
+    _print_plan(plan)
+    answer = input(f"restore {len(plan.changes)} changes? [y/N] ").strip().lower()
+    if answer in ("y", "yes"):
+        return ws.apply(plan)
+    print("nothing was changed")
+    return None
 
 
 def _report_result(args: argparse.Namespace, result: Result) -> int:
@@ -540,25 +556,10 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     return 0
 
 
-def _confirmed(args: argparse.Namespace, plan: Plan) -> bool:
-    """Shows the plan and asks, when a person is at the terminal and did not pass --yes."""
-    if not plan.changes or getattr(args, "yes", True) or args.json or not sys.stdin.isatty():
-        return True
-    _print_plan(plan)
-    answer = input(f"restore {len(plan.changes)} changes? [y/N] ").strip().lower()
-    if answer in ("y", "yes"):
-        return True
-    print("nothing was changed")
-    return False
-
-
 def _cmd_rewind(args: argparse.Namespace) -> int:
     with _open(args) as ws:
-        plan = ws.plan_restore(ws.load(f"step:{args.step}"))
-        if not _confirmed(args, plan):
-            return 1
-        result = ws.apply(plan)
-    return _report_result(args, result)
+        result = _restore_confirmed(args, ws, f"step:{args.step}")
+    return 1 if result is None else _report_result(args, result)
 
 
 def _cmd_undo(args: argparse.Namespace) -> int:

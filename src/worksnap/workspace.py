@@ -497,9 +497,13 @@ class Workspace:
         """
         self._recover_if_interrupted()  # never preview a half-restored tree
         current = self.capture(store_objects=False)
+        return self._plan(current, self._full_target(current, target))
+
+    def _full_target(self, current: Manifest, target: Manifest) -> Manifest:
+        """Returns the whole tree a restore of `target` aims at (checkpoints are partial)."""
         if target.kind == CHECKPOINT:
-            target = checkpoint_target(current, self._later_checkpoints(target))
-        return self._plan(current, target)
+            return checkpoint_target(current, self._later_checkpoints(target))
+        return target
 
     def _plan(self, current: Manifest, target: Manifest) -> Plan:
         gitignores: dict[str, bytes] = {}
@@ -511,8 +515,24 @@ class Workspace:
         return plan_restore(current, target, ignored_by_target=ignored)
 
     def restore(self, ref: str) -> Result:
-        """Restores the snapshot `ref` names (plan, then apply with every guarantee)."""
-        return self.apply(self.plan_restore(self.load(ref)))
+        """Restores the snapshot `ref` names, with every guarantee of `apply`.
+
+        The state captured for the pre-restore snapshot is the one planned from,
+        so the tree is walked once.
+        """
+        target = self.load(ref)
+        return self._restore(lambda current: target, kind="pre-restore")
+
+    def _restore(self, choose: Callable[[Manifest], Manifest], *, kind: str) -> Result:
+        """Captures the current state once, plans to `choose(current)`, and applies."""
+        self._recover_if_interrupted()
+        self._ensure_store()
+        with StoreLock(self.store_dir, exclusive=True):
+            pre = self.capture(store_objects=True)
+            plan = self._plan(pre, self._full_target(pre, choose(pre)))
+            if not plan.changes:
+                return Result(target=plan.target.id)
+            return self._run(plan, msgspec.structs.replace(pre, kind=kind, session=self.session))
 
     def apply(self, plan: Plan, *, kind: str = "pre-restore") -> Result:
         """Carries out a plan: all or nothing, and undoable.
@@ -531,44 +551,48 @@ class Workspace:
         self._recover_if_interrupted()
         self._ensure_store()
         with StoreLock(self.store_dir, exclusive=True):
-            for change in plan.changes:
-                if change.entry is not None and change.entry.hash is not None:
-                    self.store.read(change.entry.hash)
             pre = self.capture(store_objects=True)
             pre = msgspec.structs.replace(pre, kind=kind, session=self.session)
             _check_unchanged(plan, pre)
-            self._save(pre)
-            journal = os.path.join(self.store_dir, "journal.json")
-            write_atomic(
-                journal,
-                msgspec.json.encode(
-                    _Journal(
-                        target=plan.target.id,
-                        pre_restore=pre.id,
-                        pid=os.getpid(),
-                        host=socket.gethostname(),
-                    )
-                ),
-            )
-            try:
-                result = apply_plan(
-                    self.root,
-                    plan,
-                    self.store.read,
-                    progress=lambda done, total: self._report("apply", done, total),
+            return self._run(plan, pre)
+
+    def _run(self, plan: Plan, pre: Manifest) -> Result:
+        """Applies `plan` from state `pre` (the lock is held): verify, record, journal, apply."""
+        for change in plan.changes:
+            if change.entry is not None and change.entry.hash is not None:
+                self.store.read(change.entry.hash)
+        self._save(pre)
+        journal = os.path.join(self.store_dir, "journal.json")
+        write_atomic(
+            journal,
+            msgspec.json.encode(
+                _Journal(
+                    target=plan.target.id,
+                    pre_restore=pre.id,
+                    pid=os.getpid(),
+                    host=socket.gethostname(),
                 )
-            except BaseException as exc:
-                # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
-                failed = Result(target=plan.target.id, error=f"interrupted: {exc!r}")
-                self._roll_back(pre, failed, plan.target)
-                _remove_journal(journal)
-                raise
-            result.pre_restore = pre.id
-            if not result.ok:
-                self._roll_back(pre, result, plan.target)
+            ),
+        )
+        try:
+            result = apply_plan(
+                self.root,
+                plan,
+                self.store.read,
+                progress=lambda done, total: self._report("apply", done, total),
+            )
+        except BaseException as exc:
+            # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
+            failed = Result(target=plan.target.id, error=f"interrupted: {exc!r}")
+            self._roll_back(pre, failed, plan.target)
             _remove_journal(journal)
-            self._stat_cache = None  # files were rewritten: trust only fresh stats
-            return result
+            raise
+        result.pre_restore = pre.id
+        if not result.ok:
+            self._roll_back(pre, result, plan.target)
+        _remove_journal(journal)
+        self._stat_cache = None  # files were rewritten: trust only fresh stats
+        return result
 
     def _roll_back(self, pre: Manifest, result: Result, target: Manifest | None) -> Result:
         """Returns the workspace to `pre` after a failed apply (the lock is held).
@@ -644,15 +668,20 @@ class Workspace:
         Raises:
             InputError: there is nothing to undo.
         """
-        current = self.capture(store_objects=False)
         state = load_state(self.store_dir, self.session)
-        target_id = undo_target(self.list(), current.tree, state)
-        if target_id is None:
-            raise InputError(f"nothing to undo in session {self.session!r}")
-        result = self.apply(self._plan(current, self.load(target_id)), kind="undo")
+        chosen: builtins.list[str] = []
+
+        def choose(current: Manifest) -> Manifest:
+            target_id = undo_target(self.list(), current.tree, state)
+            if target_id is None:
+                raise InputError(f"nothing to undo in session {self.session!r}")
+            chosen.append(target_id)
+            return self.load(target_id)
+
+        result = self._restore(choose, kind="undo")
         if result.ok and result.pre_restore is not None:
             state = load_state(self.store_dir, self.session)
-            state.redo.append(Frame(target_id, result.pre_restore))
+            state.redo.append(Frame(chosen[0], result.pre_restore))
             save_state(self.store_dir, self.session, state)
         return result
 
@@ -669,7 +698,8 @@ class Workspace:
                 "(only an undo can be redone, and a new snapshot clears redo)"
             )
         frame = state.redo[-1]
-        result = self.apply(self.plan_restore(self.load(frame.left)), kind="redo")
+        left = self.load(frame.left)
+        result = self._restore(lambda current: left, kind="redo")
         if result.ok:
             state = load_state(self.store_dir, self.session)
             if state.redo and state.redo[-1] == frame:
