@@ -14,7 +14,7 @@ import msgspec
 
 from worksnap.errors import InputError
 from worksnap.fsio import write_atomic
-from worksnap.manifest import Entry, Manifest, Summary
+from worksnap.manifest import Entry, Manifest, Summary, tree_digest
 from worksnap.plan import ancestors
 
 DEFAULT_SESSION = "default"
@@ -123,13 +123,15 @@ def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifes
             entries[path] = image
             dirs.update(ancestors(path.rpartition("/")[0]))
     first = checkpoints[0]
+    ordered = sorted(entries.values(), key=lambda e: e.path)
     return msgspec.structs.replace(
         current,
+        tree=tree_digest(ordered, sorted(dirs)),
         id=first.id,
         kind=first.kind,
         step=first.step,
         label=first.label,
         session=first.session,
-        entries=sorted(entries.values(), key=lambda e: e.path),
+        entries=ordered,
         dirs=sorted(dirs),
     )

@@ -64,10 +64,6 @@ def ancestors(path: str) -> Iterable[str]:
         path = path.rpartition("/")[0]
 
 
-def _same(a: Entry, b: Entry) -> bool:
-    return a.type == b.type and a.mode == b.mode and a.hash == b.hash and a.target == b.target
-
-
 def plan_restore(
     current: Manifest,
     target: Manifest,
@@ -85,6 +81,8 @@ def plan_restore(
         target: the snapshot to restore.
         ignored_by_target: `ignored(path, is_dir)` under the target's ignore rules.
     """
+    if current.tree == target.tree:
+        return Plan(target=target, current=current, changes=[])  # same entries and dirs
     protected = {
         *current.ignored, *current.large, *current.excluded,
         *target.ignored, *target.large, *target.excluded,
@@ -93,28 +91,29 @@ def plan_restore(
     def is_protected(path: str) -> bool:
         return any(p in protected for p in ancestors(path))
 
-    now: dict[str, Entry | None] = dict.fromkeys(current.dirs)
-    now.update((e.path, e) for e in current.entries)
-    then: dict[str, Entry | None] = dict.fromkeys(target.dirs)
-    then.update((e.path, e) for e in target.entries)
+    # Only what differs matters: an unchanged path is never touched, and nothing
+    # unchanged can lie below a directory the target lacks.
+    now_entries, then_entries = set(current.entries), set(target.entries)
+    now_dirs, then_dirs = set(current.dirs), set(target.dirs)
+    now: dict[str, Entry | None] = dict.fromkeys(now_dirs - then_dirs)
+    now.update((e.path, e) for e in now_entries - then_entries)
+    then: dict[str, Entry | None] = dict.fromkeys(then_dirs - now_dirs)
+    then.update((e.path, e) for e in then_entries - now_entries)
 
     changes: list[Change] = []
     for path, entry in then.items():
         if is_protected(path):
             continue
-        if path not in now:
+        if path in now:
+            changes.append(Change(Op.MODIFIED, path, entry, was_dir=now[path] is None))
+        else:
             changes.append(Change(Op.DELETED, path, entry, was_dir=False))
-            continue
-        present = now[path]
-        if entry is None and present is None:
-            continue
-        if entry is None or present is None or not _same(entry, present):
-            changes.append(Change(Op.MODIFIED, path, entry, was_dir=present is None))
 
     removed = {
         path
         for path, present in now.items()
         if path not in then
+        and path not in then_dirs
         and not is_protected(path)
         and not ignored_by_target(path, present is None)
     }
