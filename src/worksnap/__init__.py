@@ -8,28 +8,62 @@ The public API::
     manifest = ws.snapshot(step=3, kind="step")
     plan = ws.plan_restore(ws.load("step:3"))
     result = ws.apply(plan)
+
+Names are imported on first use, so `worksnap --help` and other light commands
+do not pay for loading the engine.
 """
 
-from worksnap.apply import Result
-from worksnap.errors import (
-    ConflictError,
-    InputError,
-    LockError,
-    ManifestError,
-    ObjectError,
-    RestoreError,
-    SnapshotError,
-    WorksnapError,
-)
-from worksnap.manifest import Entry, Manifest, Summary
-from worksnap.plan import Change, Op, Plan
-from worksnap.workspace import DEFAULT_MAX_FILE_BYTES, Progress, Workspace
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from worksnap.apply import Result
+    from worksnap.errors import (
+        ConflictError,
+        InputError,
+        LockError,
+        ManifestError,
+        ObjectError,
+        RestoreError,
+        SnapshotError,
+        WorksnapError,
+    )
+    from worksnap.manifest import Entry, Manifest, Summary
+    from worksnap.plan import Change, Op, Plan
+    from worksnap.retention import Retention
+    from worksnap.workspace import DEFAULT_MAX_FILE_BYTES, GcReport, Progress, Workspace
+
+_HOMES = {
+    "Result": "worksnap.apply",
+    "ConflictError": "worksnap.errors",
+    "InputError": "worksnap.errors",
+    "LockError": "worksnap.errors",
+    "ManifestError": "worksnap.errors",
+    "ObjectError": "worksnap.errors",
+    "RestoreError": "worksnap.errors",
+    "SnapshotError": "worksnap.errors",
+    "WorksnapError": "worksnap.errors",
+    "Entry": "worksnap.manifest",
+    "Manifest": "worksnap.manifest",
+    "Summary": "worksnap.manifest",
+    "Change": "worksnap.plan",
+    "Op": "worksnap.plan",
+    "Plan": "worksnap.plan",
+    "Retention": "worksnap.retention",
+    "DEFAULT_MAX_FILE_BYTES": "worksnap.workspace",
+    "GcReport": "worksnap.workspace",
+    "Progress": "worksnap.workspace",
+    "Workspace": "worksnap.workspace",
+}
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "Change",
     "ConflictError",
     "Entry",
+    "GcReport",
     "InputError",
     "LockError",
     "Manifest",
@@ -40,8 +74,18 @@ __all__ = [
     "Progress",
     "RestoreError",
     "Result",
+    "Retention",
     "SnapshotError",
     "Summary",
     "WorksnapError",
     "Workspace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'worksnap' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

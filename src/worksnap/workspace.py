@@ -167,6 +167,7 @@ class Workspace:
         self.max_file_bytes = max_file_bytes
         self.session = check_session_name(session)
         self._last_full: Manifest | None = None
+        self._checked: dict[tuple[str, int, int, int, int], Manifest] = {}
         self._wire_root = wire_name(self.root)
         real_store = os.path.realpath(self.store_dir)
         if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
@@ -445,12 +446,26 @@ class Workspace:
             InputError: unknown ref; ManifestError: unreadable, hostile or for another root.
         """
         snapshot_id = self.resolve(ref)
+        # Checking a large manifest costs more than reading it: remember the last few
+        # checked ones, keyed by the file's identity so an edited file is checked again.
+        try:
+            st = os.stat(self.store.manifest_path(snapshot_id))
+            identity = (snapshot_id, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            identity = None
+        checked = self._checked.get(identity) if identity is not None else None
+        if checked is not None:
+            return checked
         manifest = self.store.load_manifest(snapshot_id)
         if manifest.id != snapshot_id:
             raise ManifestError(snapshot_id, f"file holds snapshot {manifest.id!r}")
         check_manifest(
             manifest, root=self._wire_root, store_rel=self._store_rel, source=snapshot_id
         )
+        if identity is not None:
+            self._checked[identity] = manifest
+            while len(self._checked) > 4:
+                del self._checked[next(iter(self._checked))]
         return manifest
 
     def show_bytes(self, ref: str) -> bytes:
