@@ -1,10 +1,15 @@
 """Ignore rules, decided exactly as git decides them.
 
-Sources, from lowest to highest precedence (as `git status` reads them):
-the global excludes file, `$GIT_DIR/info/exclude`, then `.gitignore` files from
-the repository top down to the directory of the path; the deepest file with a
-decisive match wins. Matching works on the raw bytes of names (decoded as
-Latin-1 so that one byte is one character, as in git's wildmatch).
+Sources, from lowest to highest precedence (as `git status` reads them): the
+global excludes file, `$GIT_DIR/info/exclude`, then `.gitignore` files from the
+repository top down to the directory of the path. The deepest file with a
+matching pattern decides, and within a file the last matching pattern.
+
+Each pattern is translated to a regular expression over the raw bytes of the
+path (RE2 in Latin-1 mode: one byte is one character, as in git's wildmatch),
+and each ignore file becomes one RE2 set, so one pass over a path finds every
+pattern of the file that matches it. docs/ignore-rules.md lists the rules and
+the git quirks reproduced here.
 """
 
 from __future__ import annotations
@@ -15,44 +20,292 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-from pathspec import GitIgnoreSpec
+import re2
 
 from worksnap.manifest import fs_path
 
 _BOM = b"\xef\xbb\xbf"
 
+_OPTIONS = re2.Options()
+_OPTIONS.encoding = re2.Options.Encoding.LATIN1  # one byte, one character
+_OPTIONS.dot_nl = True  # names may contain newlines
+_OPTIONS.never_capture = True
+_OPTIONS.log_errors = False
 
-@lru_cache(maxsize=4096)
-def compile_ignore_file(data: bytes) -> GitIgnoreSpec | None:
-    """Compiles the bytes of one ignore file; None when it holds no pattern."""
+_SLASH, _BACKSLASH, _STAR, _QUESTION = ord("/"), ord("\\"), ord("*"), ord("?")
+_OPEN, _CLOSE, _COLON, _DASH = ord("["), ord("]"), ord(":"), ord("-")
+
+# The character classes of git's wildmatch. git's own ctype table is ASCII only,
+# whatever the locale, and its isspace() leaves out \v and \f.
+_LOWER = frozenset(range(ord("a"), ord("z") + 1))
+_UPPER = frozenset(range(ord("A"), ord("Z") + 1))
+_DIGIT = frozenset(range(ord("0"), ord("9") + 1))
+_GRAPH = frozenset(range(0x21, 0x7F))
+_CLASSES: dict[bytes, frozenset[int]] = {
+    b"alnum": _LOWER | _UPPER | _DIGIT,
+    b"alpha": _LOWER | _UPPER,
+    b"blank": frozenset(b" \t"),
+    b"cntrl": frozenset([*range(0x20), 0x7F]),
+    b"digit": _DIGIT,
+    b"graph": _GRAPH,
+    b"lower": _LOWER,
+    b"print": _GRAPH | {0x20},
+    b"punct": _GRAPH - _LOWER - _UPPER - _DIGIT,
+    b"space": frozenset(b" \t\n\r"),
+    b"upper": _UPPER,
+    b"xdigit": _DIGIT | frozenset(b"abcdefABCDEF"),
+}
+
+
+def _literal(data: bytes) -> str:
+    """Returns a regular expression matching exactly `data`."""
+    return "".join(chr(c) if c < 0x80 and chr(c).isalnum() else f"\\x{c:02x}" for c in data)
+
+
+def _char_class(chars: set[int]) -> str:
+    """Returns a regular expression matching one byte of `chars` (not empty)."""
+    parts: list[str] = []
+    items = sorted(chars)
+    start = 0
+    for end in range(len(items)):
+        if end + 1 == len(items) or items[end + 1] != items[end] + 1:
+            low, high = items[start], items[end]
+            parts.append(f"\\x{low:02x}" if low == high else f"\\x{low:02x}-\\x{high:02x}")
+            start = end + 1
+    return "[" + "".join(parts) + "]"
+
+
+_NOT_SLASH = _char_class(set(range(1, 256)) - {_SLASH})
+
+
+def _bracket(p: bytes, i: int) -> tuple[set[int], int] | None:
+    """Parses the bracket expression that opens at `p[i]`, step for step as wildmatch does.
+
+    Returns the bytes it matches and the index after it, or None where wildmatch
+    gives up (no closing `]`, an unknown `[:class:]`): the pattern then matches
+    nothing. `]` first is literal, a backslash escapes, and after a range or a
+    class a `-` is literal again.
+    """
+    n = len(p)
+    i += 1
+    negated = i < n and p[i] in b"!^"
+    if negated:
+        i += 1
+    chars: set[int] = set()
+    prev = 0  # the previous character, 0 after a range or a class
+    while True:
+        if i >= n:
+            return None
+        c = p[i]
+        if c == _BACKSLASH:
+            i += 1
+            if i >= n:
+                return None
+            c = p[i]
+            chars.add(c)
+        elif c == _DASH and prev and i + 1 < n and p[i + 1] != _CLOSE:
+            i += 1
+            c = p[i]
+            if c == _BACKSLASH:
+                i += 1
+                if i >= n:
+                    return None
+                c = p[i]
+            chars.update(range(prev, c + 1))  # a reversed range matches nothing
+            c = 0
+        elif c == _OPEN and i + 1 < n and p[i + 1] == _COLON:
+            end = p.find(b"]", i + 2)
+            if end < 0:
+                return None
+            if end == i + 2 or p[end - 1] != _COLON:
+                chars.add(_OPEN)  # no ":]" before the next "]": a literal "["
+            else:
+                members = _CLASSES.get(p[i + 2 : end - 1])
+                if members is None:
+                    return None
+                chars.update(members)
+                i = end
+                c = 0
+        else:
+            chars.add(c)
+        prev = c
+        i += 1
+        if i < n and p[i] == _CLOSE:
+            break
+    matched = {c for c in range(1, 256) if (c in chars) != negated}
+    matched.discard(_SLASH)  # never matches a slash
+    return matched, i + 1
+
+
+def _wildmatch(p: bytes, *, pathname: bool) -> str | None:
+    """Translates a wildmatch pattern; None when it can match nothing.
+
+    With `pathname` (a pattern with a slash), `**` between slashes or at an end
+    of `p` crosses directories. `p` is what git hands to wildmatch: for such a
+    pattern, what follows its literal prefix, so `**` at the start of `p`
+    counts as following a slash even when the prefix ends otherwise.
+    """
+    out: list[str] = []
+    i, n = 0, len(p)
+    while i < n:
+        c = p[i]
+        if c == _BACKSLASH:
+            if i + 1 == n:
+                return None  # a trailing backslash matches nothing
+            out.append(_literal(p[i + 1 : i + 2]))
+            i += 2
+        elif c == _QUESTION:
+            out.append(_NOT_SLASH)
+            i += 1
+        elif c == _STAR:
+            j = i
+            while j < n and p[j] == _STAR:
+                j += 1
+            if (
+                pathname
+                and j - i >= 2
+                and (i == 0 or p[i - 1] == _SLASH)
+                and (j == n or p[j] == _SLASH or p[j : j + 2] == b"\\/")
+            ):
+                if j < n and p[j] == _SLASH:
+                    out.append("(?:.*/)?")  # "**/": no directory, or any number of them
+                    j += 1
+                else:
+                    out.append(".*")  # "/**" at the end; "**\/" is not optional in git
+            else:
+                out.append(_NOT_SLASH + "*")
+            i = j
+        elif c == _OPEN:
+            parsed = _bracket(p, i)
+            if parsed is None or not parsed[0]:
+                return None
+            out.append(_char_class(parsed[0]))
+            i = parsed[1]
+        else:
+            out.append(_literal(p[i : i + 1]))
+            i += 1
+    return "".join(out)
+
+
+def _simple_length(p: bytes) -> int:
+    """The length of the literal start of a pattern (up to its first glob character)."""
+    for i, c in enumerate(p):
+        if c in b"*?[\\":
+            return i
+    return len(p)
+
+
+def _trim_trailing_spaces(line: bytes) -> bytes:
+    """Drops trailing spaces (not tabs) unless escaped; the escaping backslash stays."""
+    end = len(line)
+    while end and line[end - 1] == 0x20:
+        end -= 1
+    if end == len(line):
+        return line
+    backslashes = 0
+    while backslashes < end and line[end - 1 - backslashes] == _BACKSLASH:
+        backslashes += 1
+    if backslashes % 2:
+        end += 1  # "\ " keeps that space
+    return line[:end]
+
+
+def translate(line: bytes) -> tuple[str, bool, bool] | None:
+    """Translates one line of an ignore file as git's dir.c parses it.
+
+    Returns (regular expression over a path relative to the file's directory,
+    negated, directories only), or None for a line that can match nothing.
+    The line has its end of line and trailing spaces already removed.
+    """
+    negated = line.startswith(b"!")
+    if negated:
+        line = line[1:]
+    dir_only = line.endswith(b"/")
+    if dir_only:
+        line = line[:-1]  # only one: "foo//" keeps a slash and matches nothing
+    if not line:
+        return None
+    if b"/" not in line:
+        # No slash: matched against the last component of the path only.
+        body = _wildmatch(line, pathname=False)
+        return None if body is None else ("(?:.*/)?" + body, negated, dir_only)
+    prefix = _simple_length(line)
+    if line.startswith(b"/"):
+        line = line[1:]
+        prefix -= 1
+    # git compares the literal prefix first and wildmatches only the rest.
+    body = _wildmatch(line[prefix:], pathname=True)
+    return None if body is None else (_literal(line[:prefix]) + body, negated, dir_only)
+
+
+def pattern_lines(data: bytes) -> list[bytes]:
+    """Splits an ignore file into pattern lines as git does.
+
+    A UTF-8 BOM is skipped; lines end at LF, one CR before it goes; empty lines
+    and lines starting with `#` are skipped; a line ends at a NUL byte (git reads
+    it as a C string); trailing spaces go unless escaped.
+    """
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
-    # git splits on LF only and drops one CR before it (CRLF ignore files work).
-    lines = [line[:-1] if line.endswith(b"\r") else line for line in data.split(b"\n")]
-    text = [line.decode("latin-1") for line in lines if line and not line.startswith(b"#")]
-    if not text:
-        return None
-    spec = GitIgnoreSpec.from_lines(text, backend="re2")
-    return spec if len(spec) else None
+    lines: list[bytes] = []
+    for raw in data.split(b"\n"):
+        if not raw or raw.startswith(b"#"):
+            continue
+        line = raw[:-1] if raw.endswith(b"\r") else raw
+        lines.append(_trim_trailing_spaces(line.partition(b"\0")[0]))
+    return lines
 
 
-def match_form(path: str) -> str:
-    """Returns a wire path as the Latin-1 text the matcher sees (one byte, one character)."""
-    return path if path.isascii() else fs_path(path).decode("latin-1")
+class Matcher:
+    """One compiled ignore file: which of its patterns match a path, last one first."""
+
+    __slots__ = ("dir_negated", "dirs", "file_negated", "files")
+
+    def __init__(self, patterns: list[tuple[str, bool, bool]]) -> None:
+        # Two sets: patterns ending in "/" only ever match directories.
+        self.dirs = re2.Set.FullMatchSet(_OPTIONS)
+        self.files = re2.Set.FullMatchSet(_OPTIONS)
+        self.dir_negated: list[bool] = []
+        self.file_negated: list[bool] = []
+        for regex, negated, dir_only in patterns:
+            self.dirs.Add(regex.encode("ascii"))
+            self.dir_negated.append(negated)
+            if not dir_only:
+                self.files.Add(regex.encode("ascii"))
+                self.file_negated.append(negated)
+        self.dirs.Compile()
+        self.files.Compile()
+
+    def decide(self, text: bytes, *, is_dir: bool) -> bool | None:
+        """True (ignored), False (re-included by a `!` pattern) or None (no pattern matches)."""
+        if is_dir:
+            found = self.dirs.Match(text)
+            # RE2 reports matches in no particular order: the last pattern wins.
+            return None if found is None else not self.dir_negated[max(found)]
+        found = self.files.Match(text)
+        return None if found is None else not self.file_negated[max(found)]
+
+
+@lru_cache(maxsize=4096)
+def compile_ignore_file(data: bytes) -> Matcher | None:
+    """Compiles the bytes of one ignore file; None when no pattern in it can match."""
+    patterns = [p for p in map(translate, pattern_lines(data)) if p is not None]
+    return Matcher(patterns) if patterns else None
 
 
 class Level:
-    """One ignore file: its compiled patterns and where its paths are relative to.
+    """One ignore file: its patterns and where its paths are relative to.
 
-    A path relative to the root becomes relative to this file's directory by
-    dropping `strip` (the file's directory below the root) and prepending
-    `prefix` (the root below the file's directory, for files above the root).
+    A path relative to the root (as bytes) becomes relative to this file's
+    directory by dropping its first `strip` bytes (the file's directory below
+    the root, and a slash) and prepending `prefix` (the root below the file's
+    directory and a slash, for files that apply from above the root).
     """
 
-    __slots__ = ("prefix", "spec", "strip")
+    __slots__ = ("matcher", "prefix", "strip")
 
-    def __init__(self, spec: GitIgnoreSpec, *, strip: str = "", prefix: str = "") -> None:
-        self.spec = spec
+    def __init__(self, matcher: Matcher, *, strip: int = 0, prefix: bytes = b"") -> None:
+        self.matcher = matcher
         self.strip = strip
         self.prefix = prefix
 
@@ -67,11 +320,11 @@ class Rules:
 
     def child(self, dir_path: str, data: bytes) -> Rules:
         """Returns the rules inside `dir_path` (wire form, "" for the root) given its .gitignore."""
-        spec = compile_ignore_file(data)
-        if spec is None:
+        matcher = compile_ignore_file(data)
+        if matcher is None:
             return self
-        strip = match_form(dir_path) + "/" if dir_path else ""
-        return Rules((Level(spec, strip=strip), *self.levels))
+        strip = len(fs_path(dir_path)) + 1 if dir_path else 0
+        return Rules((Level(matcher, strip=strip), *self.levels))
 
     def ignored(self, path: str, *, is_dir: bool) -> bool:
         """True when git would ignore `path` (wire form, relative to the root).
@@ -82,11 +335,14 @@ class Rules:
         """
         if not self.levels:
             return False
-        text = match_form(path) + "/" if is_dir else match_form(path)
+        text = fs_path(path)
         for level in self.levels:
-            result = level.spec.check_file(level.prefix + text[len(level.strip) :])
-            if result.include is not None:
-                return result.include
+            if level.strip or level.prefix:
+                decided = level.matcher.decide(level.prefix + text[level.strip :], is_dir=is_dir)
+            else:
+                decided = level.matcher.decide(text, is_dir=is_dir)
+            if decided is not None:
+                return decided
         return False
 
 
@@ -159,23 +415,22 @@ def base_rules(root: Path) -> Rules:
     """
     top = _find_top(root)
     anchor = top if top is not None else root
-    below_top = match_form(root.relative_to(anchor).as_posix()) if root != anchor else ""
+    parts = root.relative_to(anchor).parts
+    below = os.fsencode("/".join(parts)) + b"/" if parts else b""
     levels: list[Level] = []
     sources = [global_excludes_file(root)]
     if top is not None and (git_dir := _git_dir(top)) is not None:
         sources.append(git_dir / "info" / "exclude")
     for source in sources:
-        spec = compile_ignore_file(_read(source))
-        if spec is not None:
-            levels.insert(0, Level(spec, prefix=below_top + "/" if below_top else ""))
-    if below_top:
-        parts = root.relative_to(anchor).parts
-        for depth in range(len(parts)):
-            directory = anchor.joinpath(*parts[:depth])
-            spec = compile_ignore_file(_read(directory / ".gitignore"))
-            if spec is not None:
-                rest = "/".join(parts[depth:])
-                levels.insert(0, Level(spec, prefix=match_form(rest) + "/"))
+        matcher = compile_ignore_file(_read(source))
+        if matcher is not None:
+            levels.insert(0, Level(matcher, prefix=below))
+    for depth in range(len(parts)):
+        directory = anchor.joinpath(*parts[:depth])
+        matcher = compile_ignore_file(_read(directory / ".gitignore"))
+        if matcher is not None:
+            rest = os.fsencode("/".join(parts[depth:])) + b"/"
+            levels.insert(0, Level(matcher, prefix=rest))
     return Rules(tuple(levels))
 
 
