@@ -6,6 +6,7 @@ The expected answers are git's (2.39), checked by hand and by tests/compat.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import pytest
 from worksnap.ignore import Rules, base_rules, compile_ignore_file
 from worksnap.manifest import wire_name
 from worksnap.scan import scan_tree
+
+HAS_GIT = shutil.which("git") is not None
 
 
 @pytest.fixture(autouse=True)
@@ -259,6 +262,24 @@ def test_info_exclude_of_the_repository(root: Path) -> None:
     assert captured == {"c.c"}
 
 
+def test_info_exclude_may_be_a_symlink(root: Path, tmp_path: Path) -> None:
+    git_dir = make_repo(root)
+    write(tmp_path, "shared-exclude", b"*.o\n")
+    (git_dir / "info").mkdir()
+    (git_dir / "info" / "exclude").symlink_to(tmp_path / "shared-exclude")
+    write(root, "a.o")
+    captured, _ = scan(root)
+    assert captured == set()
+
+
+def test_a_dot_git_that_is_no_repository_is_not_one(root: Path) -> None:
+    # git checks HEAD, objects and refs; without them this is a plain directory.
+    write(root, ".git/info/exclude", b"*.o\n")
+    write(root, "a.o")
+    captured, _ = scan(root)
+    assert captured == {"a.o"}
+
+
 def test_linked_work_tree_uses_the_common_info_exclude(tmp_path: Path) -> None:
     main_git = make_repo(tmp_path / "main")
     write(main_git, "info/exclude", b"*.o\n")
@@ -290,6 +311,30 @@ def test_global_excludes_without_xdg(
     write(root, "a.tmp")
     captured, _ = scan(root)
     assert captured == set()
+
+
+@pytest.mark.skipif(not HAS_GIT, reason="core.excludesFile is read with git config")
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("~/mine", {"b.log", "c"}),
+        ("rel/mine", {"b.log", "c"}),
+        ("", {"a.tmp", "b.log", "c"}),
+    ],
+)
+def test_core_excludes_file(setting: str, expected: set[str], root: Path, clean_home: Path) -> None:
+    # Set: it replaces the XDG file. Relative: to the work tree top. Empty: no file at all.
+    make_repo(root)
+    write(clean_home, ".gitconfig", f"[core]\n\texcludesFile = {setting}\n")
+    write(clean_home, ".config/git/ignore", b"*.log\n")
+    write(clean_home, "mine", b"*.tmp\n")
+    write(root, "rel/mine", b"*.tmp\n")
+    (root / "rel" / "mine").rename(root / "rel" / "mine.txt")
+    (root / "rel" / "mine").symlink_to(clean_home / "mine")
+    for path in ("a.tmp", "b.log", "c"):
+        write(root, path)
+    captured, _ = scan(root)
+    assert captured - {"rel/mine", "rel/mine.txt"} == expected
 
 
 def test_deepest_source_wins(root: Path, clean_home: Path) -> None:

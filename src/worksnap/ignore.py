@@ -346,65 +346,105 @@ class Rules:
         return False
 
 
+def _is_git_dir(path: Path) -> bool:
+    """Whether `path` looks like a git directory to git: HEAD, objects and refs."""
+    common = _common_dir(path)
+    return (path / "HEAD").is_file() and all((common / d).is_dir() for d in ("objects", "refs"))
+
+
+def _common_dir(git_dir: Path) -> Path:
+    """Returns the directory holding a git directory's shared parts (`info/exclude` too)."""
+    try:
+        text = (git_dir / "commondir").read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return git_dir
+    return (git_dir / text.strip()).resolve()
+
+
 def _git_dir(top: Path) -> Path | None:
-    """Returns the common git directory of the work tree at `top` (follows `gitdir:` files)."""
+    """Returns the git directory of a work tree at `top` (follows a `gitdir:` file), or None.
+
+    None also when `top/.git` is no repository (git then treats `top` as a
+    plain directory).
+    """
     dot_git = top / ".git"
-    if dot_git.is_file():
-        try:
-            text = dot_git.read_text(encoding="utf-8", errors="surrogateescape").strip()
-        except OSError:
-            return None
-        if not text.startswith("gitdir:"):
-            return None
-        git_dir = (top / text[len("gitdir:") :].strip()).resolve()
-    elif dot_git.is_dir():
+    if dot_git.is_dir():
         git_dir = dot_git
     else:
-        return None
-    commondir = git_dir / "commondir"
-    if commondir.is_file():
         try:
-            git_dir = (git_dir / commondir.read_text(encoding="utf-8").strip()).resolve()
+            text = dot_git.read_text(encoding="utf-8", errors="surrogateescape")
         except OSError:
             return None
-    return git_dir
+        if not text.startswith("gitdir: "):
+            return None
+        git_dir = (top / text[len("gitdir: ") :].rstrip("\r\n")).resolve()
+    return git_dir if _is_git_dir(git_dir) else None
 
 
-def _find_top(root: Path) -> Path | None:
-    """Returns the nearest directory at or above `root` that has a `.git`, or None."""
+def _find_top(root: Path) -> tuple[Path, Path] | None:
+    """Returns the nearest work tree at or above `root` and its git directory, or None."""
     for candidate in (root, *root.parents):
-        if (candidate / ".git").exists():
-            return candidate
+        git_dir = _git_dir(candidate)
+        if git_dir is not None:
+            return candidate, git_dir
     return None
 
 
-def global_excludes_file(root: Path) -> Path:
-    """Returns git's global excludes file: `core.excludesFile`, else the XDG default."""
+def global_excludes_file(top: Path) -> Path | None:
+    """Returns git's global excludes file for the work tree (or directory) at `top`.
+
+    That is `core.excludesFile` (a relative path is relative to the top of the
+    work tree; an empty value means none), else `$XDG_CONFIG_HOME/git/ignore`,
+    else `~/.config/git/ignore`.
+    """
     try:
         out = subprocess.run(
             ["git", "config", "--path", "--get", "core.excludesFile"],
-            cwd=root,
+            cwd=top,
             capture_output=True,
             timeout=10,
             check=False,
         )
-        configured = os.fsdecode(out.stdout.strip())
-        if out.returncode == 0 and configured:
-            return Path(configured).expanduser()
+        if out.returncode == 0:
+            configured = os.fsdecode(out.stdout.rstrip(b"\n"))
+            return top / configured if configured else None
     except (OSError, subprocess.SubprocessError):
         pass  # no git on this machine: fall back to the default location, as git would
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(xdg) / "git" / "ignore"
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg:
+        return Path(xdg) / "git" / "ignore"
+    home = os.environ.get("HOME")
+    return Path(home) / ".config" / "git" / "ignore" if home else None
 
 
-def _read(path: Path) -> bytes:
-    """Reads an ignore file; a missing or unreadable one counts as empty (as in git)."""
+def _read(path: Path | None, *, follow: bool) -> bytes:
+    """Reads an ignore file; a missing or unreadable one counts as empty (as in git).
+
+    git does not follow a symlinked `.gitignore` in the work tree (>= 2.32), but
+    does follow `info/exclude` and the global file.
+    """
+    if path is None:
+        return b""
     try:
-        if path.is_symlink():
-            return b""  # git (>= 2.32) does not follow a symlinked ignore file
+        if not follow and path.is_symlink():
+            return b""
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def _excludes(top: Path, git_dir: Path | None, *, prefix: bytes) -> list[Level]:
+    """Returns the levels for `info/exclude` and the global file, in precedence order."""
+    levels: list[Level] = []
+    sources: list[Path | None] = (
+        [] if git_dir is None else [_common_dir(git_dir) / "info" / "exclude"]
+    )
+    sources.append(global_excludes_file(top))
+    for source in sources:
+        matcher = compile_ignore_file(_read(source, follow=True))
+        if matcher is not None:
+            levels.append(Level(matcher, prefix=prefix))
+    return levels
 
 
 def base_rules(root: Path) -> Rules:
@@ -413,21 +453,14 @@ def base_rules(root: Path) -> Rules:
     That is the global excludes file, the repository's `info/exclude`, and the
     `.gitignore` files between the repository top and `root`.
     """
-    top = _find_top(root)
-    anchor = top if top is not None else root
-    parts = root.relative_to(anchor).parts
+    found = _find_top(root)
+    top, git_dir = found if found is not None else (root, None)
+    parts = root.relative_to(top).parts
     below = os.fsencode("/".join(parts)) + b"/" if parts else b""
-    levels: list[Level] = []
-    sources = [global_excludes_file(root)]
-    if top is not None and (git_dir := _git_dir(top)) is not None:
-        sources.append(git_dir / "info" / "exclude")
-    for source in sources:
-        matcher = compile_ignore_file(_read(source))
-        if matcher is not None:
-            levels.insert(0, Level(matcher, prefix=below))
+    levels = _excludes(top, git_dir, prefix=below)
     for depth in range(len(parts)):
-        directory = anchor.joinpath(*parts[:depth])
-        matcher = compile_ignore_file(_read(directory / ".gitignore"))
+        directory = top.joinpath(*parts[:depth])
+        matcher = compile_ignore_file(_read(directory / ".gitignore", follow=False))
         if matcher is not None:
             rest = os.fsencode("/".join(parts[depth:])) + b"/"
             levels.insert(0, Level(matcher, prefix=rest))
