@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from worksnap.ignore import Rules, base_rules, compile_ignore_file
+from worksnap.ignore import Rules, base_rules, compile_ignore_file, ignore_checker
 from worksnap.manifest import wire_name
 from worksnap.scan import scan_tree
 
@@ -369,3 +369,63 @@ def test_root_that_is_no_repository(root: Path, clean_home: Path) -> None:
         write(root, path)
     captured, _ = scan(root)
     assert captured == {".gitignore", "c"}
+
+
+def test_nested_repository_has_its_own_rules(root: Path, clean_home: Path) -> None:
+    make_repo(root)
+    write(root, ".gitignore", b"*.log\nvendor/lib/dropped/\n")
+    nested = root / "vendor" / "lib"
+    nested_git = make_repo(nested)
+    write(nested_git, "info/exclude", b"*.o\n")
+    write(nested, ".gitignore", b"*.tmp\n")
+    for path in ("a.log", "a.o", "a.tmp", "dropped/f"):
+        write(nested, path)
+    write(root, "b.o")
+    captured, _ = scan(root)
+    # Inside, git run in vendor/lib would show a.log and dropped/f, not a.o or a.tmp;
+    # the outer repository's rules and info/exclude do not apply there.
+    assert captured == {
+        ".gitignore",
+        "b.o",
+        "vendor/lib/.gitignore",
+        "vendor/lib/a.log",
+        "vendor/lib/dropped/f",
+    }
+
+
+def test_nested_repository_itself_is_judged_by_the_outer_rules(root: Path) -> None:
+    make_repo(root)
+    write(root, ".gitignore", b"vendor/\n")
+    make_repo(root / "vendor")
+    write(root, "vendor/f")
+    _, ignored = scan(root)
+    assert ignored == {"vendor"}
+
+
+# -- the restore planner's view ------------------------------------------------
+
+
+def test_ignore_checker_agrees_with_the_scan(root: Path) -> None:
+    make_repo(root)
+    write(root, ".gitignore", b"*.log\nbuild/\n")
+    write(root, "sub/.gitignore", b"!keep.log\n")
+    make_repo(root / "nested")
+    write(root, "nested/.gitignore", b"*.o\n")
+    for path in (
+        "a.log",
+        "sub/keep.log",
+        "sub/x.log",
+        "nested/a.log",
+        "nested/a.o",
+        "c",
+    ):
+        write(root, path)
+    gitignores = {"": b"*.log\nbuild/\n", "sub": b"!keep.log\n", "nested": b"*.o\n"}
+    ignored = ignore_checker(base_rules(root), gitignores)
+    assert not ignored("sub/keep.log", False)
+    assert ignored("sub/x.log", False)
+    assert not ignored("nested/a.log", False)
+    assert ignored("nested/a.o", False)
+    assert ignored("build", True)
+    assert not ignored("build", False)
+    assert ignored("build/anything/below", False)  # below an ignored directory

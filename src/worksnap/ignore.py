@@ -3,7 +3,8 @@
 Sources, from lowest to highest precedence (as `git status` reads them): the
 global excludes file, `$GIT_DIR/info/exclude`, then `.gitignore` files from the
 repository top down to the directory of the path. The deepest file with a
-matching pattern decides, and within a file the last matching pattern.
+matching pattern decides, and within a file the last matching pattern. A nested
+repository starts afresh with its own sources, as git run inside it would.
 
 Each pattern is translated to a regular expression over the raw bytes of the
 path (RE2 in Latin-1 mode: one byte is one character, as in git's wildmatch),
@@ -311,12 +312,17 @@ class Level:
 
 
 class Rules:
-    """The ignore files in force in one directory, deepest first. Immutable."""
+    """The ignore files in force in one directory, deepest first. Immutable.
 
-    __slots__ = ("levels",)
+    `root` is the absolute root the paths are relative to, when known: it lets
+    `ignore_checker` find nested repositories on disk.
+    """
 
-    def __init__(self, levels: tuple[Level, ...] = ()) -> None:
+    __slots__ = ("levels", "root")
+
+    def __init__(self, levels: tuple[Level, ...] = (), root: str | None = None) -> None:
         self.levels = levels
+        self.root = root
 
     def child(self, dir_path: str, data: bytes) -> Rules:
         """Returns the rules inside `dir_path` (wire form, "" for the root) given its .gitignore."""
@@ -324,7 +330,7 @@ class Rules:
         if matcher is None:
             return self
         strip = len(fs_path(dir_path)) + 1 if dir_path else 0
-        return Rules((Level(matcher, strip=strip), *self.levels))
+        return Rules((Level(matcher, strip=strip), *self.levels), self.root)
 
     def ignored(self, path: str, *, is_dir: bool) -> bool:
         """True when git would ignore `path` (wire form, relative to the root).
@@ -433,7 +439,7 @@ def _read(path: Path | None, *, follow: bool) -> bytes:
         return b""
 
 
-def _excludes(top: Path, git_dir: Path | None, *, prefix: bytes) -> list[Level]:
+def _excludes(top: Path, git_dir: Path | None, *, strip: int, prefix: bytes) -> list[Level]:
     """Returns the levels for `info/exclude` and the global file, in precedence order."""
     levels: list[Level] = []
     sources: list[Path | None] = (
@@ -443,7 +449,7 @@ def _excludes(top: Path, git_dir: Path | None, *, prefix: bytes) -> list[Level]:
     for source in sources:
         matcher = compile_ignore_file(_read(source, follow=True))
         if matcher is not None:
-            levels.append(Level(matcher, prefix=prefix))
+            levels.append(Level(matcher, strip=strip, prefix=prefix))
     return levels
 
 
@@ -457,14 +463,30 @@ def base_rules(root: Path) -> Rules:
     top, git_dir = found if found is not None else (root, None)
     parts = root.relative_to(top).parts
     below = os.fsencode("/".join(parts)) + b"/" if parts else b""
-    levels = _excludes(top, git_dir, prefix=below)
+    levels = _excludes(top, git_dir, strip=0, prefix=below)
     for depth in range(len(parts)):
         directory = top.joinpath(*parts[:depth])
         matcher = compile_ignore_file(_read(directory / ".gitignore", follow=False))
         if matcher is not None:
             rest = os.fsencode("/".join(parts[depth:])) + b"/"
             levels.insert(0, Level(matcher, prefix=rest))
-    return Rules(tuple(levels))
+    return Rules(tuple(levels), str(root))
+
+
+def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
+    """Returns the rules at the top of a nested repository at `dir_path`, or None if none is there.
+
+    git does not look into a nested repository; git run inside it reads only
+    its own ignore files, so those are the ones that apply below `dir_path`.
+    """
+    if outer.root is None:
+        return None
+    top = Path(outer.root, os.fsdecode(fs_path(dir_path)))
+    git_dir = _git_dir(top)
+    if git_dir is None:
+        return None
+    strip = len(fs_path(dir_path)) + 1
+    return Rules(tuple(_excludes(top, git_dir, strip=strip, prefix=b"")), outer.root)
 
 
 def ignore_checker(base: Rules, gitignores: dict[str, bytes]) -> Callable[[str, bool], bool]:
@@ -473,14 +495,17 @@ def ignore_checker(base: Rules, gitignores: dict[str, bytes]) -> Callable[[str, 
     `gitignores` maps a directory (wire form, "" for the root) to the bytes of its
     `.gitignore`. Unlike `Rules.ignored`, the returned function may be asked
     about any path: it answers True for everything below an ignored directory.
+    Nested repositories are the ones on disk now (a restore never touches `.git`).
     """
     rules_at: dict[str, Rules] = {}
     dir_ignored: dict[str, bool] = {}
 
     def rules_for(directory: str) -> Rules:
         if directory not in rules_at:
-            parent, _, _ = directory.rpartition("/")
-            outer = base if not directory else rules_for(parent)
+            outer = base
+            if directory:
+                outer = rules_for(directory.rpartition("/")[0])
+                outer = repo_rules(outer, directory) or outer
             data = gitignores.get(directory)
             rules_at[directory] = outer.child(directory, data) if data else outer
         return rules_at[directory]
