@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def scan(root: Path) -> tuple[set[str], set[str]]:
     return {p for p, _ in found.files} | {p for p, _, _ in found.symlinks}, set(found.ignored)
 
 
-def left_out(patterns: bytes, paths: list[str | bytes], root: Path) -> set[str]:
+def left_out(patterns: bytes, paths: Sequence[str | bytes], root: Path) -> set[str]:
     """Which of `paths` a root `.gitignore` of `patterns` keeps out of the capture."""
     write(root, ".gitignore", patterns)
     for path in paths:
