@@ -186,6 +186,12 @@ def test_symlink_is_never_a_directory(root: Path) -> None:
     assert "link" in ignored
 
 
+def test_huge_ignore_file_last_line_still_wins(root: Path) -> None:
+    # Large files are compiled in several RE2 sets; the later lines must still win.
+    lines = [b"*.log", *(b"x%d*[ab]?/**/y*" % i for i in range(2500)), b"!keep.log"]
+    assert left_out(b"\n".join(lines), ["a.log", "keep.log"], root) == {"a.log"}
+
+
 def test_rules_without_any_file_ignore_nothing() -> None:
     assert not Rules().ignored("anything", is_dir=True)
     assert compile_ignore_file(b"# only a comment\n\n   \n!\n/\n") is None

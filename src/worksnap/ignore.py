@@ -257,34 +257,41 @@ def pattern_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-class Matcher:
-    """One compiled ignore file: which of its patterns match a path, last one first."""
+_CHUNK = 500
+"""Patterns per RE2 set. One set for a huge file would outgrow RE2's memory budget
+(it then fails to compile, or a match silently finds nothing); chunks stay small."""
 
-    __slots__ = ("dir_negated", "dirs", "file_negated", "files")
+
+def _compile_chunks(patterns: list[tuple[bytes, bool]]) -> list[tuple[re2.Set, list[bool]]]:
+    """Compiles (regex, negated) pairs into RE2 sets of `_CHUNK` each, the last lines first."""
+    chunks: list[tuple[re2.Set, list[bool]]] = []
+    for start in range(0, len(patterns), _CHUNK):
+        regex_set = re2.Set.FullMatchSet(_OPTIONS)
+        for regex, _ in patterns[start : start + _CHUNK]:
+            regex_set.Add(regex)
+        regex_set.Compile()
+        chunks.insert(0, (regex_set, [negated for _, negated in patterns[start : start + _CHUNK]]))
+    return chunks
+
+
+class Matcher:
+    """One compiled ignore file: which of its lines decides for a path."""
+
+    __slots__ = ("dirs", "files")
 
     def __init__(self, patterns: list[tuple[str, bool, bool]]) -> None:
-        # Two sets: patterns ending in "/" only ever match directories.
-        self.dirs = re2.Set.FullMatchSet(_OPTIONS)
-        self.files = re2.Set.FullMatchSet(_OPTIONS)
-        self.dir_negated: list[bool] = []
-        self.file_negated: list[bool] = []
-        for regex, negated, dir_only in patterns:
-            self.dirs.Add(regex.encode("ascii"))
-            self.dir_negated.append(negated)
-            if not dir_only:
-                self.files.Add(regex.encode("ascii"))
-                self.file_negated.append(negated)
-        self.dirs.Compile()
-        self.files.Compile()
+        # Lines ending in "/" only ever match directories: files are asked without them.
+        self.dirs = _compile_chunks([(r.encode("ascii"), n) for r, n, _ in patterns])
+        self.files = _compile_chunks([(r.encode("ascii"), n) for r, n, d in patterns if not d])
 
     def decide(self, text: bytes, *, is_dir: bool) -> bool | None:
-        """True (ignored), False (re-included by a `!` pattern) or None (no pattern matches)."""
-        if is_dir:
-            found = self.dirs.Match(text)
-            # RE2 reports matches in no particular order: the last pattern wins.
-            return None if found is None else not self.dir_negated[max(found)]
-        found = self.files.Match(text)
-        return None if found is None else not self.file_negated[max(found)]
+        """True (ignored), False (re-included by a `!` line) or None (no line matches)."""
+        for regex_set, negated in self.dirs if is_dir else self.files:
+            found = regex_set.Match(text)
+            if found is not None:
+                # RE2 reports matches in no particular order: the last line wins.
+                return not negated[max(found)]
+        return None
 
 
 @lru_cache(maxsize=4096)
