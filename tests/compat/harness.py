@@ -103,9 +103,14 @@ def _checker_disagreements(root: Path, captured: set[bytes], ignored: list[bytes
 
 
 def subroot(tree: Tree, top: Path) -> Path | None:
-    """The deepest directory below the top that git does not ignore (it lists a file in it)."""
+    """The deepest directory below the top that git does not ignore (it lists a file in it).
+
+    Not at or below a junk `.git` file: git refuses to run there at all.
+    """
     listed = untracked(os.fsencode(top))
     for d in sorted(tree.dirs, key=lambda d: (-d.count(b"/"), d)):
+        if any(d == f or d.startswith(f + b"/") for f in tree.fake_gitfile):
+            continue
         if any(p.startswith(d + b"/") for p in listed):
             return Path(os.fsdecode(os.path.join(os.fsencode(top), d)))
     return None

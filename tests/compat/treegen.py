@@ -184,7 +184,10 @@ class Tree:
     gitfile_repos: list[bytes] = field(default_factory=list)
     """The nested repositories whose `.git` is a file pointing elsewhere."""
     fake_git: list[bytes] = field(default_factory=list)
-    """Directories with a `.git` that is no repository (git walks into them)."""
+    """Directories with a `.git` directory that is no repository: git walks in."""
+    fake_gitfile: list[bytes] = field(default_factory=list)
+    """Directories with a `.git` file that is no `gitdir:` file: git walks in (but refuses
+    to run in them or below them)."""
     info_exclude: dict[bytes, bytes] = field(default_factory=dict)
     """Repository ("" for the top) -> its info/exclude."""
     global_excludes: bytes | None = None
@@ -204,6 +207,9 @@ class Tree:
             os.symlink(target, os.path.join(root, path))
         for d in self.fake_git:
             os.makedirs(os.path.join(root, d, b".git", b"refs"))
+        for d in self.fake_gitfile:
+            with open(os.path.join(root, d, b".git"), "wb") as f:
+                f.write(b"not a gitdir line\n")
 
     def setup_git(self, root: bytes, home: bytes, xdg: bytes, *, top: bool = True) -> None:
         """Writes the global excludes, makes the nested repositories and, with `top`, `root`.
@@ -266,7 +272,8 @@ class Tree:
 
     def describe(self) -> str:
         """The seed and every ignore file, for a failure message."""
-        lines = [f"seed {self.seed}; nested repos {self.repos}; fake .git {self.fake_git}"]
+        lines = [f"seed {self.seed}; nested repos {self.repos} (.git file: {self.gitfile_repos})"]
+        lines.append(f"  not repositories: .git dir {self.fake_git}, .git file {self.fake_gitfile}")
         lines += [f"  {p!r}: {d!r}" for p, d in self.ignore_files()]
         return "\n".join(lines)
 
@@ -394,12 +401,14 @@ def generate(seed: int, *, nested: bool = True) -> Tree:
     if nested:
         for d in tree.dirs:
             roll = rng.random()
-            if roll < 0.06 and not any(d.startswith(r + b"/") for r in tree.repos):
-                tree.repos.append(d)
+            if roll < 0.06:
+                tree.repos.append(d)  # possibly inside another nested repository
                 if rng.random() < 0.3:
                     tree.gitfile_repos.append(d)
-            elif roll < 0.09:
+            elif roll < 0.075:
                 tree.fake_git.append(d)
+            elif roll < 0.09:
+                tree.fake_gitfile.append(d)
 
     def below(directory: bytes) -> list[tuple[bytes, bool]]:
         if not directory:
