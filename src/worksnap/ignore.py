@@ -1,10 +1,16 @@
 """Ignore rules, decided exactly as git decides them.
 
-Sources, from lowest to highest precedence (as `git status` reads them):
-the global excludes file, `$GIT_DIR/info/exclude`, then `.gitignore` files from
-the repository top down to the directory of the path; the deepest file with a
-decisive match wins. Matching works on the raw bytes of names (decoded as
-Latin-1 so that one byte is one character, as in git's wildmatch).
+Sources, from lowest to highest precedence (as `git status` reads them): the
+global excludes file, `$GIT_DIR/info/exclude`, then `.gitignore` files from the
+repository top down to the directory of the path. The deepest file with a
+matching pattern decides, and within a file the last matching pattern. A nested
+repository starts afresh with its own sources, as git run inside it would.
+
+Each pattern is translated to a regular expression over the raw bytes of the
+path (RE2 in Latin-1 mode: one byte is one character, as in git's wildmatch),
+and each ignore file becomes one RE2 set, so one pass over a path finds every
+pattern of the file that matches it. docs/ignore-rules.md lists the rules and
+the git quirks reproduced here.
 """
 
 from __future__ import annotations
@@ -15,63 +21,323 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-from pathspec import GitIgnoreSpec
+import re2
 
 from worksnap.manifest import fs_path
 
 _BOM = b"\xef\xbb\xbf"
 
+_OPTIONS = re2.Options()
+_OPTIONS.encoding = re2.Options.Encoding.LATIN1  # one byte, one character
+_OPTIONS.dot_nl = True  # names may contain newlines
+_OPTIONS.never_capture = True
+_OPTIONS.log_errors = False
 
-@lru_cache(maxsize=4096)
-def compile_ignore_file(data: bytes) -> GitIgnoreSpec | None:
-    """Compiles the bytes of one ignore file; None when it holds no pattern."""
+_SLASH, _BACKSLASH, _STAR, _QUESTION = ord("/"), ord("\\"), ord("*"), ord("?")
+_OPEN, _CLOSE, _COLON, _DASH = ord("["), ord("]"), ord(":"), ord("-")
+
+# The character classes of git's wildmatch. git's own ctype table is ASCII only,
+# whatever the locale, and its isspace() leaves out \v and \f.
+_LOWER = frozenset(range(ord("a"), ord("z") + 1))
+_UPPER = frozenset(range(ord("A"), ord("Z") + 1))
+_DIGIT = frozenset(range(ord("0"), ord("9") + 1))
+_GRAPH = frozenset(range(0x21, 0x7F))
+_CLASSES: dict[bytes, frozenset[int]] = {
+    b"alnum": _LOWER | _UPPER | _DIGIT,
+    b"alpha": _LOWER | _UPPER,
+    b"blank": frozenset(b" \t"),
+    b"cntrl": frozenset([*range(0x20), 0x7F]),
+    b"digit": _DIGIT,
+    b"graph": _GRAPH,
+    b"lower": _LOWER,
+    b"print": _GRAPH | {0x20},
+    b"punct": _GRAPH - _LOWER - _UPPER - _DIGIT,
+    b"space": frozenset(b" \t\n\r"),
+    b"upper": _UPPER,
+    b"xdigit": _DIGIT | frozenset(b"abcdefABCDEF"),
+}
+
+
+def _literal(data: bytes) -> str:
+    """Returns a regular expression matching exactly `data`."""
+    return "".join(chr(c) if c < 0x80 and chr(c).isalnum() else f"\\x{c:02x}" for c in data)
+
+
+def _char_class(chars: set[int]) -> str:
+    """Returns a regular expression matching one byte of `chars` (not empty)."""
+    parts: list[str] = []
+    items = sorted(chars)
+    start = 0
+    for end in range(len(items)):
+        if end + 1 == len(items) or items[end + 1] != items[end] + 1:
+            low, high = items[start], items[end]
+            parts.append(f"\\x{low:02x}" if low == high else f"\\x{low:02x}-\\x{high:02x}")
+            start = end + 1
+    return "[" + "".join(parts) + "]"
+
+
+_NOT_SLASH = _char_class(set(range(1, 256)) - {_SLASH})
+
+
+def _bracket(p: bytes, i: int) -> tuple[set[int], int] | None:
+    """Parses the bracket expression that opens at `p[i]`, step for step as wildmatch does.
+
+    Returns the bytes it matches and the index after it, or None where wildmatch
+    gives up (no closing `]`, an unknown `[:class:]`): the pattern then matches
+    nothing. `]` first is literal, a backslash escapes, and after a range or a
+    class a `-` is literal again.
+    """
+    n = len(p)
+    i += 1
+    negated = i < n and p[i] in b"!^"
+    if negated:
+        i += 1
+    chars: set[int] = set()
+    prev = 0  # the previous character, 0 after a range or a class
+    while True:
+        if i >= n:
+            return None
+        c = p[i]
+        if c == _BACKSLASH:
+            i += 1
+            if i >= n:
+                return None
+            c = p[i]
+            chars.add(c)
+        elif c == _DASH and prev and i + 1 < n and p[i + 1] != _CLOSE:
+            i += 1
+            c = p[i]
+            if c == _BACKSLASH:
+                i += 1
+                if i >= n:
+                    return None
+                c = p[i]
+            chars.update(range(prev, c + 1))  # a reversed range matches nothing
+            c = 0
+        elif c == _OPEN and i + 1 < n and p[i + 1] == _COLON:
+            end = p.find(b"]", i + 2)
+            if end < 0:
+                return None
+            if end == i + 2 or p[end - 1] != _COLON:
+                chars.add(_OPEN)  # no ":]" before the next "]": a literal "["
+            else:
+                members = _CLASSES.get(p[i + 2 : end - 1])
+                if members is None:
+                    return None
+                chars.update(members)
+                i = end
+                c = 0
+        else:
+            chars.add(c)
+        prev = c
+        i += 1
+        if i < n and p[i] == _CLOSE:
+            break
+    matched = {c for c in range(1, 256) if (c in chars) != negated}
+    matched.discard(_SLASH)  # never matches a slash
+    return matched, i + 1
+
+
+def _wildmatch(p: bytes, *, pathname: bool) -> str | None:
+    """Translates a wildmatch pattern; None when it can match nothing.
+
+    With `pathname` (a pattern with a slash), `**` between slashes or at an end
+    of `p` crosses directories. `p` is what git hands to wildmatch: for such a
+    pattern, what follows its literal prefix, so `**` at the start of `p`
+    counts as following a slash even when the prefix ends otherwise.
+    """
+    out: list[str] = []
+    i, n = 0, len(p)
+    while i < n:
+        c = p[i]
+        if c == _BACKSLASH:
+            if i + 1 == n:
+                return None  # a trailing backslash matches nothing
+            out.append(_literal(p[i + 1 : i + 2]))
+            i += 2
+        elif c == _QUESTION:
+            out.append(_NOT_SLASH)
+            i += 1
+        elif c == _STAR:
+            j = i
+            while j < n and p[j] == _STAR:
+                j += 1
+            if (
+                pathname
+                and j - i >= 2
+                and (i == 0 or p[i - 1] == _SLASH)
+                and (j == n or p[j] == _SLASH or p[j : j + 2] == b"\\/")
+            ):
+                if j < n and p[j] == _SLASH:
+                    out.append("(?:.*/)?")  # "**/": no directory, or any number of them
+                    j += 1
+                else:
+                    out.append(".*")  # "/**" at the end; "**\/" is not optional in git
+            else:
+                out.append(_NOT_SLASH + "*")
+            i = j
+        elif c == _OPEN:
+            parsed = _bracket(p, i)
+            if parsed is None or not parsed[0]:
+                return None
+            out.append(_char_class(parsed[0]))
+            i = parsed[1]
+        else:
+            out.append(_literal(p[i : i + 1]))
+            i += 1
+    return "".join(out)
+
+
+def _simple_length(p: bytes) -> int:
+    """The length of the literal start of a pattern (up to its first glob character)."""
+    for i, c in enumerate(p):
+        if c in b"*?[\\":
+            return i
+    return len(p)
+
+
+def _trim_trailing_spaces(line: bytes) -> bytes:
+    """Drops trailing spaces (not tabs) unless escaped; the escaping backslash stays."""
+    end = len(line)
+    while end and line[end - 1] == 0x20:
+        end -= 1
+    if end == len(line):
+        return line
+    backslashes = 0
+    while backslashes < end and line[end - 1 - backslashes] == _BACKSLASH:
+        backslashes += 1
+    if backslashes % 2:
+        end += 1  # "\ " keeps that space
+    return line[:end]
+
+
+def translate(line: bytes) -> tuple[str, bool, bool] | None:
+    """Translates one line of an ignore file as git's dir.c parses it.
+
+    Returns (regular expression over a path relative to the file's directory,
+    negated, directories only), or None for a line that can match nothing.
+    The line has its end of line and trailing spaces already removed.
+    """
+    negated = line.startswith(b"!")
+    if negated:
+        line = line[1:]
+    dir_only = line.endswith(b"/")
+    if dir_only:
+        line = line[:-1]  # only one: "foo//" keeps a slash and matches nothing
+    if not line:
+        return None
+    if b"/" not in line:
+        # No slash: matched against the last component of the path only.
+        body = _wildmatch(line, pathname=False)
+        return None if body is None else ("(?:.*/)?" + body, negated, dir_only)
+    prefix = _simple_length(line)
+    if line.startswith(b"/"):
+        line = line[1:]
+        prefix -= 1
+    # git compares the literal prefix first and wildmatches only the rest.
+    body = _wildmatch(line[prefix:], pathname=True)
+    return None if body is None else (_literal(line[:prefix]) + body, negated, dir_only)
+
+
+def pattern_lines(data: bytes) -> list[bytes]:
+    """Splits an ignore file into pattern lines as git does.
+
+    A UTF-8 BOM is skipped; lines end at LF, one CR before it goes; empty lines
+    and lines starting with `#` are skipped; a line ends at a NUL byte (git reads
+    it as a C string); trailing spaces go unless escaped.
+    """
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
-    # git splits on LF only and drops one CR before it (CRLF ignore files work).
-    lines = [line[:-1] if line.endswith(b"\r") else line for line in data.split(b"\n")]
-    text = [line.decode("latin-1") for line in lines if line and not line.startswith(b"#")]
-    if not text:
+    lines: list[bytes] = []
+    for raw in data.split(b"\n"):
+        if not raw or raw.startswith(b"#"):
+            continue
+        line = raw[:-1] if raw.endswith(b"\r") else raw
+        lines.append(_trim_trailing_spaces(line.partition(b"\0")[0]))
+    return lines
+
+
+_CHUNK = 500
+"""Patterns per RE2 set. One set for a huge file would outgrow RE2's memory budget
+(it then fails to compile, or a match silently finds nothing); chunks stay small."""
+
+
+def _compile_chunks(patterns: list[tuple[bytes, bool]]) -> list[tuple[re2.Set, list[bool]]]:
+    """Compiles (regex, negated) pairs into RE2 sets of `_CHUNK` each, the last lines first."""
+    chunks: list[tuple[re2.Set, list[bool]]] = []
+    for start in range(0, len(patterns), _CHUNK):
+        regex_set = re2.Set.FullMatchSet(_OPTIONS)
+        for regex, _ in patterns[start : start + _CHUNK]:
+            regex_set.Add(regex)
+        regex_set.Compile()
+        chunks.insert(0, (regex_set, [negated for _, negated in patterns[start : start + _CHUNK]]))
+    return chunks
+
+
+class Matcher:
+    """One compiled ignore file: which of its lines decides for a path."""
+
+    __slots__ = ("dirs", "files")
+
+    def __init__(self, patterns: list[tuple[str, bool, bool]]) -> None:
+        # Lines ending in "/" only ever match directories: files are asked without them.
+        self.dirs = _compile_chunks([(r.encode("ascii"), n) for r, n, _ in patterns])
+        self.files = _compile_chunks([(r.encode("ascii"), n) for r, n, d in patterns if not d])
+
+    def decide(self, text: bytes, *, is_dir: bool) -> bool | None:
+        """True (ignored), False (re-included by a `!` line) or None (no line matches)."""
+        for regex_set, negated in self.dirs if is_dir else self.files:
+            found = regex_set.Match(text)
+            if found is not None:
+                # RE2 reports matches in no particular order: the last line wins.
+                return not negated[max(found)]
         return None
-    spec = GitIgnoreSpec.from_lines(text, backend="re2")
-    return spec if len(spec) else None
 
 
-def match_form(path: str) -> str:
-    """Returns a wire path as the Latin-1 text the matcher sees (one byte, one character)."""
-    return path if path.isascii() else fs_path(path).decode("latin-1")
+@lru_cache(maxsize=4096)
+def compile_ignore_file(data: bytes) -> Matcher | None:
+    """Compiles the bytes of one ignore file; None when no pattern in it can match."""
+    patterns = [p for p in map(translate, pattern_lines(data)) if p is not None]
+    return Matcher(patterns) if patterns else None
 
 
 class Level:
-    """One ignore file: its compiled patterns and where its paths are relative to.
+    """One ignore file: its patterns and where its paths are relative to.
 
-    A path relative to the root becomes relative to this file's directory by
-    dropping `strip` (the file's directory below the root) and prepending
-    `prefix` (the root below the file's directory, for files above the root).
+    A path relative to the root (as bytes) becomes relative to this file's
+    directory by dropping its first `strip` bytes (the file's directory below
+    the root, and a slash) and prepending `prefix` (the root below the file's
+    directory and a slash, for files that apply from above the root).
     """
 
-    __slots__ = ("prefix", "spec", "strip")
+    __slots__ = ("matcher", "prefix", "strip")
 
-    def __init__(self, spec: GitIgnoreSpec, *, strip: str = "", prefix: str = "") -> None:
-        self.spec = spec
+    def __init__(self, matcher: Matcher, *, strip: int = 0, prefix: bytes = b"") -> None:
+        self.matcher = matcher
         self.strip = strip
         self.prefix = prefix
 
 
 class Rules:
-    """The ignore files in force in one directory, deepest first. Immutable."""
+    """The ignore files in force in one directory, deepest first. Immutable.
 
-    __slots__ = ("levels",)
+    `root` is the absolute root the paths are relative to, when known: it lets
+    `ignore_checker` find nested repositories on disk.
+    """
 
-    def __init__(self, levels: tuple[Level, ...] = ()) -> None:
+    __slots__ = ("levels", "root")
+
+    def __init__(self, levels: tuple[Level, ...] = (), root: str | None = None) -> None:
         self.levels = levels
+        self.root = root
 
     def child(self, dir_path: str, data: bytes) -> Rules:
         """Returns the rules inside `dir_path` (wire form, "" for the root) given its .gitignore."""
-        spec = compile_ignore_file(data)
-        if spec is None:
+        matcher = compile_ignore_file(data)
+        if matcher is None:
             return self
-        strip = match_form(dir_path) + "/" if dir_path else ""
-        return Rules((Level(spec, strip=strip), *self.levels))
+        strip = len(fs_path(dir_path)) + 1 if dir_path else 0
+        return Rules((Level(matcher, strip=strip), *self.levels), self.root)
 
     def ignored(self, path: str, *, is_dir: bool) -> bool:
         """True when git would ignore `path` (wire form, relative to the root).
@@ -82,73 +348,116 @@ class Rules:
         """
         if not self.levels:
             return False
-        text = match_form(path) + "/" if is_dir else match_form(path)
+        text = fs_path(path)
         for level in self.levels:
-            result = level.spec.check_file(level.prefix + text[len(level.strip) :])
-            if result.include is not None:
-                return result.include
+            if level.strip or level.prefix:
+                decided = level.matcher.decide(level.prefix + text[level.strip :], is_dir=is_dir)
+            else:
+                decided = level.matcher.decide(text, is_dir=is_dir)
+            if decided is not None:
+                return decided
         return False
 
 
+def _is_git_dir(path: Path) -> bool:
+    """Whether `path` looks like a git directory to git: HEAD, objects and refs."""
+    common = _common_dir(path)
+    return (path / "HEAD").is_file() and all((common / d).is_dir() for d in ("objects", "refs"))
+
+
+def _common_dir(git_dir: Path) -> Path:
+    """Returns the directory holding a git directory's shared parts (`info/exclude` too)."""
+    try:
+        text = (git_dir / "commondir").read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return git_dir
+    return (git_dir / text.strip()).resolve()
+
+
 def _git_dir(top: Path) -> Path | None:
-    """Returns the common git directory of the work tree at `top` (follows `gitdir:` files)."""
+    """Returns the git directory of a work tree at `top` (follows a `gitdir:` file), or None.
+
+    None also when `top/.git` is no repository (git then treats `top` as a
+    plain directory).
+    """
     dot_git = top / ".git"
-    if dot_git.is_file():
-        try:
-            text = dot_git.read_text(encoding="utf-8", errors="surrogateescape").strip()
-        except OSError:
-            return None
-        if not text.startswith("gitdir:"):
-            return None
-        git_dir = (top / text[len("gitdir:") :].strip()).resolve()
-    elif dot_git.is_dir():
+    if dot_git.is_dir():
         git_dir = dot_git
     else:
-        return None
-    commondir = git_dir / "commondir"
-    if commondir.is_file():
         try:
-            git_dir = (git_dir / commondir.read_text(encoding="utf-8").strip()).resolve()
+            text = dot_git.read_text(encoding="utf-8", errors="surrogateescape")
         except OSError:
             return None
-    return git_dir
+        if not text.startswith("gitdir: "):
+            return None
+        git_dir = (top / text[len("gitdir: ") :].rstrip("\r\n")).resolve()
+    return git_dir if _is_git_dir(git_dir) else None
 
 
-def _find_top(root: Path) -> Path | None:
-    """Returns the nearest directory at or above `root` that has a `.git`, or None."""
+def _find_top(root: Path) -> tuple[Path, Path] | None:
+    """Returns the nearest work tree at or above `root` and its git directory, or None."""
     for candidate in (root, *root.parents):
-        if (candidate / ".git").exists():
-            return candidate
+        git_dir = _git_dir(candidate)
+        if git_dir is not None:
+            return candidate, git_dir
     return None
 
 
-def global_excludes_file(root: Path) -> Path:
-    """Returns git's global excludes file: `core.excludesFile`, else the XDG default."""
+def global_excludes_file(top: Path) -> Path | None:
+    """Returns git's global excludes file for the work tree (or directory) at `top`.
+
+    That is `core.excludesFile` (a relative path is relative to the top of the
+    work tree; an empty value means none), else `$XDG_CONFIG_HOME/git/ignore`,
+    else `~/.config/git/ignore`.
+    """
     try:
         out = subprocess.run(
             ["git", "config", "--path", "--get", "core.excludesFile"],
-            cwd=root,
+            cwd=top,
             capture_output=True,
             timeout=10,
             check=False,
         )
-        configured = os.fsdecode(out.stdout.strip())
-        if out.returncode == 0 and configured:
-            return Path(configured).expanduser()
+        if out.returncode == 0:
+            configured = os.fsdecode(out.stdout.rstrip(b"\n"))
+            return top / configured if configured else None
     except (OSError, subprocess.SubprocessError):
         pass  # no git on this machine: fall back to the default location, as git would
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(xdg) / "git" / "ignore"
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg:
+        return Path(xdg) / "git" / "ignore"
+    home = os.environ.get("HOME")
+    return Path(home) / ".config" / "git" / "ignore" if home else None
 
 
-def _read(path: Path) -> bytes:
-    """Reads an ignore file; a missing or unreadable one counts as empty (as in git)."""
+def _read(path: Path | None, *, follow: bool) -> bytes:
+    """Reads an ignore file; a missing or unreadable one counts as empty (as in git).
+
+    git does not follow a symlinked `.gitignore` in the work tree (>= 2.32), but
+    does follow `info/exclude` and the global file.
+    """
+    if path is None:
+        return b""
     try:
-        if path.is_symlink():
-            return b""  # git (>= 2.32) does not follow a symlinked ignore file
+        if not follow and path.is_symlink():
+            return b""
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def _excludes(top: Path, git_dir: Path | None, *, strip: int, prefix: bytes) -> list[Level]:
+    """Returns the levels for `info/exclude` and the global file, in precedence order."""
+    levels: list[Level] = []
+    sources: list[Path | None] = (
+        [] if git_dir is None else [_common_dir(git_dir) / "info" / "exclude"]
+    )
+    sources.append(global_excludes_file(top))
+    for source in sources:
+        matcher = compile_ignore_file(_read(source, follow=True))
+        if matcher is not None:
+            levels.append(Level(matcher, strip=strip, prefix=prefix))
+    return levels
 
 
 def base_rules(root: Path) -> Rules:
@@ -157,26 +466,34 @@ def base_rules(root: Path) -> Rules:
     That is the global excludes file, the repository's `info/exclude`, and the
     `.gitignore` files between the repository top and `root`.
     """
-    top = _find_top(root)
-    anchor = top if top is not None else root
-    below_top = match_form(root.relative_to(anchor).as_posix()) if root != anchor else ""
-    levels: list[Level] = []
-    sources = [global_excludes_file(root)]
-    if top is not None and (git_dir := _git_dir(top)) is not None:
-        sources.append(git_dir / "info" / "exclude")
-    for source in sources:
-        spec = compile_ignore_file(_read(source))
-        if spec is not None:
-            levels.insert(0, Level(spec, prefix=below_top + "/" if below_top else ""))
-    if below_top:
-        parts = root.relative_to(anchor).parts
-        for depth in range(len(parts)):
-            directory = anchor.joinpath(*parts[:depth])
-            spec = compile_ignore_file(_read(directory / ".gitignore"))
-            if spec is not None:
-                rest = "/".join(parts[depth:])
-                levels.insert(0, Level(spec, prefix=match_form(rest) + "/"))
-    return Rules(tuple(levels))
+    found = _find_top(root)
+    top, git_dir = found if found is not None else (root, None)
+    parts = root.relative_to(top).parts
+    below = os.fsencode("/".join(parts)) + b"/" if parts else b""
+    levels = _excludes(top, git_dir, strip=0, prefix=below)
+    for depth in range(len(parts)):
+        directory = top.joinpath(*parts[:depth])
+        matcher = compile_ignore_file(_read(directory / ".gitignore", follow=False))
+        if matcher is not None:
+            rest = os.fsencode("/".join(parts[depth:])) + b"/"
+            levels.insert(0, Level(matcher, prefix=rest))
+    return Rules(tuple(levels), str(root))
+
+
+def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
+    """Returns the rules at the top of a nested repository at `dir_path`, or None if none is there.
+
+    git does not look into a nested repository; git run inside it reads only
+    its own ignore files, so those are the ones that apply below `dir_path`.
+    """
+    if outer.root is None:
+        return None
+    top = Path(outer.root, os.fsdecode(fs_path(dir_path)))
+    git_dir = _git_dir(top)
+    if git_dir is None:
+        return None
+    strip = len(fs_path(dir_path)) + 1
+    return Rules(tuple(_excludes(top, git_dir, strip=strip, prefix=b"")), outer.root)
 
 
 def ignore_checker(base: Rules, gitignores: dict[str, bytes]) -> Callable[[str, bool], bool]:
@@ -185,14 +502,17 @@ def ignore_checker(base: Rules, gitignores: dict[str, bytes]) -> Callable[[str, 
     `gitignores` maps a directory (wire form, "" for the root) to the bytes of its
     `.gitignore`. Unlike `Rules.ignored`, the returned function may be asked
     about any path: it answers True for everything below an ignored directory.
+    Nested repositories are the ones on disk now (a restore never touches `.git`).
     """
     rules_at: dict[str, Rules] = {}
     dir_ignored: dict[str, bool] = {}
 
     def rules_for(directory: str) -> Rules:
         if directory not in rules_at:
-            parent, _, _ = directory.rpartition("/")
-            outer = base if not directory else rules_for(parent)
+            outer = base
+            if directory:
+                outer = rules_for(directory.rpartition("/")[0])
+                outer = repo_rules(outer, directory) or outer
             data = gitignores.get(directory)
             rules_at[directory] = outer.child(directory, data) if data else outer
         return rules_at[directory]

@@ -1,7 +1,8 @@
 """Scan: walk the workspace once, top-down, sorting every path into what is captured and why not.
 
 Never enters an ignored or excluded directory, never follows a symlink, and
-never captures a `.git` (at any depth) or the store itself.
+never captures a `.git` (at any depth) or the store itself. Below a nested
+repository, that repository's own ignore rules apply (see ignore.repo_rules).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import stat
 from dataclasses import dataclass, field
 
 from worksnap.errors import SnapshotError
-from worksnap.ignore import Rules
+from worksnap.ignore import Rules, repo_rules
 from worksnap.manifest import wire_name
 
 
@@ -54,10 +55,21 @@ def scan_tree(
                 children = sorted(it, key=lambda e: e.name)
         except OSError as exc:
             raise SnapshotError(rel_dir or ".", f"cannot list directory: {exc.strerror}") from None
+        ignore_file = None
+        nested_repo = False
         for child in children:
-            if child.name == ".gitignore" and child.is_file(follow_symlinks=False):
-                dir_rules = dir_rules.child(rel_dir, _read_ignore_file(child.path, rel_dir))
-                break
+            if child.name > ".gitignore":
+                break  # sorted by name: neither can come later
+            if child.name == ".gitignore":
+                ignore_file = child
+            elif child.name == ".git":
+                nested_repo = rel_dir != ""
+        if nested_repo:
+            # git run inside a nested repository reads only that repository's ignore files.
+            dir_rules = repo_rules(dir_rules, rel_dir) or dir_rules
+        # git does not follow a symlinked .gitignore (>= 2.32).
+        if ignore_file is not None and ignore_file.is_file(follow_symlinks=False):
+            dir_rules = dir_rules.child(rel_dir, _read_ignore_file(ignore_file.path, rel_dir))
         subdirs: list[tuple[str, str, Rules]] = []
         for child in children:
             name = wire_name(child.name)

@@ -1,0 +1,1 @@
+"""Differential tests: worksnap's ignore decisions against real git."""
