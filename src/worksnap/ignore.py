@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import re2
+from blake3 import blake3
 
 from worksnap.manifest import fs_path
 
@@ -325,11 +326,16 @@ class Rules:
     `ignore_checker` find nested repositories on disk.
     """
 
-    __slots__ = ("levels", "root")
+    __slots__ = ("key", "levels", "root")
 
-    def __init__(self, levels: tuple[Level, ...] = (), root: str | None = None) -> None:
+    def __init__(
+        self, levels: tuple[Level, ...] = (), root: str | None = None, key: bytes = b""
+    ) -> None:
         self.levels = levels
         self.root = root
+        self.key = key
+        """For rules from `base_rules`: a digest of every source read, so a cache of
+        decisions made under them can tell when they changed."""
 
     def child(self, dir_path: str, data: bytes) -> Rules:
         """Returns the rules inside `dir_path` (wire form, "" for the root) given its .gitignore."""
@@ -337,7 +343,7 @@ class Rules:
         if matcher is None:
             return self
         strip = len(fs_path(dir_path)) + 1 if dir_path else 0
-        return Rules((Level(matcher, strip=strip), *self.levels), self.root)
+        return Rules((Level(matcher, strip=strip), *self.levels), self.root, self.key)
 
     def ignored(self, path: str, *, is_dir: bool) -> bool:
         """True when git would ignore `path` (wire form, relative to the root).
@@ -446,15 +452,21 @@ def _read(path: Path | None, *, follow: bool) -> bytes:
         return b""
 
 
-def _excludes(top: Path, git_dir: Path | None, *, strip: int, prefix: bytes) -> list[Level]:
-    """Returns the levels for `info/exclude` and the global file, in precedence order."""
+def _excludes(
+    top: Path, git_dir: Path | None, *, strip: int, prefix: bytes, read: list[bytes]
+) -> list[Level]:
+    """Returns the levels for `info/exclude` and the global file, in precedence order.
+
+    What was read is appended to `read`.
+    """
     levels: list[Level] = []
     sources: list[Path | None] = (
         [] if git_dir is None else [_common_dir(git_dir) / "info" / "exclude"]
     )
     sources.append(global_excludes_file(top))
     for source in sources:
-        matcher = compile_ignore_file(_read(source, follow=True))
+        read.append(_read(source, follow=True))
+        matcher = compile_ignore_file(read[-1])
         if matcher is not None:
             levels.append(Level(matcher, strip=strip, prefix=prefix))
     return levels
@@ -470,14 +482,17 @@ def base_rules(root: Path) -> Rules:
     top, git_dir = found if found is not None else (root, None)
     parts = root.relative_to(top).parts
     below = os.fsencode("/".join(parts)) + b"/" if parts else b""
-    levels = _excludes(top, git_dir, strip=0, prefix=below)
+    read: list[bytes] = []
+    levels = _excludes(top, git_dir, strip=0, prefix=below, read=read)
     for depth in range(len(parts)):
         directory = top.joinpath(*parts[:depth])
-        matcher = compile_ignore_file(_read(directory / ".gitignore", follow=False))
+        read.append(_read(directory / ".gitignore", follow=False))
+        matcher = compile_ignore_file(read[-1])
         if matcher is not None:
             rest = os.fsencode("/".join(parts[depth:])) + b"/"
             levels.insert(0, Level(matcher, prefix=rest))
-    return Rules(tuple(levels), str(root))
+    key = blake3(b"\0".join([os.fsencode(str(top)), below, *read]), max_threads=1).digest()
+    return Rules(tuple(levels), str(root), key)
 
 
 def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
@@ -493,7 +508,8 @@ def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
     if git_dir is None:
         return None
     strip = len(fs_path(dir_path)) + 1
-    return Rules(tuple(_excludes(top, git_dir, strip=strip, prefix=b"")), outer.root)
+    levels = _excludes(top, git_dir, strip=strip, prefix=b"", read=[])
+    return Rules(tuple(levels), outer.root, outer.key)
 
 
 def ignore_checker(base: Rules, gitignores: dict[str, bytes]) -> Callable[[str, bool], bool]:

@@ -200,7 +200,7 @@ def _is_canonical(text: str) -> bool:
     return b"\x00" not in raw and wire_name(os.fsdecode(raw)) == text
 
 
-def _is_git_name(component: str) -> bool:
+def is_git_name(component: str) -> bool:
     """True for every spelling git itself refuses as a path component.
 
     As git's `verify_path` with core.protectNTFS and core.protectHFS: any case
@@ -208,6 +208,11 @@ def _is_git_name(component: str) -> bool:
     (`.git::$INDEX_ALLOCATION`), the NTFS short name (`git~1`), and HFS+
     ignorable code points anywhere (`.g\u200cit`).
     """
+    if component.isascii():  # the common case, asked for every name a scan sees
+        lowered = component.lower()
+        if not lowered.startswith((".git", "git~1")):
+            return False
+        return lowered.partition(":")[0].rstrip(". ") in (".git", "git~1")
     name = _HFS_IGNORED.sub("", component).lower().partition(":")[0].rstrip(". ")
     return name in (".git", "git~1")
 
@@ -230,7 +235,7 @@ def check_path(path: str, what: str) -> str | None:
 
 def _check_relpath(path: str, what: str, source: str, *, allow_git: bool = False) -> None:
     reason = check_path(path, what)
-    if reason is None and not allow_git and any(_is_git_name(c) for c in path.split("/")):
+    if reason is None and not allow_git and any(is_git_name(c) for c in path.split("/")):
         reason = f"{what} {path!r} is inside a .git directory"
     if reason is not None:
         raise ManifestError(source, reason)

@@ -30,6 +30,7 @@ from worksnap.errors import ManifestError, ObjectError, SnapshotError
 from worksnap.fsio import fsync_dir, write_atomic
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.manifest import Digest, Manifest, Summary, decode_manifest, encode_manifest
+from worksnap.scan import Listings
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _ID_FILE = re.compile(r"([0-9a-f]{12})\.json\Z")
@@ -90,6 +91,7 @@ class Store:
         self._read_fds: dict[str, int] = {}
         self.added = 0
         """How many new objects this instance has stored."""
+        self._generation: tuple[int, int] | None = None
 
     # -- layout --------------------------------------------------------------
 
@@ -139,6 +141,30 @@ class Store:
                         index[digest] = (pack, offset, size)
             self._index = index
         return self._index
+
+    def sync(self) -> bool:
+        """Forgets the remembered index if a gc has swept objects since it was read.
+
+        A long-lived instance would otherwise take a swept object for present and
+        record a snapshot that needs it. Call under the store lock.
+
+        Returns:
+            True when a sweep happened since the last call.
+        """
+        try:
+            st = os.stat(os.path.join(self.dir, "generation"))
+            generation: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+        except FileNotFoundError:
+            generation = None
+        if generation == self._generation:
+            return False
+        self._generation = generation
+        self._index = None
+        return True
+
+    def index(self) -> dict[str, tuple[str, int, int]]:
+        """Returns digest -> (pack, offset, size) of every packed object (objects < 1 MiB)."""
+        return self._load_index()
 
     def has(self, digest: str) -> bool:
         """True when the object is stored (not checked against its digest; see `read`)."""
@@ -368,6 +394,8 @@ class Store:
                         os.unlink(path)
                         removed += ".tmp-" not in rest
         self._index = None
+        # Other processes may remember objects that are now gone: tell them.
+        write_atomic(os.path.join(self.dir, "generation"), secrets.token_hex(8).encode())
         return removed, freed
 
     def size(self) -> int:
@@ -395,7 +423,24 @@ class Store:
         """Stores the set of pinned snapshot ids."""
         write_atomic(os.path.join(self.dir, "pins.json"), msgspec.json.encode(sorted(pins)))
 
-    # -- stat cache ----------------------------------------------------------
+    # -- caches --------------------------------------------------------------
+
+    def load_listings(self, root: str) -> Listings:
+        """Returns the per-directory scan cache for `root` (empty if missing or damaged)."""
+        try:
+            with open(os.path.join(self.dir, "cache", "dirs"), "rb") as f:
+                cached_root, listings = msgspec.msgpack.decode(f.read(), type=tuple[str, Listings])
+        except (OSError, msgspec.DecodeError):
+            return Listings()
+        return listings if cached_root == root else Listings()
+
+    def save_listings(self, root: str, listings: Listings) -> None:
+        """Stores the per-directory scan cache; losing it only costs a full scan."""
+        write_atomic(
+            os.path.join(self.dir, "cache", "dirs"),
+            _encoder.encode((root, listings)),
+            durable=False,
+        )
 
     def load_stat_cache(self, root: str) -> dict[str, tuple[StatKey, str]]:
         """Returns the stat cache for `root` ({} if missing, damaged or for another root)."""

@@ -64,8 +64,9 @@ from worksnap.manifest import (
 )
 from worksnap.plan import Plan, ancestors, plan_restore
 from worksnap.retention import Retention, select_expired
-from worksnap.scan import scan_tree
+from worksnap.scan import DirScan, Listings, scan_tree
 from worksnap.store import StatKey, Store
+from worksnap.watch import Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
 """Files larger than this (2 MiB) are listed in `large` and not captured."""
@@ -130,6 +131,7 @@ class Workspace:
         exclude: tuple[str, ...] = (),
         force: bool = False,
         session: str = DEFAULT_SESSION,
+        watch: bool = False,
         progress: Callable[[Progress], None] | None = None,
     ) -> None:
         """Opens the workspace at `root` (nothing is written until the first snapshot).
@@ -143,6 +145,9 @@ class Workspace:
             force: allow `/` or the home directory as a root.
             session: the session new snapshots belong to; list, rewind, undo and redo
                 look only at it.
+            watch: keep an inotify watch on every captured directory (Linux), so that
+                a snapshot reads only the directories where something happened. For a
+                long-lived object; see docs/performance.md for what it cannot see.
             progress: called now and then during long work.
 
         Raises:
@@ -185,6 +190,14 @@ class Workspace:
         self.problems: builtins.list[str] = []
         """One line for each damaged snapshot the last `list` skipped."""
         self._stat_cache: dict[str, tuple[StatKey, str]] | None = None
+        self._listings: Listings | None = None
+        # With a watcher: what the last capture saw, to reuse where nothing happened.
+        self._watcher = Watcher() if watch else None
+        if self._watcher is not None and not self._watcher.available:
+            self._watcher = None
+        self._memory: dict[str, DirScan] = {}
+        self._entries: dict[str, tuple[os.stat_result, Entry]] = {}
+        self._last_capture: Manifest | None = None
 
     # -- helpers -------------------------------------------------------------
 
@@ -207,8 +220,12 @@ class Workspace:
             self._progress(Progress(what, done, total))
 
     def close(self) -> None:
-        """Releases open files; the workspace may be used again afterwards."""
+        """Releases open files and the watcher; the workspace may be used again afterwards."""
         self.store.close()
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
+        self._last_capture = None
 
     def __enter__(self) -> Workspace:
         return self
@@ -248,32 +265,69 @@ class Workspace:
                 except the stat cache.
         """
         scan_start = time.time_ns()
+        trust_before = scan_start - _RACY_MARGIN_NS
+        swept = self.store.sync() if store_objects else False
+        dirty = self._watcher.drain() if self._watcher is not None else None
+        last = self._last_capture
+        if dirty == set() and last is not None and not swept:
+            # Not one event in any watched directory: the tree is as last captured.
+            return msgspec.structs.replace(last, id=new_id(), time=now_rfc3339())
+        if self._listings is None:
+            self._listings = (
+                self.store.load_listings(self.root) if self.store.exists() else Listings()
+            )
+        listed = self._listings.dirs
         found = scan_tree(
             self.root,
             self._base_rules(),
             exclude=self._exclude,
             max_file_bytes=self.max_file_bytes,
+            listings=self._listings,
+            trust_before=trust_before,
+            watcher=self._watcher,
+            memory=self._memory,
+            dirty=dirty,
         )
+        if self._listings.dirs != listed and self.store.exists():
+            self.store.save_listings(self.root, self._listings)
         if self._stat_cache is None:
             self._stat_cache = self.store.load_stat_cache(self.root) if self.store.exists() else {}
         cache = self._stat_cache
         fresh: dict[str, tuple[StatKey, str]] = {}
-        trust_before = scan_start - _RACY_MARGIN_NS
+        packed = self.store.index()
         entries: list[Entry] = []
         total = len(found.files)
+        remembered = self._entries
+        kept: dict[str, tuple[os.stat_result, Entry]] = {}
         for done, (rel, seen) in enumerate(found.files):
+            prev = remembered.get(rel)
+            if (
+                prev is not None
+                and prev[0] is seen  # the very stat of the last capture: a watched, quiet dir
+                and (not store_objects or prev[1].hash in packed)
+            ):
+                entries.append(prev[1])
+                kept[rel] = prev
+                if (hit := cache.get(rel)) is not None:
+                    fresh[rel] = hit
+                continue
             st = seen
             key: StatKey = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
             hit = cache.get(rel)
             digest = hit[1] if hit is not None and hit[0] == key else None
-            if digest is None or (store_objects and not self.store.has(digest)):
+            if digest is None or (
+                store_objects and digest not in packed and not self.store.has(digest)
+            ):
                 digest, st = self._hash_and_store(rel, store_objects=store_objects)
                 key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
             if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
                 fresh[rel] = (key, digest)
-            entries.append(
-                Entry(path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size)
+            entry = Entry(
+                path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size
             )
+            entries.append(entry)
+            if self._watcher is not None:
+                kept[rel] = (seen, entry)
             if done % 4096 == 4095:
                 self._report("hash", done + 1, total)
         entries.extend(
@@ -285,7 +339,8 @@ class Workspace:
         if fresh != cache and self.store.exists():
             self.store.save_stat_cache(self.root, fresh)
         self._stat_cache = fresh
-        return Manifest(
+        self._entries = kept
+        current = Manifest(
             version=VERSION,
             id=new_id(),
             root=self._wire_root,
@@ -300,6 +355,9 @@ class Workspace:
             large=sorted(found.large),
             excluded=sorted(found.excluded),
         )
+        if self._watcher is not None:
+            self._last_capture = current
+        return current
 
     def _hash_and_store(self, rel: str, *, store_objects: bool) -> tuple[str, os.stat_result]:
         path = os.path.join(self.root, os.fsdecode(fs_path(rel)))
@@ -996,10 +1054,12 @@ class Workspace:
                     write_atomic(self.store.manifest_path(snapshot_id), encode_manifest(moved))
                     count += 1
             write_atomic(os.path.join(self.store_dir, "root"), os.fsencode(self.root) + b"\n")
-            cache = os.path.join(self.store_dir, "cache", "stat")
-            if os.path.exists(cache):
-                os.unlink(cache)
+            for name in ("stat", "dirs"):
+                cache = os.path.join(self.store_dir, "cache", name)
+                if os.path.exists(cache):
+                    os.unlink(cache)
         self._stat_cache = None
+        self._listings = None
         return count
 
     # -- diff ----------------------------------------------------------------

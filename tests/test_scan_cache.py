@@ -1,0 +1,162 @@
+"""The per-directory listing cache and the inotify watcher only ever save work."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap import Workspace
+from worksnap import scan as scan_module
+from worksnap import workspace as workspace_module
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux")
+
+
+def settle() -> None:
+    """Waits out the racy margin so that listings and stats may be trusted."""
+    time.sleep(workspace_module._RACY_MARGIN_NS / 1e9 * 2)
+
+
+def count_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    listed: list[str] = []
+    real = scan_module._classify
+
+    def counting(rel_dir: str, *args: object) -> list[tuple[str, str]]:
+        listed.append(rel_dir)
+        return real(rel_dir, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan_module, "_classify", counting)
+    return listed
+
+
+def paths(ws: Workspace) -> dict[str, str | None]:
+    return {e.path: e.hash for e in ws.snapshot().entries}
+
+
+def test_unchanged_directories_are_not_listed_again(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root, "a/one.txt", "1")
+    write(root, "b/two.txt", "2")
+    ws = Workspace(root)
+    ws.snapshot()
+    settle()
+    ws.snapshot()  # listings recorded now that they are old enough to trust
+    listed = count_listings(monkeypatch)
+    Workspace(root).snapshot()  # a fresh process reads the cache from the store
+    assert listed == []
+    write(root, "b/three.txt", "3")
+    assert "b/three.txt" in paths(Workspace(root))
+    assert listed == ["b"]
+
+
+def test_gitignore_change_relists_below_it(root: Path) -> None:
+    write(root, ".gitignore", "")
+    write(root, "sub/keep.log", "log")
+    ws = Workspace(root)
+    settle()
+    ws.snapshot()
+    settle()
+    assert "sub/keep.log" in paths(ws)
+    st = (root / ".gitignore").stat()
+    (root / ".gitignore").write_text("*.log")  # content only: the root dir is unchanged
+    os.utime(root / ".gitignore", ns=(st.st_atime_ns, st.st_mtime_ns))
+    settle()  # old enough that only the stamp check can tell
+    snap = ws.snapshot()
+    assert "sub/keep.log" not in {e.path for e in snap.entries}
+    assert snap.ignored == ["sub/keep.log"]
+
+
+def test_exclusions_are_part_of_the_cache_key(root: Path) -> None:
+    write(root, "secret/key", "k")
+    write(root, "a.txt", "a")
+    Workspace(root).snapshot()
+    settle()
+    Workspace(root).snapshot()
+    snap = Workspace(root, exclude=("secret",)).snapshot()
+    assert [e.path for e in snap.entries] == ["a.txt"]
+    assert "secret" in snap.excluded
+
+
+def test_replaced_child_types_are_seen(root: Path) -> None:
+    write(root, "d/x", "file")
+    ws = Workspace(root)
+    ws.snapshot()
+    settle()
+    ws.snapshot()
+    (root / "d" / "x").unlink()
+    (root / "d" / "x").mkdir()
+    write(root, "d/x/inner", "i")
+    snap = ws.snapshot()
+    assert [e.path for e in snap.entries] == ["d/x/inner"]
+    assert snap.dirs == ["d", "d/x"]
+
+
+@linux_only
+def test_watched_workspace_sees_every_kind_of_change(root: Path) -> None:
+    write(root, "a/one.txt", "1")
+    write(root, "a/deep/two.txt", "2")
+    write(root, "b/three.txt", "3")
+    ws = Workspace(root, watch=True)
+    plain = Workspace(root)
+    first = ws.snapshot()
+    assert ws.snapshot().tree == first.tree
+    changes = [
+        lambda: write(root, "a/one.txt", "changed"),
+        lambda: write(root, "a/deep/new.txt", "new"),
+        (root / "b" / "three.txt").unlink,
+        lambda: (root / "a" / "one.txt").chmod(0o600),
+        lambda: os.rename(root / "a" / "deep", root / "moved"),
+        lambda: write(root, "moved/later.txt", "inside the moved dir"),
+        lambda: os.symlink("a", root / "link"),
+        (root / "b").rmdir,
+        lambda: write(root, ".gitignore", "*.txt\n"),
+        lambda: write(root, ".gitignore", ""),
+    ]
+    for change in changes:
+        change()
+        watched = ws.snapshot()
+        assert watched.tree == plain.capture(store_objects=False).tree, change
+        assert watched.entries == plain.capture(store_objects=False).entries
+    ws.close()
+
+
+@linux_only
+def test_watched_snapshot_of_quiet_tree_reads_nothing(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root, "a/one.txt", "1")
+    ws = Workspace(root, watch=True)
+    first = ws.snapshot()
+
+    def no_stat(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a quiet watched tree needs no lstat")
+
+    monkeypatch.setattr(scan_module.os, "lstat", no_stat)
+    again = ws.snapshot()
+    assert again.tree == first.tree
+    assert again.id != first.id
+    monkeypatch.undo()
+    write(root, "a/one.txt", "2")
+    assert ws.snapshot().tree != first.tree
+    ws.close()
+
+
+@linux_only
+def test_watched_workspace_restores_exactly(root: Path) -> None:
+    write(root, "a.txt", "a")
+    write(root, "d/b.txt", "b")
+    ws = Workspace(root, watch=True)
+    snap = ws.snapshot()
+    before = tree_state(root)
+    write(root, "a.txt", "edited")
+    write(root, "d/new.txt", "new")
+    assert ws.restore(snap.id).ok
+    assert tree_state(root) == before
+    assert ws.snapshot().tree == snap.tree
+    ws.close()
