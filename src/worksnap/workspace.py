@@ -1102,15 +1102,9 @@ def _one_line(label: str | None) -> str | None:
 
 def _count_changes(old: Manifest, new: Manifest) -> int:
     """Counts the paths (files, links, dirs) that differ between two full snapshots."""
-    before: dict[str, Entry | None] = dict.fromkeys(old.dirs)
-    before.update((e.path, e) for e in old.entries)
-    after: dict[str, Entry | None] = dict.fromkeys(new.dirs)
-    after.update((e.path, e) for e in new.entries)
-    return sum(
-        1
-        for path in before.keys() | after.keys()
-        if path not in before or path not in after or before[path] != after[path]
-    )
+    differing = {e.path for e in set(old.entries).symmetric_difference(new.entries)}
+    differing.update(set(old.dirs).symmetric_difference(new.dirs))
+    return len(differing)
 
 
 def _summarize(manifest: Manifest, *, changed: int | None = None) -> Summary:
