@@ -31,9 +31,11 @@ def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     hashed: list[str] = []
     real = workspace_module.read_file
 
-    def counting(path: str, rel: str, *, keep: bool) -> tuple[str, bytes | None, os.stat_result]:
+    def counting(
+        path: bytes, rel: str, *, keep: bool, dir_fd: int | None = None
+    ) -> tuple[str, bytes | None, os.stat_result]:
         hashed.append(rel)
-        return real(path, rel, keep=keep)
+        return real(path, rel, keep=keep, dir_fd=dir_fd)
 
     monkeypatch.setattr(workspace_module, "read_file", counting)
     return hashed

@@ -13,16 +13,14 @@ import errno
 import os
 import re
 import secrets
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from worksnap.errors import ObjectError
+from worksnap.fsio import DirTree
 from worksnap.hash import hash_bytes
-from worksnap.manifest import fs_path, is_under
+from worksnap.manifest import fs_path
 from worksnap.plan import Change, Op, Plan
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(slots=True)
@@ -49,62 +47,6 @@ class Result:
     def ok(self) -> bool:
         """True when every planned change was made."""
         return self.error is None
-
-
-class _Tree:
-    """Directory descriptors under one root, opened one component at a time.
-
-    At most `_KEEP` descriptors stay open besides the root's (least recently used
-    ones are closed), so a restore of many directories never runs out of them,
-    and the walk down is a loop, so no depth is too deep.
-    """
-
-    _KEEP = 64
-
-    def __init__(self, root: str) -> None:
-        self._root = os.open(root, _DIR_FLAGS)
-        self._fds: OrderedDict[str, int] = OrderedDict()
-
-    def dir_fd(self, directory: str) -> int:
-        """Returns a descriptor on `directory` (relative wire path), never crossing a symlink."""
-        if not directory:
-            return self._root
-        fd = self._fds.get(directory)
-        if fd is not None:
-            self._fds.move_to_end(directory)
-            return fd
-        parts = directory.split("/")
-        start, fd = 0, self._root
-        for depth in range(len(parts) - 1, 0, -1):
-            cached = self._fds.get("/".join(parts[:depth]))
-            if cached is not None:
-                self._fds.move_to_end("/".join(parts[:depth]))
-                start, fd = depth, cached
-                break
-        for depth in range(start, len(parts)):
-            try:
-                fd = os.open(fs_path(parts[depth]), _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    where = "/".join(parts[: depth + 1])
-                    raise OSError(exc.errno, f"{where} is not a directory (a symlink?)") from None
-                raise
-            self._fds["/".join(parts[: depth + 1])] = fd
-            while len(self._fds) > self._KEEP:
-                os.close(self._fds.popitem(last=False)[1])
-        return fd
-
-    def forget(self, directory: str) -> None:
-        """Closes the descriptors of `directory` and below (it is about to be removed)."""
-        for key in [k for k in self._fds if is_under(k, directory)]:
-            os.close(self._fds.pop(key))
-
-    def close(self) -> None:
-        """Closes every descriptor."""
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-        os.close(self._root)
 
 
 Step = tuple[str, Change]
@@ -147,7 +89,7 @@ def apply_plan(
     result = Result(target=plan.target.id)
     failed_at = len(steps)
     try:
-        tree = _Tree(root)
+        tree = DirTree(root)
     except OSError as exc:
         result.error = f"{root}: {_describe(exc)}"
         result.not_restored = _unique_paths(steps)
@@ -207,7 +149,7 @@ def remove_leftovers(root: str, dirs: Iterable[str]) -> list[str]:
     """
     removed: list[str] = []
     try:
-        tree = _Tree(root)
+        tree = DirTree(root)
     except OSError:
         return removed
     try:

@@ -1,9 +1,16 @@
-"""Durable file writes: temp file in the same directory, fsync, rename, fsync the directory."""
+"""File system helpers: durable writes, and directory descriptors that never cross a symlink.
+
+Durable write: temp file in the same directory, fsync, rename, fsync the directory.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+from collections import OrderedDict
+
+from worksnap.manifest import fs_path, is_under
 
 
 def fsync_dir(path: str) -> None:
@@ -44,3 +51,68 @@ def write_atomic(path: str, data: bytes, *, durable: bool = True) -> None:
         raise
     if durable:
         fsync_dir(directory)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class DirTree:
+    """Directory descriptors under one root, opened one component at a time.
+
+    At most `_KEEP` descriptors stay open besides the root's (least recently used
+    ones are closed), so a restore of many directories never runs out of them,
+    and the walk down is a loop, so no depth is too deep.
+    """
+
+    _KEEP = 64
+
+    def __init__(self, root: str) -> None:
+        self._root = os.open(root, _DIR_FLAGS)
+        self._fds: OrderedDict[str, int] = OrderedDict()
+
+    def dir_fd(self, directory: str) -> int:
+        """Returns a descriptor on `directory` (relative wire path), never crossing a symlink."""
+        if not directory:
+            return self._root
+        fd = self._fds.get(directory)
+        if fd is not None:
+            self._fds.move_to_end(directory)
+            return fd
+        parts = directory.split("/")
+        start, fd = 0, self._root
+        for depth in range(len(parts) - 1, 0, -1):
+            cached = self._fds.get("/".join(parts[:depth]))
+            if cached is not None:
+                self._fds.move_to_end("/".join(parts[:depth]))
+                start, fd = depth, cached
+                break
+        for depth in range(start, len(parts)):
+            try:
+                fd = os.open(fs_path(parts[depth]), _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    where = "/".join(parts[: depth + 1])
+                    raise OSError(exc.errno, f"{where} is not a directory (a symlink?)") from None
+                raise
+            self._fds["/".join(parts[: depth + 1])] = fd
+            while len(self._fds) > self._KEEP:
+                os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def forget(self, directory: str) -> None:
+        """Closes the descriptors of `directory` and below (it is about to be removed)."""
+        for key in [k for k in self._fds if is_under(k, directory)]:
+            os.close(self._fds.pop(key))
+
+    def __enter__(self) -> DirTree:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes every descriptor."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        os.close(self._root)

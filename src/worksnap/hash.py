@@ -44,11 +44,16 @@ def _chunks(fd: int) -> Iterator[bytes]:
         yield chunk
 
 
-def read_file(path: str, rel: str, *, keep: bool) -> tuple[Digest, bytes | None, os.stat_result]:
+def read_file(
+    path: str | bytes, rel: str, *, keep: bool, dir_fd: int | None = None
+) -> tuple[Digest, bytes | None, os.stat_result]:
     """Reads and hashes one regular file, re-reading it if it changes while it is read.
 
     Args:
-        path: the file's absolute path (never followed if it is a symlink).
+        path: the file (a name relative to `dir_fd` when given); never followed
+            if it is a symlink.
+        dir_fd: a descriptor on the file's directory (see `fsio.DirTree`), so that
+            a parent swapped for a symlink cannot lead the read outside the root.
         rel: its path relative to the root, for errors.
         keep: return the bytes too (for storing them); only honoured below `SMALL`.
 
@@ -62,7 +67,7 @@ def read_file(path: str, rel: str, *, keep: bool) -> tuple[Digest, bytes | None,
     previous: Digest | None = None
     for _ in range(_RETRIES):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as exc:
             raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
         try:

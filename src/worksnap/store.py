@@ -192,8 +192,14 @@ class Store:
             fsync_dir(self._objects)
         return path
 
-    def add_file(self, digest: Digest, path: str, rel: str) -> bool:
+    def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
         """Stores a large file by streaming it; True when it was new.
+
+        Args:
+            digest: what the file was hashed to.
+            path: the file (a name relative to `dir_fd` when given); never followed.
+            rel: its path relative to the root, for errors.
+            dir_fd: a descriptor on the file's directory, or None.
 
         Raises:
             SnapshotError: the file no longer has the digest it was hashed to.
@@ -205,7 +211,8 @@ class Store:
         tmp = f"{target}.tmp-{secrets.token_hex(4)}"
         hasher = blake3(max_threads=blake3.AUTO)
         try:
-            with open(path, "rb") as src, open(tmp, "wb") as dst:
+            source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            with open(source, "rb") as src, open(tmp, "wb") as dst:
                 while chunk := src.read(1 << 20):
                     hasher.update(chunk)
                     dst.write(chunk)

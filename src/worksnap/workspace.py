@@ -32,7 +32,7 @@ from worksnap.errors import (
     SnapshotError,
     WorksnapError,
 )
-from worksnap.fsio import fsync_dir, write_atomic
+from worksnap.fsio import DirTree, fsync_dir, write_atomic
 from worksnap.hash import SMALL, hash_bytes, read_file
 from worksnap.history import (
     CHECKPOINT,
@@ -299,37 +299,38 @@ class Workspace:
         total = len(found.files)
         remembered = self._entries
         kept: dict[str, tuple[os.stat_result, Entry]] = {}
-        for done, (rel, seen) in enumerate(found.files):
-            prev = remembered.get(rel)
-            if (
-                prev is not None
-                and prev[0] is seen  # the very stat of the last capture: a watched, quiet dir
-                and (not store_objects or prev[1].hash in packed)
-            ):
-                entries.append(prev[1])
-                kept[rel] = prev
-                if (hit := cache.get(rel)) is not None:
-                    fresh[rel] = hit
-                continue
-            st = seen
-            key: StatKey = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-            hit = cache.get(rel)
-            digest = hit[1] if hit is not None and hit[0] == key else None
-            if digest is None or (
-                store_objects and digest not in packed and not self.store.has(digest)
-            ):
-                digest, st = self._hash_and_store(rel, store_objects=store_objects)
-                key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-            if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
-                fresh[rel] = (key, digest)
-            entry = Entry(
-                path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size
-            )
-            entries.append(entry)
-            if self._watcher is not None:
-                kept[rel] = (seen, entry)
-            if done % 4096 == 4095:
-                self._report("hash", done + 1, total)
+        with DirTree(self.root) as tree:
+            for done, (rel, seen) in enumerate(found.files):
+                prev = remembered.get(rel)
+                if (
+                    prev is not None
+                    and prev[0] is seen  # the very stat of the last capture: a watched, quiet dir
+                    and (not store_objects or prev[1].hash in packed)
+                ):
+                    entries.append(prev[1])
+                    kept[rel] = prev
+                    if (hit := cache.get(rel)) is not None:
+                        fresh[rel] = hit
+                    continue
+                st = seen
+                key: StatKey = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+                hit = cache.get(rel)
+                digest = hit[1] if hit is not None and hit[0] == key else None
+                if digest is None or (
+                    store_objects and digest not in packed and not self.store.has(digest)
+                ):
+                    digest, st = self._hash_and_store(rel, store_objects=store_objects, tree=tree)
+                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+                if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
+                    fresh[rel] = (key, digest)
+                entry = Entry(
+                    path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size
+                )
+                entries.append(entry)
+                if self._watcher is not None:
+                    kept[rel] = (seen, entry)
+                if done % 4096 == 4095:
+                    self._report("hash", done + 1, total)
         entries.extend(
             Entry(path=rel, type="symlink", mode=mode, target=target)
             for rel, target, mode in found.symlinks
@@ -359,14 +360,22 @@ class Workspace:
             self._last_capture = current
         return current
 
-    def _hash_and_store(self, rel: str, *, store_objects: bool) -> tuple[str, os.stat_result]:
-        path = os.path.join(self.root, os.fsdecode(fs_path(rel)))
-        digest, data, st = read_file(path, rel, keep=store_objects)
+    def _hash_and_store(
+        self, rel: str, *, store_objects: bool, tree: DirTree
+    ) -> tuple[str, os.stat_result]:
+        """Hashes (and stores) one file, reached from the root without crossing a symlink."""
+        parent, _, name = rel.rpartition("/")
+        try:
+            dir_fd = tree.dir_fd(parent)
+        except OSError as exc:
+            raise SnapshotError(rel, f"changed while the snapshot ran ({exc.strerror})") from None
+        raw = fs_path(name)
+        digest, data, st = read_file(raw, rel, keep=store_objects, dir_fd=dir_fd)
         if store_objects:
             if data is not None:
                 self.store.add(digest, data)
             elif st.st_size >= SMALL:
-                self.store.add_file(digest, path, rel)
+                self.store.add_file(digest, raw, rel, dir_fd=dir_fd)
         return digest, st
 
     def snapshot(
@@ -902,7 +911,8 @@ class Workspace:
             raise InputError(f"{rel!r} is not a file or symlink")
         if st.st_size > self.max_file_bytes:
             return "large"
-        digest, st = self._hash_and_store(rel, store_objects=True)
+        with DirTree(self.root) as tree:
+            digest, st = self._hash_and_store(rel, store_objects=True, tree=tree)
         self.store.flush()
         return Entry(path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size)
 

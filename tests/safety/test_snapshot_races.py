@@ -31,9 +31,11 @@ def _rewrite_during_reads(
     fresh: set[int] = set()
     reads: list[int] = []
 
-    def open_(file: str, flags: int, *args: object, **kwargs: object) -> int:
+    def open_(file: str | bytes, flags: int, *args: object, **kwargs: object) -> int:
         fd = real_open(file, flags, *args, **kwargs)  # type: ignore[arg-type]
-        if file == str(path) and not flags & os.O_WRONLY:
+        # Files are opened by name under a directory descriptor, or by absolute path.
+        name = os.fsdecode(file)
+        if name in (str(path), path.name) and not flags & os.O_WRONLY:
             fresh.add(fd)
         return fd
 
@@ -117,9 +119,11 @@ def test_large_file_changed_between_hash_and_store_is_reported(
     path = write(root, "big.bin", big)
     real_add_file = worksnap.store.Store.add_file
 
-    def add_file(self: worksnap.store.Store, digest: str, path_: str, rel: str) -> bool:
+    def add_file(
+        self: worksnap.store.Store, digest: str, path_: bytes, rel: str, *, dir_fd: int | None
+    ) -> bool:
         write(root, "big.bin", big[::-1])  # changed after it was hashed
-        return real_add_file(self, digest, path_, rel)  # type: ignore[arg-type]
+        return real_add_file(self, digest, path_, rel, dir_fd=dir_fd)  # type: ignore[arg-type]
 
     monkeypatch.setattr(worksnap.store.Store, "add_file", add_file)
     with Workspace(root) as ws:
@@ -128,3 +132,29 @@ def test_large_file_changed_between_hash_and_store_is_reported(
         assert ws.list() == []
         assert not any(ws.store.digests())
     assert path.read_bytes() == big[::-1]
+
+
+def test_parent_swapped_for_a_symlink_never_reads_outside(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import worksnap.workspace
+
+    outside = tmp_path / "outside"
+    (outside).mkdir()
+    (outside / "x.txt").write_bytes(b"SECRET outside the root")
+    write(root, "d/x.txt", "inside")
+    real_scan = worksnap.workspace.scan_tree
+
+    def scan_then_swap(*args: object, **kwargs: object) -> object:
+        found = real_scan(*args, **kwargs)  # type: ignore[arg-type]
+        (root / "d" / "x.txt").unlink()
+        (root / "d").rmdir()
+        os.symlink(outside, root / "d")  # swapped after the scan, before the read
+        return found
+
+    monkeypatch.setattr(worksnap.workspace, "scan_tree", scan_then_swap)
+    with Workspace(root) as ws:
+        with pytest.raises(SnapshotError, match="changed while the snapshot ran"):
+            ws.snapshot()
+        stored = [ws.store.read(d) for d in ws.store.digests()]
+    assert b"SECRET outside the root" not in stored
