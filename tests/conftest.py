@@ -27,12 +27,17 @@ def write(root: Path, rel: str | bytes, data: bytes | str = b"", mode: int | Non
 
 
 def tree_state(root: Path, *, skip: tuple[str, ...] = (".worksnap",)) -> dict[bytes, object]:
-    """Returns everything a restore must reproduce: bytes, modes, link targets, empty dirs."""
+    """Everything a restore or a rollback must reproduce, by raw path.
+
+    File bytes, permission bits and link counts, symlink targets (never followed),
+    and every directory with its permission bits, empty ones included.
+    """
     state: dict[bytes, object] = {}
     base = os.fsencode(root)
     for dirpath, dirnames, filenames in os.walk(base):
         rel_dir = os.path.relpath(dirpath, base)
-        dirnames[:] = [d for d in dirnames if os.fsdecode(d) not in skip or rel_dir != b"."]
+        if rel_dir == b".":
+            dirnames[:] = [d for d in dirnames if os.fsdecode(d) not in skip]
         for name in dirnames + filenames:
             full = os.path.join(dirpath, name)
             rel = os.path.normpath(os.path.join(rel_dir, name))
@@ -40,10 +45,10 @@ def tree_state(root: Path, *, skip: tuple[str, ...] = (".worksnap",)) -> dict[by
             if stat.S_ISLNK(st.st_mode):
                 state[rel] = ("link", os.readlink(full))
             elif stat.S_ISDIR(st.st_mode):
-                state[rel] = ("dir",)
+                state[rel] = ("dir", stat.S_IMODE(st.st_mode))
             else:
                 with open(full, "rb") as f:
-                    state[rel] = ("file", stat.S_IMODE(st.st_mode), f.read())
+                    state[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_nlink, f.read())
     return state
 
 

@@ -33,14 +33,6 @@ def clean_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    """An empty directory (not a repository) to scan."""
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 def write(root: Path, rel: str | bytes, data: bytes | str = b"") -> Path:
     """Writes a file, creating its parents; `rel` may be bytes (names that are not UTF-8)."""
     path = Path(os.fsdecode(os.path.join(os.fsencode(root), os.fsencode(rel))))

@@ -5,58 +5,22 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from tests.conftest import tree_state, write
 from worksnap.cli import main
 from worksnap.manifest import Entry, Manifest, encode_manifest, new_id, tree_digest
 from worksnap.workspace import Workspace
 
-# The suite must not see the developer's git configuration or store override.
-for _name in [n for n in os.environ if n.startswith(("GIT_", "WORKSNAP_"))]:
-    del os.environ[_name]
-
 STORE = ".worksnap"
 
-
-def write(root: Path, rel: str | bytes, data: bytes | str = b"", mode: int | None = None) -> Path:
-    """Writes a file (creating parents); `rel` may be bytes for names that are not UTF-8."""
-    path = Path(os.fsdecode(os.path.join(os.fsencode(root), os.fsencode(rel))))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-    if mode is not None:
-        path.chmod(mode)
-    return path
-
-
-def tree_state(root: Path, *, skip: tuple[str, ...] = (STORE,)) -> dict[bytes, object]:
-    """Everything a restore or a rollback must reproduce, by raw path.
-
-    File bytes and permission bits, symlink targets (never followed), and every
-    directory with its permission bits, empty ones included.
-    """
-    state: dict[bytes, object] = {}
-    base = os.fsencode(root)
-    for dirpath, dirnames, filenames in os.walk(base):
-        rel_dir = os.path.relpath(dirpath, base)
-        if rel_dir == b".":
-            dirnames[:] = [d for d in dirnames if os.fsdecode(d) not in skip]
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            rel = os.path.normpath(os.path.join(rel_dir, name))
-            st = os.lstat(full)
-            if stat.S_ISLNK(st.st_mode):
-                state[rel] = ("link", os.readlink(full))
-            elif stat.S_ISDIR(st.st_mode):
-                state[rel] = ("dir", stat.S_IMODE(st.st_mode))
-            else:
-                with open(full, "rb") as f:
-                    state[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_nlink, f.read())
-    return state
+# write and tree_state (files, modes, links, directories and their modes) are shared with
+# the rest of the suite; re-exported here for the safety tests.
+__all__ = ["STORE", "tree_state", "write"]
 
 
 def cli(*args: str) -> tuple[int, str, str]:
