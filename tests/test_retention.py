@@ -55,6 +55,10 @@ def test_max_age_and_max_bytes() -> None:
     assert select_expired(
         snaps, Retention(max_age="1d"), keep=set(), now=now, object_sizes=lambda _: {}
     ) == ["old"]
+    stale_session = [*snaps, summary("abandoned", 60 * 72, session="old-chat")]
+    assert select_expired(
+        stale_session, Retention(max_age="1d"), keep=set(), now=now, object_sizes=lambda _: {}
+    ) == ["old", "abandoned"]  # a whole session past the age is pruned
     sizes = {"new": {"x": 600}, "mid": {"x": 600, "y": 500}, "old": {"z": 300}}
     dropped = select_expired(
         snaps, Retention(max_bytes="1000"), keep=set(), now=now, object_sizes=sizes.__getitem__

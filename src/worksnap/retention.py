@@ -60,8 +60,9 @@ def select_expired(
 ) -> list[str]:
     """Returns the ids of the snapshots a policy drops.
 
-    Never dropped: ids in `keep` (pinned, on a redo stack, an open checkpoint)
-    and the newest snapshot of each session.
+    Never dropped: ids in `keep` (pinned, on a redo stack, an open checkpoint).
+    `keep_last` and `max_bytes` also keep the newest snapshot of each session;
+    `max_age` does not, so a session left alone long enough is pruned whole.
 
     Args:
         summaries: every snapshot of every session.
@@ -78,10 +79,9 @@ def select_expired(
     for summary in newest_first:
         rank = seen_per_session.get(summary.session, 0)
         seen_per_session[summary.session] = rank + 1
-        protected = summary.id in keep or rank == 0
-        too_many = policy.keep_last is not None and rank >= policy.keep_last
+        too_many = policy.keep_last is not None and rank >= policy.keep_last and rank > 0
         too_old = max_age is not None and _age_seconds(summary, now) > max_age
-        if not protected and (too_many or too_old):
+        if summary.id not in keep and (too_many or too_old):
             dropped.append(summary.id)
         else:
             kept.append(summary)
