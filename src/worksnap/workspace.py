@@ -440,11 +440,7 @@ class Workspace:
 
     def _save(self, manifest: Manifest) -> None:
         """Stores a new snapshot of this session, with the count of paths changed since the last."""
-        previous = self._previous_full(manifest)
-        changed = None
-        if previous is not None:
-            changed = 0 if previous.tree == manifest.tree else _count_changes(previous, manifest)
-        self.store.save_manifest(manifest, _summarize(manifest, changed=changed))
+        self.store.save_manifest(manifest, _summarize(manifest, changed=self._changed(manifest)))
         if manifest.kind != CHECKPOINT:
             self._last_full = manifest
         if manifest.kind not in UNDO_KINDS:
@@ -453,19 +449,24 @@ class Workspace:
                 state.redo.clear()
                 save_state(self.store_dir, self.session, state)
 
-    def _previous_full(self, manifest: Manifest) -> Manifest | None:
-        """Returns the session's newest full snapshot before `manifest`, if it can be read."""
+    def _changed(self, manifest: Manifest) -> int | None:
+        """Counts the paths changed since the session's previous full snapshot (None: no such)."""
         if manifest.kind == CHECKPOINT:
             return None
-        if self._last_full is not None and self._last_full.session == self.session:
-            return self._last_full
-        for summary in self.list():
-            if summary.kind != CHECKPOINT:
-                try:
-                    return self.store.load_manifest(summary.id)
-                except ManifestError:
-                    return None
-        return None
+        previous = self._last_full
+        if previous is None or previous.session != self.session:
+            summary = next((s for s in self.list() if s.kind != CHECKPOINT), None)
+            if summary is None:
+                return None
+            if summary.tree == manifest.tree:
+                return 0  # the summary says enough: no manifest to read
+            try:
+                previous = self.store.load_manifest(summary.id)
+            except ManifestError:
+                return None
+        if previous.tree == manifest.tree:
+            return 0
+        return _count_changes(previous, manifest)
 
     # -- reading snapshots ---------------------------------------------------
 
