@@ -160,3 +160,18 @@ def test_watched_workspace_restores_exactly(root: Path) -> None:
     assert tree_state(root) == before
     assert ws.snapshot().tree == snap.tree
     ws.close()
+
+
+@linux_only
+def test_watched_snapshot_after_a_preview_stores_every_object(root: Path) -> None:
+    write(root, "a.txt", "first")
+    ws = Workspace(root, watch=True)
+    ws.snapshot()
+    write(root, "a.txt", "second")
+    ws.plan_restore(ws.load("latest"))  # hashes a.txt without storing it
+    snap = ws.snapshot()  # nothing happened since the preview
+    assert ws.verify(snap.id) == []
+    write(root, "a.txt", "third")
+    assert ws.restore(snap.id).ok
+    assert (root / "a.txt").read_text() == "second"
+    ws.close()

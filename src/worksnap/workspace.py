@@ -198,6 +198,7 @@ class Workspace:
         self._memory: dict[str, DirScan] = {}
         self._entries: dict[str, tuple[os.stat_result, Entry]] = {}
         self._last_capture: Manifest | None = None
+        self._last_stored = False
 
     # -- helpers -------------------------------------------------------------
 
@@ -268,7 +269,7 @@ class Workspace:
         trust_before = scan_start - _RACY_MARGIN_NS
         swept = self.store.sync() if store_objects else False
         dirty = self._watcher.drain() if self._watcher is not None else None
-        last = self._last_capture
+        last = self._last_capture if self._last_stored or not store_objects else None
         if dirty == set() and last is not None and not swept:
             # Not one event in any watched directory: the tree is as last captured.
             return msgspec.structs.replace(last, id=new_id(), time=now_rfc3339())
@@ -358,6 +359,7 @@ class Workspace:
         )
         if self._watcher is not None:
             self._last_capture = current
+            self._last_stored = store_objects  # a preview's digests may have no objects
         return current
 
     def _hash_and_store(
