@@ -213,3 +213,18 @@ def test_restore_does_not_ask_without_a_terminal(
     monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("must not ask"))
     assert run(capsys, "--root", str(root), "restore", "latest")[0] == 0
     assert (root / "a.txt").read_text() == "original"
+
+
+def test_plan_and_restore_take_paths(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(root, "a.txt", "a")
+    write(root, "b.txt", "b")
+    run(capsys, "--root", str(root), "snapshot")
+    write(root, "a.txt", "A")
+    write(root, "b.txt", "B")
+    plan = run_json(capsys, root, "plan", "latest", "b.txt")
+    assert isinstance(plan, dict)
+    assert plan["changes"] == [{"op": "M", "path": "b.txt"}]
+    result = run_json(capsys, root, "restore", "latest", "b.txt", "--yes")
+    assert isinstance(result, dict) and result["restored"] == ["b.txt"]
+    assert (root / "a.txt").read_text() == "A"
+    assert (root / "b.txt").read_text() == "b"

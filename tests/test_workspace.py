@@ -476,3 +476,47 @@ def test_plan_finishes_an_interrupted_restore_first(root: Path) -> None:
     assert tree_state(root) == before_restore
     assert [(c.op.value, c.path) for c in plan.changes] == [("M", "a.txt")]
     assert not (root / ".worksnap" / "journal.json").exists()
+
+
+def test_restore_of_selected_paths_only(root: Path) -> None:
+    write(root, "src/app.py", "good app")
+    write(root, "src/lib.py", "good lib")
+    write(root, "docs/guide.md", "good guide")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    write(root, "src/app.py", "broken app")
+    write(root, "src/lib.py", "edited lib, keep it")
+    write(root, "src/new.py", "new file, keep it")
+    (root / "docs" / "guide.md").unlink()
+    (root / "docs").rmdir()
+    write(root, "notes.txt", "keep me too")
+    plan = ws.plan_restore(ws.load(snap.id), paths=["src/app.py", "docs/guide.md"])
+    assert [(c.op.value, c.path) for c in plan.changes] == [
+        ("D", "docs"),
+        ("D", "docs/guide.md"),
+        ("M", "src/app.py"),
+    ]
+    assert ws.restore(snap.id, paths=[str(root / "src" / "app.py"), "docs"]).ok
+    assert (root / "src" / "app.py").read_text() == "good app"
+    assert (root / "docs" / "guide.md").read_text() == "good guide"
+    assert (root / "src" / "lib.py").read_text() == "edited lib, keep it"
+    assert (root / "src" / "new.py").exists()
+    assert (root / "notes.txt").exists()
+    with pytest.raises(InputError, match="not a path inside"):
+        ws.plan_restore(ws.load(snap.id), paths=["../elsewhere"])
+
+
+def test_selected_directory_removal_only_when_all_of_it_is_selected(root: Path) -> None:
+    write(root, "keep.txt", "k")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    write(root, "junk/a.txt", "a")
+    write(root, "junk/b.txt", "b")
+    plan = ws.plan_restore(ws.load(snap.id), paths=["junk/a.txt"])
+    assert [(c.op.value, c.path) for c in plan.changes] == [("A", "junk/a.txt")]
+    plan = ws.plan_restore(ws.load(snap.id), paths=["junk"])
+    assert [(c.op.value, c.path) for c in plan.changes] == [
+        ("A", "junk"),
+        ("A", "junk/a.txt"),
+        ("A", "junk/b.txt"),
+    ]

@@ -104,18 +104,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="preview what restoring a snapshot would change",
         description="Preview what restoring REF would change: M modified (restored), "
         "A added since (removed), D deleted since (recreated). Changes nothing.",
-        epilog="example: worksnap plan step:3",
+        epilog="example: worksnap plan step:3 src/",
     )
     plan.add_argument("ref")
+    plan.add_argument("paths", nargs="*", metavar="PATH", help="only these paths")
 
     restore = commands.add_parser(
         "restore",
         help="rewind the workspace to a snapshot",
         description="Rewind the workspace to REF. A pre-restore snapshot is taken first, "
         "and a failed restore is rolled back.",
-        epilog="example: worksnap restore latest --yes",
+        epilog="examples: worksnap restore latest --yes\n"
+        "          worksnap restore step:3 src/app.py docs/ --yes   (only those paths)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     restore.add_argument("ref")
+    restore.add_argument("paths", nargs="*", metavar="PATH", help="restore only these paths")
     restore.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     restore.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
@@ -470,7 +474,7 @@ def _result_json(result: Result) -> dict[str, object]:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     with _open(args) as ws:
-        plan = ws.plan_restore(ws.load(args.ref))
+        plan = ws.plan_restore(ws.load(args.ref), paths=args.paths or None)
     if args.json:
         _emit_json(_plan_json(plan))
     else:
@@ -481,7 +485,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_restore(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         if args.dry_run:
-            plan = ws.plan_restore(ws.load(args.ref))
+            plan = ws.plan_restore(ws.load(args.ref), paths=args.paths or None)
             if args.json:
                 _emit_json(_plan_json(plan))
             else:
@@ -496,9 +500,10 @@ def _restore_confirmed(args: argparse.Namespace, ws: Workspace, ref: str) -> Res
 
     Returns None when the person said no (nothing was changed).
     """
+    paths = getattr(args, "paths", None) or None
     if args.yes or args.json or not sys.stdin.isatty():
-        return ws.restore(ref)  # one walk of the tree serves plan and pre-restore snapshot
-    plan = ws.plan_restore(ws.load(ref))
+        return ws.restore(ref, paths=paths)  # one walk serves plan and pre-restore snapshot
+    plan = ws.plan_restore(ws.load(ref), paths=paths)
     if not plan.changes:
         return ws.apply(plan)
     _print_plan(plan)

@@ -9,7 +9,7 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from worksnap.manifest import Entry, Manifest
+from worksnap.manifest import Entry, Manifest, is_under
 
 
 class Op(enum.Enum):
@@ -129,3 +129,21 @@ def plan_restore(
             changes.append(Change(Op.ADDED, path, None, was_dir=now[path] is None))
     changes.sort(key=lambda c: c.path)
     return Plan(target=target, current=current, changes=changes)
+
+
+def select_paths(plan: Plan, paths: Iterable[str]) -> Plan:
+    """Returns the part of `plan` that concerns `paths` (relative wire paths) and below.
+
+    Directories a kept change needs are kept too (a missing parent is made), but
+    a removal is kept only inside the selection: a directory goes only if all of
+    it was selected.
+    """
+    chosen = list(paths)
+    kept = [
+        c
+        for c in plan.changes
+        if any(
+            is_under(c.path, p) or (c.op is not Op.ADDED and is_under(p, c.path)) for p in chosen
+        )
+    ]
+    return Plan(target=plan.target, current=plan.current, changes=kept)

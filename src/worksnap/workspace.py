@@ -12,7 +12,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,7 +62,7 @@ from worksnap.manifest import (
     tree_digest,
     wire_name,
 )
-from worksnap.plan import Plan, ancestors, plan_restore
+from worksnap.plan import Plan, ancestors, plan_restore, select_paths
 from worksnap.retention import Retention, select_expired
 from worksnap.scan import DirScan, Listings, scan_tree
 from worksnap.store import StatKey, Store
@@ -574,15 +574,28 @@ class Workspace:
 
     # -- restore -------------------------------------------------------------
 
-    def plan_restore(self, target: Manifest) -> Plan:
+    def plan_restore(
+        self, target: Manifest, *, paths: Sequence[str | os.PathLike[str]] | None = None
+    ) -> Plan:
         """Previews what restoring `target` would change; writes nothing but the stat cache.
 
         For a checkpoint, the target is every path captured in it or in a later
         checkpoint of its session, at its earliest before-image; nothing else.
+
+        Args:
+            target: the snapshot to restore.
+            paths: restore only these paths (relative to the root, or absolute inside
+                it) and what lies below them.
         """
         self._recover_if_interrupted()  # never preview a half-restored tree
+        selected = self._selection(paths)
         current = self.capture(store_objects=False)
-        return self._plan(current, self._full_target(current, target))
+        return self._plan(current, self._full_target(current, target), selected)
+
+    def _selection(
+        self, paths: Sequence[str | os.PathLike[str]] | None
+    ) -> builtins.list[str] | None:
+        return None if paths is None else [self._named_path(p) for p in paths]
 
     def _full_target(self, current: Manifest, target: Manifest) -> Manifest:
         """Returns the whole tree a restore of `target` aims at (checkpoints are partial)."""
@@ -590,31 +603,45 @@ class Workspace:
             return checkpoint_target(current, self._later_checkpoints(target))
         return target
 
-    def _plan(self, current: Manifest, target: Manifest) -> Plan:
+    def _plan(
+        self, current: Manifest, target: Manifest, selected: builtins.list[str] | None = None
+    ) -> Plan:
         gitignores: dict[str, bytes] = {}
         for entry in target.entries:
             directory, _, name = entry.path.rpartition("/")
             if name == ".gitignore" and entry.type == "file" and entry.hash is not None:
                 gitignores[directory] = self.store.read(entry.hash)
         ignored = ignore_checker(self._base_rules(), gitignores)
-        return plan_restore(current, target, ignored_by_target=ignored)
+        plan = plan_restore(current, target, ignored_by_target=ignored)
+        return plan if selected is None else select_paths(plan, selected)
 
-    def restore(self, ref: str) -> Result:
+    def restore(self, ref: str, *, paths: Sequence[str | os.PathLike[str]] | None = None) -> Result:
         """Restores the snapshot `ref` names, with every guarantee of `apply`.
 
         The state captured for the pre-restore snapshot is the one planned from,
         so the tree is walked once.
+
+        Args:
+            ref: the snapshot.
+            paths: restore only these paths and what lies below them.
         """
         target = self.load(ref)
-        return self._restore(lambda current: target, kind="pre-restore")
+        selected = self._selection(paths)
+        return self._restore(lambda current: target, kind="pre-restore", selected=selected)
 
-    def _restore(self, choose: Callable[[Manifest], Manifest], *, kind: str) -> Result:
+    def _restore(
+        self,
+        choose: Callable[[Manifest], Manifest],
+        *,
+        kind: str,
+        selected: builtins.list[str] | None = None,
+    ) -> Result:
         """Captures the current state once, plans to `choose(current)`, and applies."""
         self._recover_if_interrupted()
         self._ensure_store()
         with StoreLock(self.store_dir, exclusive=True):
             pre = self.capture(store_objects=True)
-            plan = self._plan(pre, self._full_target(pre, choose(pre)))
+            plan = self._plan(pre, self._full_target(pre, choose(pre)), selected)
             if not plan.changes:
                 return Result(target=plan.target.id)
             return self._run(plan, msgspec.structs.replace(pre, kind=kind, session=self.session))
