@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -161,3 +162,37 @@ def test_rebind_after_the_project_moved(root: Path, tmp_path: Path) -> None:
     assert before_other != {}
     assert ws.restore(snap.id).ok
     assert (moved / "a.txt").read_text() == "a"
+
+
+def test_drop_session_frees_what_only_it_needed(root: Path) -> None:
+    write(root, "shared.txt", "in both sessions")
+    write(root, "a.txt", "only in the doomed session " * 20)
+    doomed = Workspace(root, session="doomed")
+    doomed.snapshot(step=1)
+    write(root, "a.txt", "unsaved edit")
+    assert doomed.undo().ok  # leaves redo state for the session
+    (root / "a.txt").unlink()
+    kept = Workspace(root, session="kept").snapshot(step=1)
+    report = Workspace(root).gc(drop_session="doomed")
+    assert report.snapshots == 2  # step 1, and the state the undo left (kind "undo")
+    assert report.objects >= 1
+    everything = Workspace(root).list(all_sessions=True)
+    assert [s.id for s in everything] == [kept.id]
+    assert not (root / ".worksnap" / "sessions" / "doomed.json").exists()
+    assert Workspace(root).verify() == []
+
+
+def test_gc_with_a_damaged_manifest_removes_nothing(root: Path) -> None:
+    from worksnap import ManifestError
+
+    ws = Workspace(root)
+    for i in range(3):
+        write(root, "a.txt", str(i) * 50)
+        ws.snapshot(step=i)
+    damaged = ws.list()[0].id  # kept by keep-last: what it needs must be known
+    (root / ".worksnap" / "manifests" / f"{damaged}.json").write_bytes(b"{not json")
+    before = sorted(os.listdir(root / ".worksnap" / "packs"))
+    with pytest.raises(ManifestError):
+        ws.gc(Retention(keep_last=1))
+    assert len(ws.list()) == 3
+    assert sorted(os.listdir(root / ".worksnap" / "packs")) == before

@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--keep-last", type=_natural, metavar="N", help="keep N newest per session")
     gc.add_argument("--max-age", metavar="DURATION", help="drop older than e.g. 90m, 12h, 30d")
     gc.add_argument("--max-bytes", metavar="SIZE", help="keep the newest that fit, e.g. 5G")
+    gc.add_argument(
+        "--drop-session", metavar="NAME", help="drop a whole session (pinned snapshots stay)"
+    )
     pin = commands.add_parser("pin", help="keep a snapshot through gc")
     pin.add_argument("ref")
     unpin = commands.add_parser("unpin", help="let gc drop a pinned snapshot again")
@@ -612,7 +615,10 @@ def _cmd_gc(args: argparse.Namespace) -> int:
 
     policy = Retention(keep_last=args.keep_last, max_age=args.max_age, max_bytes=args.max_bytes)
     with _open(args) as ws:
-        report = ws.gc(None if policy.is_empty() else policy)
+        report = ws.gc(
+            None if policy.is_empty() and args.drop_session is None else policy,
+            drop_session=args.drop_session,
+        )
     if args.json:
         _emit_json({"snapshots": report.snapshots, "objects": report.objects,
                     "bytes": report.bytes})  # fmt: skip

@@ -39,6 +39,7 @@ from worksnap.history import (
     DEFAULT_SESSION,
     UNDO_KINDS,
     Frame,
+    SessionState,
     check_session_name,
     checkpoint_target,
     load_state,
@@ -981,23 +982,38 @@ class Workspace:
             self.store.set_pins(pins)
         return snapshot_id
 
-    def gc(self, policy: Retention | None = None, *, wait: bool = True) -> GcReport:
+    def gc(
+        self,
+        policy: Retention | None = None,
+        *,
+        wait: bool = True,
+        drop_session: str | None = None,
+    ) -> GcReport:
         """Drops the snapshots a retention policy expires and sweeps unreferenced objects.
 
-        Pinned snapshots, snapshots a redo stack or open checkpoint needs, and
-        the newest snapshot of each session are kept. Safe while other
-        processes snapshot: it waits for them and they wait for it.
+        Pinned snapshots and snapshots a redo stack or open checkpoint needs are
+        kept (keep-last and max-bytes also keep each session's newest). Safe while
+        other processes snapshot: it waits for them and they wait for it.
 
         Args:
             policy: the limits; None uses the store's configured retention.
             wait: wait for the store lock (False: give up at once if it is busy).
+            drop_session: also drop every unpinned snapshot of this session and its
+                undo/redo state, freeing what only it needed.
+
+        Raises:
+            ManifestError: a manifest is unreadable, so what it needs is unknown;
+                nothing was removed.
         """
         policy = policy if policy is not None else self.configured_retention()
         if not self.store.exists():
             return GcReport()
         with StoreLock(self.store_dir, exclusive=True, timeout=60.0 if wait else 0.0):
             summaries, _ = self.store.summaries()
-            keep = self.store.pins() | self._referenced_by_sessions()
+            pins = self.store.pins()
+            if drop_session is not None:
+                save_state(self.store_dir, check_session_name(drop_session), SessionState())
+            keep = pins | self._referenced_by_sessions()
             dropped = select_expired(
                 summaries,
                 policy,
@@ -1005,11 +1021,17 @@ class Workspace:
                 now=datetime.now(timezone.utc),
                 object_sizes=self._object_sizes,
             )
+            dropped += [
+                s.id
+                for s in summaries
+                if s.session == drop_session and s.id not in pins and s.id not in dropped
+            ]
+            live: set[str] = set()
+            for snapshot_id in set(self.store.ids()) - set(dropped):
+                # Before anything is removed: an unreadable manifest stops the gc here.
+                live.update(self._object_sizes(snapshot_id))
             for snapshot_id in dropped:
                 self.store.delete_snapshot(snapshot_id)
-            live: set[str] = set()
-            for snapshot_id in self.store.ids():
-                live.update(self._object_sizes(snapshot_id))
             removed, freed = self.store.sweep(live)
         self._last_full = None
         return GcReport(snapshots=len(dropped), objects=removed, bytes=freed)
