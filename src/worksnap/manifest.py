@@ -52,7 +52,9 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     target: str | None = None
 
 
-class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Manifest(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """One snapshot: what was captured, and what was deliberately left out."""
 
     version: int
