@@ -4,7 +4,7 @@ One JSON request per line, one JSON answer per line. The time reported is measur
 here, around the API call only, on one `Workspace` object kept for the whole session
 (what an agent runtime that embeds worksnap does).
 
-Requests: {"op": "open", "root": R, "store": S}, {"op": "snapshot"},
+Requests: {"op": "open", "root": R, "store": S, "watch": false}, {"op": "snapshot"},
 {"op": "plan", "ref": ID}, {"op": "restore", "ref": ID}, {"op": "quit"}.
 """
 
@@ -25,7 +25,11 @@ def main() -> int:
         op = req["op"]
         answer: dict[str, object] = {}
         if op == "open":
-            ws = worksnap.Workspace(req["root"], store=req["store"])
+            ws = worksnap.Workspace(
+                req["root"], store=req["store"], watch=bool(req.get("watch", False))
+            )
+            # watch=True falls back to plain scans where inotify is missing: say so.
+            answer["watching"] = ws._watcher is not None
         elif op == "quit":
             break
         else:
@@ -34,9 +38,11 @@ def main() -> int:
             if op == "snapshot":
                 manifest = ws.snapshot()
                 answer["id"] = manifest.id
+                answer["tree"] = manifest.tree
             elif op == "plan":
                 plan = ws.plan_restore(ws.load(req["ref"]))
                 answer["changes"] = len(plan.changes)
+                answer["tree"] = plan.current.tree
             elif op == "restore":
                 result = ws.restore(req["ref"])
                 answer["ok"] = result.ok

@@ -76,9 +76,12 @@ def run_rss(cmd: list[str], cwd: Path | None = None) -> tuple[float, int, str]:
 
 
 class Worker:
-    """The in-process worksnap (benchmarks/inproc_worker.py) on one long-lived Workspace."""
+    """The in-process worksnap (benchmarks/inproc_worker.py) on one long-lived Workspace.
 
-    def __init__(self, root: Path, store: Path) -> None:
+    With `watch`, the Workspace is opened with `watch=True` (inotify).
+    """
+
+    def __init__(self, root: Path, store: Path, *, watch: bool = False) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "inproc_worker.py")],
             env=ENV,
@@ -86,7 +89,9 @@ class Worker:
             stdout=subprocess.PIPE,
             text=True,
         )
-        self.call(op="open", root=str(root), store=str(store))
+        opened = self.call(op="open", root=str(root), store=str(store), watch=watch)
+        if watch and not opened["watching"]:
+            raise RuntimeError("watch=True but the Workspace has no watcher (no inotify?)")
 
     def call(self, **req: object) -> dict[str, object]:
         assert self.proc.stdin is not None
@@ -102,6 +107,27 @@ class Worker:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait()
+
+
+def snapper(worker: Worker, mode: str, expect: str) -> Callable[[], float]:
+    """A timed `ws.snapshot()` on `worker` that checks the tree digest between calls.
+
+    expect "same": nothing changed, so the digest must not move; "changed": the files
+    were rewritten with new content before every call, so it must move every time.
+    """
+    last: list[object] = [None]
+
+    def fn() -> float:
+        answer = worker.call(op="snapshot")
+        tree = answer["tree"]
+        if expect == "same" and last[0] is not None and tree != last[0]:
+            raise RuntimeError(f"{mode}: nothing changed, yet the tree digest moved")
+        if expect == "changed" and tree == last[0]:
+            raise RuntimeError(f"{mode}: 10 files were modified, yet the tree digest did not move")
+        last[0] = tree
+        return float(answer["t"])  # type: ignore[arg-type]
+
+    return fn
 
 
 # -- the workspace and its edits ---------------------------------------------
@@ -264,6 +290,9 @@ def store_breakdown(path: Path) -> dict[str, int]:
 
 # -- the scenarios -----------------------------------------------------------
 
+MODES = ("inproc", "watch")  # in-process: plain Workspace, and Workspace(watch=True)
+INPROC_SCENARIOS = ("warm_nochange", "warm_10mod", "restore", "plan")
+
 TARGETS = {
     "cold": 0.25,
     "warm_nochange_cli": 1.5,
@@ -274,6 +303,10 @@ TARGETS = {
     "restore_inproc": 1.0,
     "plan_cli": 1.0,
     "plan_inproc": 1.0,
+    "warm_nochange_watch": 1.0,
+    "warm_10mod_watch": 1.0,
+    "restore_watch": 1.0,
+    "plan_watch": 1.0,
 }
 
 PEERS = {
@@ -286,6 +319,10 @@ PEERS = {
     "restore_inproc": "git add -A && git read-tree -u --reset TREE",
     "plan_cli": "worksnap snapshot (CLI, warm)",
     "plan_inproc": "ws.snapshot() (in-process, warm)",
+    "warm_nochange_watch": "git add -A && git write-tree (warm shadow)",
+    "warm_10mod_watch": "git add -A && git write-tree (warm, 10 modified)",
+    "restore_watch": "git add -A && git read-tree -u --reset TREE",
+    "plan_watch": "ws.snapshot() (in-process, watch=True, warm)",
 }
 
 WHAT = {
@@ -298,6 +335,10 @@ WHAT = {
     "restore_inproc": "restore 10 M / 10 A / 100 D, in-process",
     "plan_cli": "plan REF (M/A/D present), CLI",
     "plan_inproc": "plan REF (M/A/D present), in-process",
+    "warm_nochange_watch": "warm snapshot, nothing changed, in-process watch",
+    "warm_10mod_watch": "warm snapshot, 10 modified, in-process watch",
+    "restore_watch": "restore 10 M / 10 A / 100 D, in-process watch",
+    "plan_watch": "plan REF (M/A/D present), in-process watch",
 }
 
 
@@ -380,32 +421,52 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
         ws_snap()
         git_snap()
 
-    if want("warm_nochange_inproc") or want("warm_10mod_inproc"):
-        worker = Worker(root, b.store)
-        worker.call(op="snapshot")  # loads the stat cache and the store index
-        time.sleep(0.2)
+    # in-process: ONE long-lived Workspace per mode ("inproc": plain, "watch": watch=True),
+    # opened here and kept across every round of every in-process scenario below (the CLI
+    # restore and plan runs in between are other processes writing the same tree and store).
+    modes = [m for m in MODES if any(want(f"{s}_{m}") for s in INPROC_SCENARIOS)]
+    workers: dict[str, Worker] = {}
+    for mode in modes:
+        workers[mode] = Worker(root, b.store, watch=mode == "watch")
+        first = workers[mode].call(op="snapshot")  # loads the caches; the watcher starts here
+        extra[f"{mode}_first_snapshot_s"] = first["t"]
+    time.sleep(0.2)
+    checks: list[str] = []
+    extra["digest_checks"] = checks
 
-        def ws_inproc() -> float:
-            return float(worker.call(op="snapshot")["t"])  # type: ignore[arg-type]
+    def cli_tree() -> str:
+        return str(json.loads(run_rss(b.ws_cli("--json", "snapshot"))[2])["tree"])
 
-        if want("warm_nochange_inproc"):
-            print("warm, nothing changed, in-process", flush=True)
-            results["warm_nochange_inproc"] = b.pair("warm_nochange_inproc", ws_inproc, git_snap)
-        if want("warm_10mod_inproc"):
-            print("warm, 10 modified, in-process", flush=True)
-            results["warm_10mod_inproc"] = b.pair(
-                "warm_10mod_inproc",
-                ws_inproc,
+    def check_digest(mode: str) -> None:
+        """The long-lived object must see what a fresh full scan (the CLI) sees."""
+        mine = workers[mode].call(op="snapshot")["tree"]
+        full = cli_tree()
+        if mine != full:
+            raise RuntimeError(f"{mode}: tree digest {mine} but a full scan gives {full}")
+        checks.append(f"{mode}: {mine[:16]} == full scan")
+
+    for mode in modes:
+        key = f"warm_nochange_{mode}"
+        if want(key):
+            print(f"warm, nothing changed, {mode}", flush=True)
+            results[key] = b.pair(key, snapper(workers[mode], mode, "same"), git_snap)
+            check_digest(mode)
+    for mode in modes:
+        key = f"warm_10mod_{mode}"
+        if want(key):
+            print(f"warm, 10 modified, {mode}", flush=True)
+            results[key] = b.pair(
+                key,
+                snapper(workers[mode], mode, "changed"),
                 git_snap,
                 before_a=edits.modify,
                 before_b=edits.modify,
             )
+            check_digest(mode)
             edits.reset()
             time.sleep(0.2)
-            ws_inproc()
-        extra["inproc_peak_rss_kb"] = worker.call(op="snapshot")["maxrss_kb"]
-        worker.close()
-        git_snap()
+            ws_snap()
+            git_snap()
 
     # restore ------------------------------------------------------------------
     ref = json.loads(run_rss(b.ws_cli("--json", "snapshot"))[2])["id"]
@@ -439,31 +500,31 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
             after_a=check("worksnap restore"),
             after_b=check("git read-tree"),
         )
-    if want("restore_inproc"):
-        print("restore M/A/D, in-process", flush=True)
-        worker = Worker(root, b.store)
-        worker.call(op="snapshot")
-        time.sleep(0.2)
+    for mode in modes:
+        key = f"restore_{mode}"
+        if not want(key):
+            continue
+        print(f"restore M/A/D, {mode}", flush=True)
 
-        def ws_restore_inproc() -> float:
+        def ws_restore_mode(worker: Worker = workers[mode]) -> float:
             answer = worker.call(op="restore", ref=ref)
-            if not answer["ok"]:
+            # 120 changes (10 M, 10 A, 100 D): fewer means the object missed some of them.
+            if not answer["ok"] or answer["restored"] != 120:
                 raise RuntimeError(answer)
             return float(answer["t"])  # type: ignore[arg-type]
 
-        results["restore_inproc"] = b.pair(
-            "restore_inproc",
-            ws_restore_inproc,
+        results[key] = b.pair(
+            key,
+            ws_restore_mode,
             git_restore,
-            before_a=edits.mad,
+            before_a=edits.mad,  # the M/A/D situation is rebuilt before every timed run
             before_b=edits.mad,
-            after_a=check("worksnap restore (in-process)"),
+            after_a=check(f"worksnap restore ({mode})"),
             after_b=check("git read-tree"),
         )
-        worker.close()
 
     # plan vs warm snapshot, with the M/A/D situation present ------------------
-    if want("plan_cli") or want("plan_inproc"):
+    if want("plan_cli") or any(want(f"plan_{m}") for m in modes):
         edits.mad()
         time.sleep(0.2)
         ws_snap()
@@ -477,21 +538,28 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
         if want("plan_cli"):
             print("plan vs warm snapshot, CLI", flush=True)
             results["plan_cli"] = b.pair("plan_cli", ws_plan, ws_snap)
-        if want("plan_inproc"):
-            print("plan vs warm snapshot, in-process", flush=True)
-            worker = Worker(root, b.store)
-            worker.call(op="snapshot")
-            worker.call(op="plan", ref=ref)
-            results["plan_inproc"] = b.pair(
-                "plan_inproc",
-                lambda: float(worker.call(op="plan", ref=ref)["t"]),  # type: ignore[arg-type]
-                lambda: float(worker.call(op="snapshot")["t"]),  # type: ignore[arg-type]
-            )
-            worker.close()
+        for mode in modes:
+            key = f"plan_{mode}"
+            if not want(key):
+                continue
+            print(f"plan vs warm snapshot, {mode}", flush=True)
+            worker = workers[mode]
+
+            def plan_mode(worker: Worker = worker, mode: str = mode) -> float:
+                answer = worker.call(op="plan", ref=ref)
+                if answer["changes"] != 120:
+                    raise RuntimeError(f"{mode} plan: {answer}")
+                return float(answer["t"])  # type: ignore[arg-type]
+
+            results[key] = b.pair(key, plan_mode, snapper(worker, mode, "same"))
         edits.reset()
         time.sleep(0.2)
         ws_snap()
         git_snap()
+    for mode, worker in workers.items():
+        check_digest(mode)
+        extra[f"{mode}_peak_rss_kb"] = worker.call(op="snapshot")["maxrss_kb"]
+        worker.close()
     return results, extra
 
 
@@ -687,25 +755,41 @@ def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
     edits.reset()
     time.sleep(0.2)
     ws_snap()
-    worker = Worker(b.root, b.store)
-    worker.call(op="snapshot")
+    git_snap()
+    # One long-lived Workspace per mode, kept across every round below.
+    workers = {mode: Worker(b.root, b.store, watch=mode == "watch") for mode in MODES}
+    for mode, worker in workers.items():
+        row[f"{mode}_first_snapshot_s"] = worker.call(op="snapshot")["t"]
     time.sleep(0.2)
-    row["warm_nochange_inproc"] = b.pair(
-        "warm_nochange_inproc",
-        lambda: float(worker.call(op="snapshot")["t"]),  # type: ignore[arg-type]
-        git_snap,
-    )
-    row["warm_10mod_inproc"] = b.pair(
-        "warm_10mod_inproc",
-        lambda: float(worker.call(op="snapshot")["t"]),  # type: ignore[arg-type]
-        git_snap,
-        before_a=edits.modify,
-        before_b=edits.modify,
-    )
-    edits.reset()
-    time.sleep(0.2)
+    for mode, worker in workers.items():
+        row[f"warm_nochange_{mode}"] = b.pair(
+            f"warm_nochange_{mode}", snapper(worker, mode, "same"), git_snap
+        )
+    for mode, worker in workers.items():
+        row[f"warm_10mod_{mode}"] = b.pair(
+            f"warm_10mod_{mode}",
+            snapper(worker, mode, "changed"),
+            git_snap,
+            before_a=edits.modify,
+            before_b=edits.modify,
+        )
+        # what the long-lived object saw must be what a full scan sees
+        mine = worker.call(op="snapshot")["tree"]
+        full = json.loads(run_rss(b.ws_cli("--json", "snapshot"))[2])["tree"]
+        if mine != full:
+            raise RuntimeError(f"{n} files, {mode}: tree {mine} but a full scan gives {full}")
+        edits.reset()
+        time.sleep(0.2)
+        ws_snap()
     row["plan_cli"] = b.pair("plan_cli", ws_plan, ws_snap)
-    worker.close()
+    for mode, worker in workers.items():
+
+        def plan_mode(worker: Worker = worker) -> float:
+            return float(worker.call(op="plan", ref=ref)["t"])  # type: ignore[arg-type]
+
+        row[f"plan_{mode}"] = b.pair(f"plan_{mode}", plan_mode, snapper(worker, mode, "same"))
+        row[f"{mode}_peak_rss_kb"] = worker.call(op="snapshot")["maxrss_kb"]
+        worker.close()
     return row
 
 
@@ -726,7 +810,10 @@ def plot(scale: dict[str, object], path: Path) -> None:
     ax.plot(xs, series("warm_10mod_cli"), "s--", label="worksnap warm, 10 modified (CLI)")
     ax.plot(xs, series("warm_nochange_inproc"), "o-", label="worksnap warm, no change (in-proc)")
     ax.plot(xs, series("warm_10mod_inproc"), "s--", label="worksnap warm, 10 modified (in-proc)")
+    ax.plot(xs, series("warm_nochange_watch"), "o-", label="worksnap warm, no change (watch)")
+    ax.plot(xs, series("warm_10mod_watch"), "s--", label="worksnap warm, 10 modified (watch)")
     ax.plot(xs, series("plan_cli"), "^-", label="worksnap plan (CLI)")
+    ax.plot(xs, series("plan_watch"), "^--", label="worksnap plan (watch)")
     ax.plot(xs, series("warm_nochange_cli", "median_b"), "k:", label="git add -A + write-tree")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -806,6 +893,15 @@ def markdown(data: dict) -> str:
             f"{st['git_shadow_apparent_bytes'] / 1e6:.1f} MB | {ratio:.2f}x | <= 1.1x "
             f"| {'PASS' if ratio <= 1.1 else 'FAIL'} |"
         )
+    for mode in MODES:
+        if f"{mode}_peak_rss_kb" in extra:
+            lines.append(
+                f"| peak RSS, long-lived in-process object ({mode}) "
+                f"| {extra[f'{mode}_peak_rss_kb'] / 1024:.0f} MB | | | | |"
+            )
+    if extra.get("digest_checks"):
+        lines += ["", "Tree digest checks (long-lived object vs a full CLI scan): "]
+        lines += [f"* {c}" for c in extra["digest_checks"]]
     peers_data = data.get("peers")
     if peers_data:
         lines += ["", "Peers on the same tree (whole process, medians of 3 after a warm-up):", ""]
@@ -837,21 +933,30 @@ def markdown(data: dict) -> str:
     scale = data.get("scaling")
     if scale:
         lines += ["", "Scaling (synthetic trees; medians; A = worksnap, B = git or warm snapshot):"]
+        cols = [
+            ("warm CLI", "warm_nochange_cli", "median_a"),
+            ("warm in-proc", "warm_nochange_inproc", "median_a"),
+            ("warm watch", "warm_nochange_watch", "median_a"),
+            ("10 mod CLI", "warm_10mod_cli", "median_a"),
+            ("10 mod in-proc", "warm_10mod_inproc", "median_a"),
+            ("10 mod watch", "warm_10mod_watch", "median_a"),
+            ("git warm", "warm_nochange_cli", "median_b"),
+            ("git 10 mod", "warm_10mod_cli", "median_b"),
+            ("plan CLI", "plan_cli", "median_a"),
+            ("plan in-proc", "plan_inproc", "median_a"),
+            ("plan watch", "plan_watch", "median_a"),
+        ]
         lines += [
             "",
-            "| files | MB | cold | git cold | warm CLI | warm in-proc | 10 mod CLI "
-            "| 10 mod in-proc | git warm | plan CLI |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| files | MB | cold | git cold | " + " | ".join(c[0] for c in cols) + " |",
+            "|" + "---:|" * (4 + len(cols)),
         ]
         for n in sorted(scale, key=int):
             r = scale[n]
+            cells = [f"{r[key][which]:.3f}" if key in r else "" for _, key, which in cols]
             lines.append(
                 f"| {r['files']} | {r['bytes'] / 1e6:.0f} | {r['cold_cli']:.2f} "
-                f"| {r['git_cold']:.2f} | {r['warm_nochange_cli']['median_a']:.3f} "
-                f"| {r['warm_nochange_inproc']['median_a']:.3f} "
-                f"| {r['warm_10mod_cli']['median_a']:.3f} "
-                f"| {r['warm_10mod_inproc']['median_a']:.3f} "
-                f"| {r['warm_nochange_cli']['median_b']:.3f} | {r['plan_cli']['median_a']:.3f} |"
+                f"| {r['git_cold']:.2f} | " + " | ".join(cells) + " |"
             )
     return "\n".join(lines) + "\n"
 
