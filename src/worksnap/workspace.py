@@ -8,6 +8,7 @@ load -> plan -> (pre-restore snapshot, journal) -> apply for a restore.
 from __future__ import annotations
 
 import builtins
+import gc as cyclic_gc
 import os
 import socket
 import stat
@@ -79,6 +80,8 @@ STORE_DIR_NAME = ".worksnap"
 # that recorded it by more than a filesystem timestamp tick: a file changed again
 # within the same tick would otherwise keep its stat and its stale digest (racy git).
 _RACY_MARGIN_NS = 100_000_000
+
+_CACHE_SAVE_SECONDS = 30.0
 
 
 Reader = Callable[[Entry], bytes]
@@ -200,6 +203,8 @@ class Workspace:
         self._entries: dict[str, tuple[os.stat_result, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
+        self._unsaved = False  # the caches changed since they were last stored
+        self._saved_at = time.monotonic()
 
     # -- helpers -------------------------------------------------------------
 
@@ -222,7 +227,8 @@ class Workspace:
             self._progress(Progress(what, done, total))
 
     def close(self) -> None:
-        """Releases open files and the watcher; the workspace may be used again afterwards."""
+        """Stores the caches, releases open files and the watcher; may be used again after."""
+        self._save_caches(force=True)
         self.store.close()
         if self._watcher is not None:
             self._watcher.close()
@@ -264,8 +270,19 @@ class Workspace:
         Args:
             store_objects: also store every file's bytes (what a snapshot does);
                 without it only digests are computed, and nothing is written
-                except the stat cache.
+                except the caches.
         """
+        # A capture allocates a few objects per file and frees few of them: the cyclic
+        # collector would keep re-walking them all (a quarter of a warm snapshot).
+        collecting = cyclic_gc.isenabled()
+        cyclic_gc.disable()
+        try:
+            return self._capture(store_objects=store_objects)
+        finally:
+            if collecting:
+                cyclic_gc.enable()
+
+    def _capture(self, *, store_objects: bool) -> Manifest:
         scan_start = time.time_ns()
         trust_before = scan_start - _RACY_MARGIN_NS
         swept = self.store.sync() if store_objects else False
@@ -290,8 +307,7 @@ class Workspace:
             memory=self._memory,
             dirty=dirty,
         )
-        if self._listings.dirs != listed and self.store.exists():
-            self.store.save_listings(self.root, self._listings)
+        self._unsaved |= self._listings.dirs != listed
         if self._stat_cache is None:
             self._stat_cache = self.store.load_stat_cache(self.root) if self.store.exists() else {}
         cache = self._stat_cache
@@ -339,9 +355,9 @@ class Workspace:
         )
         entries.sort(key=lambda e: e.path)
         dirs = sorted(found.dirs)
-        if fresh != cache and self.store.exists():
-            self.store.save_stat_cache(self.root, fresh)
+        self._unsaved |= fresh != cache
         self._stat_cache = fresh
+        self._save_caches(force=self._watcher is None)
         self._entries = kept
         current = Manifest(
             version=VERSION,
@@ -362,6 +378,24 @@ class Workspace:
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects
         return current
+
+    def _save_caches(self, *, force: bool) -> None:
+        """Stores the stat and listing caches for the next process, if they changed.
+
+        A watched workspace is long-lived and rarely needs them: it saves them at
+        most every `_CACHE_SAVE_SECONDS` and on `close`.
+        """
+        if not self._unsaved or not self.store.exists():
+            return
+        now = time.monotonic()
+        if not force and now - self._saved_at < _CACHE_SAVE_SECONDS:
+            return
+        if self._stat_cache is not None:
+            self.store.save_stat_cache(self.root, self._stat_cache)
+        if self._listings is not None:
+            self.store.save_listings(self.root, self._listings)
+        self._unsaved = False
+        self._saved_at = now
 
     def _hash_and_store(
         self, rel: str, *, store_objects: bool, tree: DirTree
@@ -1164,7 +1198,13 @@ def _one_line(label: str | None) -> str | None:
 
 def _count_changes(old: Manifest, new: Manifest) -> int:
     """Counts the paths (files, links, dirs) that differ between two full snapshots."""
-    differing = {e.path for e in set(old.entries).symmetric_difference(new.entries)}
+    # A watched capture reuses unchanged Entry objects: identity sorts those out cheaply
+    # (both lists are alive, so no id is reused), values decide the rest.
+    old_ids = {id(e) for e in old.entries}
+    new_ids = {id(e) for e in new.entries}
+    gone = {e for e in old.entries if id(e) not in new_ids}
+    came = {e for e in new.entries if id(e) not in old_ids}
+    differing = {e.path for e in gone.symmetric_difference(came)}
     differing.update(set(old.dirs).symmetric_difference(new.dirs))
     return len(differing)
 
