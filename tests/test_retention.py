@@ -155,6 +155,8 @@ def test_rebind_after_the_project_moved(root: Path, tmp_path: Path) -> None:
     root.rename(moved)
     with pytest.raises(InputError, match="worksnap rebind"):
         Workspace(moved).snapshot()
+    with pytest.raises(InputError, match="worksnap rebind"):
+        Workspace(moved).restore(snap.id)
     assert Workspace(moved).rebind() == 1
     ws = Workspace(moved)
     write(moved, "a.txt", "edited after the move")

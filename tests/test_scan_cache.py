@@ -175,3 +175,32 @@ def test_watched_snapshot_after_a_preview_stores_every_object(root: Path) -> Non
     assert ws.restore(snap.id).ok
     assert (root / "a.txt").read_text() == "second"
     ws.close()
+
+
+def test_changed_directory_matches_only_new_names(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worksnap.ignore import Rules
+
+    write(root, ".gitignore", "*.log\n")
+    for i in range(20):
+        write(root, f"icons/i{i}.svg", "<svg/>")
+    write(root, "icons/old.log", "ignored")
+    ws = Workspace(root)
+    ws.snapshot()
+    settle()
+    ws.snapshot()
+    asked: list[str] = []
+    real = Rules.ignored
+
+    def counting(self: Rules, path: str, *, is_dir: bool) -> bool:
+        asked.append(path)
+        return real(self, path, is_dir=is_dir)
+
+    monkeypatch.setattr(Rules, "ignored", counting)
+    write(root, "icons/new.svg", "<svg/>")
+    write(root, "icons/new.log", "ignored too")
+    snap = ws.snapshot()
+    assert sorted(asked) == ["icons/new.log", "icons/new.svg"]
+    assert "icons/new.svg" in {e.path for e in snap.entries}
+    assert snap.ignored == ["icons/new.log", "icons/old.log"]

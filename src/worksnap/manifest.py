@@ -261,7 +261,11 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
         ManifestError: the first problem found.
     """
     if manifest.root != root:
-        raise ManifestError(source, f"belongs to {manifest.root!r}, not {root!r}")
+        raise ManifestError(
+            source,
+            f"belongs to {manifest.root!r}, not {root!r} "
+            "(if the project moved, run `worksnap rebind`)",
+        )
     if not _ID.match(manifest.id):
         raise ManifestError(source, f"bad id {manifest.id!r}")
     if not _HEX64.match(manifest.tree):

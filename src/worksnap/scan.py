@@ -162,11 +162,19 @@ def scan_tree(
         dir_rules, nested_repo = _rules_inside(rel_dir, abs_dir, above, ignore_stat)
         if nested_repo:
             reuse = False  # its rules come from its own .git, which this cache does not stamp
-        children = (
-            cached.children
-            if reuse and cached is not None
-            else _classify(rel_dir, abs_dir, dir_rules, exclude)
-        )
+        if reuse and cached is not None:
+            children = cached.children
+        else:
+            # Same rules as the cached listing: a child still there, of the same type,
+            # gets the same decision; only new or changed names are matched again.
+            same_rules = (
+                rules_as_cached
+                and cached is not None
+                and cached.ignore_file == ignore_stamp
+                and not nested_repo
+            )
+            hints = dict(cached.children) if same_rules and cached is not None else {}
+            children = _classify(rel_dir, abs_dir, dir_rules, exclude, hints)
         trusted = max(stamp[2], stamp[3], *(ignore_stamp[2:] if ignore_stamp else ())) < (
             trust_before
         )
@@ -267,9 +275,17 @@ def _rules_inside(
 
 
 def _classify(
-    rel_dir: str, abs_dir: str, dir_rules: Rules, exclude: frozenset[str]
+    rel_dir: str,
+    abs_dir: str,
+    dir_rules: Rules,
+    exclude: frozenset[str],
+    hints: dict[str, str],
 ) -> list[tuple[str, str]]:
-    """Lists a directory and classifies each child (dir, file, link, ignored, excluded)."""
+    """Lists a directory and classifies each child (dir, file, link, ignored, excluded).
+
+    `hints` holds the kinds an earlier listing under the same rules gave; a name
+    whose entry has the type its kind implies keeps it.
+    """
     try:
         with os.scandir(abs_dir) as it:
             entries = sorted(it, key=lambda e: e.name)
@@ -286,7 +302,10 @@ def _classify(
         try:
             # d_type answers these without a system call.
             is_dir = entry.is_dir(follow_symlinks=False)
-            if dir_rules.ignored(rel, is_dir=is_dir):
+            hint = hints.get(name)
+            if hint is not None and _still(hint, entry, is_dir=is_dir):
+                children.append((name, hint))
+            elif dir_rules.ignored(rel, is_dir=is_dir):
                 children.append((name, _IGNORED_DIR if is_dir else _IGNORED))
             elif is_dir:
                 children.append((name, _DIR))
@@ -302,6 +321,19 @@ def _classify(
         except OSError as exc:
             raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
     return children
+
+
+def _still(kind: str, entry: os.DirEntry[str], *, is_dir: bool) -> bool:
+    """True when `entry` is still of the type that `kind` was decided for."""
+    if kind in (_DIR, _IGNORED_DIR):
+        return is_dir
+    if kind == _IGNORED:
+        return not is_dir  # for a non-directory the decision does not depend on its type
+    if kind == _LINK:
+        return entry.is_symlink()
+    if kind == _FILE:
+        return entry.is_file(follow_symlinks=False)
+    return False  # excluded: decided by name, or by being a special file; decide again
 
 
 def _read_ignore_file(abs_dir: str, rel_dir: str) -> bytes:
