@@ -34,3 +34,19 @@ def test_a_manifest_from_before_a_field_existed_stays_canonical(root: Path) -> N
     data = json.dumps(older, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
     assert data == stored
     assert encode_manifest(decode_manifest(data, "older")) == data
+
+
+def test_unsorted_entries_are_refused(root: Path) -> None:
+    import pytest
+
+    from tests.safety.conftest import hostile, plant
+    from worksnap import ManifestError
+
+    write(root, "a.txt", "a")
+    write(root, "b.txt", "b")
+    ws = Workspace(root)
+    base = ws.snapshot()
+    swapped = hostile(base, entries=list(reversed(base.entries)))
+    snapshot_id = plant(root, swapped)
+    with pytest.raises(ManifestError, match="not sorted"):
+        ws.load(snapshot_id)

@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 from datetime import datetime, timezone
+from itertools import pairwise
 from typing import Literal, NewType
 
 import msgspec
@@ -227,17 +228,30 @@ def check_path(path: str, what: str) -> str | None:
         return f"{what} {path!r} is absolute"
     if os.sep != "/" and "\\" in path:
         return f"{what} {path!r} has a backslash"
-    for component in path.split("/"):
-        if component in ("", ".", ".."):
-            return f"{what} {path!r} has an empty, '.' or '..' component"
+    bounded = f"/{path}/"  # every component between slashes: three searches, no split
+    if "//" in bounded or "/./" in bounded or "/../" in bounded:
+        return f"{what} {path!r} has an empty, '.' or '..' component"
     if not _is_canonical(path):
         return f"{what} {path!r} has a NUL byte or a non-canonical escape"
     return None
 
 
+def _may_hold_git_name(path: str) -> bool:
+    """False when no component of `path` can be a spelling of `.git` (checked per path)."""
+    if not path.isascii():
+        return True  # HFS+ ignorable code points can hide one: check each component
+    lowered = path.lower()
+    return ".git" in lowered or "git~1" in lowered
+
+
 def _check_relpath(path: str, what: str, source: str, *, allow_git: bool = False) -> None:
     reason = check_path(path, what)
-    if reason is None and not allow_git and any(is_git_name(c) for c in path.split("/")):
+    if (
+        reason is None
+        and not allow_git
+        and _may_hold_git_name(path)
+        and any(is_git_name(c) for c in path.split("/"))
+    ):
         reason = f"{what} {path!r} is inside a .git directory"
     if reason is not None:
         raise ManifestError(source, reason)
@@ -275,6 +289,10 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
     if tree_digest(manifest.entries, manifest.dirs) != manifest.tree:
         # Damage that is still valid JSON (a flipped mode bit, a swapped digest).
         raise ManifestError(source, "its entries do not match its tree digest (damaged?)")
+    # Sorted, strictly: what the writer does, and what lets the planner merge two lists.
+    for name, paths in (("dirs", manifest.dirs), ("entries", [e.path for e in manifest.entries])):
+        if any(a >= b for a, b in pairwise(paths)):
+            raise ManifestError(source, f"{name} are not sorted by path (or repeat one)")
     kinds: dict[str, str] = {}
     for d in manifest.dirs:
         _check_relpath(d, "dir", source)

@@ -64,6 +64,36 @@ def ancestors(path: str) -> Iterable[str]:
         path = path.rpartition("/")[0]
 
 
+def differing(old: list[Entry], new: list[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """Returns the entries only in `old` and only in `new` (compared by value).
+
+    Both lists are sorted by path (manifests are; `check_manifest` insists), so
+    one merge walk finds them; the same object on both sides is skipped at once.
+    """
+    only_old: list[Entry] = []
+    only_new: list[Entry] = []
+    i = j = 0
+    while i < len(old) and j < len(new):
+        a, b = old[i], new[j]
+        if a is b or a == b:
+            i += 1
+            j += 1
+        elif a.path == b.path:
+            only_old.append(a)
+            only_new.append(b)
+            i += 1
+            j += 1
+        elif a.path < b.path:
+            only_old.append(a)
+            i += 1
+        else:
+            only_new.append(b)
+            j += 1
+    only_old.extend(old[i:])
+    only_new.extend(new[j:])
+    return only_old, only_new
+
+
 def plan_restore(
     current: Manifest,
     target: Manifest,
@@ -93,12 +123,12 @@ def plan_restore(
 
     # Only what differs matters: an unchanged path is never touched, and nothing
     # unchanged can lie below a directory the target lacks.
-    now_entries, then_entries = set(current.entries), set(target.entries)
+    only_now, only_then = differing(current.entries, target.entries)
     now_dirs, then_dirs = set(current.dirs), set(target.dirs)
     now: dict[str, Entry | None] = dict.fromkeys(now_dirs - then_dirs)
-    now.update((e.path, e) for e in now_entries - then_entries)
+    now.update((e.path, e) for e in only_now)
     then: dict[str, Entry | None] = dict.fromkeys(then_dirs - now_dirs)
-    then.update((e.path, e) for e in then_entries - now_entries)
+    then.update((e.path, e) for e in only_then)
 
     changes: list[Change] = []
     for path, entry in then.items():

@@ -64,7 +64,7 @@ from worksnap.manifest import (
     tree_digest,
     wire_name,
 )
-from worksnap.plan import Plan, ancestors, plan_restore, select_paths
+from worksnap.plan import Plan, ancestors, differing, plan_restore, select_paths
 from worksnap.retention import Retention, select_expired
 from worksnap.scan import DirScan, Listings, scan_tree
 from worksnap.store import StatKey, Store
@@ -1198,15 +1198,11 @@ def _one_line(label: str | None) -> str | None:
 
 def _count_changes(old: Manifest, new: Manifest) -> int:
     """Counts the paths (files, links, dirs) that differ between two full snapshots."""
-    # A watched capture reuses unchanged Entry objects: identity sorts those out cheaply
-    # (both lists are alive, so no id is reused), values decide the rest.
-    old_ids = {id(e) for e in old.entries}
-    new_ids = {id(e) for e in new.entries}
-    gone = {e for e in old.entries if id(e) not in new_ids}
-    came = {e for e in new.entries if id(e) not in old_ids}
-    differing = {e.path for e in gone.symmetric_difference(came)}
-    differing.update(set(old.dirs).symmetric_difference(new.dirs))
-    return len(differing)
+    only_old, only_new = differing(old.entries, new.entries)
+    paths = {e.path for e in only_old}
+    paths.update(e.path for e in only_new)
+    paths.update(set(old.dirs).symmetric_difference(new.dirs))
+    return len(paths)
 
 
 def _summarize(manifest: Manifest, *, changed: int | None = None) -> Summary:
