@@ -517,13 +517,15 @@ def _restore_confirmed(args: argparse.Namespace, ws: Workspace, ref: str) -> Res
     return None
 
 
-def _report_result(args: argparse.Namespace, result: Result) -> int:
+def _report_result(
+    args: argparse.Namespace, result: Result, *, then: str = "undo it with: worksnap undo"
+) -> int:
     if args.json:
         _emit_json(_result_json(result))
     elif result.ok:
         print(
             f"restored {len(result.restored)} paths from snapshot {result.target}"
-            + (f" (undo with: worksnap restore {result.pre_restore})" if result.pre_restore else "")
+            + (f" ({then})" if result.pre_restore else "")
         )
     else:
         state = (
@@ -573,7 +575,7 @@ def _cmd_rewind(args: argparse.Namespace) -> int:
 def _cmd_undo(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         result = ws.undo()
-    return _report_result(args, result)
+    return _report_result(args, result, then="redo it with: worksnap redo")
 
 
 def _cmd_redo(args: argparse.Namespace) -> int:
