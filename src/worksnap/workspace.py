@@ -738,7 +738,8 @@ class Workspace:
         if not result.ok:
             self._roll_back(pre, result, plan.target)
         _remove_journal(journal)
-        self._stat_cache = None  # files were rewritten: trust only fresh stats
+        # The stat cache stays: every file apply writes is a new inode (temp file renamed
+        # into place), so no cached digest can be taken for it.
         return result
 
     def _roll_back(self, pre: Manifest, result: Result, target: Manifest | None) -> Result:
