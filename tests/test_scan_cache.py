@@ -204,3 +204,20 @@ def test_changed_directory_matches_only_new_names(
     assert sorted(asked) == ["icons/new.log", "icons/new.svg"]
     assert "icons/new.svg" in {e.path for e in snap.entries}
     assert snap.ignored == ["icons/new.log", "icons/old.log"]
+
+
+@linux_only
+def test_watched_in_place_writes_cross_the_size_cap_both_ways(root: Path) -> None:
+    write(root, "d/grow.bin", b"x" * 10)
+    write(root, "d/other.txt", "o")
+    ws = Workspace(root, watch=True, max_file_bytes=100)
+    plain = Workspace(root, max_file_bytes=100)
+    ws.snapshot()
+    for data in (b"y" * 500, b"z" * 20, b"w" * 700):
+        with open(root / "d" / "grow.bin", "r+b") as f:  # in place: same inode, events by name
+            f.write(data)
+            f.truncate(len(data))
+        watched = ws.snapshot()
+        expected = plain.capture(store_objects=False)
+        assert (watched.entries, watched.large) == (expected.entries, expected.large)
+    ws.close()

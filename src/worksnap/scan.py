@@ -89,7 +89,7 @@ def scan_tree(
     trust_before: int = 0,
     watcher: Watcher | None = None,
     memory: dict[str, DirScan] | None = None,
-    dirty: set[str] | None = None,
+    dirty: dict[str, set[bytes] | None] | None = None,
 ) -> Scan:
     """Walks `root` and sorts every path below it.
 
@@ -105,9 +105,10 @@ def scan_tree(
         watcher: watches every directory scanned, so that the next call can be told
             which ones changed.
         memory: what each directory contributed to the last scan (updated).
-        dirty: the directories with events since the last scan (from `watcher`); any
-            other directory is taken from `memory` without a single system call.
-            None: nothing is known, every directory is read.
+        dirty: what had events since the last scan (from `watcher`): per directory,
+            the names of files changed in place, or None if its listing may have
+            changed. Any other directory is taken from `memory` without a single
+            system call. None: nothing is known, every directory is read.
 
     Raises:
         SnapshotError: a directory or symlink could not be read.
@@ -125,21 +126,20 @@ def scan_tree(
     while pending:
         rel_dir, abs_dir, above, rules_as_cached, rules_as_remembered = pending.pop()
         last = remembered.get(rel_dir)
-        if (
-            rules_as_remembered
-            and last is not None
-            and last.reusable
-            and dirty is not None
-            and rel_dir not in dirty  # no event here since the last scan: nothing changed
-        ):
-            _merge(found, last.found)
-            visited[rel_dir] = last
-            if rel_dir in old:
-                fresh[rel_dir] = old[rel_dir]
-            pending.extend(
-                (rel, path, last.rules, True, True) for rel, path in reversed(last.subdirs)
-            )
-            continue
+        if rules_as_remembered and last is not None and last.reusable and dirty is not None:
+            # No event here since the last scan: nothing changed. Files written in
+            # place: only they are looked at again.
+            part = last if rel_dir not in dirty else _refresh(last, abs_dir, dirty[rel_dir])
+            if part is not None:
+                part = _resize(part, max_file_bytes) if part is not last else part
+                _merge(found, part.found)
+                visited[rel_dir] = part
+                if rel_dir in old:
+                    fresh[rel_dir] = old[rel_dir]
+                pending.extend(
+                    (rel, path, part.rules, True, True) for rel, path in reversed(part.subdirs)
+                )
+                continue
         if watcher is not None:
             # Watch before reading, so a change made while we read shows up next time.
             watcher.watch(rel_dir, os.fsencode(abs_dir))
@@ -241,6 +241,72 @@ def scan_tree(
         memory.clear()
         memory.update(visited)
     return found
+
+
+def _refresh(last: DirScan, abs_dir: str, names: set[bytes] | None) -> DirScan | None:
+    """Returns `last` with the named files (changed in place) stat'ed again.
+
+    None when the directory must be read again: its listing may have changed, its
+    `.gitignore` or `.git` was touched, or a named file is no longer a regular file.
+    """
+    if names is None or b".gitignore" in names or b".git" in names:
+        return None
+    prefix = abs_dir + "/"
+    fresh: dict[str, os.stat_result] = {}
+    for raw in names:
+        name = os.fsdecode(raw)
+        try:
+            st = os.lstat(prefix + name)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISREG(st.st_mode):
+            fresh[wire_name(name)] = st
+        elif not stat.S_ISDIR(st.st_mode):
+            return None  # a symlink or special file now where a name changed: list again
+    if not fresh:
+        return last
+    here = Scan(
+        files=[(rel, fresh.get(rel.rpartition("/")[2], st)) for rel, st in last.found.files],
+        symlinks=last.found.symlinks,
+        dirs=last.found.dirs,
+        ignored=last.found.ignored,
+        large=list(last.found.large),
+        excluded=last.found.excluded,
+    )
+    known = {rel.rpartition("/")[2] for rel, _ in last.found.files}
+    known.update(rel.rpartition("/")[2] for rel in last.found.large)
+    ignored = {rel.rpartition("/")[2] for rel in last.found.ignored}
+    for name in fresh:
+        if name not in known and name not in ignored:
+            return None  # not where the last listing put it: list again
+    pending_large = [rel for rel in here.large if rel.rpartition("/")[2] in fresh]
+    here.large = [rel for rel in here.large if rel.rpartition("/")[2] not in fresh]
+    here.files += [(rel, fresh[rel.rpartition("/")[2]]) for rel in pending_large]
+    return DirScan(
+        ignore_stamp=last.ignore_stamp,
+        rules=last.rules,
+        reusable=True,
+        found=here,
+        subdirs=last.subdirs,
+    )
+
+
+def _resize(part: DirScan, max_file_bytes: int) -> DirScan:
+    """Moves files between `files` and `large` by their current size."""
+    found = part.found
+    if not any(st.st_size > max_file_bytes for _, st in found.files) and not found.large:
+        return part
+    files = [(rel, st) for rel, st in found.files if st.st_size <= max_file_bytes]
+    large = [rel for rel, st in found.files if st.st_size > max_file_bytes]
+    part.found = Scan(
+        files=files,
+        symlinks=found.symlinks,
+        dirs=found.dirs,
+        ignored=found.ignored,
+        large=sorted({*found.large, *large}),
+        excluded=found.excluded,
+    )
+    return part
 
 
 def _merge(into: Scan, part: Scan) -> None:

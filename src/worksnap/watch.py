@@ -37,6 +37,7 @@ _MASK = (
     | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR | _IN_DONT_FOLLOW
 )  # fmt: skip
 _EVENT = struct.Struct("iIII")
+_IN_IN_PLACE = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -92,16 +93,16 @@ class Watcher:
             self._dirs.pop(wd, None)
             self._libc.inotify_rm_watch(self._fd, wd)
 
-    def drain(self) -> set[str] | None:
-        """Returns the directories with events since the last call, or None if unknown.
+    def drain(self) -> dict[str, set[bytes] | None] | None:
+        """Returns what changed since the last call, or None if that is unknown.
 
-        A directory appears when anything directly in it was created, removed,
-        renamed, written or had its attributes changed, or when it was itself
-        removed or moved.
+        Maps each directory with events to the names of its files whose content or
+        attributes changed, or to None when its listing may have changed: something
+        in it was created, removed or renamed, or it was itself removed or moved.
         """
         if self._fd < 0:
             return None
-        dirty: set[str] = set()
+        dirty: dict[str, set[bytes] | None] = {}
         lost = self._lost
         while True:
             try:
@@ -115,6 +116,7 @@ class Watcher:
             offset = 0
             while offset < len(data):
                 wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
                 if mask & _IN_Q_OVERFLOW:
                     lost = True
@@ -122,12 +124,16 @@ class Watcher:
                 directory = self._dirs.get(wd)
                 if directory is None:
                     continue
-                dirty.add(directory)
+                if name and not mask & ~_IN_IN_PLACE:
+                    names = dirty.setdefault(directory, set())
+                    if names is not None:
+                        names.add(name)  # written or chmod-ed in place: only it changed
+                else:
+                    dirty[directory] = None
                 if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
                     self._by_dir.pop(directory, None)
                     self._dirs.pop(wd, None)
-                    parent = directory.rpartition("/")[0]
-                    dirty.add(parent)
+                    dirty[directory.rpartition("/")[0]] = None
         self._lost = False
         return None if lost else dirty
 

@@ -288,7 +288,7 @@ class Workspace:
         swept = self.store.sync() if store_objects else False
         dirty = self._watcher.drain() if self._watcher is not None else None
         last = self._last_capture if self._last_stored or not store_objects else None
-        if dirty == set() and last is not None and not swept:
+        if dirty == {} and last is not None and not swept:
             # Not one event in any watched directory: the tree is as last captured.
             return msgspec.structs.replace(last, id=new_id(), time=now_rfc3339())
         if self._listings is None:
