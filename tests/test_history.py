@@ -256,3 +256,21 @@ def test_label_is_first_line_trimmed_to_200_bytes(root: Path) -> None:
     assert label is not None
     assert len(label.encode()) <= 200
     assert label == "\u00e9" * 100
+
+
+def test_parallel_captures_lose_no_before_image(root: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"f{i}.txt" for i in range(24)]
+    for name in names:
+        write(root, name, "before " + name)
+    ws = Workspace(root)
+    ws.begin(step=1)
+
+    def capture(name: str) -> None:
+        Workspace(root).capture_before([name])  # as a separate tool call would
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(capture, names))
+    checkpoint = ws.load("step:1")
+    assert sorted(e.path for e in checkpoint.entries) == sorted(names)

@@ -914,7 +914,9 @@ class Workspace:
             raise InputError(
                 f"no open checkpoint in session {self.session!r}: run `worksnap begin` first"
             )
-        with StoreLock(self.store_dir, exclusive=False):
+        # Exclusive: captures from parallel tool calls (threads or processes) each
+        # rewrite the checkpoint, and none may lose another's before-images.
+        with StoreLock(self.store_dir, exclusive=True):
             checkpoint = self.load(state.checkpoint)
             entries = {e.path: e for e in checkpoint.entries}
             absent = set(checkpoint.absent)
