@@ -274,3 +274,16 @@ def test_parallel_captures_lose_no_before_image(root: Path) -> None:
         list(pool.map(capture, names))
     checkpoint = ws.load("step:1")
     assert sorted(e.path for e in checkpoint.entries) == sorted(names)
+
+
+def test_redo_of_a_state_already_there_pops_its_frame(root: Path) -> None:
+    ws = Workspace(root)
+    write(root, "a.txt", "one")
+    ws.snapshot(step=1)
+    write(root, "a.txt", "two")
+    assert ws.undo().ok
+    write(root, "a.txt", "two")  # the user re-did the edit by hand
+    result = ws.redo()
+    assert result.ok and result.restored == []
+    with pytest.raises(InputError, match="nothing to redo"):
+        ws.redo()

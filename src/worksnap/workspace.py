@@ -670,16 +670,26 @@ class Workspace:
         *,
         kind: str,
         selected: builtins.list[str] | None = None,
+        then: Callable[[Result], None] | None = None,
     ) -> Result:
-        """Captures the current state once, plans to `choose(current)`, and applies."""
+        """Captures the current state once, plans to `choose(current)`, and applies.
+
+        `choose` and `then` (given the result) run under the exclusive lock, so
+        session state they read and write cannot change under them.
+        """
         self._recover_if_interrupted()
         self._ensure_store()
         with StoreLock(self.store_dir, exclusive=True):
             pre = self.capture(store_objects=True)
             plan = self._plan(pre, self._full_target(pre, choose(pre)), selected)
-            if not plan.changes:
-                return Result(target=plan.target.id)
-            return self._run(plan, msgspec.structs.replace(pre, kind=kind, session=self.session))
+            if plan.changes:
+                pre = msgspec.structs.replace(pre, kind=kind, session=self.session)
+                result = self._run(plan, pre)
+            else:
+                result = Result(target=plan.target.id)
+            if then is not None:
+                then(result)
+            return result
 
     def apply(self, plan: Plan, *, kind: str = "pre-restore") -> Result:
         """Carries out a plan: all or nothing, and undoable.
@@ -816,22 +826,23 @@ class Workspace:
         Raises:
             InputError: there is nothing to undo.
         """
-        state = load_state(self.store_dir, self.session)
         chosen: builtins.list[str] = []
 
         def choose(current: Manifest) -> Manifest:
+            state = load_state(self.store_dir, self.session)
             target_id = undo_target(self.list(), current.tree, state)
             if target_id is None:
                 raise InputError(f"nothing to undo in session {self.session!r}")
             chosen.append(target_id)
             return self.load(target_id)
 
-        result = self._restore(choose, kind="undo")
-        if result.ok and result.pre_restore is not None:
-            state = load_state(self.store_dir, self.session)
-            state.redo.append(Frame(chosen[0], result.pre_restore))
-            save_state(self.store_dir, self.session, state)
-        return result
+        def record(result: Result) -> None:
+            if result.ok and result.pre_restore is not None:
+                state = load_state(self.store_dir, self.session)
+                state.redo.append(Frame(chosen[0], result.pre_restore))
+                save_state(self.store_dir, self.session, state)
+
+        return self._restore(choose, kind="undo", then=record)
 
     def redo(self) -> Result:
         """Re-applies what the last `undo` undid (the state it left).
@@ -839,21 +850,28 @@ class Workspace:
         Raises:
             InputError: nothing was undone, or a new snapshot cleared the redo stack.
         """
-        state = load_state(self.store_dir, self.session)
-        if not state.redo:
-            raise InputError(
-                f"nothing to redo in session {self.session!r} "
-                "(only an undo can be redone, and a new snapshot clears redo)"
-            )
-        frame = state.redo[-1]
-        left = self.load(frame.left)
-        result = self._restore(lambda current: left, kind="redo")
-        if result.ok:
+        nothing = InputError(
+            f"nothing to redo in session {self.session!r} "
+            "(only an undo can be redone, and a new snapshot clears redo)"
+        )
+        if not load_state(self.store_dir, self.session).redo:
+            raise nothing  # answered before the tree is walked; checked again under the lock
+        frames: builtins.list[Frame] = []
+
+        def choose(current: Manifest) -> Manifest:
             state = load_state(self.store_dir, self.session)
-            if state.redo and state.redo[-1] == frame:
+            if not state.redo:
+                raise nothing
+            frames.append(state.redo[-1])
+            return self.load(frames[0].left)
+
+        def record(result: Result) -> None:
+            state = load_state(self.store_dir, self.session)
+            if result.ok and state.redo and state.redo[-1] == frames[0]:
                 state.redo.pop()
                 save_state(self.store_dir, self.session, state)
-        return result
+
+        return self._restore(choose, kind="redo", then=record)
 
     # -- per-file checkpoints ------------------------------------------------
 
