@@ -193,6 +193,8 @@ def test_capture_refuses_paths_outside_root_and_without_checkpoint(
     with pytest.raises(InputError, match="excluded"):
         ws.capture_before([".git/config"])
     with pytest.raises(InputError, match="excluded"):
+        ws.capture_before(["sub/.GIT/config"])  # every spelling the scan leaves out
+    with pytest.raises(InputError, match="excluded"):
         ws.capture_before([".worksnap/root"])
 
 

@@ -58,6 +58,7 @@ from worksnap.manifest import (
     check_path,
     encode_manifest,
     fs_path,
+    is_git_name,
     is_under,
     new_id,
     now_rfc3339,
@@ -184,7 +185,7 @@ class Workspace:
             raise InputError(f"store {self.store_dir} must not be the root or contain it")
         store_rel = self._relative(real_store)
         self._store_rel = store_rel
-        excluded = {self._exclusion(path) for path in exclude}
+        excluded = {self._inside(path, "exclusion") for path in exclude}
         if store_rel is not None:
             excluded.add(store_rel)
         self._exclude = frozenset(excluded)
@@ -215,11 +216,12 @@ class Workspace:
             return None
         return wire_name(rel)
 
-    def _exclusion(self, path: str) -> str:
-        absolute = os.path.normpath(os.path.join(self.root, path))
+    def _inside(self, path: str | os.PathLike[str], what: str) -> str:
+        """Returns a path given relative to the root, or absolute, as a safe wire path inside it."""
+        absolute = os.path.normpath(os.path.join(self.root, os.fspath(path)))
         rel = self._relative(absolute)
-        if rel is None or check_path(rel, "exclusion") is not None:
-            raise InputError(f"exclusion {path!r} is not a path inside {self.root}")
+        if rel is None or check_path(rel, what) is not None:
+            raise InputError(f"{what} {os.fspath(path)!r} is not a path inside {self.root}")
         return rel
 
     def _report(self, what: str, done: int, total: int) -> None:
@@ -965,13 +967,11 @@ class Workspace:
         return updated
 
     def _named_path(self, path: str | os.PathLike[str]) -> str:
-        """Returns a path a caller named as a safe relative wire path inside the root."""
-        absolute = os.path.normpath(os.path.join(self.root, os.fspath(path)))
-        rel = self._relative(absolute)
-        if rel is None or check_path(rel, "path") is not None:
-            raise InputError(f"{os.fspath(path)!r} is not a path inside {self.root}")
+        """Returns a path a caller named, inside the root and outside what is never captured."""
+        rel = self._inside(path, "path")
+        # Every spelling of .git the scan leaves out, not only the exact name.
         if any(is_under(rel, excluded) for excluded in self._exclude) or any(
-            part == ".git" for part in rel.split("/")
+            is_git_name(part) for part in rel.split("/")
         ):
             raise InputError(f"{rel!r} is excluded (the store, .git, or --exclude)")
         return rel
