@@ -129,9 +129,12 @@ def scan_tree(
         if rules_as_remembered and last is not None and last.reusable and dirty is not None:
             # No event here since the last scan: nothing changed. Files written in
             # place: only they are looked at again.
-            part = last if rel_dir not in dirty else _refresh(last, abs_dir, dirty[rel_dir])
+            part = (
+                last
+                if rel_dir not in dirty
+                else _refresh(last, abs_dir, dirty[rel_dir], max_file_bytes)
+            )
             if part is not None:
-                part = _resize(part, max_file_bytes) if part is not last else part
                 _merge(found, part.found)
                 visited[rel_dir] = part
                 if rel_dir in old:
@@ -243,8 +246,10 @@ def scan_tree(
     return found
 
 
-def _refresh(last: DirScan, abs_dir: str, names: set[bytes] | None) -> DirScan | None:
-    """Returns `last` with the named files (changed in place) stat'ed again.
+def _refresh(
+    last: DirScan, abs_dir: str, names: set[bytes] | None, max_file_bytes: int
+) -> DirScan | None:
+    """Returns `last` with the named files (changed in place) stat'ed and sized again.
 
     None when the directory must be read again: its listing may have changed, its
     `.gitignore` or `.git` was touched, or a named file is no longer a regular file.
@@ -265,23 +270,30 @@ def _refresh(last: DirScan, abs_dir: str, names: set[bytes] | None) -> DirScan |
             return None  # a symlink or special file now where a name changed: list again
     if not fresh:
         return last
+    listed = {rel.rpartition("/")[2] for rel, _ in last.found.files}
+    listed.update(rel.rpartition("/")[2] for rel in last.found.large)
+    listed.update(rel.rpartition("/")[2] for rel in last.found.ignored)
+    if not fresh.keys() <= listed:
+        return None  # not where the last listing put it: list again
     here = Scan(
-        files=[(rel, fresh.get(rel.rpartition("/")[2], st)) for rel, st in last.found.files],
         symlinks=last.found.symlinks,
         dirs=last.found.dirs,
         ignored=last.found.ignored,
-        large=list(last.found.large),
         excluded=last.found.excluded,
     )
-    known = {rel.rpartition("/")[2] for rel, _ in last.found.files}
-    known.update(rel.rpartition("/")[2] for rel in last.found.large)
-    ignored = {rel.rpartition("/")[2] for rel in last.found.ignored}
-    for name in fresh:
-        if name not in known and name not in ignored:
-            return None  # not where the last listing put it: list again
-    pending_large = [rel for rel in here.large if rel.rpartition("/")[2] in fresh]
-    here.large = [rel for rel in here.large if rel.rpartition("/")[2] not in fresh]
-    here.files += [(rel, fresh[rel.rpartition("/")[2]]) for rel in pending_large]
+    # Only the named files may have changed size; each goes to files or large again.
+    sized = [(rel, fresh.get(rel.rpartition("/")[2], st)) for rel, st in last.found.files]
+    for rel in last.found.large:
+        changed = fresh.get(rel.rpartition("/")[2])
+        if changed is None:
+            here.large.append(rel)
+        else:
+            sized.append((rel, changed))
+    for rel, st in sized:
+        if st.st_size > max_file_bytes:
+            here.large.append(rel)
+        else:
+            here.files.append((rel, st))
     return DirScan(
         ignore_stamp=last.ignore_stamp,
         rules=last.rules,
@@ -289,24 +301,6 @@ def _refresh(last: DirScan, abs_dir: str, names: set[bytes] | None) -> DirScan |
         found=here,
         subdirs=last.subdirs,
     )
-
-
-def _resize(part: DirScan, max_file_bytes: int) -> DirScan:
-    """Moves files between `files` and `large` by their current size."""
-    found = part.found
-    if not any(st.st_size > max_file_bytes for _, st in found.files) and not found.large:
-        return part
-    files = [(rel, st) for rel, st in found.files if st.st_size <= max_file_bytes]
-    large = [rel for rel, st in found.files if st.st_size > max_file_bytes]
-    part.found = Scan(
-        files=files,
-        symlinks=found.symlinks,
-        dirs=found.dirs,
-        ignored=found.ignored,
-        large=sorted({*found.large, *large}),
-        excluded=found.excluded,
-    )
-    return part
 
 
 def _merge(into: Scan, part: Scan) -> None:
