@@ -11,11 +11,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
+    from worksnap.daemon import WorkspacePool
     from worksnap.plan import Plan
     from worksnap.workspace import Progress, Workspace
 
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("WORKSNAP_SESSION") or "default",
         help="session to work in (default: $WORKSNAP_SESSION or 'default')",
     )
+    parser.set_defaults(pool=None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     snap = commands.add_parser(
@@ -236,6 +239,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--every", type=float, metavar="SECONDS", help="check every SECONDS")
     run.add_argument("--step", type=_natural, help="agent step number for the snapshots")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+    daemon = commands.add_parser(
+        "daemon",
+        help="keep the workspace watched in the background, for fast commands",
+        description="start: run a background process that keeps this store's workspace "
+        "watched (inotify) and in memory; every later worksnap command for the store runs "
+        "in it, so a snapshot reads only what changed. stop: stop it. status: is one "
+        "running (exit 1 if not). It stops by itself after --idle seconds without a "
+        "command. Leave it off for trees changed through shared mmap writes or on "
+        "network and FUSE file systems, which raise no events (docs/performance.md).",
+        epilog="examples: worksnap daemon start\n"
+        "          worksnap daemon status --json\n"
+        "          WORKSNAP_NO_DAEMON=1 worksnap snapshot   (bypass it once)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    daemon.add_argument("action", choices=("start", "stop", "status", "serve"))
+    daemon.add_argument(
+        "--idle",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="stop after SECONDS without a command (default: 1800)",
+    )
     return parser
 
 
@@ -324,7 +350,11 @@ def _progress_printer(enabled: bool) -> Any:
 # -- commands ----------------------------------------------------------------
 
 
-def _open(args: argparse.Namespace, **options: Any) -> Workspace:
+def _open(args: argparse.Namespace, **options: Any) -> AbstractContextManager[Workspace]:
+    progress = _progress_printer(sys.stderr.isatty() and not args.json)
+    if args.pool is not None:  # in the daemon: its long-lived workspaces
+        options.update(force=args.force, session=args.session, progress=progress)
+        return nullcontext(args.pool.open(args.root, args.store, options))
     from worksnap.workspace import Workspace
 
     return Workspace(
@@ -332,7 +362,7 @@ def _open(args: argparse.Namespace, **options: Any) -> Workspace:
         store=args.store,
         force=args.force,
         session=args.session,
-        progress=_progress_printer(sys.stderr.isatty() and not args.json),
+        progress=progress,
         **options,
     )
 
@@ -759,6 +789,46 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def _cmd_daemon(args: argparse.Namespace) -> int:
+    from worksnap import daemon
+    from worksnap.errors import InputError
+
+    root = os.path.realpath(args.root)
+    if not os.path.isdir(root):
+        raise InputError(f"root {args.root!r} is not a directory")
+    store_dir = daemon.store_location(root, args.store)
+    if args.action == "serve":
+        with _open(args):
+            pass  # the same checks as any command: root guards, store binding
+        daemon.serve(root, store_dir, idle=args.idle, run=_run_pooled)
+        return 0
+    if args.action == "start":
+        with _open(args):
+            pass
+        status = daemon.start(root, store_dir, idle=args.idle, force=args.force)
+    elif args.action == "stop":
+        stopped = daemon.stop(store_dir)
+        if args.json:
+            _emit_json({"stopped": stopped})
+        else:
+            print("daemon stopped" if stopped else f"no daemon was running for {store_dir}")
+        return 0
+    else:
+        status = daemon.request(store_dir, "status") or {}
+    if args.json:
+        _emit_json({"running": bool(status), **status})
+    elif status:
+        print(
+            f"daemon {status['pid']} serving {status['store']} for {status['root']}: "
+            f"{status['requests']} commands, "
+            f"{'watching' if status.get('watching') else 'not watching (no inotify)'}, "
+            f"stops after {status['idle_seconds']:g} s idle"
+        )
+    else:
+        print(f"no daemon is running for {store_dir}")
+    return 0 if status else 1
+
+
 _COMMANDS = {
     "snapshot": _cmd_snapshot,
     "list": _cmd_list,
@@ -780,12 +850,46 @@ _COMMANDS = {
     "rebind": _cmd_rebind,
     "diff": _cmd_diff,
     "run": _cmd_run,
+    "daemon": _cmd_daemon,
 }
+
+# Not run in the daemon: `run` would hold it for the whole command, `rebind` changes
+# what the store is bound to, and `daemon` manages it.
+_LOCAL_ONLY = {"run", "rebind", "daemon"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.command not in _LOCAL_ONLY:
+        from worksnap import daemon
+
+        try:
+            code = daemon.forward(argv, args.root, args.store)
+        except daemon.DaemonLost:
+            print(
+                "worksnap: error: the daemon stopped while running the command "
+                "(run `worksnap list` to see what was done)",
+                file=sys.stderr,
+            )
+            return 1
+        except KeyboardInterrupt:
+            print("worksnap: interrupted (the daemon finishes the command)", file=sys.stderr)
+            return 130
+        if code is not None:
+            return code
+    return _run(args)
+
+
+def _run_pooled(argv: list[str], pool: WorkspacePool) -> int:
+    """Runs one command line inside the daemon, on its long-lived workspaces."""
+    args = build_parser().parse_args(argv)
+    args.pool = pool
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from worksnap.errors import WorksnapError
 
     try:

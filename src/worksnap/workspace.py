@@ -22,6 +22,7 @@ from typing import Literal
 import msgspec
 
 from worksnap.apply import Result, apply_plan, remove_leftovers
+from worksnap.daemon import store_location
 from worksnap.diff import FileChange, compare
 from worksnap.errors import (
     ConflictError,
@@ -73,9 +74,6 @@ from worksnap.watch import Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
 """Files larger than this (2 MiB) are listed in `large` and not captured."""
-
-STORE_DIR_NAME = ".worksnap"
-"""The store's default location, relative to the root."""
 
 # A cached digest is trusted only for a file whose times are older than the scan
 # that recorded it by more than a filesystem timestamp tick: a file changed again
@@ -169,11 +167,7 @@ class Workspace:
             )
         if max_file_bytes < 0:
             raise InputError("max_file_bytes must not be negative")
-        env_store = os.environ.get("WORKSNAP_STORE")
-        store_path = store if store is not None else env_store
-        self.store_dir = (
-            os.path.abspath(store_path) if store_path else os.path.join(self.root, STORE_DIR_NAME)
-        )
+        self.store_dir = store_location(self.root, None if store is None else os.fspath(store))
         self.max_file_bytes = max_file_bytes
         self.session = check_session_name(session)
         self._last_full: Manifest | None = None
@@ -189,7 +183,8 @@ class Workspace:
         if store_rel is not None:
             excluded.add(store_rel)
         self._exclude = frozenset(excluded)
-        self._progress = progress
+        self.progress = progress
+        """Called now and then during long work; may be replaced between calls."""
         self.store = Store(self.store_dir)
         self._rules: Rules | None = None
         self.problems: builtins.list[str] = []
@@ -225,8 +220,18 @@ class Workspace:
         return rel
 
     def _report(self, what: str, done: int, total: int) -> None:
-        if self._progress is not None:
-            self._progress(Progress(what, done, total))
+        if self.progress is not None:
+            self.progress(Progress(what, done, total))
+
+    @property
+    def watching(self) -> bool:
+        """True while an inotify watch is kept (asked for with `watch=True`, and available)."""
+        return self._watcher is not None
+
+    def use(self, *, session: str, progress: Callable[[Progress], None] | None) -> None:
+        """Points a long-lived workspace at another session and progress callback."""
+        self.session = check_session_name(session)
+        self.progress = progress
 
     def close(self) -> None:
         """Stores the caches, releases open files and the watcher; may be used again after."""

@@ -117,7 +117,7 @@ def test_interrupt_mid_apply_rolls_back_at_once(root: Path) -> None:
         if report.what == "apply" and report.done == 3:
             raise KeyboardInterrupt
 
-    ws._progress = progress
+    ws.progress = progress
     with ws, pytest.raises(KeyboardInterrupt):
         ws.restore(target)
     assert tree_state(root) == before

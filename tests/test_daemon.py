@@ -1,0 +1,264 @@
+"""The daemon: forwarded commands behave exactly as when run directly; it gets out of the way.
+
+Every test runs real processes: a daemon started with `worksnap daemon start`, and
+clients that are ordinary `python -m worksnap` runs. Whether a command really ran in
+the daemon is read from its request count (`daemon status --json`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap import daemon
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def cli(
+    root: Path, *args: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> tuple[int, str, str]:
+    """Runs `worksnap --root ROOT ARGS` in a fresh process; returns (exit code, stdout, stderr)."""
+    full_env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+    full_env.update(PYTHONPATH=SRC, **(env or {}))
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        input=stdin,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def direct(root: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    return cli(root, *args, env={**(env or {}), "WORKSNAP_NO_DAEMON": "1"})
+
+
+def status(root: Path) -> dict[str, object]:
+    code, out, _ = cli(root, "--json", "daemon", "status")
+    result = json.loads(out)
+    assert isinstance(result, dict)
+    assert code == (0 if result["running"] else 1)
+    return result
+
+
+def requests(root: Path) -> int:
+    count = status(root)["requests"]
+    assert isinstance(count, int)
+    return count
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Path]:
+    """A workspace with a few files and a running daemon (stopped afterwards)."""
+    root = tmp_path / "ws"
+    write(root, "src/app.py", "print('v1')\n")
+    write(root, "README", "hello\n")
+    write(root, ".gitignore", "*.log\n")
+    write(root, "build.log", "noise\n")
+    code, out, err = cli(root, "daemon", "start")
+    assert code == 0, err
+    assert "serving" in out
+    yield root
+    cli(root, "daemon", "stop")
+    pid = _pid_or_none(root)
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _pid_or_none(root: Path) -> int | None:
+    answer = daemon.request(str(root / ".worksnap"), "status")
+    return None if answer is None else int(answer["pid"])
+
+
+def test_commands_run_in_the_daemon_with_the_same_results(served: Path) -> None:
+    root = served
+    code, out, err = cli(root, "--json", "snapshot", "--label", "one")
+    assert code == 0, err
+    first = json.loads(out)
+    assert requests(root) == 1
+
+    write(root, "src/app.py", "print('v2')\n")
+    write(root, "new.txt", "new\n")
+    (root / "README").unlink()
+    # The daemon's watched view and a direct full scan see the same changes.
+    via_daemon = cli(root, "--json", "plan", first["id"])
+    assert via_daemon == direct(root, "--json", "plan", first["id"])
+    assert json.loads(via_daemon[1])["changes"] == [
+        {"op": "D", "path": "README"},
+        {"op": "A", "path": "new.txt"},
+        {"op": "M", "path": "src/app.py"},
+    ]
+    code, out, _ = cli(root, "--json", "snapshot")
+    second = json.loads(out)
+    code, out, _ = direct(root, "--json", "snapshot")
+    assert json.loads(out)["tree"] == second["tree"]
+    assert second["tree"] != first["tree"]
+    assert requests(root) == 3
+
+
+def test_restore_through_the_daemon_is_byte_exact(served: Path) -> None:
+    root = served
+    code, out, _ = cli(root, "snapshot")
+    target = out.strip()
+    before = tree_state(root)
+    write(root, "src/app.py", "broken\n")
+    write(root, "junk/a.txt", "junk\n")
+    (root / "README").unlink()
+    code, out, err = cli(root, "restore", target, "--yes")
+    assert code == 0, err
+    assert "restored 4 paths" in out  # junk/ and junk/a.txt
+    assert tree_state(root) == before
+    assert (root / "build.log").read_text() == "noise\n"  # ignored: never touched
+    code, _, err = cli(root, "undo")
+    assert code == 0, err
+    assert (root / "src/app.py").read_text() == "broken\n"
+    assert requests(root) == 3
+
+
+def test_errors_exit_codes_and_session_come_from_the_client(served: Path) -> None:
+    root = served
+    code, out, err = cli(root, "show", "nope")
+    assert (code, out) == (2, "")
+    assert err == "worksnap: error: no snapshot matches 'nope'\n"
+    cli(root, "snapshot", "--label", "in s2", env={"WORKSNAP_SESSION": "s2"})
+    code, out, _ = cli(root, "--json", "list", env={"WORKSNAP_SESSION": "s2"})
+    assert [s["label"] for s in json.loads(out)] == ["in s2"]
+    code, out, _ = cli(root, "--json", "list")
+    assert json.loads(out) == []  # the default session has none
+    assert requests(root) == 4
+
+
+def test_relative_paths_are_the_clients(served: Path) -> None:
+    root = served
+    target = cli(root, "snapshot")[1].strip()
+    write(root, "src/app.py", "changed\n")
+    write(root, "README", "changed\n")
+    full_env = {**os.environ, "PYTHONPATH": SRC}
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", "--root", "..", "restore", target, "src/app.py", "-y"],
+        cwd=root / "src",
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (root / "src/app.py").read_text() == "print('v1')\n"
+    assert (root / "README").read_text() == "changed\n"  # not selected
+    assert requests(root) == 2
+
+
+def test_a_killed_daemon_leaves_commands_working(served: Path) -> None:
+    root = served
+    pid = _pid_or_none(root)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _wait_gone(pid)
+    assert (root / ".worksnap" / daemon.SOCKET_NAME).exists()  # left behind
+    code, out, err = cli(root, "--json", "snapshot")
+    assert code == 0, err
+    assert json.loads(out)["files"] == 3
+    assert status(root) == {"running": False}
+    code, out, err = cli(root, "daemon", "start")  # replaces the dead socket
+    assert code == 0, err
+    assert requests(root) == 0
+
+
+def test_stop_and_idle_timeout_remove_the_socket(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "a", "a")
+    sock = root / ".worksnap" / daemon.SOCKET_NAME
+    code, _, err = cli(root, "daemon", "start", "--idle", "0.5")
+    assert code == 0, err
+    pid = _pid_or_none(root)
+    assert pid is not None
+    _wait_gone(pid)  # checks every few seconds; gone once idle
+    assert not sock.exists()
+    code, _, _ = cli(root, "daemon", "start")
+    assert code == 0
+    code, out, _ = cli(root, "daemon", "stop")
+    assert (code, out) == (0, "daemon stopped\n")
+    assert not sock.exists()
+    assert cli(root, "daemon", "stop")[1] == f"no daemon was running for {root}/.worksnap\n"
+    assert cli(root, "daemon", "status")[0] == 1
+
+
+def test_sigterm_stops_it_cleanly(served: Path) -> None:
+    pid = _pid_or_none(served)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    _wait_gone(pid)
+    assert not (served / ".worksnap" / daemon.SOCKET_NAME).exists()
+
+
+def test_a_daemon_running_other_code_is_bypassed(served: Path) -> None:
+    root = served
+    store = str(root / ".worksnap")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.path.join(store, daemon.SOCKET_NAME))
+    with sock:
+        message = {"op": "run", "protocol": daemon.PROTOCOL, "code": [], "argv": ["list"]}
+        daemon._send(sock, message, [0, 1, 2])
+        answer, _ = daemon._receive(sock)
+    assert answer == {"started": False, "reason": "the daemon runs other code"}
+    assert requests(root) == 0
+    assert cli(root, "snapshot")[0] == 0
+    assert requests(root) == 1  # still serving: only its own code changing makes it leave
+
+
+def test_no_daemon_env_and_local_commands_run_here(served: Path) -> None:
+    root = served
+    assert direct(root, "snapshot")[0] == 0
+    assert requests(root) == 0
+    # `run` would hold the daemon for the whole command: it never goes there.
+    code, _, err = cli(root, "run", "--", sys.executable, "-c", "pass")
+    assert code == 0, err
+    assert requests(root) == 0
+
+
+def test_store_location_is_shared_with_workspace(tmp_path: Path) -> None:
+    from worksnap.workspace import Workspace
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    real = os.path.realpath(root)
+    assert Workspace(root).store_dir == daemon.store_location(real, None)
+    assert Workspace(root, store="s").store_dir == daemon.store_location(real, "s")
+    assert daemon.store_location(real, None) == os.path.join(real, ".worksnap")
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        # Reap it if it is our child's child that became a zombie under init: nothing to do.
+        if _is_zombie(pid):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"daemon {pid} still running")
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
