@@ -32,8 +32,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_BASE = Path("/tmp/worksnap-bench")
-ENV = {**os.environ, "PYTHONPATH": str(REPO / "src"), "NO_COLOR": "1"}
-ENV.pop("WORKSNAP_STORE", None)
+# Plain CLI rows run without the daemon; the daemon rows (DAEMON_ENV) go through it.
+DAEMON_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src"), "NO_COLOR": "1"}
+DAEMON_ENV.pop("WORKSNAP_STORE", None)
+DAEMON_ENV.pop("WORKSNAP_NO_DAEMON", None)
+ENV = {**DAEMON_ENV, "WORKSNAP_NO_DAEMON": "1"}
 SKIP_DIRS = {"node_modules", ".venv", "__pycache__", ".git", ".tidemark", ".stepback"}
 
 
@@ -45,9 +48,9 @@ def worksnap_cmd() -> list[str]:
 # -- running and timing ------------------------------------------------------
 
 
-def _spawn(cmd: list[str], cwd: Path | None) -> tuple[int, str]:
+def _spawn(cmd: list[str], cwd: Path | None, env: dict[str, str]) -> tuple[int, str]:
     """Runs one command to its end; returns (its own peak RSS in KB, via wait4; stdout)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     assert proc.stderr is not None
     out = proc.stdout.read()  # our outputs are small: no deadlock on stderr
@@ -59,20 +62,24 @@ def _spawn(cmd: list[str], cwd: Path | None) -> tuple[int, str]:
     return usage.ru_maxrss, out.decode()
 
 
-def run_timed(cmds: list[list[str]], cwd: Path | None = None) -> tuple[float, int, str]:
+def run_timed(
+    cmds: list[list[str]], cwd: Path | None = None, env: dict[str, str] = ENV
+) -> tuple[float, int, str]:
     """Runs commands one after the other; returns (seconds, peak RSS KB of any, last stdout)."""
     peak = 0
     out = ""
     start = time.perf_counter()
     for cmd in cmds:
-        rss, out = _spawn(cmd, cwd)
+        rss, out = _spawn(cmd, cwd, env)
         peak = max(peak, rss)
     return time.perf_counter() - start, peak, out
 
 
-def run_rss(cmd: list[str], cwd: Path | None = None) -> tuple[float, int, str]:
+def run_rss(
+    cmd: list[str], cwd: Path | None = None, env: dict[str, str] = ENV
+) -> tuple[float, int, str]:
     """Runs one command; returns (seconds, its peak RSS in KB, stdout)."""
-    return run_timed([cmd], cwd)
+    return run_timed([cmd], cwd, env)
 
 
 class Worker:
@@ -307,6 +314,10 @@ TARGETS = {
     "warm_10mod_watch": 1.0,
     "restore_watch": 1.0,
     "plan_watch": 1.0,
+    "warm_nochange_daemon": 1.5,
+    "warm_10mod_daemon": 1.5,
+    "restore_daemon": 1.0,
+    "plan_daemon": 1.0,
 }
 
 PEERS = {
@@ -323,6 +334,10 @@ PEERS = {
     "warm_10mod_watch": "git add -A && git write-tree (warm, 10 modified)",
     "restore_watch": "git add -A && git read-tree -u --reset TREE",
     "plan_watch": "ws.snapshot() (in-process, watch=True, warm)",
+    "warm_nochange_daemon": "git add -A && git write-tree (warm shadow)",
+    "warm_10mod_daemon": "git add -A && git write-tree (warm, 10 modified)",
+    "restore_daemon": "git add -A && git read-tree -u --reset TREE",
+    "plan_daemon": "worksnap snapshot (CLI through the daemon, warm)",
 }
 
 WHAT = {
@@ -339,7 +354,12 @@ WHAT = {
     "warm_10mod_watch": "warm snapshot, 10 modified, in-process watch",
     "restore_watch": "restore 10 M / 10 A / 100 D, in-process watch",
     "plan_watch": "plan REF (M/A/D present), in-process watch",
+    "warm_nochange_daemon": "warm snapshot, nothing changed, CLI with `worksnap daemon`",
+    "warm_10mod_daemon": "warm snapshot, 10 modified, CLI with `worksnap daemon`",
+    "restore_daemon": "restore 10 M / 10 A / 100 D, CLI with `worksnap daemon`",
+    "plan_daemon": "plan REF (M/A/D present), CLI with `worksnap daemon`",
 }
+DAEMON_SCENARIOS = ("warm_nochange_daemon", "warm_10mod_daemon", "restore_daemon", "plan_daemon")
 
 
 def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, object], dict]:
@@ -560,7 +580,107 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
         check_digest(mode)
         extra[f"{mode}_peak_rss_kb"] = worker.call(op="snapshot")["maxrss_kb"]
         worker.close()
+
+    # the CLI through `worksnap daemon` -------------------------------------------
+    if any(want(key) for key in DAEMON_SCENARIOS):
+        run_rss(b.ws_cli("daemon", "start"))
+        try:
+            daemon_scenarios(
+                b,
+                edits,
+                ref=ref,
+                git_snap=git_snap,
+                git_restore=git_restore,
+                want=want,
+                results=results,
+                checks=checks,
+            )
+            status = json.loads(run_rss(b.ws_cli("--json", "daemon", "status"))[2])
+            extra["daemon_requests"] = status["requests"]
+        finally:
+            run_rss(b.ws_cli("daemon", "stop"))
     return results, extra
+
+
+def daemon_scenarios(
+    b: Bench,
+    edits: Edits,
+    *,
+    ref: str,
+    git_snap: Callable[[], float],
+    git_restore: Callable[[], float],
+    want: Callable[[str], bool],
+    results: dict[str, object],
+    checks: list[str],
+) -> None:
+    """Every CLI scenario again, with a daemon serving the store (started by the caller)."""
+
+    def cli(*args: str) -> tuple[float, int, str]:
+        return run_rss(b.ws_cli(*args), env=DAEMON_ENV)
+
+    def snap() -> float:
+        return cli("snapshot")[0]
+
+    def check_digest() -> None:
+        mine = json.loads(cli("--json", "snapshot")[2])["tree"]
+        full = json.loads(run_rss(b.ws_cli("--json", "snapshot"))[2])["tree"]
+        if mine != full:
+            raise RuntimeError(f"daemon: tree digest {mine} but a full scan gives {full}")
+        checks.append(f"daemon: {mine[:16]} == full scan")
+
+    time.sleep(0.2)
+    snap()
+    if want("warm_nochange_daemon"):
+        print("warm, nothing changed, daemon", flush=True)
+        results["warm_nochange_daemon"] = b.pair("warm_nochange_daemon", snap, git_snap)
+        check_digest()
+    if want("warm_10mod_daemon"):
+        print("warm, 10 modified, daemon", flush=True)
+        results["warm_10mod_daemon"] = b.pair(
+            "warm_10mod_daemon", snap, git_snap, before_a=edits.modify, before_b=edits.modify
+        )
+        check_digest()
+        edits.reset()
+        time.sleep(0.2)
+        snap()
+        git_snap()
+    if want("restore_daemon"):
+        print("restore M/A/D, daemon", flush=True)
+
+        def restore() -> float:
+            t, _, out = cli("--json", "restore", ref, "--yes")
+            answer = json.loads(out)
+            if answer["error"] is not None or len(answer["restored"]) != 120:
+                raise RuntimeError(out)
+            return t
+
+        results["restore_daemon"] = b.pair(
+            "restore_daemon",
+            restore,
+            git_restore,
+            before_a=edits.mad,
+            before_b=edits.mad,
+            after_a=lambda: edits.check_clean("worksnap restore (daemon)"),
+            after_b=lambda: edits.check_clean("git read-tree"),
+        )
+    if want("plan_daemon"):
+        print("plan vs warm snapshot, daemon", flush=True)
+        edits.mad()
+        time.sleep(0.2)
+        snap()
+
+        def plan() -> float:
+            t, _, out = cli("--json", "plan", ref)
+            if len(json.loads(out)["changes"]) != 120:
+                raise RuntimeError(out)
+            return t
+
+        results["plan_daemon"] = b.pair("plan_daemon", plan, snap)
+        check_digest()
+        edits.reset()
+        time.sleep(0.2)
+        snap()
+        git_snap()
 
 
 # -- peers ---------------------------------------------------------------------
