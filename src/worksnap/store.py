@@ -8,7 +8,8 @@ Layout (see docs/format.md):
     <store>/objects/<aa>/<rest>   objects of 1 MiB or more, one file each
     <store>/manifests/<id>.json   one manifest as a zstd frame of what `show --json` prints
     <store>/summaries/<id>.json   the few fields `list` shows, so listing never reads manifests
-    <store>/cache/stat            stat cache (may be deleted at any time)
+    <store>/cache/stat            stat cache, a zstd frame (may be deleted at any time)
+    <store>/cache/dirs            listing cache, a zstd frame (may be deleted at any time)
 
 Each pack is written by one process only and published by writing its index
 last, so snapshots running side by side never see each other's half-written
@@ -56,7 +57,7 @@ def _pack(data: bytes) -> bytes:
 def _unpack(data: bytes) -> bytes:
     """Returns what a stored file holds: a zstd frame's content, any other bytes as they are.
 
-    Files written before compression (plain JSON) never start with the zstd magic.
+    Files written before compression (plain JSON, msgpack) never start with the zstd magic.
 
     Raises:
         ValueError: the frame is damaged, lacks its size, or holds more than `MAX_UNPACKED`.
@@ -486,8 +487,9 @@ class Store:
         """Returns the per-directory scan cache for `root` (empty if missing or damaged)."""
         try:
             with open(os.path.join(self.dir, "cache", "dirs"), "rb") as f:
-                cached_root, listings = msgspec.msgpack.decode(f.read(), type=tuple[str, Listings])
-        except (OSError, msgspec.DecodeError):
+                data = _unpack(f.read())
+            cached_root, listings = msgspec.msgpack.decode(data, type=tuple[str, Listings])
+        except (OSError, ValueError):  # a damaged frame; msgspec.DecodeError is a ValueError
             return Listings()
         return listings if cached_root == root else Listings()
 
@@ -495,7 +497,7 @@ class Store:
         """Stores the per-directory scan cache; losing it only costs a full scan."""
         write_atomic(
             os.path.join(self.dir, "cache", "dirs"),
-            _encoder.encode((root, listings)),
+            _pack(_encoder.encode((root, listings))),
             durable=False,
         )
 
@@ -503,15 +505,18 @@ class Store:
         """Returns the stat cache for `root` ({} if missing, damaged or for another root)."""
         try:
             with open(os.path.join(self.dir, "cache", "stat"), "rb") as f:
-                cached_root, table = msgspec.msgpack.decode(
-                    f.read(), type=tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
-                )
-        except (OSError, msgspec.DecodeError):
+                data = _unpack(f.read())
+            cached_root, table = msgspec.msgpack.decode(
+                data, type=tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
+            )
+        except (OSError, ValueError):  # a damaged frame; msgspec.DecodeError is a ValueError
             return {}
         return table if cached_root == root else {}
 
     def save_stat_cache(self, root: str, table: dict[str, tuple[StatKey, str]]) -> None:
         """Stores the stat cache; losing it only costs re-hashing, so it is not fsynced."""
         write_atomic(
-            os.path.join(self.dir, "cache", "stat"), _encoder.encode((root, table)), durable=False
+            os.path.join(self.dir, "cache", "stat"),
+            _pack(_encoder.encode((root, table))),
+            durable=False,
         )
