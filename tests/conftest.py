@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import zstandard
 
 # Tests must not see the developer's git configuration or store override.
 for _name in [n for n in os.environ if n.startswith("GIT_")] + [
@@ -50,6 +51,26 @@ def tree_state(root: Path, *, skip: tuple[str, ...] = (".worksnap",)) -> dict[by
                 with open(full, "rb") as f:
                     state[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_nlink, f.read())
     return state
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def packed(data: bytes) -> bytes:
+    """`data` as worksnap stores manifests and caches: one zstd frame with size and checksum."""
+    return zstandard.ZstdCompressor(level=1, write_checksum=True).compress(data)
+
+
+def unpacked(data: bytes) -> bytes:
+    """What a store file holds, read with zstandard directly (not with worksnap's reader)."""
+    assert data.startswith(ZSTD_MAGIC), data[:16]
+    return zstandard.ZstdDecompressor().decompress(data)
+
+
+def flip_middle(data: bytes) -> bytes:
+    """`data` with one bit of its middle byte flipped."""
+    mid = len(data) // 2
+    return data[:mid] + bytes([data[mid] ^ 0x01]) + data[mid + 1 :]
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tree_state, write
+from tests.conftest import tree_state, unpacked, write
 from worksnap.cli import display, main
 
 
@@ -45,7 +45,7 @@ def test_snapshot_list_show_plan_restore_round_trip(
 
     shown = run_json(capsys, root, "show", snap["id"])
     stored = root / ".worksnap" / "manifests" / f"{snap['id']}.json"
-    assert shown == json.loads(stored.read_bytes())
+    assert shown == json.loads(unpacked(stored.read_bytes()))
 
     before = tree_state(root)
     write(root, "a.txt", "changed")

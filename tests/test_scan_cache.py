@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tree_state, write
+from tests.conftest import ZSTD_MAGIC, flip_middle, tree_state, write
 from worksnap import Workspace
 from worksnap import scan as scan_module
 from worksnap import workspace as workspace_module
@@ -221,3 +221,22 @@ def test_watched_in_place_writes_cross_the_size_cap_both_ways(root: Path) -> Non
         expected = plain.capture(store_objects=False)
         assert (watched.entries, watched.large) == (expected.entries, expected.large)
     ws.close()
+
+
+@pytest.mark.parametrize("damage", ["byte flipped", "truncated"])
+def test_damaged_listing_cache_frame_is_ignored(
+    root: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    write(root, "a/one.txt", "1")
+    write(root, "b/two.txt", "2")
+    ws = Workspace(root)
+    ws.snapshot()
+    settle()
+    expected = paths(ws)  # listings recorded now that they are old enough to trust
+    path = root / ".worksnap" / "cache" / "dirs"
+    raw = path.read_bytes()
+    assert raw.startswith(ZSTD_MAGIC)
+    path.write_bytes(flip_middle(raw) if damage == "byte flipped" else raw[: len(raw) // 2])
+    listed = count_listings(monkeypatch)
+    assert paths(Workspace(root)) == expected
+    assert sorted(listed) == ["", "a", "b"]  # dropped whole: every directory listed again

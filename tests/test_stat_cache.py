@@ -6,11 +6,14 @@ import os
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
+import zstandard
 
-from tests.conftest import write
+from tests.conftest import ZSTD_MAGIC, flip_middle, packed, unpacked, write
 from worksnap import Workspace
 from worksnap import workspace as workspace_module
+from worksnap.hash import hash_bytes
 
 
 def digests(ws: Workspace) -> dict[str, str | None]:
@@ -143,3 +146,72 @@ def test_objects_swept_by_gc_are_stored_again(root: Path) -> None:
     again = ws.snapshot(step=3)
     assert again.tree == first.tree
     assert ws.verify() == []
+
+
+def _forged_size(frame: bytes) -> bytes:
+    # A frame header declaring 1 TiB (8-byte content size, checksum flag), then one block.
+    return frame[:4] + b"\xc4\x00" + (1 << 40).to_bytes(8, "little") + b"\x01\x00\x00"
+
+
+CACHE_DAMAGE = {
+    "byte flipped": flip_middle,
+    "truncated": lambda raw: raw[: len(raw) // 2],
+    "declares 1 TiB": _forged_size,
+    "garbage after the magic": lambda raw: ZSTD_MAGIC + b"garbage",
+}
+
+
+def test_stat_cache_is_a_checksummed_zstd_frame(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    age(write(root, "a.txt", "a"))
+    Workspace(root).snapshot()
+    raw = (root / ".worksnap" / "cache" / "stat").read_bytes()
+    assert raw.startswith(ZSTD_MAGIC)
+    assert zstandard.get_frame_parameters(raw).has_checksum
+    cached_root, table = msgspec.msgpack.decode(unpacked(raw))
+    assert cached_root == str(root) and list(table) == ["a.txt"]
+    hashed = count_hashes(monkeypatch)
+    Workspace(root).snapshot()
+    assert hashed == []  # a new process reads it back
+
+
+@pytest.mark.parametrize("damage", CACHE_DAMAGE)
+def test_damaged_stat_cache_frame_is_ignored(
+    root: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    age(write(root, "a.txt", "a"))
+    first = Workspace(root).snapshot()
+    path = root / ".worksnap" / "cache" / "stat"
+    path.write_bytes(CACHE_DAMAGE[damage](path.read_bytes()))
+    hashed = count_hashes(monkeypatch)
+    assert Workspace(root).snapshot().tree == first.tree
+    assert hashed == ["a.txt"]  # dropped whole: re-hashed, then cached again
+    assert Workspace(root).snapshot().tree == first.tree
+    assert hashed == ["a.txt"]
+
+
+def test_stat_cache_with_a_wrong_checksum_is_not_trusted(root: Path) -> None:
+    age(write(root, "a.txt", "a"))
+    age(write(root, "b.txt", "b"))
+    first = Workspace(root).snapshot()
+    path = root / ".worksnap" / "cache" / "stat"
+    raw = path.read_bytes()
+    # The content decodes and gives a.txt the digest of b.txt, a stored object: only the
+    # checksum tells that it is wrong.
+    lying = unpacked(raw).replace(hash_bytes(b"a").encode(), hash_bytes(b"b").encode())
+    assert lying != unpacked(raw)
+    path.write_bytes(packed(lying)[:-4] + raw[-4:])
+    assert Workspace(root).snapshot().tree == first.tree
+
+
+def test_plain_msgpack_stat_cache_from_before_compression_is_used(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    age(write(root, "a.txt", "a"))
+    first = Workspace(root).snapshot()
+    path = root / ".worksnap" / "cache" / "stat"
+    path.write_bytes(unpacked(path.read_bytes()))
+    hashed = count_hashes(monkeypatch)
+    assert Workspace(root).snapshot().tree == first.tree
+    assert hashed == []

@@ -6,8 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+import zstandard
 
-from worksnap.errors import ObjectError
+from tests.conftest import ZSTD_MAGIC, unpacked, write
+from worksnap import Workspace
+from worksnap.cli import main
+from worksnap.errors import ObjectError, SnapshotError
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.store import Store
 
@@ -59,3 +63,90 @@ def test_sweep_keeps_live_objects_and_repacks(tmp_path: Path) -> None:
     fresh = Store(str(tmp_path / "s"))
     assert fresh.read(hash_bytes(live)) == live
     assert set(fresh.digests()) == {hash_bytes(live)}
+
+
+# -- manifests on disk: zstd frames, plain JSON still read ------------------------
+
+
+def _manifest_file(root: Path, snapshot_id: str) -> Path:
+    return root / ".worksnap" / "manifests" / f"{snapshot_id}.json"
+
+
+def test_manifest_is_stored_as_a_checksummed_zstd_frame(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(300):
+        write(root, f"src/pkg{i % 7}/module_{i}.py", f"x = {i}\n")
+    snap = Workspace(root).snapshot()
+    raw = _manifest_file(root, snap.id).read_bytes()
+    assert raw.startswith(ZSTD_MAGIC)
+    params = zstandard.get_frame_parameters(raw)
+    assert params.has_checksum
+    assert params.content_size == len(unpacked(raw))
+    assert len(raw) * 2 < len(unpacked(raw))  # 300 entries: well under half
+    assert main(["--root", str(root), "--json", "show", snap.id]) == 0
+    assert capsys.readouterr().out.encode() == unpacked(raw)  # `show --json` prints the JSON
+    assert Workspace(root).show_bytes(snap.id) == unpacked(raw)
+
+
+def test_plain_json_manifest_from_before_compression_is_read(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "old\n")
+    write(root, "sub/b.txt", "b\n")
+    ws = Workspace(root)
+    old = ws.snapshot()
+    path = _manifest_file(root, old.id)
+    plain = unpacked(path.read_bytes())
+    path.write_bytes(plain)  # as a store written before compression holds it
+    ws.close()
+
+    ws = Workspace(root)
+    assert ws.load(old.id) == old
+    assert ws.show_bytes(old.id) == plain
+    assert main(["--root", str(root), "--json", "show", old.id]) == 0
+    assert capsys.readouterr().out.encode() == plain
+    assert ws.verify() == []
+    write(root, "a.txt", "new\n")
+    assert ws.restore(old.id).ok
+    assert (root / "a.txt").read_text() == "old\n"
+    assert path.read_bytes() == plain  # read, never rewritten
+
+
+def test_rebind_rewrites_manifests_compressed_and_leaves_misfiled_ones(
+    root: Path, tmp_path: Path
+) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    first, second = ws.snapshot(), ws.snapshot(label="second")
+    ws.close()
+    plain = _manifest_file(root, first.id)
+    plain.write_bytes(unpacked(plain.read_bytes()))
+    misfiled = _manifest_file(root, "0123456789ab")
+    misfiled.write_bytes(_manifest_file(root, second.id).read_bytes())  # holds `second`
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    misfiled_before = (moved / misfiled.relative_to(root)).read_bytes()
+
+    assert Workspace(moved).rebind() == 2
+    for snap in (first, second):
+        raw = _manifest_file(moved, snap.id).read_bytes()
+        assert raw.startswith(ZSTD_MAGIC)
+        assert Workspace(moved).load(snap.id).root == str(moved)
+    assert (moved / misfiled.relative_to(root)).read_bytes() == misfiled_before
+
+
+def test_manifest_over_the_bound_is_not_written(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worksnap import store as store_module
+
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    ws.snapshot()
+    monkeypatch.setattr(store_module, "MAX_UNPACKED", 100)
+    with pytest.raises(SnapshotError, match=r"manifest of \d+ bytes is over 100"):
+        ws.snapshot()  # a manifest no reader would accept is refused, not stored
+    monkeypatch.undo()
+    assert len(Workspace(root).list()) == 1
+    assert len(list((root / ".worksnap" / "manifests").iterdir())) == 1

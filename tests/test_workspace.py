@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tree_state, write
+from tests.conftest import packed, tree_state, unpacked, write
 from worksnap import (
     InputError,
     ManifestError,
@@ -55,7 +55,7 @@ def test_snapshot_records_entries_dirs_and_metadata(root: Path) -> None:
     assert (link.type, link.target, link.hash, link.size) == ("symlink", "y.txt", None, None)
     assert m.time.endswith("Z") and "T" in m.time
     stored = root / ".worksnap" / "manifests" / f"{m.id}.json"
-    assert stored.read_bytes() == ws.show_bytes(m.id)
+    assert unpacked(stored.read_bytes()) == ws.show_bytes(m.id)
 
 
 def test_every_snapshot_gets_an_id_and_unchanged_writes_no_objects(root: Path) -> None:
@@ -351,7 +351,8 @@ def test_too_new_version_refused(root: Path) -> None:
     ws = Workspace(root)
     snap = ws.snapshot()
     path = root / ".worksnap" / "manifests" / f"{snap.id}.json"
-    path.write_bytes(path.read_bytes().replace(b'"version":1', b'"version":99', 1))
+    data = unpacked(path.read_bytes())
+    path.write_bytes(packed(data.replace(b'"version":1', b'"version":99', 1)))
     with pytest.raises(ManifestError, match="newer"):
         ws.load(snap.id)
 

@@ -6,9 +6,10 @@ Layout (see docs/format.md):
     <store>/packs/<n>.pack        small objects appended back to back
     <store>/packs/<n>.idx         msgpack [[digest, offset, size], ...]; written last
     <store>/objects/<aa>/<rest>   objects of 1 MiB or more, one file each
-    <store>/manifests/<id>.json   one manifest, exactly as `show --json` prints it
+    <store>/manifests/<id>.json   one manifest as a zstd frame of what `show --json` prints
     <store>/summaries/<id>.json   the few fields `list` shows, so listing never reads manifests
-    <store>/cache/stat            stat cache (may be deleted at any time)
+    <store>/cache/stat            stat cache, a zstd frame (may be deleted at any time)
+    <store>/cache/dirs            listing cache, a zstd frame (may be deleted at any time)
 
 Each pack is written by one process only and published by writing its index
 last, so snapshots running side by side never see each other's half-written
@@ -24,6 +25,7 @@ import secrets
 from collections.abc import Iterator
 
 import msgspec
+import zstandard
 from blake3 import blake3
 
 from worksnap.errors import ManifestError, ObjectError, SnapshotError
@@ -38,8 +40,42 @@ _idx_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
 _summary_decoder = msgspec.json.Decoder(Summary)
 _encoder = msgspec.msgpack.Encoder()
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+MAX_UNPACKED = 1 << 30
+"""The most a stored zstd frame may hold: a few bytes of hostile frame must not cost gigabytes."""
+
 StatKey = tuple[int, int, int, int, int]
 """What the stat cache compares: (inode, size, mtime_ns, ctime_ns, st_mode)."""
+
+
+def _pack(data: bytes) -> bytes:
+    """Returns `data` as one zstd frame: level 1, its size and a checksum of it in the frame."""
+    # A compressor per call (~10 us): one instance must not be used by two threads at once.
+    return zstandard.ZstdCompressor(level=1, write_checksum=True).compress(data)
+
+
+def _unpack(data: bytes) -> bytes:
+    """Returns what a stored file holds: a zstd frame's content, any other bytes as they are.
+
+    Files written before compression (plain JSON, msgpack) never start with the zstd magic.
+
+    Raises:
+        ValueError: the frame is damaged, lacks its size, or holds more than `MAX_UNPACKED`.
+    """
+    if not data.startswith(_ZSTD_MAGIC):
+        return data
+    try:
+        # decompress() allocates the size the frame declares: check it first.
+        size = zstandard.frame_content_size(data)
+        if size < 0:
+            raise ValueError("zstd frame without its content size (worksnap writes it)")
+        if size > MAX_UNPACKED:
+            raise ValueError(
+                f"zstd frame declares {size} bytes, more than the {MAX_UNPACKED} allowed"
+            )
+        return zstandard.ZstdDecompressor().decompress(data, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"damaged zstd frame ({exc})") from None
 
 
 class _PackWriter:
@@ -294,22 +330,37 @@ class Store:
     def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
         """Stores a manifest and then its summary (a summary means a complete snapshot)."""
         self.flush()
-        write_atomic(self.manifest_path(manifest.id), encode_manifest(manifest))
+        self.replace_manifest(manifest)
         write_atomic(
             os.path.join(self._summaries, manifest.id + ".json"), msgspec.json.encode(summary)
         )
 
+    def replace_manifest(self, manifest: Manifest) -> None:
+        """Writes a manifest (compressed) over any stored one with its id; not its summary.
+
+        Raises:
+            SnapshotError: the manifest is larger than a reader accepts.
+        """
+        data = encode_manifest(manifest)
+        if len(data) > MAX_UNPACKED:
+            raise SnapshotError("", f"manifest of {len(data)} bytes is over {MAX_UNPACKED}")
+        write_atomic(self.manifest_path(manifest.id), _pack(data))
+
     def manifest_bytes(self, snapshot_id: str) -> bytes:
-        """Returns a stored manifest's bytes.
+        """Returns a stored manifest's JSON (decompressed), what `show --json` prints.
 
         Raises:
             ManifestError: there is no readable manifest with that id.
         """
         try:
             with open(self.manifest_path(snapshot_id), "rb") as f:
-                return f.read()
+                data = f.read()
         except OSError as exc:
             raise ManifestError(snapshot_id, f"cannot read: {exc.strerror}") from None
+        try:
+            return _unpack(data)
+        except ValueError as exc:
+            raise ManifestError(snapshot_id, str(exc)) from None
 
     def load_manifest(self, snapshot_id: str) -> Manifest:
         """Reads and decodes a stored manifest (paths are checked by the caller)."""
@@ -436,8 +487,9 @@ class Store:
         """Returns the per-directory scan cache for `root` (empty if missing or damaged)."""
         try:
             with open(os.path.join(self.dir, "cache", "dirs"), "rb") as f:
-                cached_root, listings = msgspec.msgpack.decode(f.read(), type=tuple[str, Listings])
-        except (OSError, msgspec.DecodeError):
+                data = _unpack(f.read())
+            cached_root, listings = msgspec.msgpack.decode(data, type=tuple[str, Listings])
+        except (OSError, ValueError):  # a damaged frame; msgspec.DecodeError is a ValueError
             return Listings()
         return listings if cached_root == root else Listings()
 
@@ -445,7 +497,7 @@ class Store:
         """Stores the per-directory scan cache; losing it only costs a full scan."""
         write_atomic(
             os.path.join(self.dir, "cache", "dirs"),
-            _encoder.encode((root, listings)),
+            _pack(_encoder.encode((root, listings))),
             durable=False,
         )
 
@@ -453,15 +505,18 @@ class Store:
         """Returns the stat cache for `root` ({} if missing, damaged or for another root)."""
         try:
             with open(os.path.join(self.dir, "cache", "stat"), "rb") as f:
-                cached_root, table = msgspec.msgpack.decode(
-                    f.read(), type=tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
-                )
-        except (OSError, msgspec.DecodeError):
+                data = _unpack(f.read())
+            cached_root, table = msgspec.msgpack.decode(
+                data, type=tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
+            )
+        except (OSError, ValueError):  # a damaged frame; msgspec.DecodeError is a ValueError
             return {}
         return table if cached_root == root else {}
 
     def save_stat_cache(self, root: str, table: dict[str, tuple[StatKey, str]]) -> None:
         """Stores the stat cache; losing it only costs re-hashing, so it is not fsynced."""
         write_atomic(
-            os.path.join(self.dir, "cache", "stat"), _encoder.encode((root, table)), durable=False
+            os.path.join(self.dir, "cache", "stat"),
+            _pack(_encoder.encode((root, table))),
+            durable=False,
         )

@@ -57,7 +57,6 @@ from worksnap.manifest import (
     Summary,
     check_manifest,
     check_path,
-    encode_manifest,
     fs_path,
     is_git_name,
     is_under,
@@ -1171,9 +1170,11 @@ class Workspace:
                     manifest = self.store.load_manifest(snapshot_id)
                 except ManifestError:
                     continue  # left as it is; verify and list report it
+                if manifest.id != snapshot_id:
+                    continue  # misfiled: rewriting it would overwrite the snapshot it names
                 if manifest.root != self._wire_root:
                     moved = msgspec.structs.replace(manifest, root=self._wire_root)
-                    write_atomic(self.store.manifest_path(snapshot_id), encode_manifest(moved))
+                    self.store.replace_manifest(moved)
                     count += 1
             write_atomic(os.path.join(self.store_dir, "root"), os.fsencode(self.root) + b"\n")
             for name in ("stat", "dirs"):

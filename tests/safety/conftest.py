@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.conftest import tree_state, write
+from tests.conftest import packed, tree_state, write
 from worksnap.cli import main
 from worksnap.manifest import Entry, Manifest, encode_manifest, new_id, tree_digest
 from worksnap.workspace import Workspace
@@ -37,9 +37,14 @@ def store_files(root: Path) -> set[str]:
     return set(os.listdir(directory)) if directory.is_dir() else set()
 
 
-def plant(root: Path, manifest: Manifest | bytes) -> str:
-    """Writes a manifest (a struct, encoded canonically, or raw bytes) into the store."""
+def plant(root: Path, manifest: Manifest | bytes, *, pack: bool = False) -> str:
+    """Writes a manifest (a struct, encoded canonically, or raw bytes) into the store.
+
+    Plain JSON by default, as stores written before compression hold it; `pack` stores
+    it as a zstd frame, as worksnap writes manifests now.
+    """
     data = encode_manifest(manifest) if isinstance(manifest, Manifest) else manifest
+    data = packed(data) if pack else data
     snapshot_id = manifest.id if isinstance(manifest, Manifest) else new_id()
     (root / STORE / "manifests" / f"{snapshot_id}.json").write_bytes(data)
     return snapshot_id

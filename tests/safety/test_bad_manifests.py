@@ -3,7 +3,9 @@
 Every case plants a manifest straight into `<store>/manifests/` (the way an
 attacker, a bad disk or a hand edit would) and asks the command line to
 restore it: exit 2, one clear error line, and the workspace, the store's
-manifests and the journal exactly as before.
+manifests and the journal exactly as before. Most cases plant plain JSON (the
+format before manifests were compressed, still read); a selection is planted
+again as a zstd frame, and damaged or oversized frames are refused too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import zstandard
 
+from tests.conftest import flip_middle, packed, unpacked
+from worksnap import store as store_module
 from worksnap.manifest import Entry, Manifest, encode_manifest, fs_path
 from worksnap.workspace import Workspace
 
@@ -169,6 +174,22 @@ CASES: dict[str, Build] = {
 }
 
 
+def _assert_restore_refused(root: Path, ref: str) -> str:
+    """Restores `ref` by the command line: refused, nothing changed; returns the error line."""
+    before, manifests = tree_state(root), store_files(root)
+
+    code, out, err = cli("--root", str(root), "--json", "restore", ref, "--yes")
+
+    assert code == 2, (out, err)
+    assert out == ""
+    assert err.startswith(f"worksnap: error: manifest {ref}"), err
+    assert err.count("\n") == 1, err
+    assert tree_state(root) == before
+    assert store_files(root) == manifests  # not even a pre-restore snapshot
+    assert not (root / STORE / "journal.json").exists()
+    return err
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_hostile_manifest_is_refused_before_any_change(project: Workspace, case: str) -> None:
     root = Path(project.root)
@@ -179,17 +200,75 @@ def test_hostile_manifest_is_refused_before_any_change(project: Workspace, case:
         ref = built[len(b"<planted>") :].decode()
     else:
         ref = plant(root, built)
-    before, manifests = tree_state(root), store_files(root)
+    _assert_restore_refused(root, ref)
 
-    code, out, err = cli("--root", str(root), "--json", "restore", ref, "--yes")
 
-    assert code == 2, (out, err)
-    assert out == ""
-    assert err.startswith("worksnap: error: manifest "), err
-    assert err.count("\n") == 1, err
-    assert tree_state(root) == before
-    assert store_files(root) == manifests  # not even a pre-restore snapshot
-    assert not (root / STORE / "journal.json").exists()
+# The same checks run on the JSON inside a zstd frame.
+PACKED_CASES = [
+    "truncated",
+    "duplicate key in entry",
+    "too-new version",
+    "not canonical (pretty-printed)",
+    "tree digest does not match the entries",
+    "belongs to another root",
+    "dotdot escape",
+    ".git",
+    "inside the store",
+    "hash not hex",
+]
+
+
+@pytest.mark.parametrize("case", PACKED_CASES)
+def test_hostile_manifest_in_a_zstd_frame_is_refused(project: Workspace, case: str) -> None:
+    root = Path(project.root)
+    write(root, "a.txt", "edited since\n")
+    built = CASES[case](project.load("latest"), root)
+    _assert_restore_refused(root, plant(root, built, pack=True))
+
+
+def _forged_size(frame: bytes) -> bytes:
+    # A frame header declaring 1 TiB (8-byte content size, checksum flag), then one block.
+    return frame[:4] + b"\xc4\x00" + (1 << 40).to_bytes(8, "little") + b"\x01\x00\x00"
+
+
+FRAMES: dict[str, Callable[[bytes], bytes]] = {
+    "byte flipped in the middle": flip_middle,
+    "truncated": lambda frame: frame[: len(frame) // 2],
+    "last byte missing": lambda frame: frame[:-1],
+    "checksum wrong": lambda frame: frame[:-1] + bytes([frame[-1] ^ 0x01]),
+    "bytes after the frame": lambda frame: frame + b"\x00",
+    "magic only": lambda frame: frame[:4],
+    "declares 1 TiB": _forged_size,
+    "without its content size": lambda frame: zstandard.ZstdCompressor(
+        write_content_size=False, write_checksum=True
+    ).compress(unpacked(frame)),
+}
+
+
+@pytest.mark.parametrize("damage", FRAMES)
+def test_damaged_zstd_frame_is_refused(project: Workspace, damage: str) -> None:
+    root = Path(project.root)
+    write(root, "a.txt", "edited since\n")
+    intact = hostile(project.load("latest"))  # valid: only the frame is wrong
+    ref = intact.id
+    (root / STORE / "manifests" / f"{ref}.json").write_bytes(
+        FRAMES[damage](packed(encode_manifest(intact)))
+    )
+    err = _assert_restore_refused(root, ref)
+    assert "zstd frame" in err
+
+
+def test_frame_holding_more_than_the_bound_is_refused(
+    project: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = Path(project.root)
+    write(root, "a.txt", "edited since\n")
+    manifest = hostile(project.load("latest"))
+    data = encode_manifest(manifest)
+    ref = plant(root, manifest, pack=True)
+    monkeypatch.setattr(store_module, "MAX_UNPACKED", len(data) - 1)
+    err = _assert_restore_refused(root, ref)
+    assert f"declares {len(data)} bytes, more than the {len(data) - 1} allowed" in err
 
 
 def test_hostile_manifest_also_refused_by_plan_and_show(project: Workspace) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from tests.conftest import flip_middle, packed, unpacked
 from worksnap import InputError, Workspace
 from worksnap.manifest import decode_manifest, encode_manifest
 
@@ -82,13 +83,25 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("damage", DAMAGE)
+# A manifest is stored compressed: damage to its JSON (inside an intact frame) and damage
+# to the frame itself are both refused.
+MANIFEST_DAMAGE = {
+    **{
+        name: lambda raw, damage=damage: packed(damage(unpacked(raw)))
+        for name, damage in DAMAGE.items()
+    },
+    "frame byte flipped": flip_middle,
+    "frame truncated": lambda raw: raw[: len(raw) // 2],
+}
+
+
+@pytest.mark.parametrize("damage", MANIFEST_DAMAGE)
 def test_damaged_manifest_breaks_neither_list_nor_other_restores(
     root: Path, two_snapshots: tuple[Workspace, str, str], damage: str
 ) -> None:
     _, first, second = two_snapshots
     path = root / STORE / "manifests" / f"{second}.json"
-    path.write_bytes(DAMAGE[damage](path.read_bytes()))
+    path.write_bytes(MANIFEST_DAMAGE[damage](path.read_bytes()))
 
     code, out, err = cli("--root", str(root), "--json", "list")
     assert code == 0, err
