@@ -24,6 +24,7 @@ from worksnap.apply import apply_plan
 from worksnap.fsio import write_atomic
 from worksnap.lock import StoreLock
 from worksnap.plan import Change, Op, Plan, ancestors
+from worksnap.store import _unpack
 from worksnap.workspace import Workspace, _Journal, _summarize
 
 ROOT = "/tmp/worksnap-bench/ref/root"
@@ -42,7 +43,7 @@ def med(fn, n=5):
 # -- 1. stat cache format ------------------------------------------------------
 def stat_cache(ws: Workspace) -> None:
     path = os.path.join(ws.store_dir, "cache", "stat")
-    data = open(path, "rb").read()
+    data = _unpack(open(path, "rb").read())  # a zstd frame since the cache was compressed
     typ = tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
     dec = msgspec.msgpack.Decoder(typ)
     root, table = dec.decode(data)
