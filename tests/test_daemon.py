@@ -262,3 +262,42 @@ def _is_zombie(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_config_starts_a_daemon_on_the_first_command(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    code, _, err = cli(root, "snapshot")  # creates the store
+    assert code == 0, err
+    (root / ".worksnap" / "config.json").write_text('{"daemon": true}')
+    try:
+        code, _, err = cli(root, "snapshot")  # runs here, and starts a daemon for the next
+        assert code == 0, err
+        deadline = time.monotonic() + 60
+        while not status(root)["running"]:
+            assert time.monotonic() < deadline, "no daemon started"
+            time.sleep(0.05)
+        code, out, err = cli(root, "--json", "list")
+        assert code == 0, err
+        assert len(json.loads(out)) == 2
+        assert requests(root) == 1
+        # Bypassed, it is neither used nor started.
+        assert direct(root, "list")[0] == 0
+        assert requests(root) == 1
+    finally:
+        cli(root, "daemon", "stop")
+
+
+def test_config_without_daemon_starts_none(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    assert cli(root, "snapshot")[0] == 0
+    (root / ".worksnap" / "config.json").write_text('{"daemon": false}')
+    assert cli(root, "snapshot")[0] == 0
+    time.sleep(0.5)
+    assert status(root) == {"running": False}
+    (root / ".worksnap" / "config.json").write_text('{"daemon": "yes"}')
+    code, _, err = cli(root, "snapshot")
+    assert code == 2
+    assert "is not valid" in err
+    assert status(root) == {"running": False}

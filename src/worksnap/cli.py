@@ -879,6 +879,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 130
         if code is not None:
             return code
+        daemon.auto_start(args.root, args.store, force=args.force)
     return _run(args)
 
 

@@ -209,39 +209,62 @@ def start(root: str, store_dir: str, *, idle: float, force: bool) -> dict[str, A
     Raises:
         OSError: the daemon could not be started (the message holds its log's last line).
     """
-    import subprocess
-
     running = request(store_dir, "status")
     if running is not None:
         return running
-    os.makedirs(store_dir, exist_ok=True)
-    log_path = os.path.join(store_dir, LOG_NAME)
-    command = [sys.executable, "-m", "worksnap", "--root", root, "--store", store_dir]
-    command += ["--force"] if force else []
-    command += ["daemon", "serve", "--idle", str(idle)]
-    env = dict(os.environ, WORKSNAP_NO_DAEMON="1")
-    with open(log_path, "wb") as log:
-        child = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd="/",
-            env=env,
-            start_new_session=True,  # not killed with the shell that started it
-        )
+    pid = _spawn(root, store_dir, idle=idle, force=force)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         status = request(store_dir, "status")
         if status is not None:
             return status
-        if child.poll() is not None:
-            break
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            break  # it exited
         time.sleep(0.02)
+    log_path = os.path.join(store_dir, LOG_NAME)
     with open(log_path, "rb") as log:
         lines = log.read().decode(errors="replace").strip().splitlines()
-    reason = lines[-1] if lines else f"exit status {child.poll()}"
+    reason = lines[-1] if lines else "no output"
     raise OSError(f"the daemon did not start: {reason} (see {log_path})")
+
+
+def auto_start(root: str, store: str | None, *, force: bool) -> None:
+    """Starts a daemon in the background, without waiting, if the store's config asks for one.
+
+    `<store>/config.json` with `"daemon": true` (the field is validated with the rest of
+    the config by `Workspace`; here a plain JSON read keeps the CLI's start light).
+    """
+    if os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
+        return
+    real = os.path.realpath(root)
+    store_dir = store_location(real, store)
+    try:
+        with open(os.path.join(store_dir, "config.json"), "rb") as f:
+            config = json.loads(f.read())
+    except (OSError, ValueError):
+        return  # no config (or a broken one, which the command itself reports)
+    if isinstance(config, dict) and config.get("daemon") is True:
+        _spawn(real, store_dir, idle=DEFAULT_IDLE_SECONDS, force=force)
+
+
+def _spawn(root: str, store_dir: str, *, idle: float, force: bool) -> int:
+    """Starts `worksnap daemon serve` in a session of its own; returns its pid."""
+    os.makedirs(store_dir, exist_ok=True)
+    argv = [sys.executable, "-m", "worksnap", "--root", root, "--store", store_dir]
+    argv += ["--force"] if force else []
+    argv += ["daemon", "serve", "--idle", str(idle)]
+    log_path = os.path.join(store_dir, LOG_NAME)
+    return os.posix_spawn(
+        sys.executable,
+        argv,
+        dict(os.environ, WORKSNAP_NO_DAEMON="1"),
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ],
+        setsid=True,  # not killed with the shell (or agent) that started it
+    )
 
 
 def stop(store_dir: str) -> bool:

@@ -99,6 +99,8 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """`<store>/config.json`: settings that apply to every command on the store."""
 
     retention: Retention = msgspec.field(default_factory=Retention)
+    daemon: bool = False
+    """Start `worksnap daemon` on the first command that finds none (read by daemon.py)."""
 
 
 @dataclass(frozen=True, slots=True)
