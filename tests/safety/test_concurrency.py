@@ -141,7 +141,7 @@ def test_long_lived_workspace_reads_objects_another_process_packed(root: Path) -
     write(root, "a.txt", "first\n")
     with Workspace(root) as ws:
         ws.snapshot()  # loads this instance's pack index
-        other = _python(SNAPSHOTTER, str(root), "other")
+        other = _python(SNAPSHOTTER, str(root), "other", "none")
         _, err = other.communicate(timeout=120)
         assert other.returncode == 0, err
         newest = ws.resolve("latest")
