@@ -146,23 +146,31 @@ def scan_tree(
         if watcher is not None:
             # Watch before reading, so a change made while we read shows up next time.
             watcher.watch(rel_dir, os.fsencode(abs_dir))
+        cached = old.get(rel_dir)
         try:
             dir_stat = os.lstat(abs_dir)
-            ignore_stat = _lstat_or_none(os.path.join(abs_dir, ".gitignore"))
+            if not stat.S_ISDIR(dir_stat.st_mode):
+                raise SnapshotError(rel_dir or ".", "changed while it was scanned")
+            stamp = _stamp(dir_stat)
+            # An unchanged listing says whether `.gitignore` and `.git` are there: no need
+            # to ask the file system (a third of a warm scan's system calls).
+            names = _special_names(cached.children) if cached and cached.stamp == stamp else None
+            ignore_stat = (
+                _lstat_or_none(os.path.join(abs_dir, ".gitignore"))
+                if names is None or ".gitignore" in names
+                else None
+            )
         except OSError as exc:
             raise SnapshotError(rel_dir or ".", f"cannot read: {exc.strerror}") from None
-        if not stat.S_ISDIR(dir_stat.st_mode):
-            raise SnapshotError(rel_dir or ".", "changed while it was scanned")
-        stamp = _stamp(dir_stat)
         ignore_stamp = _stamp(ignore_stat) if ignore_stat is not None else None
-        cached = old.get(rel_dir)
         reuse = (
             rules_as_cached
             and cached is not None
             and cached.stamp == stamp
             and cached.ignore_file == ignore_stamp
         )
-        dir_rules, nested_repo = _rules_inside(rel_dir, abs_dir, above, ignore_stat)
+        has_git = None if names is None else ".git" in names
+        dir_rules, nested_repo = _rules_inside(rel_dir, abs_dir, above, ignore_stat, has_git)
         if nested_repo:
             reuse = False  # its rules come from its own .git, which this cache does not stamp
         if reuse and cached is not None:
@@ -319,12 +327,26 @@ def _lstat_or_none(path: str) -> os.stat_result | None:
         return None
 
 
+def _special_names(children: list[tuple[str, str]]) -> set[str]:
+    """Which of `.git` and `.gitignore` a listing holds."""
+    return {name for name, _ in children if name in (".git", ".gitignore")}
+
+
 def _rules_inside(
-    rel_dir: str, abs_dir: str, above: Rules, ignore_stat: os.stat_result | None
+    rel_dir: str,
+    abs_dir: str,
+    above: Rules,
+    ignore_stat: os.stat_result | None,
+    has_git: bool | None,
 ) -> tuple[Rules, bool]:
-    """Returns the rules in force inside a directory, and whether it is a nested repository."""
+    """Returns the rules in force inside a directory, and whether it is a nested repository.
+
+    `has_git`: whether a `.git` is there, if an unchanged listing says (None: look).
+    """
     dir_rules = above
-    nested_repo = bool(rel_dir) and os.path.lexists(os.path.join(abs_dir, ".git"))
+    if has_git is None:
+        has_git = os.path.lexists(os.path.join(abs_dir, ".git"))
+    nested_repo = bool(rel_dir) and has_git
     if nested_repo:
         # git run inside a nested repository reads only that repository's ignore files.
         dir_rules = repo_rules(above, rel_dir) or above

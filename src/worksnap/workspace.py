@@ -325,6 +325,7 @@ class Workspace:
         total = len(found.files)
         remembered = self._entries
         kept: dict[str, tuple[os.stat_result, Entry]] = {}
+        watching = self._watcher is not None
         with DirTree(self.root) as tree:
             for done, (rel, seen) in enumerate(found.files):
                 prev = remembered.get(rel)
@@ -341,19 +342,23 @@ class Workspace:
                 st = seen
                 key: StatKey = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
                 hit = cache.get(rel)
-                digest = hit[1] if hit is not None and hit[0] == key else None
-                if digest is None or (
-                    store_objects and digest not in packed and not self.store.has(digest)
+                if (
+                    hit is not None
+                    and hit[0] == key
+                    and (not store_objects or hit[1] in packed or self.store.has(hit[1]))
                 ):
+                    digest = hit[1]
+                    fresh[rel] = hit  # trusted when cached, and unchanged since
+                else:
                     digest, st = self._hash_and_store(rel, store_objects=store_objects, tree=tree)
-                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-                if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
-                    fresh[rel] = (key, digest)
+                    if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
+                        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+                        fresh[rel] = (key, digest)
                 entry = Entry(
                     path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size
                 )
                 entries.append(entry)
-                if self._watcher is not None:
+                if watching:
                     kept[rel] = (seen, entry)
                 if done % 4096 == 4095:
                     self._report("hash", done + 1, total)
