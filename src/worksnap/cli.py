@@ -246,9 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="start: run a background process that keeps this store's workspace "
         "watched (inotify) and in memory; every later worksnap command for the store runs "
         "in it, so a snapshot reads only what changed. stop: stop it. status: is one "
-        "running (exit 1 if not). serve: the same in the foreground. It stops by itself after --idle seconds without a "
-        "command. Leave it off for trees changed through shared mmap writes or on "
-        "network and FUSE file systems, which raise no events (docs/performance.md).",
+        "running (exit 1 if not). serve: the same in the foreground. It stops by itself "
+        "after --idle seconds without a command. Leave it off for trees changed through "
+        "shared mmap writes or on network and FUSE file systems, which raise no events "
+        "(docs/performance.md).",
         epilog="examples: worksnap daemon start\n"
         "          worksnap daemon status --json\n"
         "          WORKSNAP_NO_DAEMON=1 worksnap snapshot   (bypass it once)",
