@@ -240,3 +240,70 @@ def test_damaged_listing_cache_frame_is_ignored(
     listed = count_listings(monkeypatch)
     assert paths(Workspace(root)) == expected
     assert sorted(listed) == ["", "a", "b"]  # dropped whole: every directory listed again
+
+
+@linux_only
+def test_watched_directory_with_new_and_removed_files_stats_only_those(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root, ".gitignore", "*.log\n")
+    for i in range(30):
+        write(root, f"icons/i{i}.svg", f"<svg {i}/>")
+    ws = Workspace(root, watch=True)
+    plain = Workspace(root)
+    ws.snapshot()
+    stated: list[str] = []
+    real = os.lstat
+
+    def counting(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        stated.append(os.fsdecode(path))
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan_module.os, "lstat", counting)
+    (root / "icons" / "i3.svg").unlink()
+    write(root, "icons/new.svg", "<svg new/>")
+    write(root, "icons/i7.svg", "<svg seven, in place/>")
+    os.rename(root / "icons" / "i9.svg", root / "icons" / "renamed.svg")
+    write(root, "icons/noise.log", "ignored")
+    snap = ws.snapshot()
+    files = {os.path.basename(p) for p in stated if "/icons/" in p}
+    # The 26 files no event named are not looked at again (.git, .gitignore: the rules).
+    assert files <= {"new.svg", "i7.svg", "renamed.svg", ".gitignore", ".git", "icons"}
+    assert {"new.svg", "i7.svg", "renamed.svg"} <= files
+    monkeypatch.undo()
+    assert snap.entries == plain.capture(store_objects=False).entries
+    assert snap.ignored == ["icons/noise.log"]
+    ws.close()
+
+
+@linux_only
+def test_watched_directory_sees_names_reused_for_other_things(root: Path) -> None:
+    for i in range(10):
+        write(root, f"d/f{i}.txt", str(i))
+    ws = Workspace(root, watch=True)
+    plain = Workspace(root)
+    ws.snapshot()
+    changes = [
+        # removed and created again under the same name, with new bytes of the same size
+        lambda: ((root / "d" / "f1.txt").unlink(), write(root, "d/f1.txt", "X")),
+        # a file replaced by a directory of the same name, and back
+        lambda: ((root / "d" / "f2.txt").unlink(), write(root, "d/f2.txt/inner", "in")),
+        lambda: (
+            (root / "d" / "f2.txt" / "inner").unlink(),
+            (root / "d" / "f2.txt").rmdir(),
+            write(root, "d/f2.txt", "2"),
+        ),
+        # a file replaced by a symlink, and a rename over an existing name
+        lambda: ((root / "d" / "f3.txt").unlink(), os.symlink("f4.txt", root / "d" / "f3.txt")),
+        lambda: os.rename(root / "d" / "f5.txt", root / "d" / "f6.txt"),
+        # a listing change and an in-place write in the same directory, in one go
+        lambda: (write(root, "d/new.txt", "n"), write(root, "d/f7.txt", "77")),
+        lambda: write(root, "d/.gitignore", "f8.txt\n"),
+    ]
+    for change in changes:
+        change()
+        watched = ws.snapshot()
+        current = plain.capture(store_objects=False)
+        assert watched.entries == current.entries, change
+        assert (watched.dirs, watched.ignored) == (current.dirs, current.ignored)
+    ws.close()

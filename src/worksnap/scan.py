@@ -23,7 +23,7 @@ import msgspec
 from worksnap.errors import SnapshotError
 from worksnap.ignore import Rules, repo_rules
 from worksnap.manifest import fs_path, is_git_name, wire_name
-from worksnap.watch import Watcher
+from worksnap.watch import Events, Watcher
 
 Stamp = tuple[int, int, int, int]
 """(inode, size, mtime_ns, ctime_ns): enough to tell an entry changed."""
@@ -77,6 +77,8 @@ class DirScan:
     reusable: bool
     found: Scan
     subdirs: list[tuple[str, str]]
+    children: list[tuple[str, str]]
+    """The classification it was made from: (wire name, kind) in name order."""
 
 
 def scan_tree(
@@ -89,7 +91,7 @@ def scan_tree(
     trust_before: int = 0,
     watcher: Watcher | None = None,
     memory: dict[str, DirScan] | None = None,
-    dirty: dict[str, set[bytes] | None] | None = None,
+    dirty: dict[str, Events | None] | None = None,
 ) -> Scan:
     """Walks `root` and sorts every path below it.
 
@@ -105,10 +107,11 @@ def scan_tree(
         watcher: watches every directory scanned, so that the next call can be told
             which ones changed.
         memory: what each directory contributed to the last scan (updated).
-        dirty: what had events since the last scan (from `watcher`): per directory,
-            the names of files changed in place, or None if its listing may have
-            changed. Any other directory is taken from `memory` without a single
-            system call. None: nothing is known, every directory is read.
+        dirty: what had events since the last scan (from `watcher`), per directory.
+            Any other directory is taken from `memory` without a single system call;
+            in one with events only the named children are looked at again (its
+            listing is read again if it changed). None: nothing is known, every
+            directory is read.
 
     Raises:
         SnapshotError: a directory or symlink could not be read.
@@ -126,14 +129,21 @@ def scan_tree(
     while pending:
         rel_dir, abs_dir, above, rules_as_cached, rules_as_remembered = pending.pop()
         last = remembered.get(rel_dir)
+        # From memory: the kinds of the children, and the stats of files no event named.
+        memory_hints: dict[str, str] = {}
+        known: dict[str, os.stat_result] = {}
         if rules_as_remembered and last is not None and last.reusable and dirty is not None:
             # No event here since the last scan: nothing changed. Files written in
             # place: only they are looked at again.
-            part = (
-                last
-                if rel_dir not in dirty
-                else _refresh(last, abs_dir, dirty[rel_dir], max_file_bytes)
-            )
+            events = dirty.get(rel_dir, _QUIET)
+            part = None
+            if events is _QUIET:
+                part = last
+            elif events is not None and not events.names & {b".gitignore", b".git"}:
+                if not events.listing:
+                    part = _refresh(last, abs_dir, events.names, max_file_bytes)
+                else:
+                    memory_hints, known = _remembered(last, events.names)
             if part is not None:
                 _merge(found, part.found)
                 visited[rel_dir] = part
@@ -185,6 +195,8 @@ def scan_tree(
                 and not nested_repo
             )
             hints = dict(cached.children) if same_rules and cached is not None else {}
+            if not hints and last is not None and last.ignore_stamp == ignore_stamp:
+                hints = memory_hints  # same rules as remembered (no event on .gitignore)
             children = _classify(rel_dir, abs_dir, dir_rules, exclude, hints)
         trusted = max(stamp[2], stamp[3], *(ignore_stamp[2:] if ignore_stamp else ())) < (
             trust_before
@@ -197,6 +209,7 @@ def scan_tree(
             reusable=not nested_repo,
             found=Scan(),
             subdirs=[],
+            children=children,
         )
         here = part.found
         prefix = abs_dir + "/"  # plain concatenation: os.path.join cost a fifth of a warm scan
@@ -207,7 +220,7 @@ def scan_tree(
                 part.subdirs.append((rel, prefix + _os_name(name)))
             elif kind == _FILE:
                 try:
-                    st = os.lstat(prefix + _os_name(name))
+                    st = known.get(name) or os.lstat(prefix + _os_name(name))
                 except FileNotFoundError:
                     continue  # deleted while we walked: simply not part of this snapshot
                 except OSError as exc:
@@ -254,16 +267,32 @@ def scan_tree(
     return found
 
 
-def _refresh(
-    last: DirScan, abs_dir: str, names: set[bytes] | None, max_file_bytes: int
-) -> DirScan | None:
+_QUIET = Events()  # stands for "no event" in a lookup
+
+
+def _remembered(
+    last: DirScan, names: set[bytes]
+) -> tuple[dict[str, str], dict[str, os.stat_result]]:
+    """What a directory's memory still vouches for after events on `names`.
+
+    Returns the kinds of its children (hints for classifying it again) and the
+    stats of its files that no event named (unchanged since they were taken).
+    """
+    touched = {wire_name(os.fsdecode(raw)) for raw in names}
+    known = {
+        rel.rpartition("/")[2]: st
+        for rel, st in last.found.files
+        if rel.rpartition("/")[2] not in touched
+    }
+    return dict(last.children), known
+
+
+def _refresh(last: DirScan, abs_dir: str, names: set[bytes], max_file_bytes: int) -> DirScan | None:
     """Returns `last` with the named files (changed in place) stat'ed and sized again.
 
-    None when the directory must be read again: its listing may have changed, its
-    `.gitignore` or `.git` was touched, or a named file is no longer a regular file.
+    None when the directory must be read again: a named file is no longer a
+    regular file, or is not where the last listing put it.
     """
-    if names is None or b".gitignore" in names or b".git" in names:
-        return None
     prefix = abs_dir + "/"
     fresh: dict[str, os.stat_result] = {}
     for raw in names:
@@ -308,6 +337,7 @@ def _refresh(
         reusable=True,
         found=here,
         subdirs=last.subdirs,
+        children=last.children,
     )
 
 

@@ -52,6 +52,18 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+class Events:
+    """What happened in one watched directory: the names touched, and whether its listing moved."""
+
+    __slots__ = ("listing", "names")
+
+    def __init__(self) -> None:
+        self.names: set[bytes] = set()
+        """Every child named by an event (written, chmod-ed, created, removed, renamed)."""
+        self.listing = False
+        """True when a child was created, removed or renamed, or the directory itself changed."""
+
+
 class Watcher:
     """Directories under one root that may have changed since the last `drain`.
 
@@ -93,16 +105,16 @@ class Watcher:
             self._dirs.pop(wd, None)
             self._libc.inotify_rm_watch(self._fd, wd)
 
-    def drain(self) -> dict[str, set[bytes] | None] | None:
+    def drain(self) -> dict[str, Events | None] | None:
         """Returns what changed since the last call, or None if that is unknown.
 
-        Maps each directory with events to the names of its files whose content or
-        attributes changed, or to None when its listing may have changed: something
-        in it was created, removed or renamed, or it was itself removed or moved.
+        Maps each directory with events to its `Events`: any child not named there
+        is as the last scan saw it. None for a directory means nothing is known
+        about it (a child directory of it was removed or moved away).
         """
         if self._fd < 0:
             return None
-        dirty: dict[str, set[bytes] | None] = {}
+        dirty: dict[str, Events | None] = {}
         lost = self._lost
         while True:
             try:
@@ -124,12 +136,12 @@ class Watcher:
                 directory = self._dirs.get(wd)
                 if directory is None:
                     continue
-                if name and not mask & ~_IN_IN_PLACE:
-                    names = dirty.setdefault(directory, set())
-                    if names is not None:
-                        names.add(name)  # written or chmod-ed in place: only it changed
-                else:
-                    dirty[directory] = None
+                events = dirty.setdefault(directory, Events())
+                if events is not None:
+                    if name:
+                        events.names.add(name)
+                    if not name or mask & ~_IN_IN_PLACE:
+                        events.listing = True  # not only written or chmod-ed in place
                 if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
                     self._by_dir.pop(directory, None)
                     self._dirs.pop(wd, None)
