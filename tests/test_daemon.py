@@ -301,3 +301,30 @@ def test_config_without_daemon_starts_none(tmp_path: Path) -> None:
     assert code == 2
     assert "is not valid" in err
     assert status(root) == {"running": False}
+
+
+def test_a_client_that_went_away_interrupts_its_command() -> None:
+    pool = daemon.WorkspacePool()
+    ours, theirs = socket.socketpair()
+    seen: list[object] = []
+    with ours:
+        pool.client = ours
+        report = pool._interruptible(seen.append)
+        report("still there")  # the client waits: nothing happens
+        assert seen == ["still there"]
+        theirs.close()  # Ctrl-C killed the client
+        with pytest.raises(KeyboardInterrupt):
+            report("gone")
+    assert seen == ["still there"]
+    pool.client = None
+    pool._interruptible(None)("no client: nothing to check")
+
+
+def test_a_daemon_of_another_user_is_never_used(
+    served: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = str(served / ".worksnap")
+    assert daemon.request(store, "status") is not None
+    monkeypatch.setattr(daemon, "_peer_uid", lambda sock: os.getuid() + 1)
+    assert daemon.request(store, "status") is None
+    assert daemon.forward(["list"], str(served), None) is None  # runs here instead

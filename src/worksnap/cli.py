@@ -876,7 +876,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 1
         except KeyboardInterrupt:
-            print("worksnap: interrupted (the daemon finishes the command)", file=sys.stderr)
+            # Closing the connection tells the daemon: it stops the command at its next
+            # progress report, as Ctrl-C would here (a restore rolls back).
+            print("worksnap: interrupted", file=sys.stderr)
             return 130
         if code is not None:
             return code

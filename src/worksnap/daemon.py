@@ -89,7 +89,27 @@ def _connect(store_dir: str) -> socket.socket | None:
     except OSError:
         sock.close()
         return None  # a socket left by a daemon that was killed
+    if _peer_uid(sock) != os.getuid():
+        sock.close()  # not ours: never hand our terminal to another user's process
+        return None
     return sock
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """True when the client closed its end (it sends nothing while its command runs)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    uid: int = struct.unpack("3i", creds)[1]
+    return uid
 
 
 def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -285,6 +305,8 @@ class WorkspacePool:
 
     def __init__(self) -> None:
         self.workspaces: dict[tuple[Any, ...], Workspace] = {}
+        self.client: socket.socket | None = None
+        """The connection of the command being run: its end interrupts the command."""
 
     def open(self, root: str, store: str | None, options: dict[str, Any]) -> Workspace:
         """The workspace for these options (opened, watched, on first use), set to the session."""
@@ -307,8 +329,24 @@ class WorkspacePool:
                 oldest = next(iter(self.workspaces))
                 self.workspaces.pop(oldest).close()
         self.workspaces[key] = ws  # most recently used last
-        ws.use(session=session, progress=progress)
+        ws.use(session=session, progress=self._interruptible(progress))
         return ws
+
+    def _interruptible(self, progress: Callable[[Any], None] | None) -> Callable[[Any], None]:
+        """Wraps a progress callback so that a client gone (Ctrl-C) interrupts the command.
+
+        The command then stops as it would on Ctrl-C in the client's own process (a
+        restore rolls back).
+        """
+        client = self.client
+
+        def report(done: Any) -> None:
+            if client is not None and _hung_up(client):
+                raise KeyboardInterrupt
+            if progress is not None:
+                progress(done)
+
+        return report
 
     def drop_all(self) -> None:
         """Closes every workspace (storing their caches)."""
@@ -414,8 +452,7 @@ def _handle(
     run: Runner,
 ) -> bool:
     """Serves one connection; returns False when the daemon should stop."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
+    uid = _peer_uid(conn)
     try:
         message, fds = _receive(conn, max_fds=3)
     except (OSError, ValueError):
@@ -440,7 +477,11 @@ def _handle(
             return fresh_code == code  # its own code changed (an upgrade): make way
         _send(conn, {"started": True})
         state["requests"] += 1
-        exit_code = _run_for_client(message, fds, pool, run)
+        pool.client = conn
+        try:
+            exit_code = _run_for_client(message, fds, pool, run)
+        finally:
+            pool.client = None
         fds = []  # closed with the client's streams
         with contextlib.suppress(OSError):
             _send(conn, {"exit": exit_code})
