@@ -328,3 +328,20 @@ def test_a_daemon_of_another_user_is_never_used(
     monkeypatch.setattr(daemon, "_peer_uid", lambda sock: os.getuid() + 1)
     assert daemon.request(store, "status") is None
     assert daemon.forward(["list"], str(served), None) is None  # runs here instead
+
+
+def test_without_linux_there_is_no_daemon_and_commands_run_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worksnap.cli import main
+
+    root = tmp_path / "ws"
+    write(root, "a", "a")
+    monkeypatch.setattr(daemon, "SUPPORTED", False)
+    assert main(["--root", str(root), "daemon", "start"]) == 2
+    assert capsys.readouterr().err == (
+        "worksnap: error: worksnap daemon needs Linux (inotify); commands run directly here\n"
+    )
+    assert daemon.forward(["list"], str(root), None) is None
+    assert main(["--root", str(root), "snapshot"]) == 0
+    assert main(["--root", str(root), "daemon", "status"]) == 1

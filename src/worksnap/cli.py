@@ -798,6 +798,8 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     if not os.path.isdir(root):
         raise InputError(f"root {args.root!r} is not a directory")
     store_dir = daemon.store_location(root, args.store)
+    if args.action in ("start", "serve") and not daemon.SUPPORTED:
+        raise InputError("worksnap daemon needs Linux (inotify); commands run directly here")
     if args.action == "serve":
         with _open(args):
             pass  # the same checks as any command: root guards, store binding

@@ -41,6 +41,8 @@ _TICK_SECONDS = 5.0  # how often an idle daemon checks its socket and idle time
 _MAX_REQUEST = 1 << 20
 _MAX_WORKSPACES = 4
 _HEADER = struct.Struct("!I")
+SUPPORTED = sys.platform.startswith("linux")
+"""The daemon needs inotify (for the watch) and SO_PEERCRED: Linux."""
 
 
 class DaemonLost(Exception):
@@ -170,7 +172,7 @@ def forward(argv: list[str], root: str, store: str | None) -> int | None:
     Raises:
         DaemonLost: the daemon started the command and stopped before it ended.
     """
-    if os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
+    if not SUPPORTED or os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
         return None
     try:
         for fd in (0, 1, 2):
@@ -211,6 +213,8 @@ def forward(argv: list[str], root: str, store: str | None) -> int | None:
 
 def request(store_dir: str, op: str) -> dict[str, Any] | None:
     """Sends `status` or `stop` to the store's daemon; None when none is running."""
+    if not SUPPORTED:
+        return None
     sock = _connect(store_dir)
     if sock is None:
         return None
@@ -254,7 +258,7 @@ def auto_start(root: str, store: str | None, *, force: bool) -> None:
     `<store>/config.json` with `"daemon": true` (the field is validated with the rest of
     the config by `Workspace`; here a plain JSON read keeps the CLI's start light).
     """
-    if os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
+    if not SUPPORTED or os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
         return
     real = os.path.realpath(root)
     store_dir = store_location(real, store)
