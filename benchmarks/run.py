@@ -910,6 +910,37 @@ def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
         row[f"plan_{mode}"] = b.pair(f"plan_{mode}", plan_mode, snapper(worker, mode, "same"))
         row[f"{mode}_peak_rss_kb"] = worker.call(op="snapshot")["maxrss_kb"]
         worker.close()
+    # The CLI through a daemon: what a runtime driving the command line sees.
+    run_rss(b.ws_cli("daemon", "start"))
+    try:
+
+        def daemon_cli(*args: str) -> tuple[float, int, str]:
+            return run_rss(b.ws_cli(*args), env=DAEMON_ENV)
+
+        def daemon_snap() -> float:
+            return daemon_cli("snapshot")[0]
+
+        daemon_snap()
+        row["warm_nochange_daemon"] = b.pair("warm_nochange_daemon", daemon_snap, git_snap)
+        row["warm_10mod_daemon"] = b.pair(
+            "warm_10mod_daemon",
+            daemon_snap,
+            git_snap,
+            before_a=edits.modify,
+            before_b=edits.modify,
+        )
+        mine = json.loads(daemon_cli("--json", "snapshot")[2])["tree"]
+        full = json.loads(run_rss(b.ws_cli("--json", "snapshot"))[2])["tree"]
+        if mine != full:
+            raise RuntimeError(f"{n} files, daemon: tree {mine} but a full scan gives {full}")
+        edits.reset()
+        time.sleep(0.2)
+        daemon_snap()
+        row["plan_daemon"] = b.pair(
+            "plan_daemon", lambda: daemon_cli("--json", "plan", ref)[0], daemon_snap
+        )
+    finally:
+        run_rss(b.ws_cli("daemon", "stop"))
     return row
 
 
@@ -934,6 +965,8 @@ def plot(scale: dict[str, object], path: Path) -> None:
     ax.plot(xs, series("warm_10mod_watch"), "s--", label="worksnap warm, 10 modified (watch)")
     ax.plot(xs, series("plan_cli"), "^-", label="worksnap plan (CLI)")
     ax.plot(xs, series("plan_watch"), "^--", label="worksnap plan (watch)")
+    ax.plot(xs, series("warm_nochange_daemon"), "D-", label="worksnap warm, no change (daemon)")
+    ax.plot(xs, series("plan_daemon"), "D--", label="worksnap plan (daemon)")
     ax.plot(xs, series("warm_nochange_cli", "median_b"), "k:", label="git add -A + write-tree")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -1057,14 +1090,17 @@ def markdown(data: dict) -> str:
             ("warm CLI", "warm_nochange_cli", "median_a"),
             ("warm in-proc", "warm_nochange_inproc", "median_a"),
             ("warm watch", "warm_nochange_watch", "median_a"),
+            ("warm daemon", "warm_nochange_daemon", "median_a"),
             ("10 mod CLI", "warm_10mod_cli", "median_a"),
             ("10 mod in-proc", "warm_10mod_inproc", "median_a"),
             ("10 mod watch", "warm_10mod_watch", "median_a"),
+            ("10 mod daemon", "warm_10mod_daemon", "median_a"),
             ("git warm", "warm_nochange_cli", "median_b"),
             ("git 10 mod", "warm_10mod_cli", "median_b"),
             ("plan CLI", "plan_cli", "median_a"),
             ("plan in-proc", "plan_inproc", "median_a"),
             ("plan watch", "plan_watch", "median_a"),
+            ("plan daemon", "plan_daemon", "median_a"),
         ]
         lines += [
             "",
