@@ -656,6 +656,8 @@ class Workspace:
     ) -> Plan:
         gitignores: dict[str, bytes] = {}
         for entry in target.entries:
+            if not entry.path.endswith(".gitignore"):
+                continue  # the cheap test first: this loop sees every entry
             directory, _, name = entry.path.rpartition("/")
             if name == ".gitignore" and entry.type == "file" and entry.hash is not None:
                 gitignores[directory] = self.store.read(entry.hash)

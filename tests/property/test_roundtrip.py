@@ -1,4 +1,4 @@
-"""Properties: any tree restores byte-exactly from any other, and wire paths round-trip."""
+"""Properties: any tree restores exactly from any other; wire paths round-trip; diffs are exact."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import tree_state
 from worksnap import Workspace
-from worksnap.manifest import fs_path, wire_name
+from worksnap.manifest import Entry, fs_path, wire_name
+from worksnap.plan import differing
 
 settings.register_profile(
     "ci", derandomize=True, max_examples=60, deadline=None,
@@ -102,3 +103,31 @@ def test_wire_form_round_trips_every_name(raw: bytes) -> None:
     wire = wire_name(os.fsdecode(raw))
     assert fs_path(wire) == raw
     wire.encode("utf-8")  # always valid Unicode, so JSON can carry it
+
+
+def _entries(sizes: dict[int, int]) -> list[Entry]:
+    return [
+        Entry(path=f"d/{n:05d}", type="file", mode=0o644, hash=f"{size:064x}", size=size)
+        for n, size in sorted(sizes.items())
+    ]
+
+
+@given(
+    st.dictionaries(st.integers(0, 3000), st.integers(0, 3), max_size=900),
+    st.dictionaries(st.integers(0, 3000), st.one_of(st.none(), st.integers(0, 3)), max_size=60),
+)
+def test_differing_finds_exactly_the_entries_not_on_both_sides(
+    base: dict[int, int], edits: dict[int, int | None]
+) -> None:
+    changed = {**base, **{n: s for n, s in edits.items() if s is not None}}
+    for n, s in edits.items():
+        if s is None:
+            changed.pop(n, None)
+    old, new = _entries(base), _entries(changed)
+
+    def key(e: Entry) -> tuple[object, ...]:
+        return (e.path, e.type, e.mode, e.hash, e.size, e.target)
+
+    only_old, only_new = differing(old, new)
+    assert [key(e) for e in only_old] == sorted(set(map(key, old)) - set(map(key, new)))
+    assert [key(e) for e in only_new] == sorted(set(map(key, new)) - set(map(key, old)))
