@@ -64,6 +64,7 @@ def test_a_cold_snapshot_reads_ahead_exactly_the_files_it_hashes(
         real_start(self, iter(()))
 
     monkeypatch.setattr(hash_module.Prefetch, "start", start)
+    monkeypatch.setattr(workspace_module, "_SLOW_READ_SECONDS", 0.0)  # as if from the disk
     time.sleep(workspace_module._RACY_MARGIN_NS / 1e9 * 2)  # so that digests are cached
     ws = Workspace(root)
     snap = ws.snapshot()
@@ -74,3 +75,15 @@ def test_a_cold_snapshot_reads_ahead_exactly_the_files_it_hashes(
     ws.snapshot()
     assert hinted == []  # warm: nothing to read, no helper
     assert threading.active_count() == 1
+
+
+def test_reads_from_the_page_cache_are_not_read_ahead(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(100):
+        write(root, f"f{i:03d}.txt", f"file {i}\n")
+    started: list[object] = []
+    monkeypatch.setattr(hash_module.Prefetch, "start", lambda self, paths: started.append(1))
+    monkeypatch.setattr(workspace_module, "_SLOW_READ_SECONDS", 3600.0)  # every read is fast
+    assert len(Workspace(root).snapshot().entries) == 100
+    assert started == []
