@@ -345,3 +345,20 @@ def test_without_linux_there_is_no_daemon_and_commands_run_here(
     assert daemon.forward(["list"], str(root), None) is None
     assert main(["--root", str(root), "snapshot"]) == 0
     assert main(["--root", str(root), "daemon", "status"]) == 1
+
+
+def test_a_broken_message_keeps_none_of_the_descriptors_it_carried(served: Path) -> None:
+    store = str(served / ".worksnap")
+    pid = _pid_or_none(served)
+    assert pid is not None
+    open_before = len(os.listdir(f"/proc/{pid}/fd"))
+    for _ in range(5):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(os.path.join(store, daemon.SOCKET_NAME))
+            body = b"{not json"
+            socket.send_fds(sock, [daemon._HEADER.pack(len(body))], [0, 1, 2])
+            sock.sendall(body)
+            sock.shutdown(socket.SHUT_WR)
+            assert sock.recv(1) == b""  # answered by closing
+    assert daemon.request(store, "status") is not None  # still serving
+    assert len(os.listdir(f"/proc/{pid}/fd")) == open_before

@@ -131,17 +131,15 @@ def _receive(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any] |
     else:
         head = sock.recv(_HEADER.size)
     head += _read_exactly(sock, _HEADER.size - len(head)) if head else b""
-    if len(head) < _HEADER.size:
-        _close_all(fds)
-        return None, []
-    (length,) = _HEADER.unpack(head)
-    body = _read_exactly(sock, length) if length <= _MAX_REQUEST else b""
-    if len(body) != length:
-        _close_all(fds)
-        return None, []
-    message = json.loads(body)
+    message = None
+    if len(head) == _HEADER.size:
+        (length,) = _HEADER.unpack(head)
+        body = _read_exactly(sock, length) if length <= _MAX_REQUEST else b""
+        if len(body) == length:
+            with contextlib.suppress(ValueError):
+                message = json.loads(body)
     if not isinstance(message, dict):
-        _close_all(fds)
+        _close_all(fds)  # a broken message: nothing it handed over is kept
         return None, []
     return message, fds
 
@@ -459,7 +457,7 @@ def _handle(
     uid = _peer_uid(conn)
     try:
         message, fds = _receive(conn, max_fds=3)
-    except (OSError, ValueError):
+    except OSError:
         return True
     try:
         if message is None or uid != os.getuid():
@@ -472,10 +470,10 @@ def _handle(
         if op == "stop":
             _send(conn, {"stopped": True})
             return False
-        fresh_code = _code_stamp()
         if op != "run" or message.get("protocol") != PROTOCOL or len(fds) != 3:
             _send(conn, {"started": False})
             return True
+        fresh_code = _code_stamp()
         if message.get("code") != code or fresh_code != code:
             _send(conn, {"started": False, "reason": "the daemon runs other code"})
             return fresh_code == code  # its own code changed (an upgrade): make way
