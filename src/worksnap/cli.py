@@ -798,16 +798,15 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     if not os.path.isdir(root):
         raise InputError(f"root {args.root!r} is not a directory")
     store_dir = daemon.store_location(root, args.store)
-    if args.action in ("start", "serve") and not daemon.SUPPORTED:
-        raise InputError("worksnap daemon needs Linux (inotify); commands run directly here")
-    if args.action == "serve":
+    if args.action in ("start", "serve"):
+        if not daemon.SUPPORTED:
+            raise InputError("worksnap daemon needs Linux (inotify); commands run directly here")
         with _open(args):
             pass  # the same checks as any command: root guards, store binding
+    if args.action == "serve":
         daemon.serve(root, store_dir, idle=args.idle, run=_run_pooled)
         return 0
     if args.action == "start":
-        with _open(args):
-            pass
         status = daemon.start(root, store_dir, idle=args.idle, force=args.force)
     elif args.action == "stop":
         stopped = daemon.stop(store_dir)

@@ -280,9 +280,7 @@ def _remembered(
     """
     touched = {wire_name(os.fsdecode(raw)) for raw in names}
     known = {
-        rel.rpartition("/")[2]: st
-        for rel, st in last.found.files
-        if rel.rpartition("/")[2] not in touched
+        name: st for rel, st in last.found.files if (name := rel.rpartition("/")[2]) not in touched
     }
     return dict(last.children), known
 

@@ -48,6 +48,11 @@ StatKey = tuple[int, int, int, int, int]
 """What the stat cache compares: (inode, size, mtime_ns, ctime_ns, st_mode)."""
 
 
+def stat_key(st: os.stat_result) -> StatKey:
+    """The stat cache's key for a file's `lstat`."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
 def _pack(data: bytes) -> bytes:
     """Returns `data` as one zstd frame: level 1, its size and a checksum of it in the frame."""
     # A compressor per call (~10 us): one instance must not be used by two threads at once.

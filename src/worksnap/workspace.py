@@ -68,7 +68,7 @@ from worksnap.manifest import (
 from worksnap.plan import Plan, ancestors, differing, plan_restore, select_paths
 from worksnap.retention import Retention, select_expired
 from worksnap.scan import DirScan, Listings, scan_tree
-from worksnap.store import StatKey, Store
+from worksnap.store import StatKey, Store, stat_key
 from worksnap.watch import Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -327,7 +327,7 @@ class Workspace:
         kept: dict[str, tuple[os.stat_result, Entry]] = {}
         watching = self._watcher is not None
         misses = 0
-        first_reads = time.perf_counter()
+        first_reads = 0.0  # when the first file missing from the cache began to be read
         with DirTree(self.root) as tree, Prefetch() as prefetch:
             for done, (rel, seen) in enumerate(found.files):
                 prev = remembered.get(rel)
@@ -342,11 +342,10 @@ class Workspace:
                         fresh[rel] = hit
                     continue
                 st = seen
-                key: StatKey = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
                 hit = cache.get(rel)
                 if (
                     hit is not None
-                    and hit[0] == key
+                    and hit[0] == stat_key(st)
                     and (not store_objects or hit[1] in packed or self.store.has(hit[1]))
                 ):
                     digest = hit[1]
@@ -362,8 +361,7 @@ class Workspace:
                         prefetch.start(_unhashed(self.root, found.files[done + 1 :], cache))
                     digest, st = self._hash_and_store(rel, store_objects=store_objects, tree=tree)
                     if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
-                        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-                        fresh[rel] = (key, digest)
+                        fresh[rel] = (stat_key(st), digest)
                 entry = Entry(
                     path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size
                 )
@@ -1268,13 +1266,7 @@ def _unhashed(
     base = os.fsencode(root) + b"/"
     for rel, st in files:
         hit = cache.get(rel)
-        if hit is None or hit[0] != (
-            st.st_ino,
-            st.st_size,
-            st.st_mtime_ns,
-            st.st_ctime_ns,
-            st.st_mode,
-        ):
+        if hit is None or hit[0] != stat_key(st):
             yield base + fs_path(rel)
 
 
