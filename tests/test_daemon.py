@@ -362,3 +362,24 @@ def test_a_broken_message_keeps_none_of_the_descriptors_it_carried(served: Path)
             assert sock.recv(1) == b""  # answered by closing
     assert daemon.request(store, "status") is not None  # still serving
     assert len(os.listdir(f"/proc/{pid}/fd")) == open_before
+
+
+def test_the_daemon_serves_no_other_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[str]] = []
+    daemon_end, client_end = socket.socketpair()
+    monkeypatch.setattr(daemon, "_peer_uid", lambda sock: os.getuid() + 1)
+    with daemon_end, client_end:
+        message = {"op": "run", "protocol": daemon.PROTOCOL, "code": [], "argv": ["list"]}
+        daemon._send(client_end, message, [0, 1, 2])
+        state: dict[str, object] = {"requests": 0}
+        keep_going = daemon._handle(
+            daemon_end,
+            daemon.WorkspacePool(),
+            state,
+            [],
+            lambda argv, pool: ran.append(argv) or 0,
+        )
+        daemon_end.shutdown(socket.SHUT_WR)
+        assert client_end.recv(1) == b""  # not a word back
+    assert keep_going
+    assert (ran, state["requests"]) == ([], 0)
