@@ -232,14 +232,15 @@ def test_no_daemon_env_and_local_commands_run_here(served: Path) -> None:
 
 
 def test_store_location_is_shared_with_workspace(tmp_path: Path) -> None:
+    from worksnap.layout import store_location
     from worksnap.workspace import Workspace
 
     root = tmp_path / "ws"
     root.mkdir()
     real = os.path.realpath(root)
-    assert Workspace(root).store_dir == daemon.store_location(real, None)
-    assert Workspace(root, store="s").store_dir == daemon.store_location(real, "s")
-    assert daemon.store_location(real, None) == os.path.join(real, ".worksnap")
+    assert Workspace(root).store_dir == store_location(real, None)
+    assert Workspace(root, store="s").store_dir == store_location(real, "s")
+    assert store_location(real, None) == os.path.join(real, ".worksnap")
 
 
 def _wait_gone(pid: int) -> None:

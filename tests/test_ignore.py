@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from worksnap.ignore import Rules, base_rules, compile_ignore_file, ignore_checker
-from worksnap.manifest import wire_name
+from worksnap.paths import wire_name
 from worksnap.scan import scan_tree
 
 HAS_GIT = shutil.which("git") is not None

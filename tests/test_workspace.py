@@ -15,7 +15,7 @@ from worksnap import (
     Op,
     Workspace,
 )
-from worksnap.manifest import fs_path
+from worksnap.paths import fs_path
 
 
 def changes(ws: Workspace, ref: str = "latest") -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from worksnap.errors import ObjectError
 from worksnap.fsio import DirTree
 from worksnap.hash import hash_bytes
-from worksnap.manifest import fs_path
+from worksnap.paths import fs_path
 from worksnap.plan import Change, Op, Plan
 
 

@@ -439,7 +439,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _age(time: str, now: datetime) -> str:
     """Returns how long ago an RFC 3339 UTC time was, in one short unit (`42s`, `3h`, `5d`)."""
-    then = datetime.strptime(time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    from worksnap.manifest import parse_time
+
+    then = parse_time(time)
     seconds = max(0, int((now - then).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -793,11 +795,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_daemon(args: argparse.Namespace) -> int:
     from worksnap import daemon
     from worksnap.errors import InputError
+    from worksnap.layout import store_location
 
     root = os.path.realpath(args.root)
     if not os.path.isdir(root):
         raise InputError(f"root {args.root!r} is not a directory")
-    store_dir = daemon.store_location(root, args.store)
+    store_dir = store_location(root, args.store)
     if args.action in ("start", "serve"):
         if not daemon.SUPPORTED:
             raise InputError("worksnap daemon needs Linux (inotify); commands run directly here")

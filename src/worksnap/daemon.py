@@ -29,12 +29,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from worksnap.layout import store_location
+
 if TYPE_CHECKING:
     from worksnap.workspace import Workspace
 
 SOCKET_NAME = "daemon.sock"
 LOG_NAME = "daemon.log"
-STORE_DIR_NAME = ".worksnap"
 PROTOCOL = 1
 DEFAULT_IDLE_SECONDS = 1800.0
 _TICK_SECONDS = 5.0  # how often an idle daemon checks its socket and idle time
@@ -47,12 +48,6 @@ SUPPORTED = sys.platform.startswith("linux")
 
 class DaemonLost(Exception):
     """The daemon accepted a command and stopped before it said how it ended."""
-
-
-def store_location(root: str, store: str | None) -> str:
-    """The store directory for a (real) root: `store`, else $WORKSNAP_STORE, else ROOT/.worksnap."""
-    chosen = store if store is not None else os.environ.get("WORKSNAP_STORE")
-    return os.path.abspath(chosen) if chosen else os.path.join(root, STORE_DIR_NAME)
 
 
 def _code_stamp() -> list[list[str | int]]:

@@ -10,7 +10,23 @@ import os
 import secrets
 from collections import OrderedDict
 
-from worksnap.manifest import fs_path, is_under
+from worksnap.layout import TEMP_MARK
+from worksnap.paths import fs_path, is_under
+
+FileState = tuple[int, int, int, int, int]
+"""(inode, size, mtime_ns, ctime_ns, st_mode): what tells that a file is unchanged."""
+
+
+def file_state(st: os.stat_result) -> FileState:
+    """Returns what tells that a file is unchanged since `st` was taken.
+
+    The one definition of "unchanged" in worksnap: the stat cache, the listing cache
+    (its first four fields), a file re-read while it was hashed and the memo of
+    checked manifests all compare these. Any write moves mtime or ctime, a chmod
+    moves ctime, a replacement moves the inode; only a change within one timestamp
+    tick hides, which the capture's racy margin covers.
+    """
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
 def fsync_dir(path: str) -> None:
@@ -31,7 +47,7 @@ def write_atomic(path: str, data: bytes, *, durable: bool = True) -> None:
         durable: fsync the file and its directory (off only for caches that may be lost).
     """
     directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".tmp-{secrets.token_hex(8)}")
+    tmp = os.path.join(directory, f"{TEMP_MARK}{secrets.token_hex(8)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator
 from blake3 import blake3
 
 from worksnap.errors import SnapshotError
-from worksnap.manifest import Digest
+from worksnap.fsio import file_state
+from worksnap.paths import Digest
 
 SMALL = 1 << 20
 """Files below this size are read whole and hashed on one thread; larger ones are streamed."""
@@ -74,17 +75,6 @@ def hash_bytes(data: bytes) -> Digest:
     return Digest(blake3(data, max_threads=threads).hexdigest())
 
 
-def same_file_state(a: os.stat_result, b: os.stat_result) -> bool:
-    """True when two stats show the same unchanged file (same inode, size, times and mode)."""
-    return (
-        a.st_ino == b.st_ino
-        and a.st_size == b.st_size
-        and a.st_mtime_ns == b.st_mtime_ns
-        and a.st_ctime_ns == b.st_ctime_ns
-        and a.st_mode == b.st_mode
-    )
-
-
 def _chunks(fd: int) -> Iterator[bytes]:
     while chunk := os.read(fd, _CHUNK):
         yield chunk
@@ -136,7 +126,9 @@ def read_file(
             os.close(fd)
         # A writer racing with us shows up as a changed size or times; the bytes we
         # hashed may then be a mix of two versions, so read again.
-        if not same_file_state(before, after) or (data is not None and len(data) != after.st_size):
+        if file_state(before) != file_state(after) or (
+            data is not None and len(data) != after.st_size
+        ):
             previous = None
             continue
         # Within one timestamp tick a write need not move the times: a file changed

@@ -15,7 +15,7 @@ import msgspec
 from worksnap.errors import InputError
 from worksnap.fsio import write_atomic
 from worksnap.manifest import Entry, Manifest, Summary, tree_digest
-from worksnap.plan import ancestors
+from worksnap.paths import ancestors
 
 DEFAULT_SESSION = "default"
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")

@@ -24,7 +24,7 @@ from pathlib import Path
 import re2
 from blake3 import blake3
 
-from worksnap.manifest import fs_path
+from worksnap.paths import fs_path
 
 _BOM = b"\xef\xbb\xbf"
 

@@ -9,7 +9,8 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from worksnap.manifest import Entry, Manifest, is_under
+from worksnap.manifest import Entry, Manifest
+from worksnap.paths import ancestors, is_under
 
 
 class Op(enum.Enum):
@@ -55,13 +56,6 @@ class Plan:
         for change in self.changes:
             counts[change.op.value] += 1
         return counts
-
-
-def ancestors(path: str) -> Iterable[str]:
-    """Yields `path` and every directory above it, deepest first."""
-    while path:
-        yield path
-        path = path.rpartition("/")[0]
 
 
 _RUN = 256  # entries compared at once while the two lists agree

@@ -9,7 +9,7 @@ from datetime import datetime
 import msgspec
 
 from worksnap.errors import InputError
-from worksnap.manifest import Summary
+from worksnap.manifest import Summary, parse_time
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\Z")
@@ -46,8 +46,7 @@ def parse_size(text: str) -> int:
 
 
 def _age_seconds(summary: Summary, now: datetime) -> float:
-    taken = datetime.strptime(summary.time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=now.tzinfo)
-    return (now - taken).total_seconds()
+    return (now - parse_time(summary.time).replace(tzinfo=now.tzinfo)).total_seconds()
 
 
 def select_expired(

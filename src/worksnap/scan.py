@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from worksnap.errors import SnapshotError
+from worksnap.fsio import file_state
 from worksnap.ignore import Rules, repo_rules
-from worksnap.manifest import fs_path, is_git_name, wire_name
+from worksnap.paths import fs_path, is_git_name, wire_name
 from worksnap.watch import Events, Watcher
 
 Stamp = tuple[int, int, int, int]
@@ -61,7 +62,7 @@ class Scan:
 
 
 def _stamp(st: os.stat_result) -> Stamp:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return file_state(st)[:4]  # the listing cache's format has no st_mode (ctime covers it)
 
 
 def _os_name(name: str) -> str:

@@ -29,12 +29,12 @@ import zstandard
 from blake3 import blake3
 
 from worksnap.errors import ManifestError, ObjectError, SnapshotError
-from worksnap.fsio import fsync_dir, write_atomic
+from worksnap.fsio import FileState, fsync_dir, write_atomic
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.manifest import Digest, Manifest, Summary, decode_manifest, encode_manifest
+from worksnap.manifest import Manifest, Summary, decode_manifest, encode_manifest
+from worksnap.paths import Digest, is_digest
 from worksnap.scan import Listings
 
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _ID_FILE = re.compile(r"([0-9a-f]{12})\.json\Z")
 _idx_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
 _summary_decoder = msgspec.json.Decoder(Summary)
@@ -43,14 +43,6 @@ _encoder = msgspec.msgpack.Encoder()
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_UNPACKED = 1 << 30
 """The most a stored zstd frame may hold: a few bytes of hostile frame must not cost gigabytes."""
-
-StatKey = tuple[int, int, int, int, int]
-"""What the stat cache compares: (inode, size, mtime_ns, ctime_ns, st_mode)."""
-
-
-def stat_key(st: os.stat_result) -> StatKey:
-    """The stat cache's key for a file's `lstat`."""
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
 def _pack(data: bytes) -> bytes:
@@ -162,7 +154,7 @@ class Store:
     # -- objects -------------------------------------------------------------
 
     def _loose_path(self, digest: str) -> str:
-        if not _HEX64.match(digest):
+        if not is_digest(digest):
             raise ObjectError(digest, "not a digest")
         return os.path.join(self._objects, digest[:2], digest[2:])
 
@@ -506,7 +498,7 @@ class Store:
             durable=False,
         )
 
-    def load_stat_cache(self, root: str) -> dict[str, tuple[StatKey, str]]:
+    def load_stat_cache(self, root: str) -> dict[str, tuple[FileState, str]]:
         """Returns the stat cache for `root` ({} if missing, damaged or for another root)."""
         try:
             with open(os.path.join(self.dir, "cache", "stat"), "rb") as f:
@@ -518,7 +510,7 @@ class Store:
             return {}
         return table if cached_root == root else {}
 
-    def save_stat_cache(self, root: str, table: dict[str, tuple[StatKey, str]]) -> None:
+    def save_stat_cache(self, root: str, table: dict[str, tuple[FileState, str]]) -> None:
         """Stores the stat cache; losing it only costs re-hashing, so it is not fsynced."""
         write_atomic(
             os.path.join(self.dir, "cache", "stat"),

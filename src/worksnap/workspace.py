@@ -22,7 +22,6 @@ from typing import Literal
 import msgspec
 
 from worksnap.apply import Result, apply_plan, remove_leftovers
-from worksnap.daemon import store_location
 from worksnap.diff import FileChange, compare
 from worksnap.errors import (
     ConflictError,
@@ -34,7 +33,7 @@ from worksnap.errors import (
     SnapshotError,
     WorksnapError,
 )
-from worksnap.fsio import DirTree, fsync_dir, write_atomic
+from worksnap.fsio import DirTree, FileState, file_state, fsync_dir, write_atomic
 from worksnap.hash import SMALL, Prefetch, hash_bytes, read_file
 from worksnap.history import (
     CHECKPOINT,
@@ -49,6 +48,7 @@ from worksnap.history import (
     undo_target,
 )
 from worksnap.ignore import Rules, base_rules, ignore_checker
+from worksnap.layout import store_location
 from worksnap.lock import StoreLock
 from worksnap.manifest import (
     VERSION,
@@ -56,19 +56,15 @@ from worksnap.manifest import (
     Manifest,
     Summary,
     check_manifest,
-    check_path,
-    fs_path,
-    is_git_name,
-    is_under,
     new_id,
     now_rfc3339,
     tree_digest,
-    wire_name,
 )
-from worksnap.plan import Plan, ancestors, differing, plan_restore, select_paths
+from worksnap.paths import ancestors, check_path, fs_path, is_git_name, is_under, wire_name
+from worksnap.plan import Plan, differing, plan_restore, select_paths
 from worksnap.retention import Retention, select_expired
 from worksnap.scan import DirScan, Listings, scan_tree
-from worksnap.store import StatKey, Store, stat_key
+from worksnap.store import Store
 from worksnap.watch import Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -172,7 +168,7 @@ class Workspace:
         self.max_file_bytes = max_file_bytes
         self.session = check_session_name(session)
         self._last_full: Manifest | None = None
-        self._checked: dict[tuple[str, int, int, int, int], Manifest] = {}
+        self._checked: dict[tuple[str, FileState], Manifest] = {}
         self._wire_root = wire_name(self.root)
         real_store = os.path.realpath(self.store_dir)
         if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
@@ -190,7 +186,7 @@ class Workspace:
         self._rules: Rules | None = None
         self.problems: builtins.list[str] = []
         """One line for each damaged snapshot the last `list` skipped."""
-        self._stat_cache: dict[str, tuple[StatKey, str]] | None = None
+        self._stat_cache: dict[str, tuple[FileState, str]] | None = None
         self._listings: Listings | None = None
         # With a watcher: what the last capture saw, to reuse where nothing happened.
         self._watcher = Watcher() if watch else None
@@ -319,7 +315,7 @@ class Workspace:
         if self._stat_cache is None:
             self._stat_cache = self.store.load_stat_cache(self.root) if self.store.exists() else {}
         cache = self._stat_cache
-        fresh: dict[str, tuple[StatKey, str]] = {}
+        fresh: dict[str, tuple[FileState, str]] = {}
         packed = self.store.index()
         entries: list[Entry] = []
         total = len(found.files)
@@ -345,7 +341,7 @@ class Workspace:
                 hit = cache.get(rel)
                 if (
                     hit is not None
-                    and hit[0] == stat_key(st)
+                    and hit[0] == file_state(st)
                     and (not store_objects or hit[1] in packed or self.store.has(hit[1]))
                 ):
                     digest = hit[1]
@@ -361,7 +357,7 @@ class Workspace:
                         prefetch.start(_unhashed(self.root, found.files[done + 1 :], cache))
                     digest, st = self._hash_and_store(rel, store_objects=store_objects, tree=tree)
                     if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
-                        fresh[rel] = (stat_key(st), digest)
+                        fresh[rel] = (file_state(st), digest)
                 entry = Entry(
                     path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size
                 )
@@ -575,8 +571,10 @@ class Workspace:
         # Checking a large manifest costs more than reading it: remember the last few
         # checked ones, keyed by the file's identity so an edited file is checked again.
         try:
-            st = os.stat(self.store.manifest_path(snapshot_id))
-            identity = (snapshot_id, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            identity: tuple[str, FileState] | None = (
+                snapshot_id,
+                file_state(os.stat(self.store.manifest_path(snapshot_id))),
+            )
         except OSError:
             identity = None
         checked = self._checked.get(identity) if identity is not None else None
@@ -1260,13 +1258,13 @@ the GIL back and forth (a warm-cache cold snapshot went from 2.1 to 3.0 s with i
 def _unhashed(
     root: str,
     files: list[tuple[str, os.stat_result]],
-    cache: dict[str, tuple[StatKey, str]],
+    cache: dict[str, tuple[FileState, str]],
 ) -> Iterator[bytes]:
     """The absolute paths of the files whose cached digest cannot be used: what will be read."""
     base = os.fsencode(root) + b"/"
     for rel, st in files:
         hit = cache.get(rel)
-        if hit is None or hit[0] != stat_key(st):
+        if hit is None or hit[0] != file_state(st):
             yield base + fs_path(rel)
 
 

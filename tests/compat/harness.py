@@ -9,7 +9,7 @@ import pytest
 
 from worksnap import Workspace
 from worksnap.ignore import base_rules, ignore_checker
-from worksnap.manifest import fs_path, wire_name
+from worksnap.paths import fs_path, wire_name
 
 from .gitrun import check_ignore, untracked
 from .treegen import Tree

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import tree_state
 from worksnap import Workspace
-from worksnap.manifest import Entry, fs_path, wire_name
+from worksnap.manifest import Entry
+from worksnap.paths import fs_path, wire_name
 from worksnap.plan import differing
 
 settings.register_profile(

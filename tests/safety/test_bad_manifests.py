@@ -21,7 +21,8 @@ import zstandard
 
 from tests.conftest import flip_middle, packed, unpacked
 from worksnap import store as store_module
-from worksnap.manifest import Entry, Manifest, encode_manifest, fs_path
+from worksnap.manifest import Entry, Manifest, encode_manifest
+from worksnap.paths import fs_path
 from worksnap.workspace import Workspace
 
 from .conftest import STORE, cli, file_entry, hostile, plant, store_files, tree_state, write

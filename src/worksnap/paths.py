@@ -1,0 +1,125 @@
+"""Paths inside a workspace: the wire form, the checks a path must pass, and walking up.
+
+Paths are kept in *wire form* everywhere inside worksnap: the UTF-8 text of the
+name, except that a byte that is not part of valid UTF-8 is written as a NUL
+character followed by two lowercase hex digits (NUL can never occur in a POSIX
+name, so the escape is unambiguous and every valid UTF-8 name is its own wire
+form). `fs_path` turns a wire path back into the exact bytes of the name.
+
+Pure string functions with no imports from the rest of worksnap: the scan, the
+applier and the manifest checks all stand on them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import NewType
+
+RelPath = NewType("RelPath", str)
+"""A slash-separated path relative to the root, in wire form."""
+
+Digest = NewType("Digest", str)
+"""64 lowercase hex characters: the BLAKE3 digest of an object's bytes."""
+
+_NUL = "\x00"
+_ESCAPE = re.compile("\x00([89a-f][0-9a-f])")
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+# `X:\` or `X:/`: absolute on Windows. A colon elsewhere (`a:b`, `C:x`) is a legal POSIX name.
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+# Code points HFS+ ignores when it compares names, so `.g\u200cit` opens `.git` there.
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+
+
+def is_digest(text: str) -> bool:
+    """True when `text` has the form of a digest (64 lowercase hex characters)."""
+    return _HEX64.match(text) is not None
+
+
+def wire_name(name: str) -> str:
+    """Returns the wire form of a name as `os` functions return it (surrogate-escaped)."""
+    if name.isascii():
+        return name
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(
+            f"{_NUL}{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in name
+        )
+    return name
+
+
+def fs_path(path: str) -> bytes:
+    """Returns the exact bytes of a wire-form path."""
+    if _NUL not in path:
+        return path.encode("utf-8", "surrogatepass")
+    out = bytearray()
+    pos = 0
+    for match in _ESCAPE.finditer(path):
+        out += path[pos : match.start()].encode("utf-8", "surrogatepass")
+        out.append(int(match.group(1), 16))
+        pos = match.end()
+    out += path[pos:].encode("utf-8", "surrogatepass")
+    return bytes(out)
+
+
+def is_canonical(text: str) -> bool:
+    """True when a wire-form string has no NUL except canonical escapes of non-UTF-8 bytes."""
+    if _NUL not in text:
+        return True
+    raw = fs_path(text)
+    return b"\x00" not in raw and wire_name(os.fsdecode(raw)) == text
+
+
+def is_git_name(component: str) -> bool:
+    """True for every spelling git itself refuses as a path component.
+
+    As git's `verify_path` with core.protectNTFS and core.protectHFS: any case
+    (`.GIT`), trailing dots and spaces (`.git. .`), an NTFS stream
+    (`.git::$INDEX_ALLOCATION`), the NTFS short name (`git~1`), and HFS+
+    ignorable code points anywhere (`.g\u200cit`).
+    """
+    if component.isascii():  # the common case, asked for every name a scan sees
+        lowered = component.lower()
+        if not lowered.startswith((".git", "git~1")):
+            return False
+        return lowered.partition(":")[0].rstrip(". ") in (".git", "git~1")
+    name = _HFS_IGNORED.sub("", component).lower().partition(":")[0].rstrip(". ")
+    return name in (".git", "git~1")
+
+
+def may_hold_git_name(path: str) -> bool:
+    """False when no component of `path` can be a spelling of `.git` (checked per path)."""
+    if not path.isascii():
+        return True  # HFS+ ignorable code points can hide one: check each component
+    lowered = path.lower()
+    return ".git" in lowered or "git~1" in lowered
+
+
+def check_path(path: str, what: str) -> str | None:
+    """Returns why `path` is not a safe, normal wire-form relative path, or None when it is."""
+    if not path:
+        return f"{what} has an empty path"
+    if path.startswith("/") or _DRIVE.match(path):
+        return f"{what} {path!r} is absolute"
+    if os.sep != "/" and "\\" in path:
+        return f"{what} {path!r} has a backslash"
+    bounded = f"/{path}/"  # every component between slashes: three searches, no split
+    if "//" in bounded or "/./" in bounded or "/../" in bounded:
+        return f"{what} {path!r} has an empty, '.' or '..' component"
+    if not is_canonical(path):
+        return f"{what} {path!r} has a NUL byte or a non-canonical escape"
+    return None
+
+
+def is_under(path: str, parent: str) -> bool:
+    """True when `path` is `parent` or lies below it (both relative wire paths)."""
+    return path == parent or path.startswith(parent + "/")
+
+
+def ancestors(path: str) -> Iterable[str]:
+    """Yields `path` and every directory above it, deepest first."""
+    while path:
+        yield path
+        path = path.rpartition("/")[0]
