@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import tree_state, write
 from worksnap import daemon
+from worksnap.layout import StorePaths
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
@@ -169,7 +170,7 @@ def test_a_killed_daemon_leaves_commands_working(served: Path) -> None:
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     _wait_gone(pid)
-    assert (root / ".worksnap" / daemon.SOCKET_NAME).exists()  # left behind
+    assert (Path(StorePaths(str(root / ".worksnap")).socket)).exists()  # left behind
     code, out, err = cli(root, "--json", "snapshot")
     assert code == 0, err
     assert json.loads(out)["files"] == 3
@@ -182,7 +183,7 @@ def test_a_killed_daemon_leaves_commands_working(served: Path) -> None:
 def test_stop_and_idle_timeout_remove_the_socket(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, "a", "a")
-    sock = root / ".worksnap" / daemon.SOCKET_NAME
+    sock = Path(StorePaths(str(root / ".worksnap")).socket)
     code, _, err = cli(root, "daemon", "start", "--idle", "0.5")
     assert code == 0, err
     pid = _pid_or_none(root)
@@ -203,14 +204,14 @@ def test_sigterm_stops_it_cleanly(served: Path) -> None:
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
     _wait_gone(pid)
-    assert not (served / ".worksnap" / daemon.SOCKET_NAME).exists()
+    assert not (Path(StorePaths(str(served / ".worksnap")).socket)).exists()
 
 
 def test_a_daemon_running_other_code_is_bypassed(served: Path) -> None:
     root = served
     store = str(root / ".worksnap")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(os.path.join(store, daemon.SOCKET_NAME))
+    sock.connect(StorePaths(store).socket)
     with sock:
         message = {"op": "run", "protocol": daemon.PROTOCOL, "code": [], "argv": ["list"]}
         daemon._send(sock, message, [0, 1, 2])
@@ -355,7 +356,7 @@ def test_a_broken_message_keeps_none_of_the_descriptors_it_carried(served: Path)
     open_before = _settled_fd_count(pid)
     for _ in range(5):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.connect(os.path.join(store, daemon.SOCKET_NAME))
+            sock.connect(StorePaths(store).socket)
             body = b"{not json"
             socket.send_fds(sock, [daemon._HEADER.pack(len(body))], [0, 1, 2])
             sock.sendall(body)

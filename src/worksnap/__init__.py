@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
+    from worksnap.config import Retention
     from worksnap.errors import (
         ConflictError,
         InputError,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     )
     from worksnap.manifest import Entry, Manifest, Summary
     from worksnap.plan import Change, Op, Plan
-    from worksnap.retention import Retention
     from worksnap.workspace import DEFAULT_MAX_FILE_BYTES, GcReport, Progress, Workspace
 
 _HOMES = {
@@ -51,7 +51,7 @@ _HOMES = {
     "Change": "worksnap.plan",
     "Op": "worksnap.plan",
     "Plan": "worksnap.plan",
-    "Retention": "worksnap.retention",
+    "Retention": "worksnap.config",
     "DEFAULT_MAX_FILE_BYTES": "worksnap.workspace",
     "GcReport": "worksnap.workspace",
     "Progress": "worksnap.workspace",

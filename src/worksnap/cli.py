@@ -646,7 +646,7 @@ def _cmd_attachment(args: argparse.Namespace) -> int:
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:
-    from worksnap.retention import Retention
+    from worksnap.config import Retention
 
     policy = Retention(keep_last=args.keep_last, max_age=args.max_age, max_bytes=args.max_bytes)
     with _open(args) as ws:

@@ -13,7 +13,8 @@ With no daemon, one that stopped, or one running other code (an upgrade), the
 command runs in the calling process, as it always does. `WORKSNAP_NO_DAEMON=1`
 forces that. Only the same user may connect (checked with SO_PEERCRED).
 
-Imported by every CLI run: keep it free of the engine's imports.
+Imported by every CLI run: at load time it imports only the standard library and
+`layout`; the engine (and the config reader) are imported where they are needed.
 """
 
 from __future__ import annotations
@@ -29,13 +30,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from worksnap.layout import store_location
+from worksnap.layout import StorePaths, store_location
 
 if TYPE_CHECKING:
     from worksnap.workspace import Workspace
 
-SOCKET_NAME = "daemon.sock"
-LOG_NAME = "daemon.log"
 PROTOCOL = 1
 DEFAULT_IDLE_SECONDS = 1800.0
 _TICK_SECONDS = 5.0  # how often an idle daemon checks its socket and idle time
@@ -63,21 +62,21 @@ def _code_stamp() -> list[list[str | int]]:
 
 @contextlib.contextmanager
 def _address(store_dir: str) -> Iterator[str]:
-    """A socket address for `<store>/daemon.sock` that fits AF_UNIX's ~107-byte limit."""
-    path = os.path.join(store_dir, SOCKET_NAME)
+    """A socket address for the store's socket that fits AF_UNIX's ~107-byte limit."""
+    path = StorePaths(store_dir).socket
     if len(os.fsencode(path)) < 100:
         yield path
         return
     fd = os.open(store_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield f"/proc/self/fd/{fd}/{SOCKET_NAME}"
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
     finally:
         os.close(fd)
 
 
 def _connect(store_dir: str) -> socket.socket | None:
     """Connects to the store's daemon; None when no daemon listens there."""
-    if not os.path.exists(os.path.join(store_dir, SOCKET_NAME)):
+    if not os.path.exists(StorePaths(store_dir).socket):
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -238,7 +237,7 @@ def start(root: str, store_dir: str, *, idle: float, force: bool) -> dict[str, A
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             break  # it exited
         time.sleep(0.02)
-    log_path = os.path.join(store_dir, LOG_NAME)
+    log_path = StorePaths(store_dir).daemon_log
     with open(log_path, "rb") as log:
         lines = log.read().decode(errors="replace").strip().splitlines()
     reason = lines[-1] if lines else "no output"
@@ -248,19 +247,24 @@ def start(root: str, store_dir: str, *, idle: float, force: bool) -> dict[str, A
 def auto_start(root: str, store: str | None, *, force: bool) -> None:
     """Starts a daemon in the background, without waiting, if the store's config asks for one.
 
-    `<store>/config.json` with `"daemon": true` (the field is validated with the rest of
-    the config by `Workspace`; here a plain JSON read keeps the CLI's start light).
+    That is `"daemon": true` in the store's config, read by the one strict reader
+    (imported only when the store has a config, so the common case stays light).
     """
     if not SUPPORTED or os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
         return
     real = os.path.realpath(root)
     store_dir = store_location(real, store)
+    paths = StorePaths(store_dir)
+    if not os.path.exists(paths.config):
+        return
+    from worksnap.config import load_config
+    from worksnap.errors import InputError
+
     try:
-        with open(os.path.join(store_dir, "config.json"), "rb") as f:
-            config = json.loads(f.read())
-    except (OSError, ValueError):
-        return  # no config (or a broken one, which the command itself reports)
-    if isinstance(config, dict) and config.get("daemon") is True:
+        config = load_config(paths)
+    except InputError:
+        return  # a broken config: the command itself reports it
+    if config.daemon:
         _spawn(real, store_dir, idle=DEFAULT_IDLE_SECONDS, force=force)
 
 
@@ -270,7 +274,7 @@ def _spawn(root: str, store_dir: str, *, idle: float, force: bool) -> int:
     argv = [sys.executable, "-m", "worksnap", "--root", root, "--store", store_dir]
     argv += ["--force"] if force else []
     argv += ["daemon", "serve", "--idle", str(idle)]
-    log_path = os.path.join(store_dir, LOG_NAME)
+    log_path = StorePaths(store_dir).daemon_log
     return os.posix_spawn(
         sys.executable,
         argv,
@@ -289,7 +293,8 @@ def stop(store_dir: str) -> bool:
     if request(store_dir, "stop") is None:
         return False
     deadline = time.monotonic() + 30
-    while os.path.exists(os.path.join(store_dir, SOCKET_NAME)) and time.monotonic() < deadline:
+    socket_path = StorePaths(store_dir).socket
+    while os.path.exists(socket_path) and time.monotonic() < deadline:
         time.sleep(0.02)
     return True
 
@@ -363,7 +368,7 @@ def serve(root: str, store_dir: str, *, idle: float, run: Runner) -> None:
     Also stops when its socket is removed or replaced, or on SIGTERM.
     """
     os.makedirs(store_dir, exist_ok=True)
-    path = os.path.join(store_dir, SOCKET_NAME)
+    path = StorePaths(store_dir).socket
     if request(store_dir, "status") is not None:
         raise OSError(f"a daemon is already running for {store_dir}")
     with contextlib.suppress(FileNotFoundError):

@@ -1,7 +1,7 @@
 """Sessions: each session's undo/redo stack and open checkpoint, and checkpoint rewind targets.
 
-A session's state lives in `<store>/sessions/<name>.json`. Snapshots carry their
-session in the manifest; this file only holds what cannot be derived from them.
+A session's state lives in the store (`StorePaths.session`). Snapshots carry
+their session in the manifest; that file only holds what cannot be derived from them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import msgspec
 
 from worksnap.errors import InputError
 from worksnap.fsio import write_atomic
+from worksnap.layout import StorePaths
 from worksnap.manifest import Entry, Manifest, Summary, tree_digest
 from worksnap.paths import ancestors
 
@@ -48,14 +49,10 @@ def check_session_name(name: str) -> str:
     return name
 
 
-def _path(store_dir: str, session: str) -> str:
-    return os.path.join(store_dir, "sessions", session + ".json")
-
-
-def load_state(store_dir: str, session: str) -> SessionState:
+def load_state(paths: StorePaths, session: str) -> SessionState:
     """Returns a session's state (empty when it has none yet)."""
     try:
-        with open(_path(store_dir, session), "rb") as f:
+        with open(paths.session(session), "rb") as f:
             return msgspec.json.decode(f.read(), type=SessionState)
     except FileNotFoundError:
         return SessionState()
@@ -63,15 +60,29 @@ def load_state(store_dir: str, session: str) -> SessionState:
         raise InputError(f"session {session!r} state is damaged ({exc})") from None
 
 
-def save_state(store_dir: str, session: str, state: SessionState) -> None:
+def save_state(paths: StorePaths, session: str, state: SessionState) -> None:
     """Stores a session's state atomically (removes the file when there is nothing to keep)."""
-    path = _path(store_dir, session)
+    path = paths.session(session)
     if not state.redo and state.checkpoint is None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_atomic(path, msgspec.json.encode(state))
+
+
+def referenced_by_sessions(paths: StorePaths) -> set[str]:
+    """Returns the ids that a session's redo stack or open checkpoint still needs."""
+    needed: set[str] = set()
+    for name in os.listdir(paths.sessions) if os.path.isdir(paths.sessions) else []:
+        session = paths.session_name(name)
+        if session is not None:
+            state = load_state(paths, session)
+            needed.update(f.target for f in state.redo)
+            needed.update(f.left for f in state.redo)
+            if state.checkpoint is not None:
+                needed.add(state.checkpoint)
+    return needed
 
 
 def undo_target(history: list[Summary], current_tree: str, state: SessionState) -> str | None:

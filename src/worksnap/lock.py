@@ -16,14 +16,16 @@ from types import TracebackType
 
 from worksnap.errors import LockError
 from worksnap.fsio import write_atomic
+from worksnap.layout import StorePaths
 
 
 class StoreLock:
     """A shared or exclusive lock on one store, used as a context manager."""
 
     def __init__(self, store_dir: str, *, exclusive: bool, timeout: float = 60.0) -> None:
-        self._path = os.path.join(store_dir, "lock")
-        self._holder = os.path.join(store_dir, "lock.holder")
+        paths = StorePaths(store_dir)
+        self._path = paths.lock
+        self._holder = paths.lock_holder
         self._exclusive = exclusive
         self._timeout = timeout
         self._fd: int | None = None

@@ -1,4 +1,7 @@
-"""Retention: which snapshots a garbage collection drops (pure; the store sweeps the objects)."""
+"""Retention: which snapshots a garbage collection drops (pure; the store sweeps the objects).
+
+The policy itself, `Retention`, is part of the store's config (config.py).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,7 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-import msgspec
-
+from worksnap.config import Retention
 from worksnap.errors import InputError
 from worksnap.manifest import Summary, parse_time
 
@@ -15,18 +17,6 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\Z")
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
-
-
-class Retention(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A retention policy; a field left None sets no limit on that axis."""
-
-    keep_last: int | None = None
-    max_age: str | None = None
-    max_bytes: str | None = None
-
-    def is_empty(self) -> bool:
-        """True when the policy limits nothing."""
-        return self.keep_last is None and self.max_age is None and self.max_bytes is None
 
 
 def parse_duration(text: str) -> float:

@@ -18,35 +18,15 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-import msgspec
-
+from worksnap.caches import Listing, Listings, Stamp, listing_key
 from worksnap.errors import SnapshotError
 from worksnap.fsio import file_state
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path, is_git_name, wire_name
 from worksnap.watch import Events, Watcher
 
-Stamp = tuple[int, int, int, int]
-"""(inode, size, mtime_ns, ctime_ns): enough to tell an entry changed."""
-
 # Kinds of child in a listing.
 _DIR, _FILE, _LINK, _IGNORED, _IGNORED_DIR, _EXCLUDED = "d", "f", "l", "i", "I", "x"
-
-
-class Listing(msgspec.Struct, array_like=True):
-    """One directory's children as the last scan classified them."""
-
-    stamp: Stamp
-    ignore_file: Stamp | None
-    children: list[tuple[str, str]]
-    """(wire name, kind) in name order."""
-
-
-class Listings(msgspec.Struct):
-    """The per-directory cache: listings by directory, valid under rules with `base` key."""
-
-    base: bytes = b""
-    dirs: dict[str, Listing] = {}
 
 
 @dataclass(slots=True)
@@ -119,7 +99,7 @@ def scan_tree(
     """
     found = Scan()
     # Listings hold ignore and exclusion decisions: they are only good under the same ones.
-    key = rules.key + "\0".join(sorted(exclude)).encode("utf-8", "surrogatepass")
+    key = listing_key(rules.key, exclude)
     old = listings.dirs if listings is not None and listings.base == key else {}
     fresh: dict[str, Listing] = {}
     remembered = memory if memory is not None and dirty is not None else {}

@@ -1,78 +1,160 @@
-"""The store: content-addressed objects, manifests, summaries and the stat cache.
+"""The store: content-addressed objects, manifests, summaries and pins.
 
-Layout (see docs/format.md):
+Two small `Protocol`s say what the rest of worksnap needs from a store:
+`ObjectStore` (objects by digest: what a capture writes and a restore reads) and
+`SnapshotStore` (manifests, their summaries, pins: the catalog of snapshots);
+`Store` is both, with a lifecycle. `DiskStore` keeps them in a store directory
+(see `layout.py` and docs/format.md); `MemoryStore` keeps them in dictionaries,
+for tests. One contract suite (tests/test_store_contract.py) runs against both.
 
-    <store>/.gitignore            "*": git never shows the store
-    <store>/packs/<n>.pack        small objects appended back to back
-    <store>/packs/<n>.idx         msgpack [[digest, offset, size], ...]; written last
-    <store>/objects/<aa>/<rest>   objects of 1 MiB or more, one file each
-    <store>/manifests/<id>.json   one manifest as a zstd frame of what `show --json` prints
-    <store>/summaries/<id>.json   the few fields `list` shows, so listing never reads manifests
-    <store>/cache/stat            stat cache, a zstd frame (may be deleted at any time)
-    <store>/cache/dirs            listing cache, a zstd frame (may be deleted at any time)
-
-Each pack is written by one process only and published by writing its index
-last, so snapshots running side by side never see each other's half-written
-objects and need no lock between them.
+On disk, each pack is written by one process only and published by writing its
+index last, so snapshots running side by side never see each other's
+half-written objects and need no lock between them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Container, Hashable, Iterator
+from typing import Protocol
 
 import msgspec
-import zstandard
 from blake3 import blake3
 
-from worksnap.errors import ManifestError, ObjectError, SnapshotError
-from worksnap.fsio import FileState, fsync_dir, write_atomic
+from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError
+from worksnap.frames import MAX_UNPACKED, pack, unpack
+from worksnap.fsio import file_state, fsync_dir, write_atomic
 from worksnap.hash import SMALL, hash_bytes
+from worksnap.layout import TEMP_MARK, StorePaths
 from worksnap.manifest import Manifest, Summary, decode_manifest, encode_manifest
 from worksnap.paths import Digest, is_digest
-from worksnap.scan import Listings
 
-_ID_FILE = re.compile(r"([0-9a-f]{12})\.json\Z")
 _idx_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
 _summary_decoder = msgspec.json.Decoder(Summary)
 _encoder = msgspec.msgpack.Encoder()
 
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-MAX_UNPACKED = 1 << 30
-"""The most a stored zstd frame may hold: a few bytes of hostile frame must not cost gigabytes."""
+
+class ObjectStore(Protocol):
+    """Objects by the BLAKE3 digest of their bytes."""
+
+    @property
+    def added(self) -> int:
+        """How many new objects this instance has stored."""
+        ...
+
+    def exists(self) -> bool:
+        """True when the store has been created."""
+        ...
+
+    def has(self, digest: str) -> bool:
+        """True when the object is stored (not checked against its digest; see `read`)."""
+        ...
+
+    def indexed(self) -> Container[str]:
+        """Digests known to be stored without asking the disk (a subset of `has`)."""
+        ...
+
+    def add(self, digest: Digest, data: bytes) -> bool:
+        """Stores `data` under `digest` unless it is already there; True when it was new."""
+        ...
+
+    def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
+        """Stores a file hashed to `digest` by reading it again; True when it was new.
+
+        Raises:
+            SnapshotError: the file no longer has that digest, or cannot be read.
+        """
+        ...
+
+    def read(self, digest: str) -> bytes:
+        """Returns an object's bytes after checking them against the digest.
+
+        Raises:
+            ObjectError: the object is missing or damaged.
+        """
+        ...
+
+    def flush(self) -> None:
+        """Makes every object added so far durable and visible to other processes."""
+        ...
+
+    def digests(self) -> Iterator[str]:
+        """Yields the digest of every stored object."""
+        ...
+
+    def sync(self) -> bool:
+        """Forgets what it remembers if a sweep ran since the last call; True if one did."""
+        ...
+
+    def sweep(self, live: set[str]) -> tuple[int, int]:
+        """Deletes every object not in `live`; returns (objects removed, bytes freed)."""
+        ...
 
 
-def _pack(data: bytes) -> bytes:
-    """Returns `data` as one zstd frame: level 1, its size and a checksum of it in the frame."""
-    # A compressor per call (~10 us): one instance must not be used by two threads at once.
-    return zstandard.ZstdCompressor(level=1, write_checksum=True).compress(data)
+class SnapshotStore(Protocol):
+    """Manifests, the summaries `list` reads, and the pins gc honours."""
+
+    def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
+        """Stores a manifest and then its summary (a summary means a complete snapshot)."""
+        ...
+
+    def replace_manifest(self, manifest: Manifest) -> None:
+        """Writes a manifest over any stored one with its id; not its summary."""
+        ...
+
+    def manifest_bytes(self, snapshot_id: str) -> bytes:
+        """Returns a stored manifest's canonical JSON (what `show --json` prints).
+
+        Raises:
+            ManifestError: there is no readable manifest with that id.
+        """
+        ...
+
+    def load_manifest(self, snapshot_id: str) -> Manifest:
+        """Reads and decodes a stored manifest (paths are checked by the caller)."""
+        ...
+
+    def manifest_stamp(self, snapshot_id: str) -> Hashable | None:
+        """Returns what changes whenever the stored manifest changes (None: unknown)."""
+        ...
+
+    def ids(self) -> list[str]:
+        """Returns the ids of every stored manifest."""
+        ...
+
+    def summaries(self) -> tuple[list[Summary], list[str]]:
+        """Returns the readable summaries, and one line for each damaged snapshot skipped."""
+        ...
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Removes a snapshot: its summary first (so `list` stops showing it), then its manifest."""
+        ...
+
+    def pins(self) -> set[str]:
+        """Returns the ids of pinned snapshots (never dropped by gc)."""
+        ...
+
+    def set_pins(self, pins: set[str]) -> None:
+        """Stores the set of pinned snapshot ids."""
+        ...
 
 
-def _unpack(data: bytes) -> bytes:
-    """Returns what a stored file holds: a zstd frame's content, any other bytes as they are.
+class Store(ObjectStore, SnapshotStore, Protocol):
+    """Objects and snapshots in one place, created on first write."""
 
-    Files written before compression (plain JSON, msgpack) never start with the zstd magic.
+    def create(self) -> None:
+        """Creates the store (idempotent)."""
+        ...
 
-    Raises:
-        ValueError: the frame is damaged, lacks its size, or holds more than `MAX_UNPACKED`.
-    """
-    if not data.startswith(_ZSTD_MAGIC):
-        return data
-    try:
-        # decompress() allocates the size the frame declares: check it first.
-        size = zstandard.frame_content_size(data)
-        if size < 0:
-            raise ValueError("zstd frame without its content size (worksnap writes it)")
-        if size > MAX_UNPACKED:
-            raise ValueError(
-                f"zstd frame declares {size} bytes, more than the {MAX_UNPACKED} allowed"
-            )
-        return zstandard.ZstdDecompressor().decompress(data, allow_extra_data=False)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"damaged zstd frame ({exc})") from None
+    def close(self) -> None:
+        """Releases open files; the store may be used again after."""
+        ...
+
+    def size(self) -> int:
+        """Returns the bytes the store takes."""
+        ...
 
 
 class _PackWriter:
@@ -84,9 +166,9 @@ class _PackWriter:
 
     _BUFFER = 1 << 20
 
-    def __init__(self, packs_dir: str) -> None:
+    def __init__(self, paths: StorePaths) -> None:
         self.name = secrets.token_hex(8)
-        self.path = os.path.join(packs_dir, self.name + ".pack")
+        self.path = paths.pack(self.name)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self.offset = 0
         self.pending = bytearray()
@@ -110,15 +192,19 @@ class _PackWriter:
         self.pending.clear()
 
 
-class Store:
-    """One store directory. Cheap to create; reads its index on first use."""
+class DiskStore:
+    """One store directory. Cheap to create; reads its index on first use.
 
-    def __init__(self, directory: str) -> None:
+    Args:
+        directory: the store directory.
+        max_unpacked: the largest manifest written or read (`frames.MAX_UNPACKED`;
+            smaller only in tests).
+    """
+
+    def __init__(self, directory: str, *, max_unpacked: int = MAX_UNPACKED) -> None:
         self.dir = directory
-        self._packs = os.path.join(directory, "packs")
-        self._objects = os.path.join(directory, "objects")
-        self._manifests = os.path.join(directory, "manifests")
-        self._summaries = os.path.join(directory, "summaries")
+        self.paths = StorePaths(directory)
+        self.max_unpacked = max_unpacked
         self._index: dict[str, tuple[str, int, int]] | None = None
         self._writer: _PackWriter | None = None
         self._read_fds: dict[str, int] = {}
@@ -126,21 +212,45 @@ class Store:
         """How many new objects this instance has stored."""
         self._generation: tuple[int, int] | None = None
 
-    # -- layout --------------------------------------------------------------
+    # -- the directory -------------------------------------------------------
 
     def create(self) -> None:
         """Creates the store's directories (idempotent)."""
-        for path in (self._packs, self._objects, self._manifests, self._summaries):
+        paths = self.paths
+        for path in (paths.packs, paths.objects, paths.manifests, paths.summaries):
             os.makedirs(path, exist_ok=True)
-        os.makedirs(os.path.join(self.dir, "cache"), exist_ok=True)
+        os.makedirs(paths.cache, exist_ok=True)
         fsync_dir(self.dir)  # the new directories survive a crash with what goes in them
-        gitignore = os.path.join(self.dir, ".gitignore")
-        if not os.path.exists(gitignore):
-            write_atomic(gitignore, b"*\n")
+        if not os.path.exists(paths.gitignore):
+            write_atomic(paths.gitignore, b"*\n")
 
     def exists(self) -> bool:
         """True when a store has been created here."""
-        return os.path.isdir(self._manifests)
+        return os.path.isdir(self.paths.manifests)
+
+    def bind(self, root: str) -> None:
+        """Creates the store if needed and binds it to `root`, the one root it serves.
+
+        Raises:
+            InputError: the store belongs to another root.
+        """
+        if not self.exists():
+            self.create()
+        try:
+            with open(self.paths.root, encoding="utf-8", errors="surrogateescape") as f:
+                bound = f.read().rstrip("\n")
+        except FileNotFoundError:
+            self.rebind(root)
+            return
+        if bound != root:
+            raise InputError(
+                f"store {self.dir} belongs to {bound}, not {root} "
+                "(if the project moved, run `worksnap rebind`)"
+            )
+
+    def rebind(self, root: str) -> None:
+        """Records `root` as the root this store belongs to."""
+        write_atomic(self.paths.root, os.fsencode(root) + b"\n")
 
     def close(self) -> None:
         """Closes open pack files (an unflushed pack is left for gc to sweep)."""
@@ -156,19 +266,19 @@ class Store:
     def _loose_path(self, digest: str) -> str:
         if not is_digest(digest):
             raise ObjectError(digest, "not a digest")
-        return os.path.join(self._objects, digest[:2], digest[2:])
+        return self.paths.loose(digest)
 
     def _load_index(self) -> dict[str, tuple[str, int, int]]:
         if self._index is None:
             index: dict[str, tuple[str, int, int]] = {}
             try:
-                names = os.listdir(self._packs)
+                names = os.listdir(self.paths.packs)
             except FileNotFoundError:
                 names = []
             for name in sorted(names):
-                if name.endswith(".idx"):
-                    pack = name[: -len(".idx")]
-                    with open(os.path.join(self._packs, name), "rb") as f:
+                pack, kind = self.paths.pack_file(name)
+                if kind == "index":
+                    with open(self.paths.pack_index(pack), "rb") as f:
                         records = _idx_decoder.decode(f.read())
                     for digest, offset, size in records:
                         index[digest] = (pack, offset, size)
@@ -185,7 +295,7 @@ class Store:
             True when a sweep happened since the last call.
         """
         try:
-            st = os.stat(os.path.join(self.dir, "generation"))
+            st = os.stat(self.paths.generation)
             generation: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
         except FileNotFoundError:
             generation = None
@@ -195,9 +305,12 @@ class Store:
         self._index = None
         return True
 
-    def index(self) -> dict[str, tuple[str, int, int]]:
-        """Returns digest -> (pack, offset, size) of every packed object (objects < 1 MiB)."""
-        return self._load_index()
+    def indexed(self) -> Container[str]:
+        """Digests known to be stored without a system call (packed objects, < 1 MiB).
+
+        A live view: objects added later are in it too.
+        """
+        return self._load_index().keys()
 
     def has(self, digest: str) -> bool:
         """True when the object is stored (not checked against its digest; see `read`)."""
@@ -213,7 +326,7 @@ class Store:
             write_atomic(self._loose_path_dir(digest), data)
             return True
         if self._writer is None:
-            self._writer = _PackWriter(self._packs)
+            self._writer = _PackWriter(self.paths)
         offset, size = self._writer.append(digest, data)
         self._load_index()[digest] = (self._writer.name, offset, size)
         return True
@@ -222,7 +335,7 @@ class Store:
         path = self._loose_path(digest)
         if not os.path.isdir(os.path.dirname(path)):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            fsync_dir(self._objects)
+            fsync_dir(self.paths.objects)
         return path
 
     def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
@@ -241,7 +354,7 @@ class Store:
             return False
         self.added += 1
         target = self._loose_path_dir(digest)
-        tmp = f"{target}.tmp-{secrets.token_hex(4)}"
+        tmp = f"{target}{TEMP_MARK}{secrets.token_hex(4)}"
         hasher = blake3(max_threads=blake3.AUTO)
         try:
             source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -273,9 +386,7 @@ class Store:
         finally:
             os.close(writer.fd)
         # The index is written last: a pack without one is invisible and swept by gc.
-        write_atomic(
-            os.path.join(self._packs, writer.name + ".idx"), _encoder.encode(writer.records)
-        )
+        write_atomic(self.paths.pack_index(writer.name), _encoder.encode(writer.records))
 
     def read(self, digest: str) -> bytes:
         """Returns an object's bytes after checking them against the digest.
@@ -298,7 +409,7 @@ class Store:
                     self._writer.drain()  # it may still be in the write buffer
                 fd = self._read_fds.get(pack)
                 if fd is None:
-                    fd = os.open(os.path.join(self._packs, pack + ".pack"), os.O_RDONLY)
+                    fd = os.open(self.paths.pack(pack), os.O_RDONLY)
                     self._read_fds[pack] = fd
                 data = os.pread(fd, size, offset)
         except FileNotFoundError:
@@ -312,25 +423,26 @@ class Store:
     def digests(self) -> Iterator[str]:
         """Yields the digest of every stored object."""
         yield from self._load_index()
-        if os.path.isdir(self._objects):
-            for sub in os.listdir(self._objects):
-                for rest in os.listdir(os.path.join(self._objects, sub)):
-                    if ".tmp-" not in rest:
+        if os.path.isdir(self.paths.objects):
+            for sub in os.listdir(self.paths.objects):
+                for rest in os.listdir(os.path.join(self.paths.objects, sub)):
+                    if not self.paths.is_temp(rest):
                         yield sub + rest
 
     # -- manifests -----------------------------------------------------------
 
-    def manifest_path(self, snapshot_id: str) -> str:
-        """Returns where the manifest with this id is stored."""
-        return os.path.join(self._manifests, snapshot_id + ".json")
+    def manifest_stamp(self, snapshot_id: str) -> Hashable | None:
+        """Returns what changes whenever the stored manifest changes (None: unknown)."""
+        try:
+            return file_state(os.stat(self.paths.manifest(snapshot_id)))
+        except OSError:
+            return None
 
     def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
         """Stores a manifest and then its summary (a summary means a complete snapshot)."""
         self.flush()
         self.replace_manifest(manifest)
-        write_atomic(
-            os.path.join(self._summaries, manifest.id + ".json"), msgspec.json.encode(summary)
-        )
+        write_atomic(self.paths.summary(manifest.id), msgspec.json.encode(summary))
 
     def replace_manifest(self, manifest: Manifest) -> None:
         """Writes a manifest (compressed) over any stored one with its id; not its summary.
@@ -339,9 +451,9 @@ class Store:
             SnapshotError: the manifest is larger than a reader accepts.
         """
         data = encode_manifest(manifest)
-        if len(data) > MAX_UNPACKED:
-            raise SnapshotError("", f"manifest of {len(data)} bytes is over {MAX_UNPACKED}")
-        write_atomic(self.manifest_path(manifest.id), _pack(data))
+        if len(data) > self.max_unpacked:
+            raise SnapshotError("", f"manifest of {len(data)} bytes is over {self.max_unpacked}")
+        write_atomic(self.paths.manifest(manifest.id), pack(data))
 
     def manifest_bytes(self, snapshot_id: str) -> bytes:
         """Returns a stored manifest's JSON (decompressed), what `show --json` prints.
@@ -350,12 +462,12 @@ class Store:
             ManifestError: there is no readable manifest with that id.
         """
         try:
-            with open(self.manifest_path(snapshot_id), "rb") as f:
+            with open(self.paths.manifest(snapshot_id), "rb") as f:
                 data = f.read()
         except OSError as exc:
             raise ManifestError(snapshot_id, f"cannot read: {exc.strerror}") from None
         try:
-            return _unpack(data)
+            return unpack(data, limit=self.max_unpacked)
         except ValueError as exc:
             raise ManifestError(snapshot_id, str(exc)) from None
 
@@ -366,19 +478,18 @@ class Store:
     def ids(self) -> list[str]:
         """Returns the ids of every stored manifest."""
         try:
-            names = os.listdir(self._manifests)
+            names = os.listdir(self.paths.manifests)
         except FileNotFoundError:
             return []
-        return [m.group(1) for name in names if (m := _ID_FILE.match(name))]
+        return [i for name in names if (i := self.paths.snapshot_id(name)) is not None]
 
     def summaries(self) -> tuple[list[Summary], list[str]]:
         """Returns the readable summaries, and one line for each damaged snapshot skipped."""
         found: list[Summary] = []
         problems: list[str] = []
         for snapshot_id in self.ids():
-            path = os.path.join(self._summaries, snapshot_id + ".json")
             try:
-                with open(path, "rb") as f:
+                with open(self.paths.summary(snapshot_id), "rb") as f:
                     summary = _summary_decoder.decode(f.read())
             except FileNotFoundError:
                 continue  # still being written, or its snapshot failed half-way
@@ -393,10 +504,7 @@ class Store:
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """Removes a snapshot: its summary first (so `list` stops showing it), then its manifest."""
-        for path in (
-            os.path.join(self._summaries, snapshot_id + ".json"),
-            self.manifest_path(snapshot_id),
-        ):
+        for path in (self.paths.summary(snapshot_id), self.paths.manifest(snapshot_id)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -411,46 +519,52 @@ class Store:
         """
         self.close()
         removed = freed = 0
-        names = set(os.listdir(self._packs)) if os.path.isdir(self._packs) else set()
+        packs = self.paths.packs
+        names = set(os.listdir(packs)) if os.path.isdir(packs) else set()
+        indexed = set()
         for name in sorted(names):
-            path = os.path.join(self._packs, name)
-            pack = name.rsplit(".", 1)[0]
-            if name.endswith(".pack") and pack + ".idx" not in names:
+            pack_name, kind = self.paths.pack_file(name)
+            if kind == "index":
+                indexed.add(pack_name)
+        for name in sorted(names):
+            path = os.path.join(packs, name)
+            pack_name, kind = self.paths.pack_file(name)
+            if kind == "pack" and pack_name not in indexed:
                 freed += os.path.getsize(path)  # never published: a writer died before its idx
                 os.unlink(path)
-            elif not name.endswith((".pack", ".idx")):
+            elif kind == "other":
                 os.unlink(path)  # a temp file of an interrupted idx write
-        for name in sorted(n for n in names if n.endswith(".idx")):
-            pack = name[: -len(".idx")]
-            with open(os.path.join(self._packs, name), "rb") as f:
+        for pack_name in sorted(indexed):
+            with open(self.paths.pack_index(pack_name), "rb") as f:
                 records = _idx_decoder.decode(f.read())
             dead = [r for r in records if r[0] not in live]
             if not dead:
                 continue
             kept = [r for r in records if r[0] in live]
             if kept:
-                with open(os.path.join(self._packs, pack + ".pack"), "rb") as f:
+                with open(self.paths.pack(pack_name), "rb") as f:
                     for digest, offset, size in kept:
                         f.seek(offset)
-                        self._writer = self._writer or _PackWriter(self._packs)
+                        self._writer = self._writer or _PackWriter(self.paths)
                         self._writer.append(digest, f.read(size))
                 self.flush()  # the live copies are durable before the old pack goes
-            os.unlink(os.path.join(self._packs, name))
-            os.unlink(os.path.join(self._packs, pack + ".pack"))
+            os.unlink(self.paths.pack_index(pack_name))
+            os.unlink(self.paths.pack(pack_name))
             removed += len(dead)
             freed += sum(size for _, _, size in dead)
-        if os.path.isdir(self._objects):
-            for sub in os.listdir(self._objects):
-                directory = os.path.join(self._objects, sub)
+        if os.path.isdir(self.paths.objects):
+            for sub in os.listdir(self.paths.objects):
+                directory = os.path.join(self.paths.objects, sub)
                 for rest in os.listdir(directory):
-                    if ".tmp-" in rest or sub + rest not in live:
+                    temp = self.paths.is_temp(rest)
+                    if temp or sub + rest not in live:
                         path = os.path.join(directory, rest)
                         freed += os.path.getsize(path)
                         os.unlink(path)
-                        removed += ".tmp-" not in rest
+                        removed += not temp
         self._index = None
         # Other processes may remember objects that are now gone: tell them.
-        write_atomic(os.path.join(self.dir, "generation"), secrets.token_hex(8).encode())
+        write_atomic(self.paths.generation, secrets.token_hex(8).encode())
         return removed, freed
 
     def size(self) -> int:
@@ -467,53 +581,174 @@ class Store:
     def pins(self) -> set[str]:
         """Returns the ids of pinned snapshots (never dropped by gc)."""
         try:
-            with open(os.path.join(self.dir, "pins.json"), "rb") as f:
+            with open(self.paths.pins, "rb") as f:
                 return set(msgspec.json.decode(f.read(), type=list[str]))
         except FileNotFoundError:
             return set()
         except (OSError, msgspec.DecodeError) as exc:
-            raise ManifestError("pins.json", f"damaged ({exc})") from None
+            raise ManifestError(os.path.basename(self.paths.pins), f"damaged ({exc})") from None
 
     def set_pins(self, pins: set[str]) -> None:
         """Stores the set of pinned snapshot ids."""
-        write_atomic(os.path.join(self.dir, "pins.json"), msgspec.json.encode(sorted(pins)))
+        write_atomic(self.paths.pins, msgspec.json.encode(sorted(pins)))
 
-    # -- caches --------------------------------------------------------------
 
-    def load_listings(self, root: str) -> Listings:
-        """Returns the per-directory scan cache for `root` (empty if missing or damaged)."""
+class MemoryStore:
+    """A store in dictionaries, for tests: the same contract as `DiskStore`.
+
+    `objects`, `manifests` and `summary_bytes` are plain dictionaries a test may
+    damage (objects are checked on every read, manifests and summaries decoded).
+    """
+
+    def __init__(self, *, max_unpacked: int = MAX_UNPACKED) -> None:
+        self.max_unpacked = max_unpacked
+        self.objects: dict[str, bytes] = {}
+        self.manifests: dict[str, bytes] = {}
+        self.summary_bytes: dict[str, bytes] = {}
+        self.pinned: set[str] = set()
+        self.added = 0
+        self.created = False
+        self._versions: dict[str, int] = {}
+        self._sweeps = 0
+        self._synced = 0
+
+    def create(self) -> None:
+        """Marks the store created."""
+        self.created = True
+
+    def exists(self) -> bool:
+        """True once created."""
+        return self.created
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def size(self) -> int:
+        """Returns the bytes held."""
+        return sum(map(len, (*self.objects.values(), *self.manifests.values())))
+
+    # -- objects --------------------------------------------------------------
+
+    def has(self, digest: str) -> bool:
+        """True when the object is held."""
+        return digest in self.objects
+
+    def indexed(self) -> Container[str]:
+        """Every held digest."""
+        return self.objects.keys()
+
+    def add(self, digest: Digest, data: bytes) -> bool:
+        """Holds `data` under `digest` unless it is already there; True when it was new."""
+        if digest in self.objects:
+            return False
+        self.objects[digest] = bytes(data)
+        self.added += 1
+        return True
+
+    def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
+        """Reads the file again (never through a symlink) and holds it if it still has `digest`."""
+        if digest in self.objects:
+            return False
         try:
-            with open(os.path.join(self.dir, "cache", "dirs"), "rb") as f:
-                data = _unpack(f.read())
-            cached_root, listings = msgspec.msgpack.decode(data, type=tuple[str, Listings])
-        except (OSError, ValueError):  # a damaged frame; msgspec.DecodeError is a ValueError
-            return Listings()
-        return listings if cached_root == root else Listings()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            with open(fd, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise SnapshotError(rel, f"cannot store: {exc.strerror}") from None
+        if hash_bytes(data) != digest:
+            raise SnapshotError(rel, "changed while it was being stored")
+        return self.add(digest, data)
 
-    def save_listings(self, root: str, listings: Listings) -> None:
-        """Stores the per-directory scan cache; losing it only costs a full scan."""
-        write_atomic(
-            os.path.join(self.dir, "cache", "dirs"),
-            _pack(_encoder.encode((root, listings))),
-            durable=False,
-        )
+    def read(self, digest: str) -> bytes:
+        """Returns an object's bytes after checking them against the digest."""
+        data = self.objects.get(digest)
+        if data is None:
+            raise ObjectError(digest, "missing from the store")
+        if hash_bytes(data) != digest:
+            raise ObjectError(digest, "damaged: its bytes do not match its digest")
+        return data
 
-    def load_stat_cache(self, root: str) -> dict[str, tuple[FileState, str]]:
-        """Returns the stat cache for `root` ({} if missing, damaged or for another root)."""
-        try:
-            with open(os.path.join(self.dir, "cache", "stat"), "rb") as f:
-                data = _unpack(f.read())
-            cached_root, table = msgspec.msgpack.decode(
-                data, type=tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
-            )
-        except (OSError, ValueError):  # a damaged frame; msgspec.DecodeError is a ValueError
-            return {}
-        return table if cached_root == root else {}
+    def flush(self) -> None:
+        """Everything held is visible at once."""
 
-    def save_stat_cache(self, root: str, table: dict[str, tuple[FileState, str]]) -> None:
-        """Stores the stat cache; losing it only costs re-hashing, so it is not fsynced."""
-        write_atomic(
-            os.path.join(self.dir, "cache", "stat"),
-            _pack(_encoder.encode((root, table))),
-            durable=False,
-        )
+    def digests(self) -> Iterator[str]:
+        """Yields every held digest."""
+        yield from list(self.objects)
+
+    def sync(self) -> bool:
+        """True when a sweep ran since the last call."""
+        swept, self._synced = self._sweeps != self._synced, self._sweeps
+        return swept
+
+    def sweep(self, live: set[str]) -> tuple[int, int]:
+        """Drops every object not in `live`."""
+        dead = [digest for digest in self.objects if digest not in live]
+        freed = sum(len(self.objects.pop(digest)) for digest in dead)
+        self._sweeps += 1
+        return len(dead), freed
+
+    # -- snapshots ------------------------------------------------------------
+
+    def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
+        """Holds a manifest and then its summary."""
+        self.replace_manifest(manifest)
+        self.summary_bytes[manifest.id] = msgspec.json.encode(summary)
+
+    def replace_manifest(self, manifest: Manifest) -> None:
+        """Holds a manifest over any held one with its id."""
+        data = encode_manifest(manifest)
+        if len(data) > self.max_unpacked:
+            raise SnapshotError("", f"manifest of {len(data)} bytes is over {self.max_unpacked}")
+        self.manifests[manifest.id] = data
+        self._versions[manifest.id] = self._versions.get(manifest.id, 0) + 1
+
+    def manifest_bytes(self, snapshot_id: str) -> bytes:
+        """Returns a held manifest's canonical JSON."""
+        data = self.manifests.get(snapshot_id)
+        if data is None:
+            raise ManifestError(snapshot_id, "cannot read: No such file or directory")
+        return data
+
+    def load_manifest(self, snapshot_id: str) -> Manifest:
+        """Decodes a held manifest."""
+        return decode_manifest(self.manifest_bytes(snapshot_id), snapshot_id)
+
+    def manifest_stamp(self, snapshot_id: str) -> Hashable | None:
+        """Returns how often the manifest was written (None: not held)."""
+        return self._versions.get(snapshot_id) if snapshot_id in self.manifests else None
+
+    def ids(self) -> list[str]:
+        """Returns the ids of every held manifest."""
+        return list(self.manifests)
+
+    def summaries(self) -> tuple[list[Summary], list[str]]:
+        """Returns the readable summaries, and one line for each damaged snapshot skipped."""
+        found: list[Summary] = []
+        problems: list[str] = []
+        for snapshot_id in self.ids():
+            raw = self.summary_bytes.get(snapshot_id)
+            if raw is None:
+                continue
+            try:
+                summary = _summary_decoder.decode(raw)
+            except (msgspec.DecodeError, RecursionError) as exc:
+                problems.append(f"snapshot {snapshot_id}: unreadable summary ({exc}); skipped")
+                continue
+            if summary.id != snapshot_id:
+                problems.append(f"snapshot {snapshot_id}: summary names {summary.id}; skipped")
+                continue
+            found.append(summary)
+        return found, problems
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Drops a snapshot: its summary, then its manifest."""
+        self.summary_bytes.pop(snapshot_id, None)
+        self.manifests.pop(snapshot_id, None)
+
+    def pins(self) -> set[str]:
+        """Returns the pinned ids."""
+        return set(self.pinned)
+
+    def set_pins(self, pins: set[str]) -> None:
+        """Holds the set of pinned ids."""
+        self.pinned = set(pins)

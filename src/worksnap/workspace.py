@@ -13,7 +13,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +22,8 @@ from typing import Literal
 import msgspec
 
 from worksnap.apply import Result, apply_plan, remove_leftovers
+from worksnap.caches import Caches
+from worksnap.config import Retention, load_config
 from worksnap.diff import FileChange, compare
 from worksnap.errors import (
     ConflictError,
@@ -44,6 +46,7 @@ from worksnap.history import (
     check_session_name,
     checkpoint_target,
     load_state,
+    referenced_by_sessions,
     save_state,
     undo_target,
 )
@@ -62,9 +65,9 @@ from worksnap.manifest import (
 )
 from worksnap.paths import ancestors, check_path, fs_path, is_git_name, is_under, wire_name
 from worksnap.plan import Plan, differing, plan_restore, select_paths
-from worksnap.retention import Retention, select_expired
-from worksnap.scan import DirScan, Listings, scan_tree
-from worksnap.store import Store
+from worksnap.retention import select_expired
+from worksnap.scan import DirScan, scan_tree
+from worksnap.store import DiskStore
 from worksnap.watch import Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -74,8 +77,6 @@ DEFAULT_MAX_FILE_BYTES = 2 << 20
 # that recorded it by more than a filesystem timestamp tick: a file changed again
 # within the same tick would otherwise keep its stat and its stale digest (racy git).
 _RACY_MARGIN_NS = 100_000_000
-
-_CACHE_SAVE_SECONDS = 30.0
 
 
 Reader = Callable[[Entry], bytes]
@@ -89,14 +90,6 @@ class GcReport:
     snapshots: int = 0
     objects: int = 0
     bytes: int = 0
-
-
-class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """`<store>/config.json`: settings that apply to every command on the store."""
-
-    retention: Retention = msgspec.field(default_factory=Retention)
-    daemon: bool = False
-    """Start `worksnap daemon` on the first command that finds none (read by daemon.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +161,7 @@ class Workspace:
         self.max_file_bytes = max_file_bytes
         self.session = check_session_name(session)
         self._last_full: Manifest | None = None
-        self._checked: dict[tuple[str, FileState], Manifest] = {}
+        self._checked: dict[tuple[str, Hashable], Manifest] = {}
         self._wire_root = wire_name(self.root)
         real_store = os.path.realpath(self.store_dir)
         if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
@@ -182,12 +175,12 @@ class Workspace:
         self._exclude = frozenset(excluded)
         self.progress = progress
         """Called now and then during long work; may be replaced between calls."""
-        self.store = Store(self.store_dir)
+        self.store = DiskStore(self.store_dir)
+        self._paths = self.store.paths
+        self._caches = Caches(self._paths, self.root, self.store.exists)
         self._rules: Rules | None = None
         self.problems: builtins.list[str] = []
         """One line for each damaged snapshot the last `list` skipped."""
-        self._stat_cache: dict[str, tuple[FileState, str]] | None = None
-        self._listings: Listings | None = None
         # With a watcher: what the last capture saw, to reuse where nothing happened.
         self._watcher = Watcher() if watch else None
         if self._watcher is not None and not self._watcher.available:
@@ -196,8 +189,6 @@ class Workspace:
         self._entries: dict[str, tuple[os.stat_result, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
-        self._unsaved = False  # the caches changed since they were last stored
-        self._saved_at = time.monotonic()
 
     # -- helpers -------------------------------------------------------------
 
@@ -232,7 +223,7 @@ class Workspace:
 
     def close(self) -> None:
         """Stores the caches, releases open files and the watcher; may be used again after."""
-        self._save_caches(force=True)
+        self._caches.save(force=True)
         self.store.close()
         if self._watcher is not None:
             self._watcher.close()
@@ -253,20 +244,7 @@ class Workspace:
         return self._rules
 
     def _ensure_store(self) -> None:
-        if not self.store.exists():
-            self.store.create()
-        binding = os.path.join(self.store_dir, "root")
-        try:
-            with open(binding, encoding="utf-8", errors="surrogateescape") as f:
-                bound = f.read().rstrip("\n")
-        except FileNotFoundError:
-            write_atomic(binding, os.fsencode(self.root) + b"\n")
-            return
-        if bound != self.root:
-            raise InputError(
-                f"store {self.store_dir} belongs to {bound}, not {self.root} "
-                "(if the project moved, run `worksnap rebind`)"
-            )
+        self.store.bind(self.root)
 
     def capture(self, *, store_objects: bool) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").
@@ -295,28 +273,24 @@ class Workspace:
         if dirty == {} and last is not None and not swept:
             # Not one event in any watched directory: the tree is as last captured.
             return msgspec.structs.replace(last, id=new_id(), time=now_rfc3339())
-        if self._listings is None:
-            self._listings = (
-                self.store.load_listings(self.root) if self.store.exists() else Listings()
-            )
-        listed = self._listings.dirs
+        listings = self._caches.listings()
+        listed = listings.dirs
         found = scan_tree(
             self.root,
             self._base_rules(),
             exclude=self._exclude,
             max_file_bytes=self.max_file_bytes,
-            listings=self._listings,
+            listings=listings,
             trust_before=trust_before,
             watcher=self._watcher,
             memory=self._memory,
             dirty=dirty,
         )
-        self._unsaved |= self._listings.dirs != listed
-        if self._stat_cache is None:
-            self._stat_cache = self.store.load_stat_cache(self.root) if self.store.exists() else {}
-        cache = self._stat_cache
+        if listings.dirs != listed:
+            self._caches.listings_changed()
+        cache = self._caches.stat_table()
         fresh: dict[str, tuple[FileState, str]] = {}
-        packed = self.store.index()
+        packed = self.store.indexed()
         entries: list[Entry] = []
         total = len(found.files)
         remembered = self._entries
@@ -372,9 +346,8 @@ class Workspace:
         )
         entries.sort(key=lambda e: e.path)
         dirs = sorted(found.dirs)
-        self._unsaved |= fresh != cache
-        self._stat_cache = fresh
-        self._save_caches(force=self._watcher is None)
+        self._caches.replace_stat_table(fresh)
+        self._caches.save(force=self._watcher is None)
         self._entries = kept
         current = Manifest(
             version=VERSION,
@@ -395,24 +368,6 @@ class Workspace:
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects
         return current
-
-    def _save_caches(self, *, force: bool) -> None:
-        """Stores the stat and listing caches for the next process, if they changed.
-
-        A watched workspace is long-lived and rarely needs them: it saves them at
-        most every `_CACHE_SAVE_SECONDS` and on `close`.
-        """
-        if not self._unsaved or not self.store.exists():
-            return
-        now = time.monotonic()
-        if not force and now - self._saved_at < _CACHE_SAVE_SECONDS:
-            return
-        if self._stat_cache is not None:
-            self.store.save_stat_cache(self.root, self._stat_cache)
-        if self._listings is not None:
-            self.store.save_listings(self.root, self._listings)
-        self._unsaved = False
-        self._saved_at = now
 
     def _hash_and_store(
         self, rel: str, *, store_objects: bool, tree: DirTree
@@ -498,10 +453,10 @@ class Workspace:
         if manifest.kind != CHECKPOINT:
             self._last_full = manifest
         if manifest.kind not in UNDO_KINDS:
-            state = load_state(self.store_dir, self.session)
+            state = load_state(self._paths, self.session)
             if state.redo:
                 state.redo.clear()
-                save_state(self.store_dir, self.session, state)
+                save_state(self._paths, self.session, state)
 
     def _changed(self, manifest: Manifest) -> int | None:
         """Counts the paths changed since the session's previous full snapshot (None: no such)."""
@@ -570,13 +525,8 @@ class Workspace:
         snapshot_id = self.resolve(ref)
         # Checking a large manifest costs more than reading it: remember the last few
         # checked ones, keyed by the file's identity so an edited file is checked again.
-        try:
-            identity: tuple[str, FileState] | None = (
-                snapshot_id,
-                file_state(os.stat(self.store.manifest_path(snapshot_id))),
-            )
-        except OSError:
-            identity = None
+        stamp = self.store.manifest_stamp(snapshot_id)
+        identity = None if stamp is None else (snapshot_id, stamp)
         checked = self._checked.get(identity) if identity is not None else None
         if checked is not None:
             return checked
@@ -740,7 +690,7 @@ class Workspace:
             if change.entry is not None and change.entry.hash is not None:
                 self.store.read(change.entry.hash)
         self._save(pre)
-        journal = os.path.join(self.store_dir, "journal.json")
+        journal = self._paths.journal
         write_atomic(
             journal,
             msgspec.json.encode(
@@ -782,7 +732,7 @@ class Workspace:
         Raises:
             RestoreError: the rollback failed too (the journal stays for `recover`).
         """
-        self._stat_cache = None  # the failed apply rewrote files: trust only fresh stats
+        self._caches.forget_stat_table()  # the failed apply rewrote files: trust fresh stats only
         dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
         remove_leftovers(self.root, dirs)
         back = apply_plan(
@@ -799,7 +749,7 @@ class Workspace:
 
     def _recover_if_interrupted(self) -> Result | None:
         """Finishes the rollback of a restore that was killed part-way, if there was one."""
-        journal = os.path.join(self.store_dir, "journal.json")
+        journal = self._paths.journal
         if not os.path.exists(journal):
             return None
         return self.recover()
@@ -810,7 +760,7 @@ class Workspace:
         Returns:
             The rollback's result, or None when no restore was interrupted.
         """
-        journal = os.path.join(self.store_dir, "journal.json")
+        journal = self._paths.journal
         if not os.path.exists(journal):
             return None  # checked again under the lock: this only spares a missing store
         with StoreLock(self.store_dir, exclusive=True):
@@ -850,7 +800,7 @@ class Workspace:
         chosen: builtins.list[str] = []
 
         def choose(current: Manifest) -> Manifest:
-            state = load_state(self.store_dir, self.session)
+            state = load_state(self._paths, self.session)
             target_id = undo_target(self.list(), current.tree, state)
             if target_id is None:
                 raise InputError(f"nothing to undo in session {self.session!r}")
@@ -859,9 +809,9 @@ class Workspace:
 
         def record(result: Result) -> None:
             if result.ok and result.pre_restore is not None:
-                state = load_state(self.store_dir, self.session)
+                state = load_state(self._paths, self.session)
                 state.redo.append(Frame(chosen[0], result.pre_restore))
-                save_state(self.store_dir, self.session, state)
+                save_state(self._paths, self.session, state)
 
         return self._restore(choose, kind="undo", then=record)
 
@@ -875,22 +825,22 @@ class Workspace:
             f"nothing to redo in session {self.session!r} "
             "(only an undo can be redone, and a new snapshot clears redo)"
         )
-        if not load_state(self.store_dir, self.session).redo:
+        if not load_state(self._paths, self.session).redo:
             raise nothing  # answered before the tree is walked; checked again under the lock
         frames: builtins.list[Frame] = []
 
         def choose(current: Manifest) -> Manifest:
-            state = load_state(self.store_dir, self.session)
+            state = load_state(self._paths, self.session)
             if not state.redo:
                 raise nothing
             frames.append(state.redo[-1])
             return self.load(frames[0].left)
 
         def record(result: Result) -> None:
-            state = load_state(self.store_dir, self.session)
+            state = load_state(self._paths, self.session)
             if result.ok and state.redo and state.redo[-1] == frames[0]:
                 state.redo.pop()
-                save_state(self.store_dir, self.session, state)
+                save_state(self._paths, self.session, state)
 
         return self._restore(choose, kind="redo", then=record)
 
@@ -932,9 +882,9 @@ class Workspace:
                 attachments=self._store_attachments(attach),
             )
             self._save(checkpoint)
-            state = load_state(self.store_dir, self.session)
+            state = load_state(self._paths, self.session)
             state.checkpoint = checkpoint.id
-            save_state(self.store_dir, self.session, state)
+            save_state(self._paths, self.session, state)
         return checkpoint
 
     def capture_before(self, paths: Iterable[str | os.PathLike[str]]) -> Manifest:
@@ -948,7 +898,7 @@ class Workspace:
             InputError: no checkpoint is open, or a path is outside the root,
                 inside `.git` or the store, or a directory.
         """
-        state = load_state(self.store_dir, self.session)
+        state = load_state(self._paths, self.session)
         if state.checkpoint is None:
             raise InputError(
                 f"no open checkpoint in session {self.session!r}: run `worksnap begin` first"
@@ -1086,8 +1036,8 @@ class Workspace:
             summaries, _ = self.store.summaries()
             pins = self.store.pins()
             if drop_session is not None:
-                save_state(self.store_dir, check_session_name(drop_session), SessionState())
-            keep = pins | self._referenced_by_sessions()
+                save_state(self._paths, check_session_name(drop_session), SessionState())
+            keep = pins | referenced_by_sessions(self._paths)
             dropped = select_expired(
                 summaries,
                 policy,
@@ -1118,30 +1068,9 @@ class Workspace:
             sizes.setdefault(digest, 0)
         return sizes
 
-    def _referenced_by_sessions(self) -> set[str]:
-        """Ids that session state or an interrupted restore still needs."""
-        needed: set[str] = set()
-        sessions_dir = os.path.join(self.store_dir, "sessions")
-        for name in os.listdir(sessions_dir) if os.path.isdir(sessions_dir) else []:
-            if name.endswith(".json"):
-                state = load_state(self.store_dir, name[: -len(".json")])
-                needed.update(f.target for f in state.redo)
-                needed.update(f.left for f in state.redo)
-                if state.checkpoint is not None:
-                    needed.add(state.checkpoint)
-        return needed
-
     def configured_retention(self) -> Retention:
-        """Returns the retention policy in `<store>/config.json` (none when absent)."""
-        path = os.path.join(self.store_dir, "config.json")
-        try:
-            with open(path, "rb") as f:
-                config = msgspec.json.decode(f.read(), type=Config)
-        except FileNotFoundError:
-            return Retention()
-        except (OSError, msgspec.DecodeError) as exc:
-            raise InputError(f"config {path} is not valid ({exc})") from None
-        return config.retention
+        """Returns the retention policy in the store's config (none when absent)."""
+        return load_config(self._paths).retention
 
     def _apply_configured_retention(self) -> None:
         """Runs the configured retention after a snapshot, unless another process is busy."""
@@ -1191,13 +1120,8 @@ class Workspace:
                     moved = msgspec.structs.replace(manifest, root=self._wire_root)
                     self.store.replace_manifest(moved)
                     count += 1
-            write_atomic(os.path.join(self.store_dir, "root"), os.fsencode(self.root) + b"\n")
-            for name in ("stat", "dirs"):
-                cache = os.path.join(self.store_dir, "cache", name)
-                if os.path.exists(cache):
-                    os.unlink(cache)
-        self._stat_cache = None
-        self._listings = None
+            self.store.rebind(self.root)
+            self._caches.drop()
         return count
 
     # -- diff ----------------------------------------------------------------

@@ -10,6 +10,7 @@ again as a zstd frame, and damaged or oversized frames are refused too.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable
@@ -20,7 +21,7 @@ import pytest
 import zstandard
 
 from tests.conftest import flip_middle, packed, unpacked
-from worksnap import store as store_module
+from worksnap.frames import MAX_UNPACKED
 from worksnap.manifest import Entry, Manifest, encode_manifest
 from worksnap.paths import fs_path
 from worksnap.workspace import Workspace
@@ -259,17 +260,25 @@ def test_damaged_zstd_frame_is_refused(project: Workspace, damage: str) -> None:
     assert "zstd frame" in err
 
 
-def test_frame_holding_more_than_the_bound_is_refused(
-    project: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_frame_holding_more_than_the_bound_is_refused(project: Workspace) -> None:
     root = Path(project.root)
     write(root, "a.txt", "edited since\n")
     manifest = hostile(project.load("latest"))
-    data = encode_manifest(manifest)
-    ref = plant(root, manifest, pack=True)
-    monkeypatch.setattr(store_module, "MAX_UNPACKED", len(data) - 1)
+    size = MAX_UNPACKED + 1
+    # A real frame of a manifest padded past the bound (32 KB on disk, 0.4 s to make).
+    frame = io.BytesIO()
+    with zstandard.ZstdCompressor(level=1, write_checksum=True).stream_writer(
+        frame, size=size, closefd=False
+    ) as writer:
+        data = encode_manifest(manifest)
+        writer.write(data)
+        left = size - len(data)
+        while left:
+            writer.write(b" " * min(left, 1 << 22))
+            left -= min(left, 1 << 22)
+    ref = plant(root, frame.getvalue())
     err = _assert_restore_refused(root, ref)
-    assert f"declares {len(data)} bytes, more than the {len(data) - 1} allowed" in err
+    assert f"declares {size} bytes, more than the {MAX_UNPACKED} allowed" in err
 
 
 def test_hostile_manifest_also_refused_by_plan_and_show(project: Workspace) -> None:

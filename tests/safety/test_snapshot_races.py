@@ -117,15 +117,15 @@ def test_large_file_changed_between_hash_and_store_is_reported(
 ) -> None:
     big = os.urandom(1 << 20)
     path = write(root, "big.bin", big)
-    real_add_file = worksnap.store.Store.add_file
+    real_add_file = worksnap.store.DiskStore.add_file
 
     def add_file(
-        self: worksnap.store.Store, digest: str, path_: bytes, rel: str, *, dir_fd: int | None
+        self: worksnap.store.DiskStore, digest: str, path_: bytes, rel: str, *, dir_fd: int | None
     ) -> bool:
         write(root, "big.bin", big[::-1])  # changed after it was hashed
         return real_add_file(self, digest, path_, rel, dir_fd=dir_fd)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(worksnap.store.Store, "add_file", add_file)
+    monkeypatch.setattr(worksnap.store.DiskStore, "add_file", add_file)
     with Workspace(root) as ws:
         with pytest.raises(SnapshotError, match="changed while it was being stored"):
             ws.snapshot()

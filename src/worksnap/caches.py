@@ -1,0 +1,162 @@
+"""Caches: the stat cache and the listing cache, what they are keyed on, and where they live.
+
+Both only ever save work: the stat cache answers a file's digest when its
+`fsio.file_state` is what it was when the digest was taken, the listing cache a
+directory's classified children when the directory and its `.gitignore` are
+unchanged under the same rules. Each is stored as one checksummed zstd frame
+(`<store>/cache/stat`, `<store>/cache/dirs`); one that fails its checksum or does
+not decode is dropped whole, so damage costs re-hashing and re-listing, never a
+wrong answer. They are not fsynced: losing them costs time only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from worksnap.frames import pack, unpack
+from worksnap.fsio import FileState, write_atomic
+from worksnap.layout import StorePaths
+
+Stamp = tuple[int, int, int, int]
+"""(inode, size, mtime_ns, ctime_ns): the first four fields of `fsio.file_state`."""
+
+StatTable = dict[str, tuple[FileState, str]]
+"""The stat cache: path -> (file state when hashed, digest)."""
+
+SAVE_EVERY_SECONDS = 30.0
+"""How often a long-lived (watched) workspace stores its caches; it also does on close."""
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+class Listing(msgspec.Struct, array_like=True):
+    """One directory's children as the last scan classified them."""
+
+    stamp: Stamp
+    ignore_file: Stamp | None
+    children: list[tuple[str, str]]
+    """(wire name, kind) in name order."""
+
+
+class Listings(msgspec.Struct):
+    """The per-directory cache: listings by directory, valid under rules with `base` key."""
+
+    base: bytes = b""
+    dirs: dict[str, Listing] = {}
+
+
+def listing_key(rules_key: bytes, exclude: frozenset[str]) -> bytes:
+    """Returns what listings are valid under: they hold ignore and exclusion decisions."""
+    return rules_key + "\0".join(sorted(exclude)).encode("utf-8", "surrogatepass")
+
+
+def load_stat_table(paths: StorePaths, root: str) -> StatTable:
+    """Returns the stat cache for `root` ({} if missing, damaged or for another root)."""
+    try:
+        with open(paths.stat_cache, "rb") as f:
+            data = unpack(f.read())
+        cached_root, table = msgspec.msgpack.decode(
+            data, type=tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
+        )
+    except (OSError, ValueError):  # a damaged frame; msgspec.DecodeError is a ValueError
+        return {}
+    return table if cached_root == root else {}
+
+
+def save_stat_table(paths: StorePaths, root: str, table: StatTable) -> None:
+    """Stores the stat cache; losing it only costs re-hashing, so it is not fsynced."""
+    write_atomic(paths.stat_cache, pack(_encoder.encode((root, table))), durable=False)
+
+
+def load_listings(paths: StorePaths, root: str) -> Listings:
+    """Returns the per-directory scan cache for `root` (empty if missing or damaged)."""
+    try:
+        with open(paths.listing_cache, "rb") as f:
+            data = unpack(f.read())
+        cached_root, listings = msgspec.msgpack.decode(data, type=tuple[str, Listings])
+    except (OSError, ValueError):  # a damaged frame; msgspec.DecodeError is a ValueError
+        return Listings()
+    return listings if cached_root == root else Listings()
+
+
+def save_listings(paths: StorePaths, root: str, listings: Listings) -> None:
+    """Stores the per-directory scan cache; losing it only costs a full scan."""
+    write_atomic(paths.listing_cache, pack(_encoder.encode((root, listings))), durable=False)
+
+
+class Caches:
+    """Both caches of one workspace, in memory, read from the store on first use.
+
+    Args:
+        paths: the store's files.
+        root: the workspace root they are for (a cache for another root is not used).
+        store_exists: whether the store has been created (caches are never the
+            first thing written to a store).
+    """
+
+    def __init__(self, paths: StorePaths, root: str, store_exists: Callable[[], bool]) -> None:
+        self._paths = paths
+        self._root = root
+        self._store_exists = store_exists
+        self._stat: StatTable | None = None
+        self._listings: Listings | None = None
+        self._unsaved = False  # changed since they were last stored
+        self._saved_at = time.monotonic()
+
+    def stat_table(self) -> StatTable:
+        """The stat cache (read from the store the first time)."""
+        if self._stat is None:
+            self._stat = load_stat_table(self._paths, self._root) if self._store_exists() else {}
+        return self._stat
+
+    def listings(self) -> Listings:
+        """The listing cache (read from the store the first time); a scan updates it in place."""
+        if self._listings is None:
+            self._listings = (
+                load_listings(self._paths, self._root) if self._store_exists() else Listings()
+            )
+        return self._listings
+
+    def replace_stat_table(self, table: StatTable) -> None:
+        """Takes `table` as the stat cache (what the last capture could vouch for)."""
+        self._unsaved |= table != self._stat
+        self._stat = table
+
+    def listings_changed(self) -> None:
+        """Notes that a scan changed the listing cache."""
+        self._unsaved = True
+
+    def forget_stat_table(self) -> None:
+        """Drops the stat cache from memory (files were rewritten: trust only fresh stats)."""
+        self._stat = None
+
+    def save(self, *, force: bool) -> None:
+        """Stores both caches for the next process, if they changed.
+
+        Args:
+            force: store now; otherwise at most every `SAVE_EVERY_SECONDS` (a
+                watched workspace is long-lived and rarely needs them).
+        """
+        if not self._unsaved or not self._store_exists():
+            return
+        now = time.monotonic()
+        if not force and now - self._saved_at < SAVE_EVERY_SECONDS:
+            return
+        if self._stat is not None:
+            save_stat_table(self._paths, self._root, self._stat)
+        if self._listings is not None:
+            save_listings(self._paths, self._root, self._listings)
+        self._unsaved = False
+        self._saved_at = now
+
+    def drop(self) -> None:
+        """Deletes both caches, in memory and in the store (the store was rebound)."""
+        for path in (self._paths.stat_cache, self._paths.listing_cache):
+            if os.path.exists(path):
+                os.unlink(path)
+        self._stat = None
+        self._listings = None
