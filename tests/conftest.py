@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
+
+from worksnap.hash import read_file
+from worksnap.paths import Digest
+from worksnap.scan import Scan, WalkStats, scan_tree
+from worksnap.workspace import Seams, Workspace
 
 # Tests must not see the developer's git configuration or store override.
 for _name in [n for n in os.environ if n.startswith("GIT_")] + [
@@ -79,3 +86,77 @@ def root(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
     path.mkdir()
     return path
+
+
+# -- seams: see what a workspace does, without patching worksnap --------------
+
+
+def tick(root: Path) -> None:
+    """Waits until the file system's clock has moved on (one timestamp tick, a few ms).
+
+    After it, any change gets times newer than every time recorded before: what a
+    test needs between caching a stat and changing the file, when the workspace's
+    racy margin is 0. The probe file is made beside `root`, not in it.
+    """
+    probe = root.parent / ".tick-probe"
+    probe.write_bytes(b"")
+    first = probe.stat().st_ctime_ns
+    while True:
+        os.utime(probe)  # sets its ctime to the file system's now
+        if probe.stat().st_ctime_ns != first:
+            probe.unlink()
+            return
+        time.sleep(0.001)
+
+
+class Hashes:
+    """Records every file a workspace reads and hashes (through `Seams.read_file`).
+
+    Its workspaces trust a file's cached digest as soon as its times are older than
+    the scan (`racy_margin_ns`, 0 by default): nothing waits for the racy margin.
+    """
+
+    def __init__(self, *, racy_margin_ns: int = 0) -> None:
+        self.paths: list[str] = []
+        self.seams = Seams(read_file=self._read_file, racy_margin_ns=racy_margin_ns)
+
+    def _read_file(
+        self, path: str | bytes, rel: str, *, keep: bool, dir_fd: int | None = None
+    ) -> tuple[Digest, bytes | None, os.stat_result]:
+        self.paths.append(rel)
+        return read_file(path, rel, keep=keep, dir_fd=dir_fd)
+
+    def counted(self) -> list[str]:
+        """Forgets what was hashed so far; returns the list the next reads go to."""
+        self.paths.clear()
+        return self.paths
+
+    def open(self, root: Path, **options: Any) -> Workspace:
+        return Workspace(root, seams=self.seams, **options)
+
+
+class Walks:
+    """Records what every scan of a workspace listed and matched (through `Seams.scan_tree`).
+
+    Its workspaces have a racy margin of 0, like `Hashes`'.
+    """
+
+    def __init__(self) -> None:
+        self.stats = WalkStats()
+        self.seams = Seams(scan_tree=self._scan_tree, racy_margin_ns=0)
+
+    def _scan_tree(self, *args: Any, **kwargs: Any) -> Scan:
+        return scan_tree(*args, stats=self.stats, **kwargs)
+
+    def listed(self) -> list[str]:
+        """Forgets what was listed so far; returns the list later listings go to."""
+        self.stats.listed.clear()
+        return self.stats.listed
+
+    def matched(self) -> list[str]:
+        """Forgets what was matched so far; returns the list later matches go to."""
+        self.stats.matched.clear()
+        return self.stats.matched
+
+    def open(self, root: Path, **options: Any) -> Workspace:
+        return Workspace(root, seams=self.seams, **options)

@@ -127,7 +127,6 @@ def test_verify_reports_damage_with_exit_1(root: Path, capsys: pytest.CaptureFix
 def test_failed_restore_json_printed_with_exit_1(
     root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worksnap import apply as apply_module
 
     write(root, "a.txt", "a")
     snap = run_json(capsys, root, "snapshot")
@@ -137,7 +136,7 @@ def test_failed_restore_json_printed_with_exit_1(
     def no_rename(*args: object, **kw: object) -> None:
         raise OSError(13, "Permission denied")
 
-    monkeypatch.setattr(apply_module.os, "rename", no_rename)
+    monkeypatch.setattr(os, "rename", no_rename)  # the OS boundary
     code, out, _ = run(capsys, "--root", str(root), "--json", "restore", snap["id"], "--yes")
     assert code == 1
     result = json.loads(out)

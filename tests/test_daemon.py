@@ -322,31 +322,44 @@ def test_a_client_that_went_away_interrupts_its_command() -> None:
     pool._interruptible(None)("no client: nothing to check")
 
 
-def test_a_daemon_of_another_user_is_never_used(
-    served: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_daemon_of_another_user_is_never_used(served: Path) -> None:
     store = str(served / ".worksnap")
     assert daemon.request(store, "status") is not None
-    monkeypatch.setattr(daemon, "_peer_uid", lambda sock: os.getuid() + 1)
-    assert daemon.request(store, "status") is None
-    assert daemon.forward(["list"], str(served), None) is None  # runs here instead
+    # As seen by a client of another user: the daemon is not its own.
+    other = os.getuid() + 1
+    assert daemon.request(store, "status", owner=other) is None
+    assert daemon.forward(["list"], str(served), None, owner=other) is None  # runs here instead
 
 
-def test_without_linux_there_is_no_daemon_and_commands_run_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from worksnap.cli import main
+NOT_LINUX = """
+import sys
+sys.platform = "darwin"  # what the process sees on macOS, before worksnap is imported
+from worksnap import daemon
+from worksnap.cli import main
+root = sys.argv[1]
+print(daemon.SUPPORTED, daemon.forward(["list"], root, None))
+codes = [main(["--root", root, *args.split()]) for args in ("daemon start", "snapshot")]
+print(*codes, main(["--root", root, "daemon", "status"]))
+"""
 
+
+def test_without_linux_there_is_no_daemon_and_commands_run_here(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, "a", "a")
-    monkeypatch.setattr(daemon, "SUPPORTED", False)
-    assert main(["--root", str(root), "daemon", "start"]) == 2
-    assert capsys.readouterr().err == (
+    done = subprocess.run(
+        [sys.executable, "-c", NOT_LINUX, str(root)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=120,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "False None"  # no daemon: forward() says run it here
+    assert lines[-1] == "2 0 1"  # daemon start refused, snapshot ran here, status: none
+    assert done.stderr == (
         "worksnap: error: worksnap daemon needs Linux (inotify); commands run directly here\n"
     )
-    assert daemon.forward(["list"], str(root), None) is None
-    assert main(["--root", str(root), "snapshot"]) == 0
-    assert main(["--root", str(root), "daemon", "status"]) == 1
 
 
 def test_a_broken_message_keeps_none_of_the_descriptors_it_carried(served: Path) -> None:
@@ -382,10 +395,9 @@ def _settled_fd_count(pid: int) -> int:
     return count
 
 
-def test_the_daemon_serves_no_other_user(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_daemon_serves_no_other_user() -> None:
     ran: list[list[str]] = []
     daemon_end, client_end = socket.socketpair()
-    monkeypatch.setattr(daemon, "_peer_uid", lambda sock: os.getuid() + 1)
     with daemon_end, client_end:
         message = {"op": "run", "protocol": daemon.PROTOCOL, "code": [], "argv": ["list"]}
         daemon._send(client_end, message, [0, 1, 2])
@@ -396,6 +408,7 @@ def test_the_daemon_serves_no_other_user(monkeypatch: pytest.MonkeyPatch) -> Non
             state,
             [],
             lambda argv, pool: ran.append(argv) or 0,
+            owner=os.getuid() + 1,  # a daemon of another user: this client is not its own
         )
         daemon_end.shutdown(socket.SHUT_WR)
         assert client_end.recv(1) == b""  # not a word back

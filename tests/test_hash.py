@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-
-import pytest
 
 from tests.conftest import write
 from worksnap import Workspace
 from worksnap import hash as hash_module
-from worksnap import workspace as workspace_module
+from worksnap.workspace import Seams
 
 
 def test_prefetch_skips_what_it_cannot_open_and_never_blocks(tmp_path: Path) -> None:
@@ -51,39 +48,42 @@ def test_leaving_stops_the_helper(tmp_path: Path) -> None:
     assert len(given) < 1000  # the exit stopped it early and waited for it
 
 
-def test_a_cold_snapshot_reads_ahead_exactly_the_files_it_hashes(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def recorded_prefetch(starts: list[list[bytes]]) -> Callable[[], hash_module.Prefetch]:
+    """A read-ahead helper that records the paths of each start, and reads none of them."""
+
+    class Recorded(hash_module.Prefetch):
+        def start(self, paths: Iterable[bytes]) -> None:
+            starts.append(list(paths))
+            super().start(iter(()))
+
+    return Recorded
+
+
+def test_a_cold_snapshot_reads_ahead_exactly_the_files_it_hashes(root: Path) -> None:
     for i in range(100):
         write(root, f"d{i % 7}/f{i:03d}.txt", f"file {i}\n")
-    hinted: list[bytes] = []
-    real_start = hash_module.Prefetch.start
-
-    def start(self: hash_module.Prefetch, paths: Iterable[bytes]) -> None:
-        hinted.extend(paths)
-        real_start(self, iter(()))
-
-    monkeypatch.setattr(hash_module.Prefetch, "start", start)
-    monkeypatch.setattr(workspace_module, "_SLOW_READ_SECONDS", 0.0)  # as if from the disk
-    time.sleep(workspace_module._RACY_MARGIN_NS / 1e9 * 2)  # so that digests are cached
-    ws = Workspace(root)
+    starts: list[list[bytes]] = []
+    seams = Seams(
+        prefetch=recorded_prefetch(starts),
+        slow_read_seconds=0.0,  # as if every read came from the disk
+        racy_margin_ns=0,  # so that digests are cached at once
+    )
+    ws = Workspace(root, seams=seams)
     snap = ws.snapshot()
     # The first 64 are hashed before the helper starts; it is given the other 36.
+    hinted = [path for start in starts for path in start]
     assert len(hinted) == 36
     assert {os.path.relpath(os.fsdecode(p), root) for p in hinted} < {e.path for e in snap.entries}
-    hinted.clear()
+    starts.clear()
     ws.snapshot()
-    assert hinted == []  # warm: nothing to read, no helper
+    assert starts == []  # warm: nothing to read, no helper
     assert threading.active_count() == 1
 
 
-def test_reads_from_the_page_cache_are_not_read_ahead(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_reads_from_the_page_cache_are_not_read_ahead(root: Path) -> None:
     for i in range(100):
         write(root, f"f{i:03d}.txt", f"file {i}\n")
-    started: list[object] = []
-    monkeypatch.setattr(hash_module.Prefetch, "start", lambda self, paths: started.append(1))
-    monkeypatch.setattr(workspace_module, "_SLOW_READ_SECONDS", 3600.0)  # every read is fast
-    assert len(Workspace(root).snapshot().entries) == 100
+    started: list[list[bytes]] = []
+    seams = Seams(prefetch=recorded_prefetch(started), slow_read_seconds=3600.0)  # reads are fast
+    assert len(Workspace(root, seams=seams).snapshot().entries) == 100
     assert started == []

@@ -164,17 +164,16 @@ def test_checkpoint_capture_and_rewind_touch_only_captured_paths(root: Path) -> 
     assert (root / "untouched.txt").read_text() == "changed by the user meanwhile"
 
 
-def test_capture_costs_only_named_files(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from worksnap import workspace
+def test_capture_costs_only_named_files(root: Path) -> None:
+    from worksnap.scan import Scan
+    from worksnap.workspace import Seams
 
-    write(root, "a.txt", "a")
-    ws = Workspace(root)
-    ws.begin(step=1)
-
-    def no_scan(*args: object, **kwargs: object) -> None:
+    def no_scan(*args: object, **kwargs: object) -> Scan:
         raise AssertionError("capture must not scan the tree")
 
-    monkeypatch.setattr(workspace, "scan_tree", no_scan)
+    write(root, "a.txt", "a")
+    ws = Workspace(root, seams=Seams(scan_tree=no_scan))
+    ws.begin(step=1)
     checkpoint = ws.capture_before(["a.txt"])
     assert [e.path for e in checkpoint.entries] == ["a.txt"]
 

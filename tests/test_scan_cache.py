@@ -1,72 +1,55 @@
-"""The per-directory listing cache and the inotify watcher only ever save work."""
+"""The per-directory listing cache and the inotify watcher only ever save work.
+
+Workspaces opened through `Walks` record what each scan listed and matched, and have
+a racy margin of 0, so listings are trusted at once; `tick` lets the clock move on
+where a change must not hide behind a cached stamp.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ZSTD_MAGIC, flip_middle, tree_state, write
+from tests.conftest import ZSTD_MAGIC, Walks, flip_middle, tick, tree_state, write
 from worksnap import Workspace
-from worksnap import scan as scan_module
-from worksnap import workspace as workspace_module
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux")
-
-
-def settle() -> None:
-    """Waits out the racy margin so that listings and stats may be trusted."""
-    time.sleep(workspace_module._RACY_MARGIN_NS / 1e9 * 2)
-
-
-def count_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    listed: list[str] = []
-    real = scan_module._classify
-
-    def counting(rel_dir: str, *args: object) -> list[tuple[str, str]]:
-        listed.append(rel_dir)
-        return real(rel_dir, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(scan_module, "_classify", counting)
-    return listed
 
 
 def paths(ws: Workspace) -> dict[str, str | None]:
     return {e.path: e.hash for e in ws.snapshot().entries}
 
 
-def test_unchanged_directories_are_not_listed_again(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unchanged_directories_are_not_listed_again(root: Path) -> None:
     write(root, "a/one.txt", "1")
     write(root, "b/two.txt", "2")
-    ws = Workspace(root)
+    walks = Walks()
+    ws = walks.open(root)
     ws.snapshot()
-    settle()
-    ws.snapshot()  # listings recorded now that they are old enough to trust
-    listed = count_listings(monkeypatch)
-    Workspace(root).snapshot()  # a fresh process reads the cache from the store
+    ws.snapshot()  # listings recorded (old enough to trust: the margin is 0)
+    listed = walks.listed()
+    walks.open(root).snapshot()  # a fresh process reads the cache from the store
     assert listed == []
+    tick(root)
     write(root, "b/three.txt", "3")
-    assert "b/three.txt" in paths(Workspace(root))
+    assert "b/three.txt" in paths(walks.open(root))
     assert listed == ["b"]
 
 
 def test_gitignore_change_relists_below_it(root: Path) -> None:
     write(root, ".gitignore", "")
     write(root, "sub/keep.log", "log")
-    ws = Workspace(root)
-    settle()
+    ws = Walks().open(root)
     ws.snapshot()
-    settle()
     assert "sub/keep.log" in paths(ws)
     st = (root / ".gitignore").stat()
+    tick(root)
     (root / ".gitignore").write_text("*.log")  # content only: the root dir is unchanged
     os.utime(root / ".gitignore", ns=(st.st_atime_ns, st.st_mtime_ns))
-    settle()  # old enough that only the stamp check can tell
+    # Old enough to trust at once (margin 0): only the stamp check can tell.
     snap = ws.snapshot()
     assert "sub/keep.log" not in {e.path for e in snap.entries}
     assert snap.ignored == ["sub/keep.log"]
@@ -75,20 +58,20 @@ def test_gitignore_change_relists_below_it(root: Path) -> None:
 def test_exclusions_are_part_of_the_cache_key(root: Path) -> None:
     write(root, "secret/key", "k")
     write(root, "a.txt", "a")
-    Workspace(root).snapshot()
-    settle()
-    Workspace(root).snapshot()
-    snap = Workspace(root, exclude=("secret",)).snapshot()
+    walks = Walks()
+    walks.open(root).snapshot()
+    walks.open(root).snapshot()
+    snap = walks.open(root, exclude=("secret",)).snapshot()
     assert [e.path for e in snap.entries] == ["a.txt"]
     assert "secret" in snap.excluded
 
 
 def test_replaced_child_types_are_seen(root: Path) -> None:
     write(root, "d/x", "file")
-    ws = Workspace(root)
+    ws = Walks().open(root)
     ws.snapshot()
-    settle()
     ws.snapshot()
+    tick(root)
     (root / "d" / "x").unlink()
     (root / "d" / "x").mkdir()
     write(root, "d/x/inner", "i")
@@ -137,7 +120,7 @@ def test_watched_snapshot_of_quiet_tree_reads_nothing(
     def no_stat(*args: object, **kwargs: object) -> None:
         raise AssertionError("a quiet watched tree needs no lstat")
 
-    monkeypatch.setattr(scan_module.os, "lstat", no_stat)
+    monkeypatch.setattr(os, "lstat", no_stat)
     again = ws.snapshot()
     assert again.tree == first.tree
     assert again.id != first.id
@@ -177,27 +160,17 @@ def test_watched_snapshot_after_a_preview_stores_every_object(root: Path) -> Non
     ws.close()
 
 
-def test_changed_directory_matches_only_new_names(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from worksnap.ignore import Rules
-
+def test_changed_directory_matches_only_new_names(root: Path) -> None:
     write(root, ".gitignore", "*.log\n")
     for i in range(20):
         write(root, f"icons/i{i}.svg", "<svg/>")
     write(root, "icons/old.log", "ignored")
-    ws = Workspace(root)
+    walks = Walks()
+    ws = walks.open(root)
     ws.snapshot()
-    settle()
     ws.snapshot()
-    asked: list[str] = []
-    real = Rules.ignored
-
-    def counting(self: Rules, path: str, *, is_dir: bool) -> bool:
-        asked.append(path)
-        return real(self, path, is_dir=is_dir)
-
-    monkeypatch.setattr(Rules, "ignored", counting)
+    asked = walks.matched()
+    tick(root)
     write(root, "icons/new.svg", "<svg/>")
     write(root, "icons/new.log", "ignored too")
     snap = ws.snapshot()
@@ -224,21 +197,19 @@ def test_watched_in_place_writes_cross_the_size_cap_both_ways(root: Path) -> Non
 
 
 @pytest.mark.parametrize("damage", ["byte flipped", "truncated"])
-def test_damaged_listing_cache_frame_is_ignored(
-    root: Path, monkeypatch: pytest.MonkeyPatch, damage: str
-) -> None:
+def test_damaged_listing_cache_frame_is_ignored(root: Path, damage: str) -> None:
     write(root, "a/one.txt", "1")
     write(root, "b/two.txt", "2")
-    ws = Workspace(root)
+    walks = Walks()
+    ws = walks.open(root)
     ws.snapshot()
-    settle()
-    expected = paths(ws)  # listings recorded now that they are old enough to trust
+    expected = paths(ws)  # listings recorded (old enough to trust: the margin is 0)
     path = root / ".worksnap" / "cache" / "dirs"
     raw = path.read_bytes()
     assert raw.startswith(ZSTD_MAGIC)
     path.write_bytes(flip_middle(raw) if damage == "byte flipped" else raw[: len(raw) // 2])
-    listed = count_listings(monkeypatch)
-    assert paths(Workspace(root)) == expected
+    listed = walks.listed()
+    assert paths(walks.open(root)) == expected
     assert sorted(listed) == ["", "a", "b"]  # dropped whole: every directory listed again
 
 
@@ -259,7 +230,7 @@ def test_watched_directory_with_new_and_removed_files_stats_only_those(
         stated.append(os.fsdecode(path))
         return real(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scan_module.os, "lstat", counting)
+    monkeypatch.setattr(os, "lstat", counting)
     (root / "icons" / "i3.svg").unlink()
     write(root, "icons/new.svg", "<svg new/>")
     write(root, "icons/i7.svg", "<svg seven, in place/>")

@@ -1,4 +1,9 @@
-"""The stat cache may only ever save work, never hide a change."""
+"""The stat cache may only ever save work, never hide a change.
+
+Workspaces here have a racy margin of 0 (`Hashes`): a file's digest is cached as
+soon as its times are older than the scan, so no test waits the margin out. Where a
+change must not hide behind a cached stat, `tick` first lets the clock move on.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,11 @@ import msgspec
 import pytest
 import zstandard
 
-from tests.conftest import ZSTD_MAGIC, flip_middle, packed, unpacked, write
+from tests.conftest import ZSTD_MAGIC, Hashes, flip_middle, packed, tick, unpacked, write
 from worksnap import Workspace
-from worksnap import workspace as workspace_module
 from worksnap.hash import hash_bytes
+
+HOUR_NS = 3600 * 10**9
 
 
 def digests(ws: Workspace) -> dict[str, str | None]:
@@ -21,62 +27,47 @@ def digests(ws: Workspace) -> dict[str, str | None]:
 
 
 def age(path: Path, seconds: float = 10.0) -> None:
-    """Makes a file look untouched for a while, so the cache may trust it.
-
-    mtime can be set back, ctime cannot: it is waited out past the racy margin.
-    """
+    """Makes a file look untouched for a while (mtime set back; ctime cannot be)."""
     old = time.time() - seconds
     os.utime(path, (old, old))
-    time.sleep(workspace_module._RACY_MARGIN_NS / 1e9 * 2)
 
 
-def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    hashed: list[str] = []
-    real = workspace_module.read_file
-
-    def counting(
-        path: bytes, rel: str, *, keep: bool, dir_fd: int | None = None
-    ) -> tuple[str, bytes | None, os.stat_result]:
-        hashed.append(rel)
-        return real(path, rel, keep=keep, dir_fd=dir_fd)
-
-    monkeypatch.setattr(workspace_module, "read_file", counting)
-    return hashed
-
-
-def test_unchanged_old_files_are_not_rehashed(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unchanged_old_files_are_not_rehashed(root: Path) -> None:
     for name in ("a", "b", "c"):
         age(write(root, name, name))
-    ws = Workspace(root)
+    hashes = Hashes()
+    ws = hashes.open(root)
     ws.snapshot()
-    hashed = count_hashes(monkeypatch)
+    hashed = hashes.counted()
     ws.snapshot()
-    Workspace(root).snapshot()  # a new process reads the cache from the store
+    hashes.open(root).snapshot()  # a new process reads the cache from the store
     assert hashed == []
 
 
-def test_racy_file_is_rehashed_until_it_is_old(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = write(root, "fresh.txt", "just written")  # mtime is now: inside the racy window
-    ws = Workspace(root)
+def test_racy_file_is_rehashed_until_it_is_old(root: Path) -> None:
+    path = write(root, "fresh.txt", "just written")
+    racy = Hashes(racy_margin_ns=HOUR_NS)  # the file stays inside the racy window
+    ws = racy.open(root)
     ws.snapshot()
-    hashed = count_hashes(monkeypatch)
+    hashed = racy.counted()
     ws.snapshot()
     assert hashed == ["fresh.txt"]
     age(path)
+    aged = Hashes()  # now it is older than the margin
+    ws = aged.open(root)
     ws.snapshot()
     ws.snapshot()
-    assert hashed == ["fresh.txt", "fresh.txt"]
+    assert hashed + aged.paths == ["fresh.txt", "fresh.txt"]
 
 
-def test_touched_but_unchanged_file_rehashed_and_same_digest(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_touched_but_unchanged_file_rehashed_and_same_digest(root: Path) -> None:
     path = write(root, "a.txt", "same bytes")
     age(path, 20)
-    ws = Workspace(root)
+    hashes = Hashes()
+    ws = hashes.open(root)
     before = digests(ws)
     age(path, 5)  # touched: new mtime, same content
-    hashed = count_hashes(monkeypatch)
+    hashed = hashes.counted()
     assert digests(ws) == before
     assert hashed == ["a.txt"]
 
@@ -84,9 +75,10 @@ def test_touched_but_unchanged_file_rehashed_and_same_digest(
 def test_changed_same_size_same_mtime_is_detected(root: Path) -> None:
     path = write(root, "a.txt", "AAAA")
     age(path)
-    ws = Workspace(root)
+    ws = Hashes().open(root)
     before = digests(ws)
     st = path.stat()
+    tick(root)
     path.write_text("BBBB")  # same size ...
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and mtime put back; ctime moved
     after = digests(ws)
@@ -97,7 +89,7 @@ def test_changed_same_size_same_mtime_is_detected(root: Path) -> None:
 def test_replaced_by_a_new_inode_with_identical_stat_fields_is_detected(root: Path) -> None:
     path = write(root, "a.txt", "1111")
     age(path)
-    ws = Workspace(root)
+    ws = Hashes().open(root)
     before = digests(ws)
     st = path.stat()
     other = write(root, "tmp", "2222")
@@ -108,7 +100,7 @@ def test_replaced_by_a_new_inode_with_identical_stat_fields_is_detected(root: Pa
 
 def test_directory_replaced_by_file_and_back(root: Path) -> None:
     age(write(root, "thing/inside.txt", "inside"))
-    ws = Workspace(root)
+    ws = Hashes().open(root)
     first = ws.snapshot()
     (root / "thing" / "inside.txt").unlink()
     (root / "thing").rmdir()
@@ -124,19 +116,19 @@ def test_directory_replaced_by_file_and_back(root: Path) -> None:
 
 def test_deleted_cache_only_costs_rehashing(root: Path) -> None:
     age(write(root, "a.txt", "a"))
-    ws = Workspace(root)
-    first = ws.snapshot()
+    hashes = Hashes()
+    first = hashes.open(root).snapshot()
     (root / ".worksnap" / "cache" / "stat").unlink()
-    assert Workspace(root).snapshot().tree == first.tree
+    assert hashes.open(root).snapshot().tree == first.tree
     (root / ".worksnap" / "cache" / "stat").write_bytes(b"garbage")
-    assert Workspace(root).snapshot().tree == first.tree
+    assert hashes.open(root).snapshot().tree == first.tree
 
 
 def test_objects_swept_by_gc_are_stored_again(root: Path) -> None:
     from worksnap.retention import Retention
 
     age(write(root, "a.txt", "kept content"))
-    ws = Workspace(root)
+    ws = Hashes().open(root)
     first = ws.snapshot(step=1)
     write(root, "a.txt", "other")
     ws.snapshot(step=2)
@@ -161,40 +153,39 @@ CACHE_DAMAGE = {
 }
 
 
-def test_stat_cache_is_a_checksummed_zstd_frame(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_stat_cache_is_a_checksummed_zstd_frame(root: Path) -> None:
     age(write(root, "a.txt", "a"))
-    Workspace(root).snapshot()
+    hashes = Hashes()
+    hashes.open(root).snapshot()
     raw = (root / ".worksnap" / "cache" / "stat").read_bytes()
     assert raw.startswith(ZSTD_MAGIC)
     assert zstandard.get_frame_parameters(raw).has_checksum
     cached_root, table = msgspec.msgpack.decode(unpacked(raw))
     assert cached_root == str(root) and list(table) == ["a.txt"]
-    hashed = count_hashes(monkeypatch)
-    Workspace(root).snapshot()
+    hashed = hashes.counted()
+    hashes.open(root).snapshot()
     assert hashed == []  # a new process reads it back
 
 
 @pytest.mark.parametrize("damage", CACHE_DAMAGE)
-def test_damaged_stat_cache_frame_is_ignored(
-    root: Path, monkeypatch: pytest.MonkeyPatch, damage: str
-) -> None:
+def test_damaged_stat_cache_frame_is_ignored(root: Path, damage: str) -> None:
     age(write(root, "a.txt", "a"))
-    first = Workspace(root).snapshot()
+    hashes = Hashes()
+    first = hashes.open(root).snapshot()
     path = root / ".worksnap" / "cache" / "stat"
     path.write_bytes(CACHE_DAMAGE[damage](path.read_bytes()))
-    hashed = count_hashes(monkeypatch)
-    assert Workspace(root).snapshot().tree == first.tree
+    hashed = hashes.counted()
+    assert hashes.open(root).snapshot().tree == first.tree
     assert hashed == ["a.txt"]  # dropped whole: re-hashed, then cached again
-    assert Workspace(root).snapshot().tree == first.tree
+    assert hashes.open(root).snapshot().tree == first.tree
     assert hashed == ["a.txt"]
 
 
 def test_stat_cache_with_a_wrong_checksum_is_not_trusted(root: Path) -> None:
     age(write(root, "a.txt", "a"))
     age(write(root, "b.txt", "b"))
-    first = Workspace(root).snapshot()
+    hashes = Hashes()
+    first = hashes.open(root).snapshot()
     path = root / ".worksnap" / "cache" / "stat"
     raw = path.read_bytes()
     # The content decodes and gives a.txt the digest of b.txt, a stored object: only the
@@ -202,16 +193,15 @@ def test_stat_cache_with_a_wrong_checksum_is_not_trusted(root: Path) -> None:
     lying = unpacked(raw).replace(hash_bytes(b"a").encode(), hash_bytes(b"b").encode())
     assert lying != unpacked(raw)
     path.write_bytes(packed(lying)[:-4] + raw[-4:])
-    assert Workspace(root).snapshot().tree == first.tree
+    assert hashes.open(root).snapshot().tree == first.tree
 
 
-def test_plain_msgpack_stat_cache_from_before_compression_is_used(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_plain_msgpack_stat_cache_from_before_compression_is_used(root: Path) -> None:
     age(write(root, "a.txt", "a"))
-    first = Workspace(root).snapshot()
+    hashes = Hashes()
+    first = hashes.open(root).snapshot()
     path = root / ".worksnap" / "cache" / "stat"
     path.write_bytes(unpacked(path.read_bytes()))
-    hashed = count_hashes(monkeypatch)
-    assert Workspace(root).snapshot().tree == first.tree
+    hashed = hashes.counted()
+    assert hashes.open(root).snapshot().tree == first.tree
     assert hashed == []

@@ -360,7 +360,6 @@ def test_too_new_version_refused(root: Path) -> None:
 def test_failure_mid_apply_stops_and_reports_not_restored(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worksnap import apply as apply_module
     from worksnap.apply import apply_plan
 
     for name in ("a", "b", "c"):
@@ -377,7 +376,7 @@ def test_failure_mid_apply_stops_and_reports_not_restored(
             raise OSError(28, "No space left on device")
         real_rename(src, dst, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(apply_module.os, "rename", failing_rename)
+    monkeypatch.setattr(os, "rename", failing_rename)  # the OS boundary
     result = apply_plan(str(root), plan, ws.store.read)
     assert result.restored == ["a.txt"]
     assert result.not_restored == ["b.txt", "c.txt"]
@@ -387,7 +386,6 @@ def test_failure_mid_apply_stops_and_reports_not_restored(
 
 
 def test_failed_restore_rolls_back(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from worksnap import apply as apply_module
 
     write(root, "a.txt", "a")
     write(root, "b.txt", "b")
@@ -406,7 +404,7 @@ def test_failed_restore_rolls_back(root: Path, monkeypatch: pytest.MonkeyPatch) 
             raise OSError(5, "Input/output error")
         real_rename(src, dst, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(apply_module.os, "rename", rename_fails_once)
+    monkeypatch.setattr(os, "rename", rename_fails_once)  # the OS boundary
     result = ws.restore(snap.id)
     assert not result.ok and result.rolled_back
     assert result.error is not None and "Input/output error" in result.error

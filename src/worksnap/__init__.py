@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
+    from worksnap.capture import DEFAULT_MAX_FILE_BYTES
     from worksnap.config import Retention
     from worksnap.errors import (
         ConflictError,
@@ -31,9 +32,11 @@ if TYPE_CHECKING:
         SnapshotError,
         WorksnapError,
     )
+    from worksnap.maintenance import GcReport
     from worksnap.manifest import Entry, Manifest, Summary
     from worksnap.plan import Change, Op, Plan
-    from worksnap.workspace import DEFAULT_MAX_FILE_BYTES, GcReport, Progress, Workspace
+    from worksnap.progress import Progress
+    from worksnap.workspace import Workspace
 
 _HOMES = {
     "Result": "worksnap.apply",
@@ -52,9 +55,9 @@ _HOMES = {
     "Op": "worksnap.plan",
     "Plan": "worksnap.plan",
     "Retention": "worksnap.config",
-    "DEFAULT_MAX_FILE_BYTES": "worksnap.workspace",
-    "GcReport": "worksnap.workspace",
-    "Progress": "worksnap.workspace",
+    "DEFAULT_MAX_FILE_BYTES": "worksnap.capture",
+    "GcReport": "worksnap.maintenance",
+    "Progress": "worksnap.progress",
     "Workspace": "worksnap.workspace",
 }
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from worksnap.apply import Result
     from worksnap.daemon import WorkspacePool
     from worksnap.plan import Plan
-    from worksnap.workspace import Progress, Workspace
+    from worksnap.progress import Progress
+    from worksnap.workspace import Seams, Workspace
 
 EXAMPLES = """\
 examples:
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("WORKSNAP_SESSION") or "default",
         help="session to work in (default: $WORKSNAP_SESSION or 'default')",
     )
-    parser.set_defaults(pool=None)
+    parser.set_defaults(pool=None, seams=None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     snap = commands.add_parser(
@@ -364,6 +365,7 @@ def _open(args: argparse.Namespace, **options: Any) -> AbstractContextManager[Wo
         force=args.force,
         session=args.session,
         progress=progress,
+        seams=args.seams,
         **options,
     )
 
@@ -863,10 +865,16 @@ _COMMANDS = {
 _LOCAL_ONLY = {"run", "rebind", "daemon"}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, seams: Seams | None = None) -> int:
+    """Runs the command line; returns the exit code.
+
+    Args:
+        argv: the arguments (default: the process's).
+        seams: parts of the workspace to swap, for tests (see `workspace.Seams`).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.seams = seams
     if args.command not in _LOCAL_ONLY:
         from worksnap import daemon
 

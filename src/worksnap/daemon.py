@@ -74,8 +74,8 @@ def _address(store_dir: str) -> Iterator[str]:
         os.close(fd)
 
 
-def _connect(store_dir: str) -> socket.socket | None:
-    """Connects to the store's daemon; None when no daemon listens there."""
+def _connect(store_dir: str, owner: int | None) -> socket.socket | None:
+    """Connects to the store's daemon; None when no daemon of `owner` (default: us) listens."""
     if not os.path.exists(StorePaths(store_dir).socket):
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -85,7 +85,7 @@ def _connect(store_dir: str) -> socket.socket | None:
     except OSError:
         sock.close()
         return None  # a socket left by a daemon that was killed
-    if _peer_uid(sock) != os.getuid():
+    if _peer_uid(sock) != (os.getuid() if owner is None else owner):
         sock.close()  # not ours: never hand our terminal to another user's process
         return None
     return sock
@@ -156,10 +156,13 @@ def _close_all(fds: list[int]) -> None:
 # -- the client side ---------------------------------------------------------
 
 
-def forward(argv: list[str], root: str, store: str | None) -> int | None:
+def forward(
+    argv: list[str], root: str, store: str | None, *, owner: int | None = None
+) -> int | None:
     """Runs a command in the store's daemon, if one serves it; returns its exit code.
 
     None: no daemon (or it declined, e.g. it runs older code); run the command here.
+    `owner` is the uid the daemon must run as (default: ours; tests name another).
 
     Raises:
         DaemonLost: the daemon started the command and stopped before it ended.
@@ -171,7 +174,7 @@ def forward(argv: list[str], root: str, store: str | None) -> int | None:
             os.fstat(fd)  # a closed standard descriptor cannot be handed over
     except OSError:
         return None
-    sock = _connect(store_location(os.path.realpath(root), store))
+    sock = _connect(store_location(os.path.realpath(root), store), owner)
     if sock is None:
         return None
     with sock:
@@ -203,11 +206,14 @@ def forward(argv: list[str], root: str, store: str | None) -> int | None:
     return code
 
 
-def request(store_dir: str, op: str) -> dict[str, Any] | None:
-    """Sends `status` or `stop` to the store's daemon; None when none is running."""
+def request(store_dir: str, op: str, *, owner: int | None = None) -> dict[str, Any] | None:
+    """Sends `status` or `stop` to the store's daemon; None when none is running.
+
+    `owner` is the uid the daemon must run as (default: ours; tests name another).
+    """
     if not SUPPORTED:
         return None
-    sock = _connect(store_dir)
+    sock = _connect(store_dir, owner)
     if sock is None:
         return None
     with sock:
@@ -452,15 +458,20 @@ def _handle(
     state: dict[str, Any],
     code: list[list[str | int]],
     run: Runner,
+    *,
+    owner: int | None = None,
 ) -> bool:
-    """Serves one connection; returns False when the daemon should stop."""
+    """Serves one connection; returns False when the daemon should stop.
+
+    Only a client running as `owner` (default: the daemon's own uid) is served.
+    """
     uid = _peer_uid(conn)
     try:
         message, fds = _receive(conn, max_fds=3)
     except OSError:
         return True
     try:
-        if message is None or uid != os.getuid():
+        if message is None or uid != (os.getuid() if owner is None else owner):
             return True
         op = message.get("op")
         if op == "status":

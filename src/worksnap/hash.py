@@ -75,13 +75,18 @@ def hash_bytes(data: bytes) -> Digest:
     return Digest(blake3(data, max_threads=threads).hexdigest())
 
 
-def _chunks(fd: int) -> Iterator[bytes]:
-    while chunk := os.read(fd, _CHUNK):
+def _chunks(fd: int, size: int) -> Iterator[bytes]:
+    while chunk := os.read(fd, size):
         yield chunk
 
 
 def read_file(
-    path: str | bytes, rel: str, *, keep: bool, dir_fd: int | None = None
+    path: str | bytes,
+    rel: str,
+    *,
+    keep: bool,
+    dir_fd: int | None = None,
+    chunk_size: int = _CHUNK,
 ) -> tuple[Digest, bytes | None, os.stat_result]:
     """Reads and hashes one regular file, re-reading it if it changes while it is read.
 
@@ -92,6 +97,7 @@ def read_file(
             a parent swapped for a symlink cannot lead the read outside the root.
         rel: its path relative to the root, for errors.
         keep: return the bytes too (for storing them); only honoured below `SMALL`.
+        chunk_size: bytes per `read` (1 MiB; tests make it small to write between reads).
 
     Returns:
         The digest, the bytes (or None), and the file's stat while it was read.
@@ -111,12 +117,12 @@ def read_file(
             if not stat.S_ISREG(before.st_mode):
                 raise SnapshotError(rel, "is no longer a regular file")
             if before.st_size < SMALL:
-                data = b"".join(_chunks(fd))
+                data = b"".join(_chunks(fd, chunk_size))
                 digest = hash_bytes(data)
             else:
                 data = None
                 hasher = blake3(max_threads=blake3.AUTO)
-                for chunk in _chunks(fd):
+                for chunk in _chunks(fd, chunk_size):
                     hasher.update(chunk)
                 digest = Digest(hasher.hexdigest())
             after = os.fstat(fd)

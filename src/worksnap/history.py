@@ -49,40 +49,56 @@ def check_session_name(name: str) -> str:
     return name
 
 
-def load_state(paths: StorePaths, session: str) -> SessionState:
-    """Returns a session's state (empty when it has none yet)."""
-    try:
-        with open(paths.session(session), "rb") as f:
-            return msgspec.json.decode(f.read(), type=SessionState)
-    except FileNotFoundError:
-        return SessionState()
-    except (OSError, msgspec.DecodeError) as exc:
-        raise InputError(f"session {session!r} state is damaged ({exc})") from None
+class Sessions:
+    """The state of every session of one store (one small JSON file each)."""
 
+    def __init__(self, paths: StorePaths) -> None:
+        self._paths = paths
 
-def save_state(paths: StorePaths, session: str, state: SessionState) -> None:
-    """Stores a session's state atomically (removes the file when there is nothing to keep)."""
-    path = paths.session(session)
-    if not state.redo and state.checkpoint is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_atomic(path, msgspec.json.encode(state))
+    def load(self, session: str) -> SessionState:
+        """Returns a session's state (empty when it has none yet).
 
+        Raises:
+            InputError: the session's file is damaged.
+        """
+        try:
+            with open(self._paths.session(session), "rb") as f:
+                return msgspec.json.decode(f.read(), type=SessionState)
+        except FileNotFoundError:
+            return SessionState()
+        except (OSError, msgspec.DecodeError) as exc:
+            raise InputError(f"session {session!r} state is damaged ({exc})") from None
 
-def referenced_by_sessions(paths: StorePaths) -> set[str]:
-    """Returns the ids that a session's redo stack or open checkpoint still needs."""
-    needed: set[str] = set()
-    for name in os.listdir(paths.sessions) if os.path.isdir(paths.sessions) else []:
-        session = paths.session_name(name)
-        if session is not None:
-            state = load_state(paths, session)
-            needed.update(f.target for f in state.redo)
-            needed.update(f.left for f in state.redo)
-            if state.checkpoint is not None:
-                needed.add(state.checkpoint)
-    return needed
+    def save(self, session: str, state: SessionState) -> None:
+        """Stores a session's state atomically (removes the file when there is nothing to keep)."""
+        path = self._paths.session(session)
+        if not state.redo and state.checkpoint is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, msgspec.json.encode(state))
+
+    def clear_redo(self, session: str) -> None:
+        """Empties a session's redo stack (a new snapshot was taken)."""
+        state = self.load(session)
+        if state.redo:
+            state.redo.clear()
+            self.save(session, state)
+
+    def referenced(self) -> set[str]:
+        """Returns the ids that a session's redo stack or open checkpoint still needs."""
+        needed: set[str] = set()
+        directory = self._paths.sessions
+        for name in os.listdir(directory) if os.path.isdir(directory) else []:
+            session = self._paths.session_name(name)
+            if session is not None:
+                state = self.load(session)
+                needed.update(f.target for f in state.redo)
+                needed.update(f.left for f in state.redo)
+                if state.checkpoint is not None:
+                    needed.add(state.checkpoint)
+        return needed
 
 
 def undo_target(history: list[Summary], current_tree: str, state: SessionState) -> str | None:

@@ -17,7 +17,7 @@ from typing import Literal
 import msgspec
 from blake3 import blake3
 
-from worksnap.errors import ManifestError
+from worksnap.errors import InputError, ManifestError
 from worksnap.paths import (
     check_path,
     is_canonical,
@@ -114,6 +114,16 @@ def now_rfc3339() -> str:
 def parse_time(text: str) -> datetime:
     """Returns the (timezone-aware, UTC) time a manifest or summary records."""
     return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=timezone.utc)
+
+
+def check_step(step: int | None) -> None:
+    """Refuses a negative step number.
+
+    Raises:
+        InputError: `step` is negative.
+    """
+    if step is not None and step < 0:
+        raise InputError("step must not be negative")
 
 
 def one_line(label: str | None) -> str | None:

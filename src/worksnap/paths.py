@@ -6,8 +6,8 @@ character followed by two lowercase hex digits (NUL can never occur in a POSIX
 name, so the escape is unambiguous and every valid UTF-8 name is its own wire
 form). `fs_path` turns a wire path back into the exact bytes of the name.
 
-Pure string functions with no imports from the rest of worksnap: the scan, the
-applier and the manifest checks all stand on them.
+String functions (and `Root`, a root with what is never captured in it) that the
+scan, the applier and the manifest checks all stand on.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import NewType
+
+from worksnap.errors import InputError
 
 RelPath = NewType("RelPath", str)
 """A slash-separated path relative to the root, in wire form."""
@@ -123,3 +126,54 @@ def ancestors(path: str) -> Iterable[str]:
     while path:
         yield path
         path = path.rpartition("/")[0]
+
+
+def relative_to(root: str, path: str) -> str | None:
+    """Returns `path` (absolute) relative to `root` in wire form, or None if outside it."""
+    rel = os.path.relpath(path, root)
+    if rel in {".", ".."} or rel.startswith("../"):
+        return None
+    return wire_name(rel)
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """A workspace root and what is never captured nor touched in it.
+
+    Attributes:
+        path: absolute and symlink-resolved.
+        wire: `path` in wire form (what manifests record).
+        store_rel: the store's path inside the root (wire form), or None when outside.
+        exclude: relative wire paths never captured nor touched (the store among them).
+    """
+
+    path: str
+    wire: str
+    store_rel: str | None
+    exclude: frozenset[str]
+
+    def inside(self, path: str | os.PathLike[str], what: str) -> str:
+        """Returns a path given relative to the root, or absolute, as a safe wire path inside it.
+
+        Raises:
+            InputError: the path is outside the root, or not a normal path.
+        """
+        absolute = os.path.normpath(os.path.join(self.path, os.fspath(path)))
+        rel = relative_to(self.path, absolute)
+        if rel is None or check_path(rel, what) is not None:
+            raise InputError(f"{what} {os.fspath(path)!r} is not a path inside {self.path}")
+        return rel
+
+    def named(self, path: str | os.PathLike[str]) -> str:
+        """Returns a path a caller named, inside the root and outside what is never captured.
+
+        Raises:
+            InputError: outside the root, excluded, the store, or inside a `.git`.
+        """
+        rel = self.inside(path, "path")
+        # Every spelling of .git the scan leaves out, not only the exact name.
+        if any(is_under(rel, excluded) for excluded in self.exclude) or any(
+            is_git_name(part) for part in rel.split("/")
+        ):
+            raise InputError(f"{rel!r} is excluded (the store, .git, or --exclude)")
+        return rel

@@ -41,6 +41,16 @@ class Scan:
     excluded: list[str] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class WalkStats:
+    """What a walk had to do afresh (for tests and benchmarks; pass one to `scan_tree`)."""
+
+    listed: list[str] = field(default_factory=list)
+    """Directories whose entries were read from the file system and classified."""
+    matched: list[str] = field(default_factory=list)
+    """Paths the ignore rules were asked about (not taken from an earlier decision)."""
+
+
 def _stamp(st: os.stat_result) -> Stamp:
     return file_state(st)[:4]  # the listing cache's format has no st_mode (ctime covers it)
 
@@ -73,6 +83,7 @@ def scan_tree(
     watcher: Watcher | None = None,
     memory: dict[str, DirScan] | None = None,
     dirty: dict[str, Events | None] | None = None,
+    stats: WalkStats | None = None,
 ) -> Scan:
     """Walks `root` and sorts every path below it.
 
@@ -93,6 +104,7 @@ def scan_tree(
             in one with events only the named children are looked at again (its
             listing is read again if it changed). None: nothing is known, every
             directory is read.
+        stats: where to record what had to be done afresh (None: nowhere).
 
     Raises:
         SnapshotError: a directory or symlink could not be read.
@@ -178,7 +190,7 @@ def scan_tree(
             hints = dict(cached.children) if same_rules and cached is not None else {}
             if not hints and last is not None and last.ignore_stamp == ignore_stamp:
                 hints = memory_hints  # same rules as remembered (no event on .gitignore)
-            children = _classify(rel_dir, abs_dir, dir_rules, exclude, hints)
+            children = _classify(rel_dir, abs_dir, dir_rules, exclude, hints, stats=stats)
         trusted = max(stamp[2], stamp[3], *(ignore_stamp[2:] if ignore_stamp else ())) < (
             trust_before
         )
@@ -208,7 +220,9 @@ def scan_tree(
                     raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
                 if not stat.S_ISREG(st.st_mode):
                     # Replaced by something else after the listing: take it from the top.
-                    return scan_tree(root, rules, exclude=exclude, max_file_bytes=max_file_bytes)
+                    return scan_tree(
+                        root, rules, exclude=exclude, max_file_bytes=max_file_bytes, stats=stats
+                    )
                 if st.st_size > max_file_bytes:
                     here.large.append(rel)
                 else:
@@ -371,6 +385,8 @@ def _classify(
     dir_rules: Rules,
     exclude: frozenset[str],
     hints: dict[str, str],
+    *,
+    stats: WalkStats | None,
 ) -> list[tuple[str, str]]:
     """Lists a directory and classifies each child (dir, file, link, ignored, excluded).
 
@@ -382,6 +398,8 @@ def _classify(
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
         raise SnapshotError(rel_dir or ".", f"cannot list directory: {exc.strerror}") from None
+    if stats is not None:
+        stats.listed.append(rel_dir)
     children: list[tuple[str, str]] = []
     for entry in entries:
         name = wire_name(entry.name)
@@ -396,7 +414,10 @@ def _classify(
             hint = hints.get(name)
             if hint is not None and _still(hint, entry, is_dir=is_dir):
                 children.append((name, hint))
-            elif dir_rules.ignored(rel, is_dir=is_dir):
+                continue
+            if stats is not None:
+                stats.matched.append(rel)
+            if dir_rules.ignored(rel, is_dir=is_dir):
                 children.append((name, _IGNORED_DIR if is_dir else _IGNORED))
             elif is_dir:
                 children.append((name, _DIR))

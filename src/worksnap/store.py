@@ -142,10 +142,22 @@ class SnapshotStore(Protocol):
 
 
 class Store(ObjectStore, SnapshotStore, Protocol):
-    """Objects and snapshots in one place, created on first write."""
+    """Objects and snapshots in one place, created on first write, for one root."""
 
     def create(self) -> None:
         """Creates the store (idempotent)."""
+        ...
+
+    def bind(self, root: str) -> None:
+        """Creates the store if needed and binds it to `root`, the one root it serves.
+
+        Raises:
+            InputError: the store belongs to another root.
+        """
+        ...
+
+    def rebind(self, root: str) -> None:
+        """Records `root` as the root this store belongs to (after the project moved)."""
         ...
 
     def close(self) -> None:
@@ -608,6 +620,7 @@ class MemoryStore:
         self.pinned: set[str] = set()
         self.added = 0
         self.created = False
+        self.root: str | None = None
         self._versions: dict[str, int] = {}
         self._sweeps = 0
         self._synced = 0
@@ -619,6 +632,21 @@ class MemoryStore:
     def exists(self) -> bool:
         """True once created."""
         return self.created
+
+    def bind(self, root: str) -> None:
+        """Creates the store if needed and binds it to `root`."""
+        self.created = True
+        if self.root is None:
+            self.root = root
+        elif self.root != root:
+            raise InputError(
+                f"store in memory belongs to {self.root}, not {root} "
+                "(if the project moved, run `worksnap rebind`)"
+            )
+
+    def rebind(self, root: str) -> None:
+        """Binds the store to `root`."""
+        self.root = root
 
     def close(self) -> None:
         """Nothing to release."""

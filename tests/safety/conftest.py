@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import packed, tree_state, write
 from worksnap.cli import main
 from worksnap.manifest import Entry, Manifest, encode_manifest, new_id, tree_digest
-from worksnap.workspace import Workspace
+from worksnap.workspace import Seams, Workspace
 
 STORE = ".worksnap"
 
@@ -23,11 +23,11 @@ STORE = ".worksnap"
 __all__ = ["STORE", "tree_state", "write"]
 
 
-def cli(*args: str) -> tuple[int, str, str]:
+def cli(*args: str, seams: Seams | None = None) -> tuple[int, str, str]:
     """Runs the command line in this process; returns (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
+        code = main(list(args), seams=seams)
     return code, out.getvalue(), err.getvalue()
 
 

@@ -1,4 +1,10 @@
-"""Fault injection for the safety suite: make one `os` call of a restore fail."""
+"""Fault injection for the safety suite: make one `os` call of a restore fail.
+
+The workspace's applier is wrapped through `Seams(apply_plan=...)` so that only the
+`os` calls an apply makes are counted and failed; the `os` functions themselves
+are the operating system's boundary, patched because the OS cannot be asked to
+fail one call on demand.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +19,8 @@ from typing import Any
 
 import pytest
 
-import worksnap.workspace
-from worksnap.workspace import Workspace
+from worksnap.apply import apply_plan as real_apply
+from worksnap.workspace import Seams, Workspace
 
 from .conftest import write
 
@@ -47,7 +53,7 @@ class Faults:
     """Counts, and can fail, the steps of the first `arm_calls` applies of a workspace.
 
     Rollbacks are applies too: with `arm_calls=1` only the restore itself fails
-    and its rollback runs clean.
+    and its rollback runs clean. Only a workspace opened with `seams` is watched.
     """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, arm_calls: int = 1) -> None:
@@ -59,7 +65,6 @@ class Faults:
         self.failed = 0
         self._armed = False
         self._left = arm_calls
-        real_apply = worksnap.workspace.apply_plan
 
         def apply_plan(*args: Any, **kwargs: Any) -> Any:
             if self._left <= 0:
@@ -71,7 +76,8 @@ class Faults:
             finally:
                 self._armed = False
 
-        monkeypatch.setattr(worksnap.workspace, "apply_plan", apply_plan)
+        self.seams = Seams(apply_plan=apply_plan)
+        """Open the workspace under test with these."""
         for func in {func for func, _ in STEPS.values()}:
             monkeypatch.setattr(os, func, self._wrap(func, getattr(os, func)))
 
@@ -94,7 +100,7 @@ class Faults:
         return wrapper
 
 
-def build_scenario(root: Path) -> tuple[Workspace, str]:
+def build_scenario(root: Path, seams: Seams | None = None) -> tuple[Workspace, str]:
     """A workspace whose restore needs every kind of step; returns it and the target id.
 
     The target has files (one executable), a symlink, nested and empty
@@ -111,7 +117,7 @@ def build_scenario(root: Path) -> tuple[Workspace, str]:
     (root / "empty").mkdir()
     write(root, "was_file", "a file then\n")
     write(root, "was_dir/x", "inside\n")
-    ws = Workspace(root)
+    ws = Workspace(root, seams=seams)
     target = ws.snapshot(label="target").id
     write(root, "mod.txt", "new content, longer\n")
     (root / "exec.sh").chmod(0o644)

@@ -13,13 +13,14 @@ import resource
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-import worksnap.workspace
 from worksnap import ConflictError, Workspace
-from worksnap.apply import Result
+from worksnap.apply import Result, apply_plan
 from worksnap.plan import Plan
+from worksnap.workspace import Seams
 
 from .conftest import STORE, tree_state, write
 
@@ -119,28 +120,25 @@ def test_directory_swapped_for_link_between_plan_and_apply_is_a_conflict(
     assert tree_state(outside) == outside_before
 
 
-@pytest.fixture
-def swap_after_checks(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], None]]:
+class SwapAfterChecks:
     """Runs the queued callables after every check, just before the first change."""
-    queued: list[Callable[[], None]] = []
-    real = worksnap.workspace.apply_plan
 
-    def late(root: str, plan: Plan, *args: object, **kwargs: object) -> Result:
-        while queued:
-            queued.pop(0)()
-        return real(root, plan, *args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self) -> None:
+        self.queued: list[Callable[[], None]] = []
+        self.seams = Seams(apply_plan=self._late)
 
-    monkeypatch.setattr(worksnap.workspace, "apply_plan", late)
-    return queued
+    def _late(self, root: str, plan: Plan, *args: Any, **kwargs: Any) -> Result:
+        while self.queued:
+            self.queued.pop(0)()
+        return apply_plan(root, plan, *args, **kwargs)
 
 
 @pytest.mark.parametrize("what", ["write below", "remove below"])
-def test_swap_after_the_checks_is_stopped_by_nofollow(
-    root: Path, outside: Path, swap_after_checks: list[Callable[[], None]], what: str
-) -> None:
+def test_swap_after_the_checks_is_stopped_by_nofollow(root: Path, outside: Path, what: str) -> None:
+    swap_after_checks = SwapAfterChecks()
     write(root, "src/main.py", "v1\n")
     write(root, "src/other.py", "o\n")
-    with Workspace(root) as ws:
+    with Workspace(root, seams=swap_after_checks.seams) as ws:
         snap = ws.snapshot()
         if what == "write below":
             write(root, "src/main.py", "v2\n")
@@ -155,7 +153,7 @@ def test_swap_after_the_checks_is_stopped_by_nofollow(
             shutil.rmtree(root / "src")
             os.symlink(outside, root / "src")
 
-        swap_after_checks.append(swap)
+        swap_after_checks.queued.append(swap)
         result = ws.restore(snap.id)
     assert not result.ok
     assert "src is not a directory" in (result.error or "")

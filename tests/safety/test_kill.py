@@ -29,7 +29,8 @@ SRC = str(Path(worksnap.__file__).resolve().parents[1])
 
 CHILD = r"""
 import os, signal, stat, sys
-import worksnap.workspace as W
+from worksnap.apply import apply_plan as real_apply
+from worksnap.workspace import Seams, Workspace
 
 root, target, step, nth = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
@@ -53,7 +54,6 @@ STEPS = {
 }
 armed = False
 count = 0
-real_apply = W.apply_plan
 
 def apply_plan(*args, **kwargs):
     global armed
@@ -61,7 +61,6 @@ def apply_plan(*args, **kwargs):
     print("applying", flush=True)
     return real_apply(*args, **kwargs)
 
-W.apply_plan = apply_plan
 func, test = STEPS[step]
 real = getattr(os, func)
 
@@ -73,9 +72,9 @@ def wrapper(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
     return real(*args, **kwargs)
 
-setattr(os, func, wrapper)
+setattr(os, func, wrapper)  # the OS boundary: the kill lands on one exact system call
 print("start", flush=True)
-with W.Workspace(root) as ws:
+with Workspace(root, seams=Seams(apply_plan=apply_plan)) as ws:
     result = ws.restore(target)
 print("finished", result.ok, flush=True)
 """

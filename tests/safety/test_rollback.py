@@ -17,8 +17,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import worksnap.workspace
-from worksnap import ConflictError, ObjectError, RestoreError, Workspace
+from worksnap import ConflictError, ObjectError, Progress, RestoreError, Workspace
+from worksnap.apply import apply_plan
+from worksnap.workspace import Seams
 
 from .conftest import STORE, cli, store_files, tree_state, write
 from .faults import STEPS, Faults, build_scenario
@@ -32,7 +33,7 @@ def _step_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Counter[str
         with monkeypatch.context() as patch:
             faults = Faults(patch)
             (tmp_path / "count").mkdir()
-            ws, target = build_scenario(tmp_path / "count")
+            ws, target = build_scenario(tmp_path / "count", faults.seams)
             with ws:
                 assert ws.restore(target).ok
         _COUNTS.update(faults.counts)
@@ -53,9 +54,9 @@ def test_failure_at_any_step_rolls_back_to_identical_tree(
     counts = _step_counts(tmp_path, monkeypatch)
     root = tmp_path / "ws"
     root.mkdir()
-    ws, target = build_scenario(root)
-    before = tree_state(root)
     faults = Faults(monkeypatch)
+    ws, target = build_scenario(root, faults.seams)
+    before = tree_state(root)
     faults.fail_step, faults.errno = step, code
     faults.fail_at = 1 if position == "first" else counts[step]
     with ws:
@@ -77,7 +78,9 @@ def test_cli_reports_the_failure_and_the_rollback(
     before = tree_state(root)
     faults = Faults(monkeypatch)
     faults.fail_step, faults.fail_at, faults.errno = "rename", 2, errno.ENOSPC
-    code, out, _ = cli("--root", str(root), "--json", "restore", target, "--yes")
+    code, out, _ = cli(
+        "--root", str(root), "--json", "restore", target, "--yes", seams=faults.seams
+    )
     report = msgspec.json.decode(out)
     assert code == 1
     assert "No space left on device" in report["error"]
@@ -90,18 +93,16 @@ def test_cli_reports_the_failure_and_the_rollback(
 def test_object_damaged_after_verification_is_caught_while_writing(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws, target = build_scenario(root)
-    before = tree_state(root)
-    real_apply = worksnap.workspace.apply_plan
     calls = []
 
     def apply_with_bad_bytes(root_: str, plan, read_object, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(1)
         if len(calls) == 1:  # the restore, not its rollback
-            return real_apply(root_, plan, lambda digest: b"rotten" + read_object(digest), **kwargs)
-        return real_apply(root_, plan, read_object, **kwargs)
+            return apply_plan(root_, plan, lambda digest: b"rotten" + read_object(digest), **kwargs)
+        return apply_plan(root_, plan, read_object, **kwargs)
 
-    monkeypatch.setattr(worksnap.workspace, "apply_plan", apply_with_bad_bytes)
+    ws, target = build_scenario(root, Seams(apply_plan=apply_with_bad_bytes))
+    before = tree_state(root)
     with ws:
         result = ws.restore(target)
     assert "do not match its digest" in (result.error or "")
@@ -113,7 +114,7 @@ def test_interrupt_mid_apply_rolls_back_at_once(root: Path) -> None:
     ws, target = build_scenario(root)
     before = tree_state(root)
 
-    def progress(report: worksnap.workspace.Progress) -> None:
+    def progress(report: Progress) -> None:
         if report.what == "apply" and report.done == 3:
             raise KeyboardInterrupt
 
@@ -127,10 +128,10 @@ def test_interrupt_mid_apply_rolls_back_at_once(root: Path) -> None:
 def test_failed_rollback_keeps_journal_and_recover_finishes_it(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws, target = build_scenario(root)
-    before = tree_state(root)
     with monkeypatch.context() as patch:
         faults = Faults(patch, arm_calls=2)  # the restore and its rollback
+        ws, target = build_scenario(root, faults.seams)
+        before = tree_state(root)
         faults.fail_step, faults.fail_at, faults.persistent = "rename", 3, True
         with ws, pytest.raises(RestoreError, match="so did the rollback"):
             ws.restore(target)
@@ -146,10 +147,10 @@ def test_failed_rollback_keeps_journal_and_recover_finishes_it(
 def test_any_later_command_finishes_an_interrupted_restore(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws, target = build_scenario(root)
-    before = tree_state(root)
     with monkeypatch.context() as patch:
         faults = Faults(patch, arm_calls=2)
+        ws, target = build_scenario(root, faults.seams)
+        before = tree_state(root)
         faults.fail_step, faults.fail_at, faults.persistent = "mkdir", 1, True
         with ws, pytest.raises(RestoreError):
             ws.restore(target)

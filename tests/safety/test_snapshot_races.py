@@ -5,16 +5,20 @@ Never is a digest recorded for bytes the file did not hold at one moment.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-import worksnap.hash
-import worksnap.store
 from worksnap import SnapshotError, Workspace
-from worksnap.hash import hash_bytes
+from worksnap.hash import hash_bytes, read_file
+from worksnap.paths import Digest
+from worksnap.scan import Scan, scan_tree
+from worksnap.store import DiskStore
+from worksnap.workspace import Seams
 
 from .conftest import write
 
@@ -25,8 +29,10 @@ NEW = b"NEW-" * 64  # the same size: only the bytes differ
 def _rewrite_during_reads(
     monkeypatch: pytest.MonkeyPatch, path: Path, contents: Callable[[int], bytes | None]
 ) -> list[int]:
-    """Reads 16 bytes at a time; after the first chunk of read number n, writes contents(n)."""
-    monkeypatch.setattr(worksnap.hash, "_CHUNK", 16)
+    """After the first 16-byte chunk of read number n, writes contents(n) into the file.
+
+    Open `SMALL_READS` workspaces to read 16 bytes at a time.
+    """
     real_open, real_read = os.open, os.read
     fresh: set[int] = set()
     reads: list[int] = []
@@ -55,6 +61,10 @@ def _rewrite_during_reads(
     return reads
 
 
+SMALL_READS = Seams(read_file=functools.partial(read_file, chunk_size=16))
+"""Files are read 16 bytes at a time, so that a write can land between two reads."""
+
+
 def _frozen_stat(monkeypatch: pytest.MonkeyPatch) -> None:
     """Simulates a filesystem whose timestamps do not tick between two writes."""
     real_fstat = os.fstat
@@ -64,7 +74,7 @@ def _frozen_stat(monkeypatch: pytest.MonkeyPatch) -> None:
         st = real_fstat(fd)
         return seen.setdefault(st.st_ino, st)
 
-    monkeypatch.setattr(worksnap.hash.os, "fstat", fstat)
+    monkeypatch.setattr(os, "fstat", fstat)
 
 
 def _recorded(ws: Workspace, rel: str) -> tuple[str, bytes]:
@@ -79,7 +89,7 @@ def test_file_rewritten_while_hashed_is_read_again(
     root: Path, monkeypatch: pytest.MonkeyPatch, ticks: bool
 ) -> None:
     path = write(root, "f.txt", OLD)
-    with Workspace(root) as ws:
+    with Workspace(root, seams=SMALL_READS) as ws:
         if not ticks:
             _frozen_stat(monkeypatch)
         reads = _rewrite_during_reads(monkeypatch, path, lambda n: NEW if n == 1 else None)
@@ -91,7 +101,7 @@ def test_file_rewritten_while_hashed_is_read_again(
 
 def test_file_that_keeps_changing_is_reported(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(root, "f.txt", OLD)
-    with Workspace(root) as ws:
+    with Workspace(root, seams=SMALL_READS) as ws:
         _frozen_stat(monkeypatch)
         _rewrite_during_reads(monkeypatch, path, lambda n: NEW if n % 2 else OLD)
         with pytest.raises(SnapshotError, match="kept changing"):
@@ -103,7 +113,7 @@ def test_file_growing_while_hashed_is_read_again(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write(root, "log.txt", OLD)
-    with Workspace(root) as ws:
+    with Workspace(root, seams=SMALL_READS) as ws:
         reads = _rewrite_during_reads(
             monkeypatch, path, lambda n: OLD + b"appended" if n == 1 else None
         )
@@ -112,21 +122,19 @@ def test_file_growing_while_hashed_is_read_again(
     assert stored == OLD + b"appended"
 
 
-def test_large_file_changed_between_hash_and_store_is_reported(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+class _ChangedAfterHashing(DiskStore):
+    """A store whose large files change between being hashed and being stored."""
+
+    def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
+        big = Path(self.dir).parent / rel
+        big.write_bytes(big.read_bytes()[::-1])  # changed after it was hashed
+        return super().add_file(digest, path, rel, dir_fd=dir_fd)
+
+
+def test_large_file_changed_between_hash_and_store_is_reported(root: Path) -> None:
     big = os.urandom(1 << 20)
     path = write(root, "big.bin", big)
-    real_add_file = worksnap.store.DiskStore.add_file
-
-    def add_file(
-        self: worksnap.store.DiskStore, digest: str, path_: bytes, rel: str, *, dir_fd: int | None
-    ) -> bool:
-        write(root, "big.bin", big[::-1])  # changed after it was hashed
-        return real_add_file(self, digest, path_, rel, dir_fd=dir_fd)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(worksnap.store.DiskStore, "add_file", add_file)
-    with Workspace(root) as ws:
+    with Workspace(root, seams=Seams(open_store=_ChangedAfterHashing)) as ws:
         with pytest.raises(SnapshotError, match="changed while it was being stored"):
             ws.snapshot()
         assert ws.list() == []
@@ -134,26 +142,20 @@ def test_large_file_changed_between_hash_and_store_is_reported(
     assert path.read_bytes() == big[::-1]
 
 
-def test_parent_swapped_for_a_symlink_never_reads_outside(
-    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import worksnap.workspace
-
+def test_parent_swapped_for_a_symlink_never_reads_outside(root: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     (outside).mkdir()
     (outside / "x.txt").write_bytes(b"SECRET outside the root")
     write(root, "d/x.txt", "inside")
-    real_scan = worksnap.workspace.scan_tree
 
-    def scan_then_swap(*args: object, **kwargs: object) -> object:
-        found = real_scan(*args, **kwargs)  # type: ignore[arg-type]
+    def scan_then_swap(*args: Any, **kwargs: Any) -> Scan:
+        found = scan_tree(*args, **kwargs)
         (root / "d" / "x.txt").unlink()
         (root / "d").rmdir()
         os.symlink(outside, root / "d")  # swapped after the scan, before the read
         return found
 
-    monkeypatch.setattr(worksnap.workspace, "scan_tree", scan_then_swap)
-    with Workspace(root) as ws:
+    with Workspace(root, seams=Seams(scan_tree=scan_then_swap)) as ws:
         with pytest.raises(SnapshotError, match="changed while the snapshot ran"):
             ws.snapshot()
         stored = [ws.store.read(d) for d in ws.store.digests()]

@@ -1,0 +1,29 @@
+"""Progress: how far long work (hashing, restoring) has got, for whoever shows it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A report on long work: `done` of `total` units of `what` ("hash", "apply")."""
+
+    what: str
+    done: int
+    total: int
+
+
+class Reporter:
+    """Passes reports to a callback that may be replaced between calls (or be None)."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[Progress], None] | None = None) -> None:
+        self.callback = callback
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        """Reports `done` of `total` units of `what`."""
+        if self.callback is not None:
+            self.callback(Progress(what, done, total))
