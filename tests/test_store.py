@@ -12,10 +12,10 @@ import zstandard
 from tests.conftest import ZSTD_MAGIC, unpacked, write
 from worksnap import Workspace
 from worksnap.cli import main
+from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError, SnapshotError
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.manifest import new_id, summarize
-from worksnap.store import DiskStore
 
 
 def test_objects_stored_once_and_read_back_across_instances(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
 from worksnap.config import Retention
 from worksnap.diff import FileChange, compare
+from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, SnapshotError
 from worksnap.hash import Prefetch, read_file
 from worksnap.history import DEFAULT_SESSION, Sessions, check_session_name
@@ -47,7 +48,6 @@ from worksnap.paths import Root, fs_path, relative_to, wire_name
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
-from worksnap.store import DiskStore
 from worksnap.transaction import ApplyPlan, Restorer
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "GcReport", "Progress", "Reader", "Seams", "Workspace"]

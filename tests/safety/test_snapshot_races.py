@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from worksnap import SnapshotError, Workspace
+from worksnap.diskstore import DiskStore
 from worksnap.hash import hash_bytes, read_file
 from worksnap.paths import Digest
 from worksnap.scan import Scan, scan_tree
-from worksnap.store import DiskStore
 from worksnap.workspace import Seams
 
 from .conftest import write

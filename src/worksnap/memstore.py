@@ -1,0 +1,193 @@
+"""A store in memory, for tests: the same contract (store.Store) as the one on disk."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Container, Hashable, Iterator
+
+import msgspec
+
+from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError
+from worksnap.frames import MAX_UNPACKED
+from worksnap.hash import hash_bytes
+from worksnap.manifest import Manifest, Summary, decode_manifest, encode_manifest
+from worksnap.paths import Digest
+
+_summary_decoder = msgspec.json.Decoder(Summary)
+
+
+class MemoryStore:
+    """A store in dictionaries, for tests: the same contract as `DiskStore`.
+
+    `objects`, `manifests` and `summary_bytes` are plain dictionaries a test may
+    damage (objects are checked on every read, manifests and summaries decoded).
+    """
+
+    def __init__(self, *, max_unpacked: int = MAX_UNPACKED) -> None:
+        self.max_unpacked = max_unpacked
+        self.objects: dict[str, bytes] = {}
+        self.manifests: dict[str, bytes] = {}
+        self.summary_bytes: dict[str, bytes] = {}
+        self.pinned: set[str] = set()
+        self.added = 0
+        self.created = False
+        self.root: str | None = None
+        self._versions: dict[str, int] = {}
+        self._sweeps = 0
+        self._synced = 0
+
+    def create(self) -> None:
+        """Marks the store created."""
+        self.created = True
+
+    def exists(self) -> bool:
+        """True once created."""
+        return self.created
+
+    def bind(self, root: str) -> None:
+        """Creates the store if needed and binds it to `root`."""
+        self.created = True
+        if self.root is None:
+            self.root = root
+        elif self.root != root:
+            raise InputError(
+                f"store in memory belongs to {self.root}, not {root} "
+                "(if the project moved, run `worksnap rebind`)"
+            )
+
+    def rebind(self, root: str) -> None:
+        """Binds the store to `root`."""
+        self.root = root
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def size(self) -> int:
+        """Returns the bytes held."""
+        return sum(map(len, (*self.objects.values(), *self.manifests.values())))
+
+    # -- objects --------------------------------------------------------------
+
+    def has(self, digest: str) -> bool:
+        """True when the object is held."""
+        return digest in self.objects
+
+    def indexed(self) -> Container[str]:
+        """Every held digest."""
+        return self.objects.keys()
+
+    def add(self, digest: Digest, data: bytes) -> bool:
+        """Holds `data` under `digest` unless it is already there; True when it was new."""
+        if digest in self.objects:
+            return False
+        self.objects[digest] = bytes(data)
+        self.added += 1
+        return True
+
+    def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
+        """Reads the file again (never through a symlink) and holds it if it still has `digest`."""
+        if digest in self.objects:
+            return False
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            with open(fd, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise SnapshotError(rel, f"cannot store: {exc.strerror}") from None
+        if hash_bytes(data) != digest:
+            raise SnapshotError(rel, "changed while it was being stored")
+        return self.add(digest, data)
+
+    def read(self, digest: str) -> bytes:
+        """Returns an object's bytes after checking them against the digest."""
+        data = self.objects.get(digest)
+        if data is None:
+            raise ObjectError(digest, "missing from the store")
+        if hash_bytes(data) != digest:
+            raise ObjectError(digest, "damaged: its bytes do not match its digest")
+        return data
+
+    def flush(self) -> None:
+        """Everything held is visible at once."""
+
+    def digests(self) -> Iterator[str]:
+        """Yields every held digest."""
+        yield from list(self.objects)
+
+    def sync(self) -> bool:
+        """True when a sweep ran since the last call."""
+        swept, self._synced = self._sweeps != self._synced, self._sweeps
+        return swept
+
+    def sweep(self, live: set[str]) -> tuple[int, int]:
+        """Drops every object not in `live`."""
+        dead = [digest for digest in self.objects if digest not in live]
+        freed = sum(len(self.objects.pop(digest)) for digest in dead)
+        self._sweeps += 1
+        return len(dead), freed
+
+    # -- snapshots ------------------------------------------------------------
+
+    def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
+        """Holds a manifest and then its summary."""
+        self.replace_manifest(manifest)
+        self.summary_bytes[manifest.id] = msgspec.json.encode(summary)
+
+    def replace_manifest(self, manifest: Manifest) -> None:
+        """Holds a manifest over any held one with its id."""
+        data = encode_manifest(manifest)
+        if len(data) > self.max_unpacked:
+            raise SnapshotError("", f"manifest of {len(data)} bytes is over {self.max_unpacked}")
+        self.manifests[manifest.id] = data
+        self._versions[manifest.id] = self._versions.get(manifest.id, 0) + 1
+
+    def manifest_bytes(self, snapshot_id: str) -> bytes:
+        """Returns a held manifest's canonical JSON."""
+        data = self.manifests.get(snapshot_id)
+        if data is None:
+            raise ManifestError(snapshot_id, "cannot read: No such file or directory")
+        return data
+
+    def load_manifest(self, snapshot_id: str) -> Manifest:
+        """Decodes a held manifest."""
+        return decode_manifest(self.manifest_bytes(snapshot_id), snapshot_id)
+
+    def manifest_stamp(self, snapshot_id: str) -> Hashable | None:
+        """Returns how often the manifest was written (None: not held)."""
+        return self._versions.get(snapshot_id) if snapshot_id in self.manifests else None
+
+    def ids(self) -> list[str]:
+        """Returns the ids of every held manifest."""
+        return list(self.manifests)
+
+    def summaries(self) -> tuple[list[Summary], list[str]]:
+        """Returns the readable summaries, and one line for each damaged snapshot skipped."""
+        found: list[Summary] = []
+        problems: list[str] = []
+        for snapshot_id in self.ids():
+            raw = self.summary_bytes.get(snapshot_id)
+            if raw is None:
+                continue
+            try:
+                summary = _summary_decoder.decode(raw)
+            except (msgspec.DecodeError, RecursionError) as exc:
+                problems.append(f"snapshot {snapshot_id}: unreadable summary ({exc}); skipped")
+                continue
+            if summary.id != snapshot_id:
+                problems.append(f"snapshot {snapshot_id}: summary names {summary.id}; skipped")
+                continue
+            found.append(summary)
+        return found, problems
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Drops a snapshot: its summary, then its manifest."""
+        self.summary_bytes.pop(snapshot_id, None)
+        self.manifests.pop(snapshot_id, None)
+
+    def pins(self) -> set[str]:
+        """Returns the pinned ids."""
+        return set(self.pinned)
+
+    def set_pins(self, pins: set[str]) -> None:
+        """Holds the set of pinned ids."""
+        self.pinned = set(pins)
