@@ -1,7 +1,8 @@
-"""The `worksnap` command line: thin wiring from arguments to `Workspace` and back to text or JSON.
+"""The `worksnap` command line: each command calls `Workspace` and renders what it returns.
 
-Imports of the engine are deferred until a command runs, so `--help` and
-argument errors answer at once.
+The grammar is in arguments.py; `--json` documents come from views.py, the one place
+that shapes them. Imports of the engine are deferred until a command runs, so `--help`
+and argument errors answer at once.
 """
 
 from __future__ import annotations
@@ -15,278 +16,15 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from worksnap import views
+from worksnap.arguments import build_parser
+
 if TYPE_CHECKING:
     from worksnap.apply import Result
     from worksnap.daemon import WorkspacePool
     from worksnap.plan import Plan
     from worksnap.progress import Progress
     from worksnap.workspace import Seams, Workspace
-
-EXAMPLES = """\
-examples:
-  worksnap snapshot --step 3 --label "before refactor"
-  worksnap list
-  worksnap plan latest            # what a restore of the newest snapshot would change
-  worksnap restore step:3 --yes   # rewind to the snapshot of step 3
-  worksnap --json plan 3fa9c2     # machine-readable preview (a unique id prefix works)
-  worksnap verify
-
-refs: a full id, a unique id prefix, `latest`, or `step:N` (newest snapshot of step N).
-exit codes: 0 success, 1 the operation ran and failed, 2 bad usage or bad input.
-"""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one line and exit 2, like every other error
-        self.exit(2, f"worksnap: error: {message} (see `worksnap --help`)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Returns the argument parser (also used to render `--help`)."""
-    parser = _Parser(
-        prog="worksnap",
-        description="Snapshot the whole working directory at every step, "
-        "preview what a rewind changes, and rewind to any step.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--root", default=".", help="workspace directory (default: .)")
-    parser.add_argument(
-        "--store", help="store directory (default: ROOT/.worksnap, or $WORKSNAP_STORE)"
-    )
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    parser.add_argument(
-        "--force", action="store_true", help="allow / or the home directory as the root"
-    )
-    parser.add_argument(
-        "--session",
-        default=os.environ.get("WORKSNAP_SESSION") or "default",
-        help="session to work in (default: $WORKSNAP_SESSION or 'default')",
-    )
-    parser.set_defaults(pool=None, seams=None)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    snap = commands.add_parser(
-        "snapshot",
-        help="capture the whole workspace",
-        description="Capture the whole workspace as a new snapshot and print its id.",
-        epilog="example: worksnap snapshot --step 4 --kind step --label 'add parser'",
-    )
-    snap.add_argument("--step", type=_natural, help="agent step number")
-    snap.add_argument("--kind", default="manual", help="kind of snapshot (default: manual)")
-    snap.add_argument("--label", help="a short label (first line kept, at most 200 bytes)")
-    snap.add_argument(
-        "--exclude",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="never capture nor touch PATH (repeatable)",
-    )
-    _add_meta_options(snap)
-    snap.add_argument(
-        "--max-file-bytes",
-        type=_natural,
-        metavar="N",
-        help="files larger than N bytes are listed as large, not stored (default: 2 MiB)",
-    )
-
-    listing = commands.add_parser(
-        "list",
-        help="list snapshots, newest first",
-        description="List this session's snapshots, newest first: step, kind, age, "
-        "paths changed since the previous snapshot, label.",
-    )
-    listing.add_argument("--all", action="store_true", help="every session, not just this one")
-
-    show = commands.add_parser(
-        "show", help="show one snapshot", description="Show one snapshot (--json: the manifest)."
-    )
-    show.add_argument("ref")
-
-    plan = commands.add_parser(
-        "plan",
-        help="preview what restoring a snapshot would change",
-        description="Preview what restoring REF would change: M modified (restored), "
-        "A added since (removed), D deleted since (recreated). Changes nothing.",
-        epilog="example: worksnap plan step:3 src/",
-    )
-    plan.add_argument("ref")
-    plan.add_argument("paths", nargs="*", metavar="PATH", help="only these paths")
-
-    restore = commands.add_parser(
-        "restore",
-        help="rewind the workspace to a snapshot",
-        description="Rewind the workspace to REF. A pre-restore snapshot is taken first, "
-        "and a failed restore is rolled back.",
-        epilog="examples: worksnap restore latest --yes\n"
-        "          worksnap restore step:3 src/app.py docs/ --yes   (only those paths)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    restore.add_argument("ref")
-    restore.add_argument("paths", nargs="*", metavar="PATH", help="restore only these paths")
-    restore.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
-    restore.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-
-    verify = commands.add_parser(
-        "verify",
-        help="check that stored objects are present and intact",
-        description="Check that every object REF (default: every snapshot) needs is present "
-        "and matches its hash. Exit 1 when something is damaged.",
-    )
-    verify.add_argument("ref", nargs="?")
-
-    commands.add_parser(
-        "recover",
-        help="roll back a restore that was interrupted",
-        description="Roll back a restore that was killed part-way (any command does this "
-        "on its own when it finds one).",
-    )
-
-    rewind = commands.add_parser(
-        "rewind",
-        help="restore the newest snapshot of step N",
-        description="Restore the newest snapshot (or checkpoint) of this session taken at "
-        "step N, with every guarantee of restore.",
-        epilog="example: worksnap rewind 3 --yes",
-    )
-    rewind.add_argument("step", type=_natural)
-    rewind.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    commands.add_parser(
-        "undo",
-        help="undo the last restore, or discard edits since the last snapshot",
-        description="Restore the newest snapshot of this session whose state differs from "
-        "the current one. Right after a restore this reverses it. Repeat to walk back.",
-    )
-    commands.add_parser(
-        "redo",
-        help="re-apply what the last undo undid",
-        description="Re-apply what the last undo undid. A new snapshot clears redo.",
-    )
-
-    begin = commands.add_parser(
-        "begin",
-        help="open a light checkpoint for a turn (no tree scan)",
-        description="Open a checkpoint for a turn; `worksnap capture PATH...` then records "
-        "before-images of the files the turn is about to change.",
-        epilog='example: worksnap begin --step 5 --label "$(head -1 prompt.txt)"',
-    )
-    begin.add_argument("--step", type=_natural, help="agent step number")
-    begin.add_argument("--label", help="a short label (first line kept, at most 200 bytes)")
-    _add_meta_options(begin)
-    capture = commands.add_parser(
-        "capture",
-        help="record files' before-images in the open checkpoint",
-        description="Record each PATH's current state in the open checkpoint; the first "
-        "capture of a path in a checkpoint wins; a missing file is recorded as absent.",
-        epilog="example: worksnap capture src/app.py README.md",
-    )
-    capture.add_argument("paths", nargs="+", metavar="PATH")
-
-    attachment = commands.add_parser(
-        "attachment",
-        help="print a snapshot's attachment",
-        description="Write the bytes of attachment NAME of snapshot REF to stdout.",
-    )
-    attachment.add_argument("ref")
-    attachment.add_argument("name")
-
-    gc = commands.add_parser(
-        "gc",
-        help="drop old snapshots and sweep unused objects",
-        description="Drop snapshots by retention (per session; pinned snapshots and the "
-        "newest of each session are kept) and delete objects no snapshot needs. Without "
-        "options, uses the retention in STORE/config.json.",
-        epilog="example: worksnap gc --keep-last 50 --max-age 30d --max-bytes 2G",
-    )
-    gc.add_argument("--keep-last", type=_natural, metavar="N", help="keep N newest per session")
-    gc.add_argument("--max-age", metavar="DURATION", help="drop older than e.g. 90m, 12h, 30d")
-    gc.add_argument("--max-bytes", metavar="SIZE", help="keep the newest that fit, e.g. 5G")
-    gc.add_argument(
-        "--drop-session", metavar="NAME", help="drop a whole session (pinned snapshots stay)"
-    )
-    pin = commands.add_parser("pin", help="keep a snapshot through gc")
-    pin.add_argument("ref")
-    unpin = commands.add_parser("unpin", help="let gc drop a pinned snapshot again")
-    unpin.add_argument("ref")
-    commands.add_parser("du", help="store size per session")
-    commands.add_parser(
-        "rebind",
-        help="bind the store to --root after the project moved",
-        description="Rebind the store found at ROOT (or --store) to ROOT, after the "
-        "project directory was moved or copied.",
-        epilog="example: worksnap --root ~/src/newplace rebind",
-    )
-
-    diff = commands.add_parser(
-        "diff",
-        help="show what changed since a snapshot",
-        description="Unified diff from REF to REF2 (default: the workspace now). Binary "
-        "files are noted, renames detected.",
-        epilog="example: worksnap diff step:2 --stat",
-    )
-    diff.add_argument("ref")
-    diff.add_argument("ref2", nargs="?")
-    style = diff.add_mutually_exclusive_group()
-    style.add_argument("--stat", action="store_true", help="a histogram per file")
-    style.add_argument("--numstat", action="store_true", help="added, deleted, path per line")
-
-    run = commands.add_parser(
-        "run",
-        help="snapshot before and after a command",
-        description="Snapshot, run CMD, snapshot again; with --every, also snapshot while "
-        "it runs whenever the tree has changed and settled. Exits with CMD's status.",
-        epilog="example: worksnap run --every 30 -- make test",
-    )
-    run.add_argument("--every", type=float, metavar="SECONDS", help="check every SECONDS")
-    run.add_argument("--step", type=_natural, help="agent step number for the snapshots")
-    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
-
-    daemon = commands.add_parser(
-        "daemon",
-        help="keep the workspace watched in the background, for fast commands",
-        description="start: run a background process that keeps this store's workspace "
-        "watched (inotify) and in memory; every later worksnap command for the store runs "
-        "in it, so a snapshot reads only what changed. stop: stop it. status: is one "
-        "running (exit 1 if not). serve: the same in the foreground. It stops by itself "
-        "after --idle seconds without a command. Leave it off for trees changed through "
-        "shared mmap writes or on network and FUSE file systems, which raise no events "
-        "(docs/performance.md).",
-        epilog="examples: worksnap daemon start\n"
-        "          worksnap daemon status --json\n"
-        "          WORKSNAP_NO_DAEMON=1 worksnap snapshot   (bypass it once)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    daemon.add_argument("action", choices=("start", "stop", "status", "serve"))
-    daemon.add_argument(
-        "--idle",
-        type=float,
-        default=1800.0,
-        metavar="SECONDS",
-        help="stop after SECONDS without a command (default: 1800)",
-    )
-    return parser
-
-
-def _add_meta_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--meta", action="append", default=[], metavar="KEY=VALUE",
-        help="small metadata to keep with it (repeatable)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--attach", action="append", default=[], metavar="NAME=FILE",
-        help="store FILE as attachment NAME (repeatable)",
-    )  # fmt: skip
-
-
-def _natural(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
-
 
 # -- output ------------------------------------------------------------------
 
@@ -375,28 +113,12 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     if args.max_file_bytes is not None:
         options["max_file_bytes"] = args.max_file_bytes
     with _open(args, **options) as ws:
-        before = ws.store.added
+        before = ws.objects_added
         manifest = ws.snapshot(
             kind=args.kind, step=args.step, label=args.label, **_meta_and_attachments(args)
         )
         if args.json:
-            _emit_json(
-                {
-                    "id": manifest.id,
-                    "step": manifest.step,
-                    "kind": manifest.kind,
-                    "time": manifest.time,
-                    "label": manifest.label,
-                    "tree": manifest.tree,
-                    "files": len(manifest.entries),
-                    "bytes": sum(e.size or 0 for e in manifest.entries),
-                    "new_objects": ws.store.added - before,
-                    "dirs": len(manifest.dirs),
-                    "ignored": len(manifest.ignored),
-                    "large": len(manifest.large),
-                    "excluded": len(manifest.excluded),
-                }
-            )
+            _emit_json(views.snapshot_view(manifest, new_objects=ws.objects_added - before))
         else:
             print(manifest.id)
             for path in manifest.large:
@@ -413,14 +135,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for problem in ws.problems:
             print(f"worksnap: warning: {problem}", file=sys.stderr)
     if args.json:
-        _emit_json(
-            [
-                {"id": s.id, "step": s.step, "kind": s.kind, "time": s.time, "label": s.label,
-                 "session": s.session, "files": s.files, "bytes": s.bytes,
-                 "changed": s.changed, "tree": s.tree}
-                for s in summaries
-            ]
-        )  # fmt: skip
+        _emit_json([views.summary_view(s) for s in summaries])
         return 0
     if not summaries:
         print("no snapshots yet (take one with `worksnap snapshot`)")
@@ -492,29 +207,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_json(plan: Plan) -> dict[str, object]:
-    return {
-        "target": plan.target.id,
-        "changes": [{"op": c.op.value, "path": c.path} for c in plan.changes],
-    }
-
-
-def _result_json(result: Result) -> dict[str, object]:
-    return {
-        "target": result.target,
-        "restored": result.restored,
-        "not_restored": result.not_restored,
-        "error": result.error,
-        "rolled_back": result.rolled_back,
-        "pre_restore": result.pre_restore,
-    }
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         plan = ws.plan_restore(ws.load(args.ref), paths=args.paths or None)
     if args.json:
-        _emit_json(_plan_json(plan))
+        _emit_json(views.plan_view(plan))
     else:
         _print_plan(plan)
     return 0
@@ -525,7 +222,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         if args.dry_run:
             plan = ws.plan_restore(ws.load(args.ref), paths=args.paths or None)
             if args.json:
-                _emit_json(_plan_json(plan))
+                _emit_json(views.plan_view(plan))
             else:
                 _print_plan(plan)
             return 0
@@ -556,7 +253,7 @@ def _report_result(
     args: argparse.Namespace, result: Result, *, then: str = "undo it with: worksnap undo"
 ) -> int:
     if args.json:
-        _emit_json(_result_json(result))
+        _emit_json(views.result_view(result))
     elif result.ok:
         print(
             f"restored {len(result.restored)} paths from snapshot {result.target}"
@@ -576,7 +273,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         problems = ws.verify(args.ref)
     if args.json:
-        _emit_json({"ok": not problems, "problems": problems})
+        _emit_json(views.verify_view(problems))
     else:
         for problem in problems:
             print(problem)
@@ -588,14 +285,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_recover(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         result = ws.recover()
-    if result is None:
-        if args.json:
-            _emit_json({"recovered": False})
-        else:
-            print("no interrupted restore to recover")
-        return 0
     if args.json:
-        _emit_json({"recovered": True, **_result_json(result)})
+        _emit_json(views.recover_view(result))
+    elif result is None:
+        print("no interrupted restore to recover")
     else:
         print(f"rolled back an interrupted restore ({len(result.restored)} paths)")
     return 0
@@ -623,8 +316,7 @@ def _cmd_begin(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         checkpoint = ws.begin(step=args.step, label=args.label, **_meta_and_attachments(args))
     if args.json:
-        _emit_json({"id": checkpoint.id, "step": checkpoint.step, "kind": checkpoint.kind,
-                    "time": checkpoint.time, "label": checkpoint.label})  # fmt: skip
+        _emit_json(views.begin_view(checkpoint))
     else:
         print(checkpoint.id)
     return 0
@@ -634,8 +326,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         checkpoint = ws.capture_before(args.paths)
     if args.json:
-        _emit_json({"id": checkpoint.id, "captured": [e.path for e in checkpoint.entries],
-                    "absent": checkpoint.absent, "large": checkpoint.large})  # fmt: skip
+        _emit_json(views.capture_view(checkpoint))
     return 0
 
 
@@ -657,8 +348,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
             drop_session=args.drop_session,
         )
     if args.json:
-        _emit_json({"snapshots": report.snapshots, "objects": report.objects,
-                    "bytes": report.bytes})  # fmt: skip
+        _emit_json(views.gc_view(report))
     else:
         print(f"dropped {report.snapshots} snapshots, {report.objects} objects "
               f"({_human_bytes(report.bytes)} freed)")  # fmt: skip
@@ -669,7 +359,7 @@ def _cmd_pin(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         snapshot_id = ws.pin(args.ref, pinned=args.command == "pin")
     if args.json:
-        _emit_json({"id": snapshot_id, "pinned": args.command == "pin"})
+        _emit_json(views.pin_view(snapshot_id, pinned=args.command == "pin"))
     else:
         print(f"{args.command}ned {snapshot_id}")
     return 0
@@ -678,11 +368,9 @@ def _cmd_pin(args: argparse.Namespace) -> int:
 def _cmd_du(args: argparse.Namespace) -> int:
     with _open(args) as ws:
         sessions = ws.du()
-        total = ws.store.size() if ws.store.exists() else 0
+        total = ws.store_size()
     if args.json:
-        _emit_json({"sessions": {name: {"snapshots": count, "bytes": size}
-                                 for name, (count, size) in sessions.items()},
-                    "store_bytes": total})  # fmt: skip
+        _emit_json(views.du_view(sessions, store_bytes=total))
         return 0
     print(f"{'SESSION':<20}  {'SNAPSHOTS':>9}  REFERENCED")
     for name, (count, size) in sessions.items():
@@ -705,26 +393,19 @@ def _cmd_rebind(args: argparse.Namespace) -> int:
         count = ws.rebind()
         root = ws.root
     if args.json:
-        _emit_json({"root": root, "snapshots": count})
+        _emit_json(views.rebind_view(root, snapshots=count))
     else:
         print(f"store bound to {root} ({count} snapshots rebound)")
     return 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from worksnap.diff import line_counts, unified
+    from worksnap.diff import unified
 
     with _open(args) as ws:
         changes, read = ws.diff(args.ref, args.ref2)
         if args.json:
-            rows = []
-            for change in changes:
-                counts = line_counts(change, read)
-                rows.append({"op": change.op, "path": change.path, "from": change.old_path,
-                             "added": counts[0] if counts else None,
-                             "deleted": counts[1] if counts else None,
-                             "binary": counts is None})  # fmt: skip
-            _emit_json(rows)
+            _emit_json(views.diff_view(changes, read))
         elif args.numstat or args.stat:
             _print_stats(changes, read, numstat=args.numstat)
         else:
@@ -762,36 +443,14 @@ def _print_stats(changes: list[Any], read: Any, *, numstat: bool) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    import subprocess
-    import time
-
     from worksnap.errors import InputError
+    from worksnap.runwrap import run_wrapped
 
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
         raise InputError("run needs a command after --, e.g. worksnap run -- make test")
-    label = " ".join(command)
     with _open(args) as ws:
-        last = ws.snapshot(kind="run-before", step=args.step, label=label).tree
-        try:
-            child = subprocess.Popen(command)
-        except OSError as exc:
-            raise InputError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-        seen = last
-        while True:
-            try:
-                code = child.wait(timeout=args.every)
-                break
-            except subprocess.TimeoutExpired:
-                # Snapshot only once the tree has stopped changing for a whole interval.
-                now = ws.capture(store_objects=False).tree
-                if now == seen and now != last:
-                    last = ws.snapshot(kind="run-settled", step=args.step, label=label).tree
-                seen = now
-            except KeyboardInterrupt:
-                time.sleep(0.1)  # the child got the same SIGINT; let it finish first
-        ws.snapshot(kind="run-after", step=args.step, label=label)
-    return code
+        return run_wrapped(ws, command, every=args.every, step=args.step)
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
@@ -816,14 +475,14 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     elif args.action == "stop":
         stopped = daemon.stop(store_dir)
         if args.json:
-            _emit_json({"stopped": stopped})
+            _emit_json(views.daemon_stop_view(stopped=stopped))
         else:
             print("daemon stopped" if stopped else f"no daemon was running for {store_dir}")
         return 0
     else:
         status = daemon.request(store_dir, "status") or {}
     if args.json:
-        _emit_json({"running": bool(status), **status})
+        _emit_json(views.daemon_status_view(status))
     elif status:
         print(
             f"daemon {status['pid']} serving {status['store']} for {status['root']}: "
