@@ -25,6 +25,8 @@ from worksnap.layout import StorePaths
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
+pytestmark = pytest.mark.slow  # real daemons and client processes
+
 
 def cli(
     root: Path, *args: str, env: dict[str, str] | None = None, stdin: str = ""

@@ -17,7 +17,10 @@ from .gitrun import GIT, clean_git_env, git, init_repo, untracked
 from .harness import capture, compare
 from .treegen import FIXED, Tree
 
-pytestmark = pytest.mark.skipif(GIT is None, reason="git is not installed")
+pytestmark = [
+    pytest.mark.slow,  # compared with real git
+    pytest.mark.skipif(GIT is None, reason="git is not installed"),
+]
 
 # Files (and the directories they imply) present in every case directory.
 UNIVERSE: list[bytes] = [

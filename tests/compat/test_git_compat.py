@@ -18,7 +18,10 @@ from .gitrun import GIT, clean_git_env
 from .harness import capture, compare, subroot
 from .treegen import generate
 
-pytestmark = pytest.mark.skipif(GIT is None, reason="git is not installed")
+pytestmark = [
+    pytest.mark.slow,  # compared with real git, on random trees
+    pytest.mark.skipif(GIT is None, reason="git is not installed"),
+]
 
 TREES = int(os.environ.get("WORKSNAP_COMPAT_TREES", "300"))
 

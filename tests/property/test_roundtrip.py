@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,8 @@ from worksnap import Workspace
 from worksnap.manifest import Entry
 from worksnap.paths import fs_path, wire_name
 from worksnap.plan import differing
+
+pytestmark = pytest.mark.slow  # hypothesis runs many examples
 
 settings.register_profile(
     "ci", derandomize=True, max_examples=60, deadline=None,

@@ -27,6 +27,8 @@ from .conftest import STORE, cli, tree_state, write
 from .faults import build_scenario
 from .test_kill import SRC
 
+pytestmark = pytest.mark.slow  # processes racing for one store
+
 
 def _python(code: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(

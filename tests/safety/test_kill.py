@@ -27,6 +27,8 @@ from .faults import build_scenario
 
 SRC = str(Path(worksnap.__file__).resolve().parents[1])
 
+pytestmark = pytest.mark.slow  # kill -9 of real restore processes
+
 CHILD = r"""
 import os, signal, stat, sys
 from worksnap.apply import apply_plan as real_apply

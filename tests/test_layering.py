@@ -1,0 +1,317 @@
+"""The module layout holds: imports only go down, no circles, one owner of the store's names.
+
+Every import of every module counts: at module level, inside functions, and under
+`TYPE_CHECKING`. docs/design.md draws the same levels.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "worksnap"
+TESTS = Path(__file__).resolve().parent
+
+LEVELS: dict[str, int] = {
+    # 0: no knowledge of snapshots; paths, bytes, files, names
+    "errors": 0,
+    "paths": 0,
+    "layout": 0,
+    "fsio": 0,
+    "hash": 0,
+    "frames": 0,
+    "progress": 0,
+    # 1: the records and the settings
+    "manifest": 1,
+    "config": 1,
+    # 2: one mechanism each
+    "store": 2,
+    "diskstore": 2,
+    "memstore": 2,
+    "caches": 2,
+    "lock": 2,
+    "ignore": 2,
+    "watch": 2,
+    "scan": 2,
+    "plan": 2,
+    "apply": 2,
+    "retention": 2,
+    "history": 2,
+    "diff": 2,
+    # 3: one responsibility each, built from the mechanisms
+    "capture": 3,
+    "catalog": 3,
+    "transaction": 3,
+    "checkpoints": 3,
+    "maintenance": 3,
+    # 4: the API
+    "workspace": 4,
+    # 5: front ends
+    "views": 5,
+    "runwrap": 5,
+    "arguments": 5,
+    "cli": 5,
+    "daemon": 5,
+    "__main__": 5,
+    "__init__": 5,
+}
+
+# Names of files and folders inside a store. Only layout.py may spell them.
+STORE_NAMES = {
+    ".worksnap", "journal.json", "pins.json", "config.json", "daemon.sock", "daemon.log",
+    "lock.holder", "packs", "manifests", "summaries", "generation", "cache",
+    ".pack", ".idx", ".json", ".tmp-",
+}  # fmt: skip
+# Words that are store names only where a path is built from them ("root" is also a
+# JSON key, "objects" a gc count, "dirs" a manifest field, ...).
+PATH_WORDS = {"root", "objects", "sessions", "dirs", "stat", "lock"}
+_PATH_CALLS = {
+    "join", "Path", "open", "stat", "lstat", "unlink", "makedirs", "listdir", "exists",
+    "isdir", "write_atomic", "rmdir", "mkdir", "replace", "rename",
+}  # fmt: skip
+
+
+def modules() -> dict[str, Path]:
+    return {path.stem: path for path in sorted(SRC.glob("*.py"))}
+
+
+def imported(module: str, path: Path) -> set[str]:
+    """The worksnap modules `module` imports, anywhere in it."""
+    names = set(modules())
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "worksnap":
+                    found.add(parts[1] if len(parts) > 1 else "__init__")
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            parts = node.module.split(".")
+            if parts[0] != "worksnap" or node.level:
+                continue
+            if len(parts) > 1:
+                found.add(parts[1])
+            else:  # from worksnap import x: a module, or a name of the package
+                found.update(a.name if a.name in names else "__init__" for a in node.names)
+    found.discard(module)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    return {name: imported(name, path) for name, path in modules().items()}
+
+
+def test_every_module_has_a_level() -> None:
+    assert set(modules()) == set(LEVELS), "add new modules to LEVELS (and to docs/design.md)"
+
+
+def test_imports_only_go_down() -> None:
+    upward = [
+        f"{module} (level {LEVELS[module]}) imports {target} (level {LEVELS[target]})"
+        for module, targets in graph().items()
+        for target in sorted(targets)
+        if LEVELS[target] > LEVELS[module]
+    ]
+    assert upward == []
+
+
+def test_no_import_circles() -> None:
+    edges = graph()
+    circles: list[list[str]] = []
+    state: dict[str, str] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(edges[module]):
+            if state.get(target) == "open":
+                circles.append([*trail[trail.index(target) :], target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert circles == []
+
+
+def test_the_daemon_loads_only_the_layout() -> None:
+    """The daemon's client runs on every command: the engine is imported only when needed."""
+    tree = ast.parse((SRC / "daemon.py").read_text())
+    at_load: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("worksnap"):
+            at_load.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            at_load.update(a.name for a in node.names if a.name.startswith("worksnap"))
+    assert at_load == {"worksnap.layout"}
+
+
+# -- the store's names --------------------------------------------------------
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings (of modules, classes, functions, fields)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        for child in body if isinstance(body, list) else []:
+            if (
+                isinstance(child, ast.Expr)
+                and isinstance(child.value, ast.Constant)
+                and isinstance(child.value.value, str)
+            ):
+                found.add(id(child.value))
+    return found
+
+
+def _builds_a_path(parent: ast.AST, node: ast.AST) -> bool:
+    """True when `node` is an argument of a call that takes paths, or a `/` operand."""
+    if isinstance(parent, ast.Call) and node in parent.args:
+        func = parent.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name in _PATH_CALLS
+    return isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Div)
+
+
+def store_names_in(source: str) -> Iterator[tuple[int, str]]:
+    """Yields (line, name) for each store file or folder name the code spells."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    for parent in ast.walk(tree):
+        for node in ast.iter_child_nodes(parent):
+            if not isinstance(node, ast.Constant) or id(node) in docs:
+                continue
+            value = node.value.decode("utf-8", "replace") if isinstance(node.value, bytes) else None
+            value = node.value if isinstance(node.value, str) else value
+            if value is None:
+                continue
+            parts = set(value.split("/")) if "/" in value else set()
+            if (
+                value in STORE_NAMES
+                or parts & (STORE_NAMES | PATH_WORDS)
+                or (value in PATH_WORDS and _builds_a_path(parent, node))
+            ):
+                yield node.lineno, value
+
+
+def test_only_the_layout_spells_the_store_s_names() -> None:
+    spelled = [
+        f"{name}.py:{line}: {value!r}"
+        for name, path in modules().items()
+        if name != "layout"
+        for line, value in store_names_in(path.read_text())
+    ]
+    assert spelled == [], "ask layout.StorePaths instead"
+
+
+def test_the_layout_spells_every_name() -> None:
+    found = {value for _, value in store_names_in((SRC / "layout.py").read_text())}
+    assert found >= STORE_NAMES | PATH_WORDS  # the check above is not vacuous
+
+
+@pytest.mark.parametrize(
+    ("code", "spelled"),
+    [
+        ('os.path.join(store, "root")', True),
+        ('Path(store) / "objects"', True),
+        ('open(os.path.join(d, "cache", "stat"), "rb")', True),
+        ('PATH = "a/sessions/x"', True),
+        ('NAME = "journal.json"', True),
+        ('f"{snapshot_id}.json"', True),
+        ('x = b".worksnap"', True),
+        ('{"root": root, "snapshots": count}', False),
+        ('view["objects"] = 3', False),
+        ('if field == "dirs": pass', False),
+        ('def f():\n    """Reads <store>/journal.json and packs/."""', False),
+        ('TMP = b".worksnap-"', False),
+    ],
+)
+def test_the_name_check_itself(code: str, spelled: bool) -> None:
+    assert bool(list(store_names_in(code))) is spelled
+
+
+# -- tests use seams, not patches of worksnap ----------------------------------
+
+
+def _worksnap_names(tree: ast.AST) -> set[str]:
+    """The names a test module binds to worksnap modules and their classes or functions."""
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "worksnap":
+                    bound.add(alias.asname or "worksnap")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("worksnap"):
+            bound.update(alias.asname or alias.name for alias in node.names)
+    return bound
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def patches_of_worksnap(source: str) -> Iterator[str]:
+    """Yields each `setattr` that patches worksnap, and each script that reaches inside it."""
+    tree = ast.parse(source)
+    ours = _worksnap_names(tree)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("setattr", "delattr")
+            and node.args
+        ):
+            target = node.args[0]
+            named = target.value if isinstance(target, ast.Constant) else None
+            if (isinstance(named, str) and named.startswith("worksnap")) or (
+                _root_name(target) in ours
+            ):
+                yield f"line {node.lineno}: patches {ast.unparse(target)}"
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            script = node.value
+            if "worksnap" in script and "import" in script:
+                try:
+                    inner = ast.parse(script)
+                except SyntaxError:
+                    continue
+                inner_ours = _worksnap_names(inner)
+                for sub in ast.walk(inner):
+                    if (
+                        isinstance(sub, ast.Attribute)
+                        and _root_name(sub) in inner_ours
+                        and (sub.attr.startswith("_") or isinstance(sub.ctx, ast.Store))
+                    ):
+                        yield f"line {node.lineno}: a script reaches {ast.unparse(sub)}"
+
+
+def test_no_test_patches_worksnap() -> None:
+    found = [
+        f"{path.relative_to(TESTS)}: {what}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for what in patches_of_worksnap(path.read_text())
+    ]
+    assert found == [], "inject a seam (workspace.Seams, a constructor parameter) instead"
+
+
+@pytest.mark.parametrize(
+    ("code", "patched"),
+    [
+        ('import worksnap.workspace\nmonkeypatch.setattr(worksnap.workspace, "x", 1)', True),
+        ('from worksnap import scan\nmonkeypatch.setattr(scan, "_classify", f)', True),
+        ('from worksnap.store import DiskStore\npatch.setattr(DiskStore, "add", f)', True),
+        ('monkeypatch.setattr("worksnap.hash._CHUNK", 16)', True),
+        ('S = """\nimport worksnap.workspace as W\nW.apply_plan = f\n"""', True),
+        ('S = """\nfrom worksnap import daemon\ndaemon._peer_uid(s)\n"""', True),
+        ('import os\nmonkeypatch.setattr(os, "rename", f)', False),
+        ('monkeypatch.setattr("builtins.input", f)', False),
+        ('S = """\nfrom worksnap.workspace import Seams, Workspace\nWorkspace(r)\n"""', False),
+    ],
+)
+def test_the_patch_check_itself(code: str, patched: bool) -> None:
+    assert bool(list(patches_of_worksnap(code))) is patched
