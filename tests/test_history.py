@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tree_state, write
-from worksnap import InputError, Workspace
+from tests.trees import Spec, summary, tree
+from worksnap import InputError, Manifest, Summary, Workspace
+from worksnap.history import CHECKPOINT, Frame, SessionState, checkpoint_target, undo_target
 
 
 def test_rewind_to_a_step_restores_its_newest_snapshot(root: Path) -> None:
@@ -288,3 +290,138 @@ def test_redo_of_a_state_already_there_pops_its_frame(root: Path) -> None:
     assert result.ok and result.restored == []
     with pytest.raises(InputError, match="nothing to redo"):
         ws.redo()
+
+
+# -- the decisions, as tables on in-memory manifests ----------------------------
+
+ONE, TWO, THREE = tree({"a": "1"}), tree({"a": "2"}), tree({"a": "3"})
+
+
+def _history(*rows: tuple[str, Manifest, str]) -> list[Summary]:
+    """Summaries newest first, from (id, tree, kind) oldest first."""
+    made = [summary(i, of, kind=kind, second=n) for n, (i, of, kind) in enumerate(rows)]
+    return made[::-1]
+
+
+UNDO: dict[str, tuple[list[Summary], Manifest, SessionState, str | None]] = {
+    "nothing yet": ([], ONE, SessionState(), None),
+    "edits since the last snapshot": (
+        _history(("s1", ONE, "step"), ("s2", TWO, "step")),
+        THREE,
+        SessionState(),
+        "s2",
+    ),
+    "the newest is the current state: the one before": (
+        _history(("s1", ONE, "step"), ("s2", TWO, "step")),
+        TWO,
+        SessionState(),
+        "s1",
+    ),
+    "undo, redo and checkpoints never count": (
+        _history(
+            ("s1", ONE, "step"),
+            ("u", TWO, "undo"),
+            ("r", TWO, "redo"),
+            ("c", TWO, "checkpoint"),
+        ),
+        THREE,
+        SessionState(),
+        "s1",
+    ),
+    "a pre-restore snapshot counts (undo reverses a restore)": (
+        _history(("s1", ONE, "step"), ("p", TWO, "pre-restore")),
+        ONE,
+        SessionState(),
+        "p",
+    ),
+    "repeated undo walks further back than the last undo went": (
+        _history(("s1", ONE, "step"), ("s2", TWO, "step"), ("s3", THREE, "step")),
+        TWO,
+        SessionState(redo=[Frame("s2", "left")]),
+        "s1",
+    ),
+    "only older than the last undo's target, even when equal to now": (
+        _history(("s1", ONE, "step"), ("s2", TWO, "step")),
+        ONE,
+        SessionState(redo=[Frame("s2", "left")]),
+        None,
+    ),
+    "a redo frame whose target is gone is no limit": (
+        _history(("s1", ONE, "step"), ("s2", TWO, "step")),
+        THREE,
+        SessionState(redo=[Frame("dropped", "left")]),
+        "s2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNDO)
+def test_undo_target(case: str) -> None:
+    history, current, state, expected = UNDO[case]
+    assert undo_target(history, current.tree, state) == expected
+
+
+def _checkpoint(
+    cid: str, second: int, paths: dict[str, Spec], absent: tuple[str, ...] = ()
+) -> Manifest:
+    return tree(
+        paths,
+        snapshot_id=cid,
+        kind=CHECKPOINT,
+        time=f"2026-01-01T00:00:{second:02d}.000000Z",
+        absent=absent,
+        step=second,
+        session="s",
+    )
+
+
+CHECKPOINTS: dict[str, tuple[dict[str, Spec], list[Manifest], dict[str, Spec]]] = {
+    "a before-image comes back, the rest stays": (
+        {"a": "edited", "b": "untouched since", "c/d": "not captured"},
+        [_checkpoint("c1", 1, {"a": "before"})],
+        {"a": "before", "b": "untouched since", "c/d": "not captured"},
+    ),
+    "a file that did not exist goes": (
+        {"a": "1", "new": "made by the turn"},
+        [_checkpoint("c1", 1, {}, absent=("new",))],
+        {"a": "1"},
+    ),
+    "the earliest before-image wins; later checkpoints add their paths": (
+        {"a": "3", "b": "2"},
+        [_checkpoint("c1", 1, {"a": "1"}), _checkpoint("c2", 2, {"a": "2", "b": "1"})],
+        {"a": "1", "b": "1"},
+    ),
+    "a directory that needs to come back is made": (
+        {"top": "t"},
+        [_checkpoint("c1", 1, {"deep/er/f": "f"})],
+        {"top": "t", "deep/er/f": "f"},
+    ),
+    "a directory there now is never replaced by a named file": (
+        {"a/inside": "i"},
+        [_checkpoint("c1", 1, {"a": "was a file"})],
+        {"a/inside": "i"},
+    ),
+    "a symlink's before-image": (
+        {"l": ("link", "new")},
+        [_checkpoint("c1", 1, {"l": ("link", "old")})],
+        {"l": ("link", "old")},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CHECKPOINTS)
+def test_checkpoint_target(case: str) -> None:
+    now, checkpoints, expected = CHECKPOINTS[case]
+    current = tree(now, ignored=("x.log",))
+    target = checkpoint_target(current, checkpoints)
+    wanted = tree(expected)
+    assert (target.entries, target.dirs) == (wanted.entries, wanted.dirs)
+    assert target.tree == wanted.tree
+    first = checkpoints[0]
+    assert (target.id, target.kind, target.step, target.session) == (
+        first.id,
+        first.kind,
+        first.step,
+        first.session,
+    )
+    assert target.ignored == current.ignored  # what is left out stays left out

@@ -1,0 +1,145 @@
+"""Table tests of the planner: plan_restore and select_paths on in-memory manifests.
+
+No file is touched: each case is two trees (the workspace now, the snapshot) and the
+changes a restore must make, as (op, path, was a directory now).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.trees import Spec, tree
+from worksnap.plan import Op, Plan, plan_restore, select_paths
+
+Changes = list[tuple[str, str, bool]]
+
+
+def never_ignored(path: str, is_dir: bool) -> bool:
+    return False
+
+
+def changes(plan: Plan) -> Changes:
+    return [(c.op.value, c.path, c.was_dir) for c in plan.changes]
+
+
+# (now, then, options for both trees, expected changes)
+PLANS: dict[str, tuple[dict[str, Spec], dict[str, Spec], dict[str, object], Changes]] = {
+    "same tree": ({"a": "1", "d/b": "2"}, {"a": "1", "d/b": "2"}, {}, []),
+    "content": ({"a": "new"}, {"a": "old"}, {}, [("M", "a", False)]),
+    "mode": ({"a": ("file", "x", 0o755)}, {"a": ("file", "x", 0o644)}, {}, [("M", "a", False)]),
+    "link target": ({"l": ("link", "x")}, {"l": ("link", "y")}, {}, [("M", "l", False)]),
+    "file to link": ({"l": "text"}, {"l": ("link", "text")}, {}, [("M", "l", False)]),
+    "added file": ({"a": "1", "b": "2"}, {"a": "1"}, {}, [("A", "b", False)]),
+    "deleted file": ({"a": "1"}, {"a": "1", "b": "2"}, {}, [("D", "b", False)]),
+    "added dir": (
+        {"a": "1", "d/x": "x", "d/e/y": "y"},
+        {"a": "1"},
+        {},
+        [("A", "d", True), ("A", "d/e", True), ("A", "d/e/y", False), ("A", "d/x", False)],
+    ),
+    "deleted dir": ({}, {"d/x": "x"}, {}, [("D", "d", False), ("D", "d/x", False)]),
+    "empty dir added": ({"e": "/"}, {}, {}, [("A", "e", True)]),
+    "empty dir deleted": ({}, {"e": "/"}, {}, [("D", "e", False)]),
+    "file now, dir then": (
+        {"d": "file"},
+        {"d/x": "x"},
+        {},
+        [("M", "d", False), ("D", "d/x", False)],
+    ),
+    "dir now, file then": (
+        {"d/x": "x"},
+        {"d": "file"},
+        {},
+        [("M", "d", True), ("A", "d/x", False)],
+    ),
+    "ignored now is never touched": (
+        {"a": "1"},
+        {"a": "1", "build/out": "o"},
+        {"ignored": ("build",)},
+        [],
+    ),
+    "large is never touched": ({"big": "now"}, {"big": "then"}, {"large": ("big",)}, []),
+    "below an exclusion is never touched": (
+        {"secret/k": "now"},
+        {},
+        {"excluded": ("secret",)},
+        [],
+    ),
+    "a dir keeps what is protected below it": (
+        {"d/a": "1", "d/b.log": "log"},
+        {},
+        {"ignored": ("d/b.log",)},
+        [("A", "d/a", False)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PLANS)
+def test_plan_restore(case: str) -> None:
+    now, then, options, expected = PLANS[case]
+    plan = plan_restore(
+        tree(now, **options),  # type: ignore[arg-type]
+        tree(then, snapshot_id="111111111111", **options),  # type: ignore[arg-type]
+        ignored_by_target=never_ignored,
+    )
+    assert changes(plan) == expected
+    assert plan.target.id == "111111111111"
+    assert [c.path for c in plan.changes] == sorted(c.path for c in plan.changes)
+
+
+def test_plan_restore_keeps_what_the_target_s_rules_ignore() -> None:
+    """A restore of an older .gitignore never turns files it ignores into deletions."""
+    now = tree({".gitignore": "", "x.log": "log", "keep/y.log": "y", "a": "1"})
+    then = tree({".gitignore": "*.log\n", "a": "1"}, snapshot_id="111111111111")
+
+    def logs(path: str, is_dir: bool) -> bool:
+        return path.endswith(".log")
+
+    plan = plan_restore(now, then, ignored_by_target=logs)
+    # keep/ holds only an ignored file: it stays, as that file does.
+    assert changes(plan) == [("M", ".gitignore", False)]
+
+
+def test_plan_restore_entries_are_the_target_s() -> None:
+    now, then = tree({"a": "new", "b": "gone"}), tree({"a": "old", "c": "back"})
+    plan = plan_restore(now, then, ignored_by_target=never_ignored)
+    by_path = {c.path: c for c in plan.changes}
+    assert by_path["a"].entry == then.entries[0]
+    assert by_path["b"].entry is None
+    assert by_path["c"].entry == then.entries[1]
+    assert plan.counts() == {"M": 1, "A": 1, "D": 1}
+
+
+# -- select_paths ----------------------------------------------------------------
+
+NOW: dict[str, Spec] = {"src/a.py": "a2", "src/new.py": "n", "junk/x": "x", "top": "t2"}
+THEN: dict[str, Spec] = {"src/a.py": "a1", "lib/b.py": "b", "top": "t1"}
+
+SELECTIONS: dict[str, tuple[list[str], Changes]] = {
+    "one file": (["top"], [("M", "top", False)]),
+    "a directory and below": (["src"], [("M", "src/a.py", False), ("A", "src/new.py", False)]),
+    "a deleted file recreates its directory": (
+        ["lib/b.py"],
+        [("D", "lib", False), ("D", "lib/b.py", False)],
+    ),
+    "a removal stays inside the selection": (["junk/x"], [("A", "junk/x", False)]),
+    "the whole removal when all of it is selected": (
+        ["junk"],
+        [("A", "junk", True), ("A", "junk/x", False)],
+    ),
+    "several paths": (
+        ["top", "src/a.py"],
+        [("M", "src/a.py", False), ("M", "top", False)],
+    ),
+    "nothing there": (["elsewhere"], []),
+}
+
+
+@pytest.mark.parametrize("case", SELECTIONS)
+def test_select_paths(case: str) -> None:
+    paths, expected = SELECTIONS[case]
+    plan = plan_restore(tree(NOW), tree(THEN), ignored_by_target=never_ignored)
+    selected = select_paths(plan, paths)
+    assert changes(selected) == expected
+    assert (selected.target, selected.current) == (plan.target, plan.current)
+    assert all(c.op in Op for c in selected.changes)
