@@ -29,7 +29,7 @@ def main() -> int:
                 req["root"], store=req["store"], watch=bool(req.get("watch", False))
             )
             # watch=True falls back to plain scans where inotify is missing: say so.
-            answer["watching"] = ws._watcher is not None
+            answer["watching"] = ws.watching
         elif op == "quit":
             break
         else:

@@ -37,61 +37,66 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import worksnap.apply
+import worksnap.caches
+import worksnap.capture
+import worksnap.catalog
+import worksnap.diskstore
+import worksnap.hash
 import worksnap.ignore
-import worksnap.manifest
-import worksnap.plan
 import worksnap.scan
-import worksnap.store
+import worksnap.transaction
 import worksnap.watch
 import worksnap.workspace
 
 TIMES: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
 
-# (module or class, attribute, label)
+Capture = worksnap.capture.Capture
+Store = worksnap.diskstore.DiskStore
+Workspace = worksnap.workspace.Workspace
+
+# (class or module, attribute, label): methods and the module functions their callers
+# look up at call time.
 STAGES: list[tuple[Any, str, str]] = [
-    (worksnap.workspace.Workspace, "snapshot", "snapshot (total)"),
-    (worksnap.workspace.Workspace, "capture", "  capture"),
-    (worksnap.workspace, "scan_tree", "    scan_tree (scandir + sort + ignore + lstat)"),
+    (Workspace, "snapshot", "snapshot (total)"),
+    (Capture, "capture", "  capture"),
     (worksnap.ignore.Rules, "ignored", "      Rules.ignored (ignore matching)"),
     (worksnap.ignore.Rules, "child", "      Rules.child (.gitignore compile)"),
-    (worksnap.workspace.Workspace, "_base_rules", "    base_rules (git config, info/exclude)"),
-    (worksnap.store.Store, "load_stat_cache", "    load_stat_cache (zstd + msgpack decode)"),
-    (worksnap.store.Store, "load_listings", "    load_listings (per-directory cache)"),
-    (worksnap.store.Store, "save_listings", "    save_listings"),
+    (Capture, "rules", "    base_rules (git config, info/exclude; first call)"),
+    (worksnap.caches, "load_stat_table", "    load_stat_table (zstd + msgpack decode)"),
+    (worksnap.caches, "load_listings", "    load_listings (per-directory cache)"),
+    (worksnap.caches, "save_listings", "    save_listings"),
     (worksnap.watch.Watcher, "drain", "    Watcher.drain (inotify events)"),
-    (worksnap.store.Store, "_load_index", "    store._load_index (every call)"),
-    (worksnap.store.Store, "has", "    store.has (incl. index load)"),
-    (worksnap.workspace.Workspace, "_hash_and_store", "    read + hash + store (misses)"),
-    (worksnap.store.Store, "add", "      store.add (pack append)"),
-    (worksnap.workspace, "tree_digest", "    tree_digest (encode + blake3)"),
-    (worksnap.store.Store, "save_stat_cache", "    save_stat_cache (encode + zstd + write)"),
-    (
-        worksnap.store.Store,
-        "save_manifest",
-        "  save_manifest (flush + encode + zstd + 2 fsynced writes)",
-    ),
-    (worksnap.store.Store, "flush", "    store.flush (pack fsync + idx)"),
-    (worksnap.workspace.Workspace, "load", "load REF (resolve + decode + checks)"),
-    (worksnap.store.Store, "load_manifest", "  load_manifest (decode + canonical re-encode)"),
-    (worksnap.workspace, "check_manifest", "  check_manifest (path checks)"),
-    (worksnap.workspace.Workspace, "plan_restore", "plan_restore (capture + plan)"),
-    (worksnap.workspace.Workspace, "_plan", "  _plan (read target .gitignores + diff)"),
-    (worksnap.workspace, "plan_restore", "    plan.plan_restore (the diff)"),
-    (worksnap.workspace.Workspace, "apply", "apply (verify objects + pre-restore + write)"),
-    (worksnap.workspace, "_check_unchanged", "  _check_unchanged"),
-    (worksnap.workspace, "apply_plan", "  apply_plan (the writes, fsync each)"),
-    (worksnap.store.Store, "read", "  store.read (pread + verify)"),
-    (worksnap.store.Store, "summaries", "store.summaries (list/resolve)"),
-    (worksnap.workspace, "_count_changes", "_count_changes (vs the previous snapshot)"),
+    (Store, "_load_index", "    store._load_index (every call)"),
+    (Store, "has", "    store.has (incl. index load)"),
+    (Capture, "hash_and_store", "    read + hash + store (misses)"),
+    (Store, "add", "      store.add (pack append)"),
+    (worksnap.capture, "tree_digest", "    tree_digest (encode + blake3)"),
+    (worksnap.caches, "save_stat_table", "    save_stat_table (encode + zstd + write)"),
+    (Store, "save_manifest", "  save_manifest (flush + encode + zstd + 2 fsynced writes)"),
+    (Store, "flush", "    store.flush (pack fsync + idx)"),
+    (Workspace, "load", "load REF (resolve + decode + checks)"),
+    (Store, "load_manifest", "  load_manifest (decode + canonical re-encode)"),
+    (worksnap.catalog, "check_manifest", "  check_manifest (path checks)"),
+    (Workspace, "plan_restore", "plan_restore (capture + plan)"),
+    (worksnap.transaction.Restorer, "_plan", "  _plan (read target .gitignores + diff)"),
+    (worksnap.transaction, "plan_restore", "    plan.plan_restore (the diff)"),
+    (Workspace, "apply", "apply (verify objects + pre-restore + write)"),
+    (worksnap.transaction, "check_unchanged", "  check_unchanged"),
+    (Store, "read", "  store.read (pread + verify)"),
+    (Store, "summaries", "store.summaries (list/resolve)"),
+    (worksnap.catalog, "count_changes", "count_changes (vs the previous snapshot)"),
+]
+
+# Functions a workspace is handed (workspace.Seams): timed by handing it timed ones.
+SEAM_STAGES: list[tuple[str, Callable[..., Any], str]] = [
+    ("scan_tree", worksnap.scan.scan_tree, "    scan_tree (scandir + sort + ignore + lstat)"),
+    ("read_file", worksnap.hash.read_file, "      hash.read_file (read + BLAKE3)"),
+    ("apply_plan", worksnap.apply.apply_plan, "  apply_plan (the writes, fsync each)"),
 ]
 
 
-def _wrap(owner: Any, attr: str, label: str) -> None:
-    fn: Callable[..., Any] | None = getattr(owner, attr, None)
-    if fn is None:
-        return  # a stage that no longer exists under that name
-
+def _timed(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -101,7 +106,14 @@ def _wrap(owner: Any, attr: str, label: str) -> None:
             TIMES[label] += time.perf_counter() - start
             CALLS[label] += 1
 
-    setattr(owner, attr, timed)
+    return timed
+
+
+def _wrap(owner: Any, attr: str, label: str) -> None:
+    fn: Callable[..., Any] | None = getattr(owner, attr, None)
+    if fn is None:
+        raise SystemExit(f"no stage {owner.__name__}.{attr}: update STAGES")
+    setattr(owner, attr, _timed(fn, label))
 
 
 def startup() -> dict[str, float]:
@@ -144,7 +156,7 @@ def main() -> int:
         print(json.dumps(startup(), indent=1))
         return 0
     store = args.store or args.root.parent / "state" / "profile-store"
-    Workspace = worksnap.workspace.Workspace
+    seams = worksnap.workspace.Seams(**{name: _timed(fn, label) for name, fn, label in SEAM_STAGES})
     if args.mode == "cold":
         shutil.rmtree(store, ignore_errors=True)
     elif not (store / "manifests").is_dir():
@@ -152,7 +164,7 @@ def main() -> int:
         time.sleep(0.2)
     ref = None
     edits = None
-    ws = Workspace(args.root, store=store, watch=args.watch)
+    ws = Workspace(args.root, store=store, watch=args.watch, seams=seams)
     if args.mode in ("warm-inproc", "warm-10mod", "plan", "restore"):
         ref = ws.snapshot().id  # loads the caches; the timed call is the next one
         time.sleep(0.2)
@@ -167,6 +179,8 @@ def main() -> int:
             edits.modify()
     for owner, attr, label in STAGES:
         _wrap(owner, attr, label)
+    TIMES.clear()  # the seams were timed during the set-up too
+    CALLS.clear()
     prof = cProfile.Profile() if args.cprofile else None
     os.sync()
     start = time.perf_counter()
@@ -190,7 +204,7 @@ def main() -> int:
     elif edits is not None:
         edits.reset()
     print(f"{args.mode} on {args.root}: {total:.3f} s in the operation")
-    for _, _, label in STAGES:
+    for label in [label for *_, label in STAGES + SEAM_STAGES]:
         if CALLS[label]:
             print(f"  {label:<58} {TIMES[label]:7.3f} s  {CALLS[label]:>7} calls")
     return 0
