@@ -315,3 +315,14 @@ def test_no_test_patches_worksnap() -> None:
 )
 def test_the_patch_check_itself(code: str, patched: bool) -> None:
     assert bool(list(patches_of_worksnap(code))) is patched
+
+
+def test_no_module_grows_into_a_god_object() -> None:
+    """The facade stays thin and every other module holds one responsibility."""
+    limits = {"workspace": 700}
+    too_long = {
+        name: lines
+        for name, path in modules().items()
+        if (lines := len(path.read_text().splitlines())) > limits.get(name, 600)
+    }
+    assert too_long == {}
