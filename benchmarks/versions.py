@@ -46,6 +46,9 @@ class Version:
         self.store = store
         self.env = {**os.environ, "PYTHONPATH": str(src.resolve()), "WORKSNAP_NO_DAEMON": "1"}
         self.env.pop("WORKSNAP_STORE", None)
+        # Bytecode is cached, as it is for an installed package: otherwise every run
+        # compiles every module, and the version with more source lines pays for that.
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
 
     def run(self, *args: str) -> tuple[float, str]:
         """Runs one command; returns (seconds, stdout)."""

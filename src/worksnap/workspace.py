@@ -19,6 +19,7 @@ import builtins
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -35,7 +36,6 @@ from worksnap.capture import (
 from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
 from worksnap.config import Retention
-from worksnap.diff import FileChange, compare
 from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, SnapshotError
 from worksnap.hash import Prefetch, read_file
@@ -49,6 +49,9 @@ from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
 from worksnap.transaction import ApplyPlan, Restorer
+
+if TYPE_CHECKING:
+    from worksnap.diff import FileChange
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "GcReport", "Progress", "Reader", "Seams", "Workspace"]
 
@@ -341,6 +344,8 @@ class Workspace:
             The changes, and a function that reads an entry's bytes (from the
             store, or from disk for the current state).
         """
+        from worksnap.diff import compare  # difflib and all: only this command needs them
+
         old = self.load(ref)
         new = self.load(ref2) if ref2 is not None else self.capture(store_objects=False)
 
