@@ -88,7 +88,8 @@ class Capture:
         store: where file contents go.
         caches: the stat and listing caches.
         max_file_bytes: larger files are listed in `large`, not captured.
-        watch: keep an inotify watch on every captured directory (if available).
+        watcher: the change source that says which directories had events since
+            the last capture (None: every capture scans the whole tree).
         report: where progress goes.
         read_file: reads and hashes one file (`hash.read_file`).
         scan_tree: walks the tree (`scan.scan_tree`).
@@ -105,7 +106,7 @@ class Capture:
         caches: Caches,
         *,
         max_file_bytes: int,
-        watch: bool,
+        watcher: Watcher | None,
         report: Reporter,
         read_file: ReadFile = read_file,
         scan_tree: ScanTree = scan_tree,
@@ -124,9 +125,7 @@ class Capture:
         self._slow_read_seconds = slow_read_seconds
         self._racy_margin_ns = racy_margin_ns
         self._rules: Rules | None = None
-        self._watcher = Watcher() if watch else None
-        if self._watcher is not None and not self._watcher.available:
-            self._watcher = None
+        self._watcher = watcher
         # With a watcher: what the last capture saw, to reuse where nothing happened.
         self._memory: dict[str, DirScan] = {}
         self._entries: dict[str, tuple[os.stat_result, Entry]] = {}

@@ -49,6 +49,7 @@ from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
 from worksnap.transaction import ApplyPlan, Restorer
+from worksnap.watch import Watcher
 
 if TYPE_CHECKING:
     from worksnap.diff import FileChange
@@ -71,7 +72,7 @@ class Seams:
         prefetch: makes the read-ahead helper (`hash.Prefetch`).
         slow_read_seconds: mean read time per file above which reading ahead starts.
         apply_plan: carries out a plan (`apply.apply_plan`).
-        open_store: opens the store directory (`store.DiskStore`).
+        open_store: opens the store directory (`diskstore.DiskStore`).
     """
 
     racy_margin_ns: int = RACY_MARGIN_NS
@@ -153,12 +154,13 @@ class Workspace:
         paths = self.store.paths
         sessions = Sessions(paths)
         caches = Caches(paths, self.root, self.store.exists)
+        watcher = Watcher() if watch else None
         self._capture = Capture(
             self._root,
             self.store,
             caches,
             max_file_bytes=max_file_bytes,
-            watch=watch,
+            watcher=watcher if watcher is not None and watcher.available else None,
             report=self._reporter,
             read_file=seams.read_file,
             scan_tree=seams.scan_tree,
