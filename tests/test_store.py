@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
-import msgspec
 import pytest
 import zstandard
 
@@ -15,7 +15,7 @@ from worksnap.cli import main
 from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError, SnapshotError
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.manifest import new_id, summarize
+from worksnap.workspace import Seams
 
 
 def test_objects_stored_once_and_read_back_across_instances(tmp_path: Path) -> None:
@@ -141,10 +141,9 @@ def test_rebind_rewrites_manifests_compressed_and_leaves_misfiled_ones(
 def test_manifest_over_the_bound_is_not_written(root: Path) -> None:
     write(root, "a.txt", "a")
     ws = Workspace(root)
-    first = ws.snapshot()
-    small = DiskStore(ws.store_dir, max_unpacked=100)
-    again = msgspec.structs.replace(first, id=new_id())
+    ws.snapshot()
+    bounded = Seams(open_store=functools.partial(DiskStore, max_unpacked=100))
     with pytest.raises(SnapshotError, match=r"manifest of \d+ bytes is over 100"):
-        small.save_manifest(again, summarize(again))  # no reader would accept it: refused
+        Workspace(root, seams=bounded).snapshot()  # no reader would accept it: refused
     assert len(Workspace(root).list()) == 1
     assert len(list((root / ".worksnap" / "manifests").iterdir())) == 1
