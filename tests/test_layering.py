@@ -24,6 +24,7 @@ LEVELS: dict[str, int] = {
     "hash": 0,
     "frames": 0,
     "progress": 0,
+    "gitindex": 0,
     # 1: the records and the settings
     "manifest": 1,
     "config": 1,

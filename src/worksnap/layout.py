@@ -19,6 +19,7 @@ read, and changed, in one place:
       pins.json                  ids gc never drops
       config.json                optional settings
       lock, lock.holder          the store lock and a note of its exclusive holder
+      lock.gate                  taken by a waiting writer so new readers queue behind it
       daemon.sock, daemon.log    the daemon's socket and log
 
 Imports nothing but the standard library: the daemon's client imports it on every
@@ -62,6 +63,7 @@ class StorePaths:
         "journal",
         "listing_cache",
         "lock",
+        "lock_gate",
         "lock_holder",
         "manifests",
         "objects",
@@ -96,6 +98,8 @@ class StorePaths:
         self.config = os.path.join(directory, "config.json")
         self.lock = os.path.join(directory, "lock")
         self.lock_holder = os.path.join(directory, "lock.holder")
+        self.lock_gate = os.path.join(directory, "lock.gate")
+        """Taken by a waiting writer, so that no new reader gets in before it."""
         self.socket = os.path.join(directory, "daemon.sock")
         self.daemon_log = os.path.join(directory, "daemon.log")
 

@@ -1,8 +1,29 @@
 """Cross-process store locks: many snapshots at once, one restore or gc alone.
 
 Built on `flock`, which the kernel releases when its holder dies, so a killed
-process never leaves a lock behind. The holder's pid and host are written
-beside the lock so a waiting process can say who it is waiting for.
+process never leaves a lock behind. Writer-preferring: once a writer (an
+exclusive holder) is waiting, no new reader (a shared holder) gets in; the
+readers already inside finish and the writer goes next. Without it a stream of
+overlapping snapshots kept a restore waiting until they happened to leave a gap.
+
+Two files, both only ever `flock`ed:
+
+- `lock`: readers hold it shared, a writer exclusively.
+- `lock.gate`: a writer holds it exclusively from the moment it starts waiting
+  until it lets go of `lock`; a reader holds it shared only for its attempt on
+  `lock` (non-blocking), so a reader gets `lock` only while no writer waits.
+
+Killed with SIGKILL at any point, a process loses every lock with its open file
+descriptions (opened `O_CLOEXEC`, so no program it runs keeps them): a reader
+killed at the gate or inside lets a waiting writer go on; a writer killed while
+waiting frees the gate and the readers queued behind it; a writer killed while
+holding frees both. Nothing is ever left to clean up.
+
+The writer that holds the gate writes its pid and host (and what it is doing,
+if told) beside the lock, so a waiting process can say who it waits for. A
+writer killed leaves its note naming a dead process until the next writer
+replaces it; a waiting process only reads the note when a gate holder is what
+keeps it waiting, and that holder has written its own.
 """
 
 from __future__ import annotations
@@ -11,51 +32,106 @@ import contextlib
 import fcntl
 import os
 import socket
+import stat
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 from worksnap.errors import LockError
 from worksnap.fsio import write_atomic
 from worksnap.layout import StorePaths
 
+# Polling rather than a blocking flock, for the timeout: the first retries are
+# quick (most waits are short), then every 50 ms.
+_FIRST_POLL = 0.001
+_LONGEST_POLL = 0.05
+
 
 class StoreLock:
     """A shared or exclusive lock on one store, used as a context manager."""
 
-    def __init__(self, store_dir: str, *, exclusive: bool, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        store_dir: str,
+        *,
+        exclusive: bool,
+        timeout: float = 60.0,
+        purpose: str = "",
+        on_wait: Callable[[str], None] | None = None,
+        notice_after: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Prepares the lock; nothing is taken until `with`.
+
+        Args:
+            store_dir: the store whose lock this is.
+            exclusive: a writer (restore, gc...) rather than a reader (snapshot).
+            timeout: seconds to wait before giving up with LockError.
+            purpose: what the holder does ("restore"), shown to processes waiting
+                for an exclusive holder.
+            on_wait: called once with a one-line message naming the holder when
+                the wait has lasted `notice_after` seconds (default: silent).
+            notice_after: seconds of waiting before `on_wait` is called.
+            clock: monotonic seconds (replaceable, as `sleep` is, so that a test
+                needs no real waiting).
+            sleep: waits between attempts.
+        """
+        self._store = store_dir
         paths = StorePaths(store_dir)
         self._path = paths.lock
         self._holder = paths.lock_holder
+        self._gate = paths.lock_gate
         self._exclusive = exclusive
         self._timeout = timeout
+        self._purpose = purpose
+        self._on_wait = on_wait
+        self._notice_after = notice_after
+        self._clock = clock
+        self._sleep = sleep
         self._fd: int | None = None
+        self._gate_fd: int | None = None
+        self._deadline = self._notice_at = 0.0
+        self._noticed = False
 
     def __enter__(self) -> StoreLock:
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        mode = fcntl.LOCK_EX if self._exclusive else fcntl.LOCK_SH
-        deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise LockError(
-                        f"store {os.path.dirname(self._path)} is busy ({self._who()}); "
-                        "try again when it finishes"
-                    ) from None
-                time.sleep(0.05)
+        start = self._clock()
+        self._deadline = start + self._timeout
+        self._notice_at = start + self._notice_after
+        self._noticed = self._on_wait is None
+        gate = _open(self._gate)
+        fd: int | None = None
+        noted = False
+        try:
+            if self._exclusive:
+                # From here on no new reader gets in: it would need the gate.
+                self._wait(lambda: _try(gate, fcntl.LOCK_EX), self._who)
+                self._write_note()
+                noted = True
+                fd = lock = _open(self._path)
+                self._wait(lambda: _try(lock, fcntl.LOCK_EX), _readers_inside)
+                self._gate_fd = gate
+            else:
+                fd = lock = _open(self._path)
+
+                def attempt() -> bool:
+                    if not _try(gate, fcntl.LOCK_SH):
+                        return False  # a writer waits or holds: let it go first
+                    try:
+                        return _try(lock, fcntl.LOCK_SH)
+                    finally:
+                        fcntl.flock(gate, fcntl.LOCK_UN)
+
+                self._wait(attempt, self._who)
+                os.close(gate)
+        except BaseException:
+            if noted:
+                self._remove_note()
+            if fd is not None:
+                os.close(fd)
+            os.close(gate)
+            raise
         self._fd = fd
-        if self._exclusive:
-            # Atomic, so a waiting process never reads half a note; not fsynced,
-            # as it only helps a waiting process explain itself.
-            with contextlib.suppress(OSError):
-                write_atomic(
-                    self._holder,
-                    f"pid {os.getpid()} on {socket.gethostname()}\n".encode(),
-                    durable=False,
-                )
         return self
 
     def __exit__(
@@ -66,16 +142,75 @@ class StoreLock:
     ) -> None:
         if self._fd is not None:
             if self._exclusive:
-                # A stale note would name a process that no longer holds the lock.
-                with contextlib.suppress(OSError):
-                    os.unlink(self._holder)
+                self._remove_note()
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+        if self._gate_fd is not None:
+            # Last: readers stay out until the lock itself is free.
+            os.close(self._gate_fd)
+            self._gate_fd = None
+
+    def _wait(self, attempt: Callable[[], bool], who: Callable[[], str]) -> None:
+        """Calls `attempt` until it succeeds; says once who holds the lock; gives up in time."""
+        pause = _FIRST_POLL
+        while not attempt():
+            now = self._clock()
+            if now >= self._deadline:
+                raise LockError(
+                    f"store {self._store} is busy ({who()}); try again when it finishes"
+                )
+            if not self._noticed and now >= self._notice_at:
+                self._noticed = True
+                assert self._on_wait is not None
+                self._on_wait(f"waiting for store {self._store} ({who()})")
+            self._sleep(min(pause, self._deadline - now))
+            pause = min(pause * 2, _LONGEST_POLL)
+
+    def _write_note(self) -> None:
+        doing = f": {self._purpose}" if self._purpose else ""
+        # Atomic, so a waiting process never reads half a note; not fsynced,
+        # as it only helps a waiting process explain itself.
+        with contextlib.suppress(OSError):
+            write_atomic(
+                self._holder,
+                f"pid {os.getpid()} on {socket.gethostname()}{doing}\n".encode(),
+                durable=False,
+            )
+
+    def _remove_note(self) -> None:
+        # A stale note would name a process that no longer holds the lock.
+        with contextlib.suppress(OSError):
+            os.unlink(self._holder)
 
     def _who(self) -> str:
+        """Who holds the gate (or the lock), from its note: never blocks, reads 200 bytes."""
         try:
-            with open(self._holder, encoding="utf-8") as note:
-                return "held by " + note.read().strip()
+            fd = os.open(self._holder, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return "held by another process"
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode) and (note := os.read(fd, 200).strip()):
+                return "held by " + note.decode("utf-8", "replace")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        return "held by another process"
+
+
+def _readers_inside() -> str:
+    # A writer holding the gate waits only for readers that got in before it.
+    return "shared by snapshots in progress"
+
+
+def _open(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+
+def _try(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
