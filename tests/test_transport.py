@@ -1,17 +1,22 @@
 """The transport contract, run against every backend; then each backend's own failure modes.
 
-Backends so far: a directory (`file://`).
+Backends: a directory (`file://`), obstore's in-memory store, and S3 through a
+moto server on 127.0.0.1 started by these tests (see `s3server.py` for why its
+requests are handled one at a time).
 """
 
 from __future__ import annotations
 
+import http.server
 import os
 import random
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -21,20 +26,45 @@ import pytest
 import worksnap
 from worksnap.errors import InputError, RemoteError
 from worksnap.remote import RefusedStoreError, Transport, open_transport
+from worksnap.remote.aws import resolve_s3_settings
 from worksnap.remote.directory import DirectoryTransport
+from worksnap.remote.s3 import RETRIES, open_memory
+
+from .s3server import KEY_ID, SECRET, FakeS3, MotoServer, closed_port
 
 SRC = str(Path(worksnap.__file__).resolve().parents[1])
+BUCKET = "worksnap-tests"
 MiB = 1 << 20
 
+# The real AWS environment must not reach the client: obstore reads AWS_* itself.
+for _name in [n for n in os.environ if n.startswith("AWS_")]:
+    os.environ.pop(_name, None)
 
-@pytest.fixture(params=["file"])
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    server = MotoServer()
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+def s3_transport(moto: MotoServer, **env: str) -> Transport:
+    return open_transport(f"s3://{BUCKET}/t-{secrets.token_hex(6)}", environ=moto.environ(**env))
+
+
+@pytest.fixture(params=["file", "memory", "s3"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def transport(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Transport:
-    return open_transport(f"file://{tmp_path}")
+    if backend == "file":
+        return open_transport(f"file://{tmp_path}")
+    if backend == "memory":
+        return open_memory()
+    return s3_transport(request.getfixturevalue("moto"))
 
 
 # ---------------------------------------------------------------- the contract
@@ -228,6 +258,146 @@ def test_probe_refuses_a_store_that_ignores_conditions(
     assert caught.value.exit_code == 2
     assert "\n" not in str(caught.value)
     assert list(store.list_keys()) == []
+
+
+def test_probe_refuses_an_s3_server_that_drops_the_conditional_headers() -> None:
+    server = MotoServer(ignore_conditions=True)
+    try:
+        server.create_bucket("ignores-conditions")
+        store = open_transport("s3://ignores-conditions/p", environ=server.environ())
+        with pytest.raises(RefusedStoreError, match="If-None-Match is ignored"):
+            store.probe()
+    finally:
+        server.stop()
+
+
+# -------------------------------------------------------------- S3 failures
+
+
+def test_wrong_credentials_give_one_line_without_the_secret(moto: MotoServer) -> None:
+    store = s3_transport(moto, AWS_SECRET_ACCESS_KEY="wrong-secret-value")
+    moto.require_auth(True)
+    try:
+        for call in (
+            lambda: store.put_if_absent("k", b"x"),
+            lambda: store.get("k", max_bytes=10),
+            lambda: list(store.list_keys()),
+            lambda: store.swap_ref("refs/r", b"1 x", None),
+        ):
+            with pytest.raises(RemoteError) as caught:
+                call()
+            message = str(caught.value)
+            assert "access denied (InvalidAccessKeyId)" in message
+            assert "\n" not in message
+            assert "wrong-secret-value" not in message
+            assert KEY_ID not in message
+            assert caught.value.exit_code == 1
+    finally:
+        moto.require_auth(False)
+
+
+def test_connection_refused_gives_one_line_in_bounded_time() -> None:
+    port = closed_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+    }
+    store = open_transport(f"s3://{BUCKET}/p", environ=env)
+    for call in (
+        lambda: store.put_if_absent("k", b"x"),
+        lambda: store.swap_ref("refs/r", b"1 x", None),
+    ):
+        start = time.monotonic()
+        with pytest.raises(RemoteError) as caught:
+            call()
+        assert time.monotonic() - start < 15
+        assert str(caught.value).endswith(
+            f": cannot connect to http://127.0.0.1:{port} "
+            f"(connection refused, after {RETRIES} retries)"
+        )
+        assert "\n" not in str(caught.value)
+
+
+def test_a_missing_bucket_is_named(moto: MotoServer) -> None:
+    store = open_transport("s3://no-such-bucket-here/p", environ=moto.environ())
+    with pytest.raises(RemoteError, match="no such bucket 'no-such-bucket-here'"):
+        store.put_if_absent("k", b"x")
+    with pytest.raises(RemoteError, match="no such bucket"):
+        list(store.list_keys())
+    with pytest.raises(RemoteError, match="no such bucket"):
+        store.get("k", max_bytes=10)
+    with pytest.raises(RemoteError, match="no such bucket"):
+        store.get_ref("refs/r")
+
+
+def test_throttling_is_retried_a_bounded_number_of_times() -> None:
+    requests = []
+
+    def slow_down(handler: http.server.BaseHTTPRequestHandler) -> None:
+        requests.append(handler.command)
+        body = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
+        handler.send_response(503)
+        handler.send_header("Content-Type", "application/xml")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    server = FakeS3(slow_down)
+    try:
+        env = {
+            "AWS_ENDPOINT_URL": server.endpoint,
+            "AWS_ACCESS_KEY_ID": KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+        }
+        store = open_transport("s3://throttled/p", environ=env)
+        for call in (
+            lambda: store.put_if_absent("k", b"x"),
+            lambda: store.swap_ref("refs/r", b"1 x", None),
+        ):
+            requests.clear()
+            start = time.monotonic()
+            with pytest.raises(RemoteError, match=r"throttling requests \(SlowDown\)") as caught:
+                call()
+            assert time.monotonic() - start < 15
+            assert len(requests) == RETRIES + 1
+            assert "\n" not in str(caught.value)
+    finally:
+        server.stop()
+
+
+def test_an_s3_object_larger_than_max_bytes_is_refused_from_its_headers() -> None:
+    sent = [0]
+
+    def huge(handler: http.server.BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(1 << 40))
+        handler.send_header("ETag", '"0123"')
+        handler.send_header("Last-Modified", "Mon, 30 Nov 2026 10:00:00 GMT")
+        handler.end_headers()
+        zeros = bytes(64 << 10)
+        try:
+            while sent[0] < 1 << 30:
+                handler.wfile.write(zeros)
+                sent[0] += len(zeros)
+        except OSError:
+            pass  # the client hung up, as it should
+
+    server = FakeS3(huge)
+    try:
+        env = {
+            "AWS_ENDPOINT_URL": server.endpoint,
+            "AWS_ACCESS_KEY_ID": KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+        }
+        store = open_transport("s3://huge/p", environ=env)
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match="is 1099511627776 bytes, more than the"):
+            store.get("k", max_bytes=MiB)
+        assert time.monotonic() - start < 10
+        assert sent[0] < 64 * MiB  # what the socket buffers took, not the object
+    finally:
+        server.stop()
 
 
 # -------------------------------------------------------- file:// specifics
@@ -436,21 +606,27 @@ def test_puts_killed_at_random_moments_leave_only_whole_objects(tmp_path: Path) 
         assert store.get(entry.key, max_bytes=2 * size) == data + n.encode()
 
 
-# -------------------------------------------------------------------- URLs
+# ------------------------------------------------------------ URLs, settings
 
 
-def test_open_transport_accepts_file_urls(tmp_path: Path) -> None:
+def test_open_transport_accepts_file_and_s3_urls_only(tmp_path: Path) -> None:
+    env = {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET, "HOME": "/nonexistent"}
     assert open_transport(f"file://{tmp_path}").url == f"file://{tmp_path}"
     assert open_transport("file://localhost/srv/x").url == "file:///srv/x"
+    assert open_transport("s3://my-bucket/a/b/", environ=env).url == "s3://my-bucket/a/b"
+    assert open_transport("s3://my-bucket", environ=env).url == "s3://my-bucket"
     for url, message in [
         ("http://example.com/x", "speaks s3://bucket/prefix and file:///path"),
         ("/plain/path", "speaks s3://bucket/prefix and file:///path"),
         ("file://relative/path", "three slashes"),
         ("file:", "absolute path"),
-        ("file:///p?x=1", "no query"),
+        ("s3://Bad_Bucket/p", "not a valid bucket name"),
+        ("s3://bucket/a//b", "the prefix may hold only"),
+        ("s3://bucket/.hidden", "the prefix may hold only"),
+        ("s3://bucket/p?x=1", "no query"),
     ]:
         with pytest.raises(InputError, match=message):
-            open_transport(url)
+            open_transport(url, environ=env)
 
 
 def test_credentials_in_a_url_are_refused_and_not_repeated() -> None:
@@ -468,3 +644,96 @@ def test_the_core_does_not_import_the_s3_client(tmp_path: Path) -> None:
         "assert 'obstore' not in sys.modules, 'obstore imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": SRC})
+
+
+def write_aws_files(home: Path, credentials: str = "", config: str = "") -> None:
+    (home / ".aws").mkdir(parents=True, exist_ok=True)
+    (home / ".aws" / "credentials").write_text(credentials)
+    (home / ".aws" / "config").write_text(config)
+
+
+def test_settings_come_from_the_environment_first(tmp_path: Path) -> None:
+    write_aws_files(
+        tmp_path,
+        "[default]\naws_access_key_id = FILEKEY\naws_secret_access_key = filesecret\n",
+        "[default]\nregion = eu-west-1\nendpoint_url = http://files.example\n",
+    )
+    env = {
+        "HOME": str(tmp_path),
+        "AWS_ACCESS_KEY_ID": "ENVKEY",
+        "AWS_SECRET_ACCESS_KEY": "envsecret",
+        "AWS_SESSION_TOKEN": "envtoken",
+        "AWS_REGION": "eu-north-1",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    }
+    settings = resolve_s3_settings(env)
+    assert (settings.access_key_id, settings.secret_access_key) == ("ENVKEY", "envsecret")
+    assert settings.session_token == "envtoken"
+    assert (settings.region, settings.endpoint) == ("eu-north-1", "http://127.0.0.1:9")
+    assert settings.source == "environment"
+    assert "envsecret" not in repr(settings)
+    assert "ENVKEY" not in repr(settings)
+    assert resolve_s3_settings({**env, "AWS_ENDPOINT_URL_S3": "http://s3only"}).endpoint == (
+        "http://s3only"
+    )
+
+
+def test_settings_come_from_the_profile_in_the_aws_files(tmp_path: Path) -> None:
+    write_aws_files(
+        tmp_path,
+        "[default]\naws_access_key_id = DEFKEY\naws_secret_access_key = defsecret\n"
+        "[work]\naws_access_key_id = WORKKEY\naws_secret_access_key = worksecret\n",
+        "[default]\nregion = eu-west-1\n"
+        "[profile work]\nregion = ap-south-1\nendpoint_url = http://127.0.0.1:8333\n"
+        "[profile cfgonly]\naws_access_key_id = CFGKEY\naws_secret_access_key = cfgsecret\n"
+        "[profile sso]\nsso_session = corp\n",
+    )
+    home = {"HOME": str(tmp_path)}
+    default = resolve_s3_settings(home)
+    assert (default.access_key_id, default.region, default.endpoint) == (
+        "DEFKEY",
+        "eu-west-1",
+        None,
+    )
+    work = resolve_s3_settings({**home, "AWS_PROFILE": "work"})
+    assert (work.access_key_id, work.secret_access_key) == ("WORKKEY", "worksecret")
+    assert (work.region, work.endpoint) == ("ap-south-1", "http://127.0.0.1:8333")
+    assert work.source == f"profile work in {tmp_path}/.aws/credentials"
+    assert resolve_s3_settings({**home, "AWS_PROFILE": "cfgonly"}).access_key_id == "CFGKEY"
+    assert resolve_s3_settings({**home, "AWS_PROFILE": "cfgonly"}).region == "us-east-1"
+    with pytest.raises(InputError, match="through sso_session, which worksnap does not read"):
+        resolve_s3_settings({**home, "AWS_PROFILE": "sso"})
+    with pytest.raises(InputError, match="AWS_PROFILE names the profile 'nope'"):
+        resolve_s3_settings({**home, "AWS_PROFILE": "nope"})
+    other = tmp_path / "elsewhere"
+    other.write_text("[default]\naws_access_key_id = OTHER\naws_secret_access_key = s\n")
+    assert (
+        resolve_s3_settings({**home, "AWS_SHARED_CREDENTIALS_FILE": str(other)}).access_key_id
+        == "OTHER"
+    )
+
+
+def test_settings_refuse_missing_or_half_credentials_and_broken_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no AWS credentials"):
+        resolve_s3_settings({"HOME": str(tmp_path)})
+    with pytest.raises(InputError, match="AWS_SECRET_ACCESS_KEY is not set"):
+        resolve_s3_settings({"HOME": str(tmp_path), "AWS_ACCESS_KEY_ID": "K"})
+    write_aws_files(tmp_path, "aws_secret_access_key = leaked-if-quoted\n[broken")
+    with pytest.raises(InputError, match="cannot read the AWS file") as caught:
+        resolve_s3_settings({"HOME": str(tmp_path)})
+    assert "leaked-if-quoted" not in str(caught.value)
+
+
+def test_threads_share_one_transport_safely(moto: MotoServer) -> None:
+    # obstore's client is used from many threads at once by the contract tests; this
+    # checks that answers do not cross between threads.
+    store = s3_transport(moto)
+    barrier = threading.Barrier(8)
+
+    def put_and_read(n: int) -> bytes:
+        barrier.wait()
+        store.put_if_absent(f"t/{n}", b"%d" % n * 1000)
+        return store.get(f"t/{n}", max_bytes=10_000)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(put_and_read, range(8))) == [b"%d" % n * 1000 for n in range(8)]

@@ -2,7 +2,8 @@
 
 So far the transport layer only: `open_transport(url)` gives a `Transport`, the
 few operations (create-if-absent, bounded reads, listing, compare-and-swap refs)
-that an immutable-pack remote needs.
+that an immutable-pack remote needs. The S3 client (`obstore`, the `s3` extra) is
+imported only when an `s3://` URL is opened.
 """
 
 from __future__ import annotations

@@ -239,8 +239,10 @@ def _check_conditional_writes(transport: Transport, obj: str, ref: str, token: b
 def open_transport(url: str, *, environ: Mapping[str, str] | None = None) -> Transport:
     """Opens the remote store `url` names; no request is made until the first operation.
 
-    `file:///abs/path` is a directory (shared disk, tests). `environ` will carry
-    the AWS settings of `s3://` URLs (default `os.environ`).
+    `file:///abs/path` is a directory (shared disk, tests); `s3://bucket/prefix`
+    is an S3-compatible store, reached with endpoint, region and credentials from
+    the standard AWS environment and files (see `worksnap.remote.aws`), read from
+    `environ` (default `os.environ`). The S3 client is imported only here.
 
     Raises:
         InputError: the URL is not one of those forms (the message never repeats
@@ -266,7 +268,20 @@ def open_transport(url: str, *, environ: Mapping[str, str] | None = None) -> Tra
 
         return DirectoryTransport(path)
     if parts.scheme == "s3":
-        raise InputError(f"remote URL {url}: the s3:// backend is not built yet")
+        prefix = parts.path.strip("/")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", parts.netloc):
+            raise InputError(
+                f"remote URL {url}: {parts.netloc!r} is not a valid bucket name "
+                "(3 to 63 lowercase letters, digits, dots and dashes)"
+            )
+        if prefix and not is_key(prefix):
+            raise InputError(
+                f"remote URL {url}: the prefix may hold only letters, digits, '.', '_', '-', "
+                "'=' and '/' (no empty segment, none starting with '.')"
+            )
+        from worksnap.remote.s3 import open_s3
+
+        return open_s3(parts.netloc, prefix, environ=environ)
     raise InputError(
         f"remote URL {url}: worksnap speaks s3://bucket/prefix and file:///path, nothing else"
     )
