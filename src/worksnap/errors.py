@@ -86,3 +86,23 @@ class RestoreError(WorksnapError):
     """A restore stopped part-way; the message says what failed and what was rolled back."""
 
     exit_code = 1
+
+
+class RemoteError(WorksnapError):
+    """A remote store failed an operation: unreachable, refused, throttled, missing or damaged.
+
+    Attributes:
+        remote: the remote's URL (never carries a credential).
+        key: the object the operation was about, or "" when the failure is the store's.
+        reason: one line that says what went wrong.
+    """
+
+    exit_code = 1
+
+    def __init__(self, remote: str, reason: str, *, key: str = "") -> None:
+        super().__init__(
+            f"remote {remote}: {key}: {reason}" if key else f"remote {remote}: {reason}"
+        )
+        self.remote = remote
+        self.key = key
+        self.reason = reason

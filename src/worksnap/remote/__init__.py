@@ -1,0 +1,31 @@
+"""Remote stores: push and pull snapshots through S3-compatible stores and shared disks.
+
+So far the transport layer only: `open_transport(url)` gives a `Transport`, the
+few operations (create-if-absent, bounded reads, listing, compare-and-swap refs)
+that an immutable-pack remote needs. The S3 client (`obstore`, the `s3` extra) is
+imported only when an `s3://` URL is opened.
+"""
+
+from __future__ import annotations
+
+from worksnap.remote.transport import (
+    MAX_REF_BYTES,
+    ListEntry,
+    Ref,
+    RefusedStoreError,
+    Stat,
+    Transport,
+    open_transport,
+    probe_transport,
+)
+
+__all__ = [
+    "MAX_REF_BYTES",
+    "ListEntry",
+    "Ref",
+    "RefusedStoreError",
+    "Stat",
+    "Transport",
+    "open_transport",
+    "probe_transport",
+]
