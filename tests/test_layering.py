@@ -25,6 +25,13 @@ LEVELS: dict[str, int] = {
     "frames": 0,
     "progress": 0,
     "gitindex": 0,
+    # the remote's transports: bytes under keys, conditional writes; nothing of snapshots
+    "remote": 0,
+    "remote.transport": 0,
+    "remote.aws": 0,
+    "remote.directory": 0,
+    "remote.s3": 0,
+    "remote.backends": 0,
     # 1: the records and the settings
     "manifest": 1,
     "config": 1,
@@ -76,7 +83,22 @@ _PATH_CALLS = {
 
 
 def modules() -> dict[str, Path]:
-    return {path.stem: path for path in sorted(SRC.glob("*.py"))}
+    """Every module by dotted name below `worksnap` (a package's `__init__` by its own name)."""
+    found: dict[str, Path] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if len(parts) > 1 and parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _module_of(dotted: list[str], names: set[str]) -> str:
+    """The longest prefix of `dotted` (below `worksnap`) that names a module."""
+    for end in range(len(dotted), 0, -1):
+        if ".".join(dotted[:end]) in names:
+            return ".".join(dotted[:end])
+    return "__init__"
 
 
 def imported(module: str, path: Path) -> set[str]:
@@ -88,15 +110,13 @@ def imported(module: str, path: Path) -> set[str]:
             for alias in node.names:
                 parts = alias.name.split(".")
                 if parts[0] == "worksnap":
-                    found.add(parts[1] if len(parts) > 1 else "__init__")
+                    found.add(_module_of(parts[1:], names))
         elif isinstance(node, ast.ImportFrom) and node.module is not None:
             parts = node.module.split(".")
             if parts[0] != "worksnap" or node.level:
                 continue
-            if len(parts) > 1:
-                found.add(parts[1])
-            else:  # from worksnap import x: a module, or a name of the package
-                found.update(a.name if a.name in names else "__init__" for a in node.names)
+            # from worksnap[.package] import x: x is a module, or a name of that module
+            found.update(_module_of([*parts[1:], a.name], names) for a in node.names)
     found.discard(module)
     return found
 

@@ -8,6 +8,7 @@ imported only when an `s3://` URL is opened.
 
 from __future__ import annotations
 
+from worksnap.remote.backends import open_transport
 from worksnap.remote.transport import (
     MAX_REF_BYTES,
     ListEntry,
@@ -15,7 +16,6 @@ from worksnap.remote.transport import (
     RefusedStoreError,
     Stat,
     Transport,
-    open_transport,
     probe_transport,
 )
 

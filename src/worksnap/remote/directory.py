@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from blake3 import blake3
 
 from worksnap.errors import RemoteError
+from worksnap.layout import TEMP_MARK
 from worksnap.remote.transport import (
     MAX_REF_BYTES,
     ListEntry,
@@ -289,7 +290,7 @@ class DirectoryTransport:
 
     def _write_temp(self, directory: str, data: bytes, key: str) -> str:
         """Writes `data` to a new fsynced `.tmp-*` file in `directory` (made if missing)."""
-        tmp = os.path.join(directory, f".tmp-{secrets.token_hex(8)}")
+        tmp = os.path.join(directory, f"{TEMP_MARK}{secrets.token_hex(8)}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         try:
             try:
