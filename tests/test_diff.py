@@ -67,7 +67,7 @@ def test_cli_diff_stat_numstat_json(root: Path, capsys: pytest.CaptureFixture[st
     assert main(["--root", str(root), "diff", "latest", "--stat"]) == 0
     stat = capsys.readouterr().out
     assert "a.txt |    1 +" in stat and "b.bin | Bin" in stat
-    assert "2 files changed, 1 insertions(+), 0 deletions(-)" in stat
+    assert "2 files changed, 1 insertion(+), 0 deletions(-)" in stat
     assert main(["--root", str(root), "--json", "diff", "latest"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0] == {

@@ -131,6 +131,7 @@ class Capture:
         self._entries: dict[str, tuple[os.stat_result, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
+        self._last_cap = max_file_bytes
 
     @property
     def watching(self) -> bool:
@@ -155,25 +156,35 @@ class Capture:
         """Trusts no cached digest until files are stat-ed again (they were rewritten)."""
         self._caches.forget_stat_table()
 
-    def capture(self, *, store_objects: bool) -> Manifest:
+    def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").
 
         Args:
             store_objects: also store every file's bytes (what a snapshot does);
                 without it only digests are computed, and nothing is written
                 except the caches.
+            max_file_bytes: the size cap of this capture (default: the engine's). A
+                restore captures with at least its target's cap, so that every file
+                the target holds is compared, restored, and kept for undo.
         """
+        cap = self.max_file_bytes if max_file_bytes is None else max_file_bytes
+        if cap != self._last_cap:
+            # What the watcher lets us reuse was sorted into files and large by another cap.
+            self._memory = {}
+            self._entries = {}
+            self._last_capture = None
+            self._last_cap = cap
         # A capture allocates a few objects per file and frees few of them: the cyclic
         # collector would keep re-walking them all (a quarter of a warm snapshot).
         collecting = cyclic_gc.isenabled()
         cyclic_gc.disable()
         try:
-            return self._capture(store_objects=store_objects)
+            return self._capture(store_objects=store_objects, cap=cap)
         finally:
             if collecting:
                 cyclic_gc.enable()
 
-    def _capture(self, *, store_objects: bool) -> Manifest:
+    def _capture(self, *, store_objects: bool, cap: int) -> Manifest:
         scan_start = time.time_ns()
         trust_before = scan_start - self._racy_margin_ns
         swept = self._store.sync() if store_objects else False
@@ -188,7 +199,7 @@ class Capture:
             self._root.path,
             self.rules(),
             exclude=self._root.exclude,
-            max_file_bytes=self.max_file_bytes,
+            max_file_bytes=cap,
             listings=listings,
             trust_before=trust_before,
             watcher=self._watcher,
@@ -265,7 +276,7 @@ class Capture:
             kind="current",
             step=None,
             time=now_rfc3339(),
-            max_file_bytes=self.max_file_bytes,
+            max_file_bytes=cap,
             tree=tree_digest(entries, dirs),
             entries=entries,
             dirs=dirs,

@@ -318,12 +318,12 @@ class WorkspacePool:
 
     def open(self, root: str, store: str | None, options: dict[str, Any]) -> Workspace:
         """The workspace for these options (opened, watched, on first use), set to the session."""
-        from worksnap.workspace import DEFAULT_MAX_FILE_BYTES, Workspace
+        from worksnap.workspace import Workspace
 
         session = options.pop("session")
         progress = options.pop("progress")
         options.setdefault("exclude", ())
-        options.setdefault("max_file_bytes", DEFAULT_MAX_FILE_BYTES)
+        options.setdefault("max_file_bytes", None)  # the store's setting, read per command
         options.setdefault("force", False)
         key = (
             os.path.realpath(root),

@@ -106,3 +106,21 @@ class RemoteError(WorksnapError):
         self.remote = remote
         self.key = key
         self.reason = reason
+
+
+class FileSystemError(WorksnapError):
+    """The file system refused what worksnap needed: permission denied, disk full, I/O error.
+
+    What the API raises in place of a bare `OSError`.
+
+    Attributes:
+        path: the file or folder involved ("" when the system did not say).
+        reason: the system's words for it (`strerror`).
+    """
+
+    exit_code = 1
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.path = path
+        self.reason = reason

@@ -26,11 +26,22 @@ from worksnap.store import Store
 
 @dataclass(frozen=True, slots=True)
 class GcReport:
-    """What a garbage collection removed."""
+    """What a garbage collection removed (or, for a dry run, would remove).
+
+    Attributes:
+        snapshots: how many snapshots were dropped.
+        objects: how many objects were deleted (a dry run: those only dropped snapshots
+            needed; a real one also sweeps leftovers no snapshot ever named).
+        bytes: the bytes that freed.
+        dropped: the ids of the snapshots dropped, newest first.
+        dry_run: nothing was removed.
+    """
 
     snapshots: int = 0
     objects: int = 0
     bytes: int = 0
+    dropped: tuple[str, ...] = ()
+    dry_run: bool = False
 
 
 class Maintenance:
@@ -70,7 +81,15 @@ class Maintenance:
         """Returns the retention policy in the store's config (none when absent)."""
         return load_config(self._paths).retention
 
-    def gc(self, policy: Retention | None, *, wait: bool, drop_session: str | None) -> GcReport:
+    def gc(
+        self,
+        policy: Retention | None,
+        *,
+        wait: bool,
+        drop_session: str | None,
+        everything: bool = False,
+        dry_run: bool = False,
+    ) -> GcReport:
         """Drops what a retention policy expires and sweeps unreferenced objects.
 
         See `Workspace.gc`.
@@ -81,38 +100,62 @@ class Maintenance:
         """
         policy = policy if policy is not None else self.configured_retention()
         if not self._store.exists():
-            return GcReport()
-        with StoreLock(self._paths.dir, exclusive=True, timeout=60.0 if wait else 0.0):
+            return GcReport(dry_run=dry_run)
+        with StoreLock(self._paths.dir, exclusive=not dry_run, timeout=60.0 if wait else 0.0):
             summaries, _ = self._store.summaries()
             pins = self._store.pins()
-            if drop_session is not None:
-                self._sessions.save(check_session_name(drop_session), SessionState())
-            keep = pins | self._sessions.referenced()
+            keep = pins | self._sessions.referenced(
+                without=check_session_name(drop_session) if drop_session is not None else None
+            )
             dropped = select_expired(
                 summaries,
                 policy,
                 keep=keep,
                 now=datetime.now(timezone.utc),
                 object_sizes=self.object_sizes,
+                everything=everything,
             )
             dropped += [
                 s.id
                 for s in summaries
                 if s.session == drop_session and s.id not in pins and s.id not in dropped
             ]
-            live: set[str] = set()
+            order = {s.id: (s.time, s.id) for s in summaries}
+            dropped.sort(key=lambda i: order.get(i, ("", i)), reverse=True)
+            live: dict[str, int] = {}
             for snapshot_id in set(self._store.ids()) - set(dropped):
                 # Before anything is removed: an unreadable manifest stops the gc here.
                 live.update(self.object_sizes(snapshot_id))
+            if dry_run:
+                gone: dict[str, int] = {}
+                for snapshot_id in dropped:
+                    gone.update(self.object_sizes(snapshot_id))
+                freed = {d: size for d, size in gone.items() if d not in live}
+                return GcReport(
+                    snapshots=len(dropped),
+                    objects=len(freed),
+                    bytes=sum(freed.values()),
+                    dropped=tuple(dropped),
+                    dry_run=True,
+                )
+            if drop_session is not None:
+                self._sessions.save(check_session_name(drop_session), SessionState())
             for snapshot_id in dropped:
                 self._store.delete_snapshot(snapshot_id)
-            removed, freed = self._store.sweep(live)
+            removed, freed_bytes = self._store.sweep(set(live))
         self._catalog.forget_last()
-        return GcReport(snapshots=len(dropped), objects=removed, bytes=freed)
+        return GcReport(
+            snapshots=len(dropped), objects=removed, bytes=freed_bytes, dropped=tuple(dropped)
+        )
 
-    def apply_configured_retention(self) -> None:
+    def drop(self, snapshot_id: str) -> None:
+        """Removes one snapshot now (its objects stay until the next gc sweeps them)."""
+        with StoreLock(self._paths.dir, exclusive=True):
+            self._store.delete_snapshot(snapshot_id)
+        self._catalog.forget_last()
+
+    def apply_configured_retention(self, policy: Retention) -> None:
         """Runs the configured retention after a snapshot, unless another process is busy."""
-        policy = self.configured_retention()
         if policy.is_empty():
             return
         try:

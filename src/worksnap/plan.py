@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from worksnap.manifest import Entry, Manifest
+from worksnap.manifest import Entry, Manifest, parse_time
 from worksnap.paths import ancestors, is_under
 
 
@@ -43,12 +43,34 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
+class Unprotected:
+    """A large file (over a size cap, so in no snapshot) that a restore leaves as it is.
+
+    Attributes:
+        path: relative wire-form path.
+        why: "deleted" (the target left it out as large; it is gone now), "changed"
+            (the same, and changed since the target was taken), "too-large" (the target
+            holds it, but it is over the cap now), "added" (new since, over the cap).
+        size: its size now (None when it is gone).
+    """
+
+    path: str
+    why: str
+    size: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
-    """What restoring `target` would change, sorted by path, and the state it was made from."""
+    """What restoring `target` would change, sorted by path, and the state it was made from.
+
+    `unprotected` lists the large files the restore leaves as they are although they
+    differ, or may differ, from the target (see `unprotected`): a preview shows them.
+    """
 
     target: Manifest
     current: Manifest
     changes: list[Change]
+    unprotected: list[Unprotected] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Returns how many changes of each op the plan holds."""
@@ -182,3 +204,40 @@ def select_paths(plan: Plan, paths: Iterable[str]) -> Plan:
         )
     ]
     return Plan(target=plan.target, current=plan.current, changes=kept)
+
+
+Probe = Callable[[str], "tuple[int, int] | None"]
+"""Returns a path's (size, newest of its mtime and ctime in ns) now, or None if it is gone."""
+
+
+def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unprotected]:
+    """Lists the large files a restore of `target` leaves as they are, sorted by path.
+
+    A large file is in no snapshot, so the planner never touches it: one the target
+    left out cannot be brought back if it is gone or changed since (changed: its mtime
+    or ctime is newer than the target), and one over the cap now is neither restored
+    nor removed. A person previewing a restore must see them.
+
+    Args:
+        current: the state the plan was made from.
+        target: the snapshot restored.
+        probe: what is on disk at a path now (see `Probe`).
+    """
+    since = int(parse_time(target.time).timestamp() * 1_000_000_000)
+    held = {e.path for e in target.entries}
+    rows: list[Unprotected] = []
+    for path in target.large:
+        found = probe(path)
+        if found is None:
+            rows.append(Unprotected(path, "deleted", None))
+        elif found[1] >= since:
+            rows.append(Unprotected(path, "changed", found[0]))
+    target_large = set(target.large)
+    for path in current.large:
+        if path in target_large:
+            continue
+        found = probe(path)
+        size = found[0] if found is not None else None
+        rows.append(Unprotected(path, "too-large" if path in held else "added", size))
+    rows.sort(key=lambda row: row.path)
+    return rows

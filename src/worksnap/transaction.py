@@ -10,6 +10,7 @@ dies, the journal stays and the next command rolls back (`recover`).
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -27,8 +28,8 @@ from worksnap.ignore import ignore_checker
 from worksnap.layout import StorePaths
 from worksnap.lock import StoreLock
 from worksnap.manifest import Entry, Manifest
-from worksnap.paths import Root, ancestors
-from worksnap.plan import Plan, plan_restore, select_paths
+from worksnap.paths import Root, ancestors, fs_path, is_under
+from worksnap.plan import Plan, plan_restore, select_paths, unprotected
 from worksnap.progress import Reporter
 from worksnap.store import Store
 
@@ -104,8 +105,16 @@ class Restorer:
         """Previews what restoring `target` would change; writes nothing but the stat cache."""
         self.recover_if_interrupted(session)  # never preview a half-restored tree
         selected = self._selection(paths)
-        current = self._capture.capture(store_objects=False)
+        current = self._capture.capture(store_objects=False, max_file_bytes=self._cap(target))
         return self._plan(current, self._full_target(current, target, session), selected)
+
+    def _cap(self, target: Manifest) -> int:
+        """The size cap a restore of `target` captures with: never below the target's own.
+
+        Else a file the target holds, over the engine's cap now, would be neither
+        compared nor restored, nor kept by the pre-restore snapshot for undo.
+        """
+        return max(self._capture.max_file_bytes, target.max_file_bytes)
 
     def _selection(
         self, paths: Sequence[str | os.PathLike[str]] | None
@@ -130,7 +139,21 @@ class Restorer:
                 gitignores[directory] = self._store.read(entry.hash)
         ignored = ignore_checker(self._capture.rules(), gitignores)
         plan = plan_restore(current, target, ignored_by_target=ignored)
-        return plan if selected is None else select_paths(plan, selected)
+        if selected is not None:
+            _check_selected(selected, current, target)
+            plan = select_paths(plan, selected)
+        rows = unprotected(plan.current, plan.target, self._probe)
+        if selected is not None:
+            rows = [r for r in rows if any(is_under(r.path, p) for p in selected)]
+        return dataclasses.replace(plan, unprotected=rows)
+
+    def _probe(self, rel: str) -> tuple[int, int] | None:
+        """A large file's size and newest time now (None: gone); for `plan.unprotected`."""
+        try:
+            st = os.lstat(os.path.join(self._root.path, os.fsdecode(fs_path(rel))))
+        except OSError:
+            return None
+        return st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
 
     # -- restoring ------------------------------------------------------------
 
@@ -144,6 +167,26 @@ class Restorer:
             lambda current: target, kind="pre-restore", selected=selected, session=session
         )
 
+    def _choose_and_plan(
+        self,
+        choose: Callable[[Manifest], Manifest],
+        *,
+        store_objects: bool,
+        session: str,
+        selected: builtins.list[str] | None = None,
+    ) -> Plan:
+        """Captures the current state, picks the target from it, and plans.
+
+        The capture is taken again with the target's cap when that is higher (`_cap`).
+        """
+        current = self._capture.capture(store_objects=store_objects)
+        target = choose(current)
+        if self._cap(target) != current.max_file_bytes:
+            current = self._capture.capture(
+                store_objects=store_objects, max_file_bytes=self._cap(target)
+            )
+        return self._plan(current, self._full_target(current, target, session), selected)
+
     def _restore(
         self,
         choose: Callable[[Manifest], Manifest],
@@ -152,17 +195,35 @@ class Restorer:
         session: str,
         selected: builtins.list[str] | None = None,
         then: Callable[[Result], None] | None = None,
+        expected: Plan | None = None,
     ) -> Result:
         """Captures the current state once, plans to `choose(current)`, and applies.
 
         `choose` and `then` (given the result) run under the exclusive lock, so
-        session state they read and write cannot change under them.
+        session state they read and write cannot change under them. With `expected`
+        (a preview a person confirmed), that very plan is applied, provided the target
+        is the same and nothing it touches changed since (else ConflictError).
         """
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
         with StoreLock(self._paths.dir, exclusive=True):
-            pre = self._capture.capture(store_objects=True)
-            plan = self._plan(pre, self._full_target(pre, choose(pre), session), selected)
+            if expected is None:
+                plan = self._choose_and_plan(
+                    choose, store_objects=True, session=session, selected=selected
+                )
+                pre = plan.current
+            else:
+                pre = self._capture.capture(
+                    store_objects=True, max_file_bytes=expected.current.max_file_bytes
+                )
+                chosen = choose(pre).id
+                if chosen != expected.target.id:
+                    raise InputError(
+                        f"the workspace changed since the preview: this would now go to "
+                        f"snapshot {chosen}, not {expected.target.id}; nothing was changed"
+                    )
+                check_unchanged(expected, pre)
+                plan = expected
             if plan.changes:
                 pre = msgspec.structs.replace(pre, kind=kind, session=session)
                 result = self._run(plan, pre, session)
@@ -184,7 +245,11 @@ class Restorer:
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
         with StoreLock(self._paths.dir, exclusive=True):
-            pre = self._capture.capture(store_objects=True)
+            # The cap the plan was made with: else files would move between captured
+            # and large, and look changed.
+            pre = self._capture.capture(
+                store_objects=True, max_file_bytes=plan.current.max_file_bytes
+            )
             pre = msgspec.structs.replace(pre, kind=kind, session=session)
             check_unchanged(plan, pre)
             return self._run(plan, pre, session)
@@ -240,11 +305,8 @@ class Restorer:
         self._capture.forget_stat_table()  # the failed apply rewrote files
         dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
         remove_leftovers(self._root.path, dirs)
-        back = self._apply_plan(
-            self._root.path,
-            self._plan(self._capture.capture(store_objects=False), pre),
-            self._store.read,
-        )
+        now = self._capture.capture(store_objects=False, max_file_bytes=self._cap(pre))
+        back = self._apply_plan(self._root.path, self._plan(now, pre), self._store.read)
         if not back.ok:
             raise RestoreError(
                 f"restore failed ({result.error}) and so did the rollback ({back.error}); "
@@ -272,13 +334,9 @@ class Restorer:
         if not os.path.exists(journal):
             return None  # checked again under the lock: this only spares a missing store
         with StoreLock(self._paths.dir, exclusive=True):
-            try:
-                with open(journal, "rb") as f:
-                    record = msgspec.json.decode(f.read(), type=Journal)
-            except FileNotFoundError:
+            record = _load_journal(journal)
+            if record is None:
                 return None  # another process finished it while we waited for the lock
-            except (OSError, msgspec.DecodeError, RecursionError) as exc:
-                raise RestoreError(f"journal {journal} is damaged ({exc}); remove it") from None
             pre = self._catalog.load(record.pre_restore, session)
             try:
                 target: Manifest | None = self._catalog.load(record.target, session)
@@ -288,23 +346,58 @@ class Restorer:
             _remove_journal(journal)
             return back
 
+    def plan_recover(self, session: str) -> Plan | None:
+        """Previews what `recover` would change (None: no restore was interrupted)."""
+        record = _load_journal(self._paths.journal)
+        if record is None:
+            return None
+        pre = self._catalog.load(record.pre_restore, session)
+        now = self._capture.capture(store_objects=False, max_file_bytes=self._cap(pre))
+        return self._plan(now, pre)
+
     # -- undo and redo --------------------------------------------------------
 
-    def undo(self, session: str) -> Result:
-        """Restores the newest snapshot of the session whose state differs from the current one.
-
-        Raises:
-            InputError: there is nothing to undo.
-        """
-        chosen: builtins.list[str] = []
+    def _undo_choice(self, session: str) -> Callable[[Manifest], Manifest]:
+        """Picks what undo restores, given the current state (see `history.undo_target`)."""
+        if not self._store.exists():
+            raise InputError(f"nothing to undo in session {session!r} (no snapshots yet)")
 
         def choose(current: Manifest) -> Manifest:
             state = self._sessions.load(session)
             target_id = undo_target(self._catalog.list(session), current.tree, state)
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
-            chosen.append(target_id)
             return self._catalog.load(target_id, session)
+
+        return choose
+
+    def plan_undo(self, session: str) -> Plan:
+        """Previews what `undo` would change (nothing is written but the stat cache).
+
+        Raises:
+            InputError: there is nothing to undo.
+        """
+        self.recover_if_interrupted(session)
+        return self._choose_and_plan(
+            self._undo_choice(session), store_objects=False, session=session
+        )
+
+    def undo(self, session: str, *, expected: Plan | None = None) -> Result:
+        """Restores the newest snapshot of the session whose state differs from the current one.
+
+        With `expected` (from `plan_undo`, confirmed by a person), applies that very plan.
+
+        Raises:
+            InputError: there is nothing to undo, or it would now go elsewhere than `expected`.
+            ConflictError: a path `expected` touches changed since.
+        """
+        pick = self._undo_choice(session)
+        chosen: builtins.list[str] = []
+
+        def choose(current: Manifest) -> Manifest:
+            target = pick(current)
+            chosen.append(target.id)
+            return target
 
         def record(result: Result) -> None:
             if result.ok and result.pre_restore is not None:
@@ -312,21 +405,18 @@ class Restorer:
                 state.redo.append(Frame(chosen[0], result.pre_restore))
                 self._sessions.save(session, state)
 
-        return self._restore(choose, kind="undo", then=record, session=session)
+        return self._restore(choose, kind="undo", then=record, session=session, expected=expected)
 
-    def redo(self, session: str) -> Result:
-        """Re-applies what the last `undo` undid (the state it left).
-
-        Raises:
-            InputError: nothing was undone, or a new snapshot cleared the redo stack.
-        """
+    def _redo_choice(
+        self, session: str, frames: builtins.list[Frame]
+    ) -> Callable[[Manifest], Manifest]:
+        """Picks what redo restores: the state the last undo left (its frame goes to `frames`)."""
         nothing = InputError(
             f"nothing to redo in session {session!r} "
             "(only an undo can be redone, and a new snapshot clears redo)"
         )
-        if not self._sessions.load(session).redo:
+        if not self._store.exists() or not self._sessions.load(session).redo:
             raise nothing  # answered before the tree is walked; checked again under the lock
-        frames: builtins.list[Frame] = []
 
         def choose(current: Manifest) -> Manifest:
             state = self._sessions.load(session)
@@ -335,13 +425,53 @@ class Restorer:
             frames.append(state.redo[-1])
             return self._catalog.load(frames[0].left, session)
 
+        return choose
+
+    def plan_redo(self, session: str) -> Plan:
+        """Previews what `redo` would change (nothing is written but the stat cache).
+
+        Raises:
+            InputError: nothing was undone, or a new snapshot cleared the redo stack.
+        """
+        self.recover_if_interrupted(session)
+        return self._choose_and_plan(
+            self._redo_choice(session, []), store_objects=False, session=session
+        )
+
+    def redo(self, session: str, *, expected: Plan | None = None) -> Result:
+        """Re-applies what the last `undo` undid (the state it left).
+
+        With `expected` (from `plan_redo`, confirmed by a person), applies that very plan.
+
+        Raises:
+            InputError: nothing was undone, or a new snapshot cleared the redo stack.
+            ConflictError: a path `expected` touches changed since.
+        """
+        frames: builtins.list[Frame] = []
+        choose = self._redo_choice(session, frames)
+
         def record(result: Result) -> None:
             state = self._sessions.load(session)
             if result.ok and state.redo and state.redo[-1] == frames[0]:
                 state.redo.pop()
                 self._sessions.save(session, state)
 
-        return self._restore(choose, kind="redo", then=record, session=session)
+        return self._restore(choose, kind="redo", then=record, session=session, expected=expected)
+
+
+def _load_journal(journal: str) -> Journal | None:
+    """Reads the journal (None: there is none).
+
+    Raises:
+        RestoreError: it is damaged.
+    """
+    try:
+        with open(journal, "rb") as f:
+            return msgspec.json.decode(f.read(), type=Journal)
+    except FileNotFoundError:
+        return None
+    except (OSError, msgspec.DecodeError, RecursionError) as exc:
+        raise RestoreError(f"journal {journal} is damaged ({exc}); remove it") from None
 
 
 def _remove_journal(journal: str) -> None:
@@ -370,3 +500,29 @@ def check_unchanged(plan: Plan, now: Manifest) -> None:
             path in above or any(a in touched for a in ancestors(path))
         ):
             raise ConflictError(path)
+
+
+def _check_selected(selected: builtins.list[str], current: Manifest, target: Manifest) -> None:
+    """Refuses a path that neither the target nor the workspace has (a typo restores nothing).
+
+    Raises:
+        InputError: names the first such path.
+    """
+    for wanted in selected:
+        for state in (target, current):
+            if _holds(state, wanted):
+                break
+        else:
+            raise InputError(
+                f"{wanted!r} is not in snapshot {target.id}, nor in the workspace "
+                "(nothing to restore there)"
+            )
+
+
+def _holds(state: Manifest, wanted: str) -> bool:
+    """True when `state` has something at or below `wanted`, or left out what holds it."""
+    kept = ([e.path for e in state.entries], state.dirs)
+    left_out = (state.large, state.ignored, state.excluded)
+    return any(is_under(path, wanted) for names in (*kept, *left_out) for path in names) or any(
+        is_under(wanted, path) for names in left_out for path in names
+    )
