@@ -357,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
         "completion",
         "print a shell completion script",
         "Print the completion script for SHELL; load it from your shell's startup file.",
-        "examples: source <(worksnap completion bash)            (in ~/.bashrc)\n"
+        "examples: worksnap completion bash > ~/.worksnap-completion.bash\n"
+        "          source <(worksnap completion bash)            (in ~/.bashrc)\n"
         "          worksnap completion zsh > ~/.zfunc/_worksnap   (a dir in $fpath)\n"
         "          worksnap completion fish > ~/.config/fish/completions/worksnap.fish",
     )

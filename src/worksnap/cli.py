@@ -30,6 +30,7 @@ from worksnap.output import (
     say,
     styled,
     warn,
+    write_bytes,
 )
 
 if TYPE_CHECKING:
@@ -204,9 +205,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 def _cmd_attachment(args: argparse.Namespace) -> int:
     with open_workspace(args) as ws:
         data = ws.attachment(args.ref, args.name)
-    sys.stdout.flush()
-    sys.stdout.buffer.write(data)  # raw bytes, with --json too (README, JSON contract)
-    sys.stdout.buffer.flush()
+    write_bytes(data)  # raw bytes, with --json too (README, JSON contract)
     return 0
 
 

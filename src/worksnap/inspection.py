@@ -7,13 +7,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from worksnap import views
 from worksnap.invocation import command_paths, open_workspace
-from worksnap.output import PROGRESS, age, display, emit_json, human_bytes, plural, say, styled
+from worksnap.output import (
+    age,
+    display,
+    emit_json,
+    human_bytes,
+    plural,
+    say,
+    styled,
+    write_bytes,
+)
 
 if TYPE_CHECKING:
     from worksnap.manifest import Entry, Manifest
@@ -123,7 +131,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     with open_workspace(args) as ws:
         data = ws.show_bytes(args.ref)
         if args.json:
-            sys.stdout.buffer.write(data)
+            write_bytes(data)
             return 0
         manifest = ws.load(args.ref)
         pinned = manifest.id in ws.pinned()
@@ -184,9 +192,7 @@ def cmd_cat(args: argparse.Namespace) -> int:
     """`cat REF PATH`: a file's bytes as the snapshot holds them."""
     with open_workspace(args) as ws:
         _, data = ws.file_bytes(args.ref, command_paths(args, [args.path])[0])
-    sys.stdout.flush()
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
+    write_bytes(data)
     return 0
 
 
@@ -204,11 +210,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         elif args.numstat or args.stat:
             _print_stats(changes, read, numstat=args.numstat)
         else:
-            PROGRESS.clear()
-            out = sys.stdout.buffer
             for change in changes:
-                out.write(git_patch(change, read, binary=args.binary))
-            out.flush()
+                write_bytes(git_patch(change, read, binary=args.binary))
     return 0
 
 

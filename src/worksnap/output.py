@@ -74,6 +74,21 @@ def emit_json(value: object) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
 
 
+def write_bytes(data: bytes) -> None:
+    """Writes raw bytes to stdout, all of them (a reader gone away raises BrokenPipeError).
+
+    A buffered write that the pipe takes only in part returns the part it wrote and
+    drops the rest without a word; this loop writes the rest, so the error is seen.
+    """
+    PROGRESS.clear()
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while view:
+        view = view[out.write(view) or 0 :]
+    out.flush()
+
+
 def say(*lines: str) -> None:
     """Prints lines for a person on stdout, after clearing any progress line."""
     PROGRESS.clear()
