@@ -233,3 +233,23 @@ def test_restore_to_refuses_a_checkpoint(root: Path, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="is a checkpoint"):
         ws.restore_to("step:1", tmp_path / "copy")
     assert not (tmp_path / "copy").exists()
+
+
+@pytest.mark.parametrize("command", ["undo", "redo"])
+def test_a_preview_never_finishes_an_interrupted_restore(
+    root: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    prepare(root, command)
+    ws = Workspace(root)
+    pre = ws.snapshot()
+    journal = {"target": pre.id, "pre_restore": pre.id, "pid": 1, "host": "gone"}
+    (root / ".worksnap" / "journal.json").write_text(json.dumps(journal))
+    write(root, "a.txt", "half-restored")
+    before = everything(root)
+    code, out, err = run(capsys, root, command, "--dry-run")
+    assert (code, out) == (2, "")
+    assert "run `worksnap recover` first" in err
+    assert everything(root) == before
+    code, out, _ = run(capsys, root, "recover", "--dry-run")
+    assert code == 0 and out.startswith(f"recover goes back to snapshot {pre.id}")
+    assert everything(root) == before

@@ -51,6 +51,7 @@ _INDEX = ".idx"
 _SNAPSHOT_FILE = re.compile(r"([0-9a-f]{12})\.json\Z")
 _DOT_GIT = ".git"
 _GITDIR_PREFIX = b"gitdir: "
+_GIT_HEAD = "HEAD"
 _GIT_FILE_MAX_BYTES = 1 << 16
 
 
@@ -141,18 +142,21 @@ def git_dir(work_tree: str) -> str | None:
     except OSError:
         return None
     if stat.S_ISDIR(st.st_mode):
-        return dot_git
-    if not stat.S_ISREG(st.st_mode) or st.st_size > _GIT_FILE_MAX_BYTES:
+        named = dot_git
+    elif stat.S_ISREG(st.st_mode) and st.st_size <= _GIT_FILE_MAX_BYTES:
+        try:
+            with open(dot_git, "rb") as f:
+                text = f.read(_GIT_FILE_MAX_BYTES).rstrip(b"\r\n")
+        except OSError:
+            return None
+        if not text.startswith(_GITDIR_PREFIX) or b"\n" in text:
+            return None
+        named = os.path.realpath(os.path.join(work_tree, os.fsdecode(text[len(_GITDIR_PREFIX) :])))
+    else:
         return None
-    try:
-        with open(dot_git, "rb") as f:
-            text = f.read(_GIT_FILE_MAX_BYTES).rstrip(b"\r\n")
-    except OSError:
-        return None
-    if not text.startswith(_GITDIR_PREFIX) or b"\n" in text:
-        return None
-    named = os.path.realpath(os.path.join(work_tree, os.fsdecode(text[len(_GITDIR_PREFIX) :])))
-    return named if os.path.isdir(named) else None
+    # As git's own test: a git directory has a HEAD. A `.git` naming anything else (a
+    # stray folder, a tarball's `gitdir: /somewhere`) is not one: the store stays home.
+    return named if os.path.isfile(os.path.join(named, _GIT_HEAD)) else None
 
 
 def _git_tops(directory: str) -> dict[str, str | None]:

@@ -346,6 +346,18 @@ class Restorer:
             _remove_journal(journal)
             return back
 
+    def _refuse_if_interrupted(self) -> None:
+        """A preview never changes the tree: with a restore to recover, it says so instead.
+
+        Raises:
+            InputError: a journal is there.
+        """
+        if os.path.exists(self._paths.journal):
+            raise InputError(
+                "a restore was interrupted and the tree may be half-restored: "
+                "run `worksnap recover` first (`worksnap recover --dry-run` shows what it does)"
+            )
+
     def plan_recover(self, session: str) -> Plan | None:
         """Previews what `recover` would change (None: no restore was interrupted)."""
         record = _load_journal(self._paths.journal)
@@ -377,7 +389,7 @@ class Restorer:
         Raises:
             InputError: there is nothing to undo.
         """
-        self.recover_if_interrupted(session)
+        self._refuse_if_interrupted()
         return self._choose_and_plan(
             self._undo_choice(session), store_objects=False, session=session
         )
@@ -433,7 +445,7 @@ class Restorer:
         Raises:
             InputError: nothing was undone, or a new snapshot cleared the redo stack.
         """
-        self.recover_if_interrupted(session)
+        self._refuse_if_interrupted()
         return self._choose_and_plan(
             self._redo_choice(session, []), store_objects=False, session=session
         )
