@@ -356,7 +356,7 @@ def scenario(run: Recorder) -> None:
     run.note("error cases")
     run("show", "nosuchref")
     run("show", "1")
-    run("show", "abc")
+    run("show", "zzz")  # not hex: no id can start so (a 4-hex prefix could)
     run("snapshot", "--kind", "pre-restore")
     run("snapshot", "--kind", "undo")
     run("--json", "show", "nosuchref")
