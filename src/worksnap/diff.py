@@ -36,6 +36,9 @@ def compare(old: Manifest, new: Manifest) -> list[FileChange]:
     before = {e.path: e for e in old.entries}
     after = {e.path: e for e in new.entries}
     changes: list[FileChange] = []
+    # A path that is a directory now is never the source of a rename: git applies a
+    # rename after what its patch creates below that path, which its link or file blocks.
+    now_dirs = set(new.dirs)
     gone = {p: e for p, e in before.items() if p not in after}
     by_content: dict[tuple[str, str | None, str | None], list[str]] = {}
     for path in sorted(gone):
@@ -46,9 +49,14 @@ def compare(old: Manifest, new: Manifest) -> list[FileChange]:
             if before[path] != entry:
                 changes.append(FileChange("M", path, before[path], entry))
             continue
-        sources = by_content.get((entry.type, entry.hash, entry.target))
+        sources = [
+            p
+            for p in by_content.get((entry.type, entry.hash, entry.target), [])
+            if p not in now_dirs
+        ]
         if sources:
-            origin = sources.pop(0)
+            origin = sources[0]
+            by_content[(entry.type, entry.hash, entry.target)].remove(origin)
             del gone[origin]
             changes.append(FileChange("R", path, before[origin], entry, old_path=origin))
         else:
