@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -266,3 +267,51 @@ def test_git_apply_cannot_see_the_store_either(
     subprocess.run([GIT or "git", "stash", "-q", "-u"], cwd=top, check=True)
     assert (top / ".git" / "worksnap" / "manifests").is_dir()
     assert os.listdir(top / ".git" / "worksnap" / "manifests")
+
+
+# -- random layouts: the root and git directory found, against `git rev-parse` ------------
+
+LAYOUTS = int(os.environ.get("WORKSNAP_LOCATE_LAYOUTS", "12"))
+
+
+def _layout(rng: random.Random, base: Path) -> list[Path]:
+    """A repository with nested repositories, `.git` files and a linked work tree."""
+    top = base / "top"
+    top.mkdir(parents=True)
+    init_repo(top)
+    dirs = [top]
+    for i in range(rng.randrange(4, 12)):
+        parent = rng.choice(dirs)
+        if ".git" in parent.parts:
+            continue
+        child = parent / rng.choice(["a", "b", "sub dir", "x.y"]) / str(i)
+        child.mkdir(parents=True, exist_ok=True)
+        dirs.append(child)
+        roll = rng.random()
+        if roll < 0.2:
+            init_repo(child)  # a nested repository with its `.git` folder
+        elif roll < 0.35:
+            init_repo(child, git_dir=os.fsencode(base / "separate" / str(i)))  # a `.git` file
+    if rng.random() < 0.5:
+        git(top, "commit", "-q", "--allow-empty", "-m", "first")
+        linked = base / "linked"
+        git(top, "worktree", "add", "-q", str(linked))
+        (linked / "inner").mkdir()
+        dirs += [linked, linked / "inner"]
+    return dirs
+
+
+@pytest.mark.parametrize("seed", range(LAYOUTS))
+def test_random_layouts_find_what_git_finds(home: Path, seed: int) -> None:
+    from worksnap.layout import locate
+
+    rng = random.Random(seed)
+    for cwd in _layout(rng, home / "layout"):
+        top = git(cwd, "rev-parse", "--show-toplevel").decode().rstrip("\n")
+        git_dir = git(cwd, "rev-parse", "--absolute-git-dir").decode().rstrip("\n")
+        found = locate(str(cwd))
+        assert (found.root, found.store, found.found) == (
+            os.path.realpath(top),
+            os.path.join(os.path.realpath(git_dir), "worksnap"),
+            "git",
+        ), cwd
