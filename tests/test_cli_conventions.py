@@ -147,8 +147,9 @@ def test_run_a_command_that_cannot_start_exits_like_a_shell_and_snapshots_nothin
 
 
 def test_run_json_prints_one_document_and_the_commands_output_goes_to_stderr(
-    root: Path, capfd: pytest.CaptureFixture[str]
+    root: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(root)  # the command writes made.txt where it runs
     script = "print('from the command'); open('made.txt', 'w').write('x'); raise SystemExit(4)"
     capfd.readouterr()
     code = main(["--root", str(root), "--json", "run", "--", sys.executable, "-c", script])
