@@ -332,3 +332,52 @@ def test_progress_shows_on_a_terminal_and_is_cleared_before_the_result(root: Pat
     # Not a terminal: no progress at all.
     done = process("--root", str(root), "verify")
     assert done.returncode == 0 and done.stderr == b""
+
+
+def test_the_readme_json_contract_names_every_field(
+    root: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each `--json` document's fields appear in the README's line for its command."""
+    monkeypatch.chdir(root)
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    contract = readme.split("## JSON contract", 1)[1].split("\n## ", 1)[0]
+
+    def line_of(name: str) -> str:
+        found = [ln for ln in contract.splitlines() if ln.startswith("- ") and f"`{name}" in ln]
+        assert found, name
+        return " ".join(found)
+
+    def fields(*args: str) -> set[str]:
+        code, out, err = run(capsys, "--root", str(root), "--json", *args)
+        assert code in (0, 1), (args, err)
+        document = json.loads(out)
+        rows = document if isinstance(document, list) else [document]
+        return {key for row in rows for key in row}
+
+    write(root, "a.txt", "a")
+    write(root, "big.bin", b"\0" * (3 << 20))
+    cases = {
+        "snapshot": ["snapshot", "--step", "1"],
+        "status": ["status"],
+        "list": ["list"],
+        "plan REF": ["plan", "latest"],
+        "restore REF`: ": ["restore", "latest", "--yes"],
+        "restore REF`: ` --to": ["restore", "latest", "--to", str(tmp_path / "copy")],
+        "verify": ["verify"],
+        "begin": ["begin", "--step", "2"],
+        "capture": ["capture", "a.txt"],
+        "diff": ["diff"],
+        "gc": ["gc", "--dry-run"],
+        "pin": ["pin", "latest"],
+        "du": ["du"],
+        "config": ["config"],
+        "rebind": ["rebind"],
+        "run": ["run", "--", sys.executable, "-c", "pass"],
+        "recover": ["recover"],
+        "daemon status": ["daemon", "status"],
+    }
+    write(root, "a.txt", "edited")
+    for name, args in cases.items():
+        line = line_of(name.split("`")[0])
+        for key in fields(*args):
+            assert f'"{key}"' in line, (name, key)
