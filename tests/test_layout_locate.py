@@ -130,3 +130,22 @@ def test_home_and_slash_are_never_found_by_walking_up(tmp_path: Path) -> None:
     project.mkdir()
     assert locate(str(project)) == Location(str(project), str(project / ".worksnap"), "cwd")
     assert locate(str(home), root=str(home)).store == str(home / ".worksnap")  # when named
+
+
+def test_fifos_and_links_where_files_are_expected_neither_hang_nor_lead_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO at `.git` or at a named store's `root` file would block a plain open()."""
+    top = tmp_path / "proj"
+    top.mkdir()
+    os.mkfifo(top / ".git")
+    assert git_dir(str(top)) is None
+    assert locate(str(top)) == Location(str(top), str(top / ".worksnap"), "git")
+    named = store(tmp_path / "named")
+    os.mkfifo(named / "root")
+    monkeypatch.setenv("WORKSNAP_STORE", str(named))
+    assert locate(str(top)) == Location(str(top), str(named), "git")  # not bound: cwd's
+    (named / "root").unlink()
+    write(tmp_path, "elsewhere-root", f"{top}\n")
+    os.symlink(tmp_path / "elsewhere-root", named / "root")  # a link is not the binding
+    assert locate(str(top)).found == "git"

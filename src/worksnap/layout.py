@@ -143,12 +143,9 @@ def git_dir(work_tree: str) -> str | None:
         return None
     if stat.S_ISDIR(st.st_mode):
         named = dot_git
-    elif stat.S_ISREG(st.st_mode) and st.st_size <= _GIT_FILE_MAX_BYTES:
-        try:
-            with open(dot_git, "rb") as f:
-                text = f.read(_GIT_FILE_MAX_BYTES).rstrip(b"\r\n")
-        except OSError:
-            return None
+    elif stat.S_ISREG(st.st_mode):
+        found = _read_small(dot_git, follow=True)
+        text = found.rstrip(b"\r\n") if found is not None else b""
         if not text.startswith(_GITDIR_PREFIX) or b"\n" in text:
             return None
         named = os.path.realpath(os.path.join(work_tree, os.fsdecode(text[len(_GITDIR_PREFIX) :])))
@@ -213,13 +210,31 @@ def _default_store(root: str, top: str | None) -> str:
 
 def _bound_root(store_dir: str) -> str | None:
     """The root a store is bound to (None: no store there, or not bound yet)."""
+    line = _read_small(StorePaths(store_dir).root, follow=False)
+    bound = os.fsdecode(line.rstrip(b"\n")) if line is not None else ""
+    return bound if os.path.isabs(bound) else None
+
+
+def _read_small(path: str, *, follow: bool) -> bytes | None:
+    """A small regular file's bytes; None for anything else (a FIFO must not hang a command).
+
+    Opened non-blocking (and with `follow` False, not through a symlink), checked with
+    `fstat`, read bounded.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        with open(StorePaths(store_dir).root, "rb") as f:
-            line = f.read(_GIT_FILE_MAX_BYTES)
+        fd = os.open(path, flags)
     except OSError:
         return None
-    bound = os.fsdecode(line.rstrip(b"\n"))
-    return bound if os.path.isabs(bound) else None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _GIT_FILE_MAX_BYTES:
+            return None
+        return os.read(fd, _GIT_FILE_MAX_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _is_within(path: str, directory: str) -> bool:
