@@ -416,3 +416,16 @@ def test_the_daemon_serves_no_other_user() -> None:
         assert client_end.recv(1) == b""  # not a word back
     assert keep_going
     assert (ran, state["requests"]) == ([], 0)
+
+
+def test_status_through_the_daemon_reports_it_without_asking_itself(served: Path) -> None:
+    """The daemon serves one command at a time: asking its own socket would wait forever."""
+    root = served
+    before = requests(root)
+    code, out, err = cli(root, "--json", "status")
+    assert code == 0, err
+    state = json.loads(out)
+    assert state["daemon"]["running"] is True and state["daemon"]["pid"] == _pid_or_none(root)
+    assert requests(root) == before + 1  # it ran in the daemon
+    code, out, err = cli(root, "status")
+    assert code == 0 and "daemon    running (pid " in out

@@ -47,7 +47,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         changes = compare(latest, current) if latest is not None else []
         cap = ws.max_file_bytes
         config = ws.config()
-    daemon = _daemon_state(args.store)
+    daemon = _daemon_state(args)
     pending = os.path.exists(StorePaths(args.store).journal)
     state = views.status_view(
         root=args.root, found=args.location.found, store=args.store, store_exists=exists,
@@ -115,11 +115,17 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
 _STATUS_COLOURS = {"M": "33", "A": "32", "D": "31", "R": "36"}
 
 
-def _daemon_state(store_dir: str) -> dict[str, Any] | None:
-    """What the store's daemon says of itself (None: none runs). The one question asked."""
+def _daemon_state(args: argparse.Namespace) -> dict[str, Any] | None:
+    """What the store's daemon says of itself (None: none runs). The one question asked.
+
+    Run in the daemon, the answer is this process: the daemon serves one command at a
+    time, so asking its own socket would wait for ever.
+    """
     from worksnap import daemon
 
-    return daemon.request(store_dir, "status")
+    if args.pool is not None:
+        return {"pid": os.getpid()}
+    return daemon.request(args.store, "status")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
