@@ -164,7 +164,11 @@ class Restorer:
         target = self._catalog.load(ref, session)
         selected = self._selection(paths)
         return self._restore(
-            lambda current: target, kind="pre-restore", selected=selected, session=session
+            lambda current: target,
+            kind="pre-restore",
+            selected=selected,
+            session=session,
+            cap=self._cap(target),
         )
 
     def _choose_and_plan(
@@ -174,12 +178,14 @@ class Restorer:
         store_objects: bool,
         session: str,
         selected: builtins.list[str] | None = None,
+        cap: int | None = None,
     ) -> Plan:
         """Captures the current state, picks the target from it, and plans.
 
-        The capture is taken again with the target's cap when that is higher (`_cap`).
+        The capture is taken again with the target's cap when that is higher (`_cap`);
+        `cap`, when the target is known before, spares that second walk.
         """
-        current = self._capture.capture(store_objects=store_objects)
+        current = self._capture.capture(store_objects=store_objects, max_file_bytes=cap)
         target = choose(current)
         if self._cap(target) != current.max_file_bytes:
             current = self._capture.capture(
@@ -196,6 +202,7 @@ class Restorer:
         selected: builtins.list[str] | None = None,
         then: Callable[[Result], None] | None = None,
         expected: Plan | None = None,
+        cap: int | None = None,
     ) -> Result:
         """Captures the current state once, plans to `choose(current)`, and applies.
 
@@ -209,7 +216,7 @@ class Restorer:
         with StoreLock(self._paths.dir, exclusive=True):
             if expected is None:
                 plan = self._choose_and_plan(
-                    choose, store_objects=True, session=session, selected=selected
+                    choose, store_objects=True, session=session, selected=selected, cap=cap
                 )
                 pre = plan.current
             else:
