@@ -232,3 +232,22 @@ def test_every_error_of_the_api_is_a_worksnap_error(
     assert isinstance(caught.value, FileSystemError)
     assert caught.value.exit_code == 1 and "Permission denied" in str(caught.value)
     assert ".worksnap" in caught.value.path
+
+
+def test_a_checkpoint_capture_names_the_large_files_it_could_not_keep(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "small.txt", "s")
+    write(root, "big.bin", blob(3 * MB, 1))
+    assert run(capsys, root, "begin", "--step", "1")[0] == 0
+    code, out, err = run(capsys, root, "--json", "capture", "small.txt", "big.bin")
+    assert code == 0
+    assert json.loads(out)["large"] == ["big.bin"]  # stdout: the one document
+    assert err.splitlines() == [
+        "worksnap: warning: 1 file over the 2.0 MiB size cap left out of the checkpoint, "
+        "not protected: big.bin (3.0 MiB)",
+        f"worksnap: to protect them, raise this store's cap: worksnap --root {root} "
+        "config max-file-bytes 4M",
+    ]
+    code, _, err = run(capsys, root, "capture", "small.txt")
+    assert (code, err) == (0, "")  # only the files this call named

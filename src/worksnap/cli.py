@@ -79,12 +79,18 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
         warn(f"note: this store's size cap is now {human_bytes(cap)} (for every later snapshot)")
     for line in warnings:
         warn(f"warning: {line}")
-    if large and not args.json:
+    if large:
         _report_large(args, large, cap)
     return 0
 
 
-def _report_large(args: argparse.Namespace, large: list[tuple[str, int | None]], cap: int) -> None:
+def _report_large(
+    args: argparse.Namespace,
+    large: list[tuple[str, int | None]],
+    cap: int,
+    *,
+    what: str = "left out",
+) -> None:
     """Names the files a snapshot left out (the largest first) and how to protect them."""
     from worksnap.config import format_size
 
@@ -94,7 +100,7 @@ def _report_large(args: argparse.Namespace, large: list[tuple[str, int | None]],
     )
     more = f" and {len(large) - _LARGE_NAMED} more" if len(large) > _LARGE_NAMED else ""
     warn(
-        f"warning: {plural(len(large), 'file')} over the {human_bytes(cap)} size cap left out, "
+        f"warning: {plural(len(large), 'file')} over the {human_bytes(cap)} size cap {what}, "
         f"not protected: {shown}{more}"
     )
     biggest = max((size or 0 for _, size in large), default=0)
@@ -196,9 +202,15 @@ def _cmd_begin(args: argparse.Namespace) -> int:
 
 def _cmd_capture(args: argparse.Namespace) -> int:
     with open_workspace(args) as ws:
-        checkpoint = ws.capture_before(command_paths(args, args.paths))
+        paths = command_paths(args, args.paths)
+        checkpoint = ws.capture_before(paths)
+        named = {ws.relative(p) for p in paths}
+        large = [(p, size) for p, size in ws.large_files(checkpoint) if p in named]
+        cap = ws.max_file_bytes
     if args.json:
         emit_json(views.capture_view(checkpoint))
+    if large:
+        _report_large(args, large, cap, what="left out of the checkpoint")
     return 0
 
 
