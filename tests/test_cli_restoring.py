@@ -253,3 +253,26 @@ def test_a_preview_never_finishes_an_interrupted_restore(
     code, out, _ = run(capsys, root, "recover", "--dry-run")
     assert code == 0 and out.startswith(f"recover goes back to snapshot {pre.id}")
     assert everything(root) == before
+
+
+def test_restore_to_that_fails_half_way_leaves_nothing(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(20):
+        write(root, f"d/f{i}.txt", f"file {i}")
+    ws = Workspace(root)
+    ws.snapshot()
+    calls = []
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 7:
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)  # the OS boundary: a disk that fills up
+    result = ws.restore_to("latest", tmp_path / "copy")
+    assert not result.ok and "No space left on device" in (result.error or "")
+    assert not (tmp_path / "copy").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".worksnap-extract")] == []
