@@ -23,6 +23,7 @@ from worksnap.tree import (
     MAX_LEVELS,
     MAX_OBJECT,
     PART_MAX,
+    SPLIT_BYTES,
     Builder,
     Child,
     Dir,
@@ -36,6 +37,7 @@ from worksnap.tree import (
     Span,
     Symlink,
     Tree,
+    _boundary,
     decode_node,
     encode_directory,
     encode_node,
@@ -390,9 +392,19 @@ def test_a_large_directory_is_split_into_parts_under_an_index() -> None:
 
 
 def test_a_small_directory_is_one_tree() -> None:
-    encoded = encode_directory(icons(100))
+    small = icons(60)
+    assert len(encode_node(Tree(version=FORMAT, children=small))) <= SPLIT_BYTES
+    encoded = encode_directory(small)
     assert len(encoded.objects) == 1
     assert isinstance(decode_node(encoded.objects[0][1], "x"), Tree)
+    assert len(encode_directory(icons(70)).objects) > 1
+
+
+def test_a_directory_with_no_place_to_cut_stays_whole() -> None:
+    # Over the split size, under a part's largest, and no name hits the mask.
+    kids = [c for c in icons(400) if not _boundary(c.name, 0)][:100]
+    assert SPLIT_BYTES < len(encode_node(Tree(version=FORMAT, children=kids))) < PART_MAX
+    assert len(encode_directory(kids).objects) == 1
 
 
 def _new_objects(before: list[Child], after: list[Child]) -> list[Node]:
@@ -628,3 +640,38 @@ def test_a_wide_directory_counts_each_path_once() -> None:
     assert len(list(diff_trees(None, root, objects.read, max_paths=300))) == 300
     with pytest.raises(ManifestError, match="more than 299 paths"):
         flatten(root, objects.read, max_paths=299)
+
+
+def _added(objects: Objects, flat: Flat) -> dict[str, int]:
+    """The objects building `flat` adds to `objects` (which it leaves as it is), by size."""
+    added: dict[str, int] = {}
+
+    def write(digest: Digest, data: bytes) -> None:
+        if digest not in objects:
+            added[digest] = len(data)
+
+    from_flat(flat, write)
+    return added
+
+
+def test_five_changes_in_the_five_largest_directories_stay_well_under_64_kb() -> None:
+    # The budget of issue 13: a snapshot with 5 files modified in 5 directories adds at
+    # most 64 KB of trees and record, on a tree whose largest directories hold 7,500 to
+    # 10,600 icons. benchmarks/tree_costs.py measures it on the whole 47k-file tree.
+    sets = [7_500, 9_100, 10_600, 3_200, 2_100]
+    paths: dict[str, object] = {"README.md": "hi", "src/main.py": "print()"}
+    for number, count in enumerate(sets):
+        for i in range(count):
+            paths[f"web/vendor/icons{number}/svg/{i:05d}-circle-outline.svg"] = f"<svg {i}>"
+    before = _manifest(paths)
+    objects = Objects()
+    from_flat(Flat.of(before), objects.write)
+    for draw in range(5):
+        changed = dict(paths)
+        for number, count in enumerate(sets):
+            key = f"web/vendor/icons{number}/svg/{(draw * 997) % count:05d}-circle-outline.svg"
+            changed[key] = f"edited {draw}"
+        added = _added(objects, Flat.of(_manifest(changed)))
+        record = 400  # a record is under 400 bytes (test_record.py)
+        pack_index = 75 * len(added)
+        assert sum(added.values()) + record + pack_index < 48_000

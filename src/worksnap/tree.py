@@ -7,7 +7,7 @@ or restoring a file never changes a tree. Each object is canonical msgpack
 (`encode_node`), and its digest is BLAKE3 of exactly those bytes, so two equal
 directories are one object and a walk can skip a subtree whose digest is equal.
 
-A directory whose listing encodes to more than `PART_MAX` bytes is split into
+A directory whose listing encodes to more than `SPLIT_BYTES` bytes is split into
 parts at content-defined boundaries of its sorted names (`cut`), listed by index
 nodes whose spans are cut the same way, level by level, until one `Index` node
 holds them all: one change rewrites one part and one node per index level, not
@@ -41,13 +41,17 @@ MAX_OBJECT = 1 << 20
 child (a child holds at most a 255-byte name and a 4 KiB link target, 3x as escapes), so
 about 22 KiB; a larger object is refused before it is decoded."""
 
+SPLIT_BYTES = 4096
+"""A directory whose children encode to more than this is split into parts (when the cut
+finds at least two): one change then rewrites about 2 KiB per level instead of the whole
+listing. At 8 KiB, 5 files changed in the 5 directories just under it added up to 46 KB
+on the 47k-file tree; at 4 KiB, 31 KB, for 2.5% more objects (benchmarks/tree_costs.py)."""
+
 PART_MIN = 1024
 """A part (or index node) is not cut before it holds this many bytes of children."""
 
 PART_MAX = 8192
-"""Nor does it grow past this many (unless one child alone is bigger). A directory whose
-children encode to more is split: one change then rewrites about 2 KiB per level instead
-of the whole listing (choice measured in benchmarks/tree_costs.py)."""
+"""Nor does it grow past this many (unless one child alone is bigger)."""
 
 BOUNDARY_MASK = 0xF
 """Past `PART_MIN`, a part ends after a name whose hash has these bits clear (1 in 16):
@@ -409,11 +413,13 @@ def encode_directory(children: list[Child], source: str = "new tree") -> Encoded
     check_children(children, source)
     data = encode_node(Tree(version=FORMAT, children=children))
     digest = node_digest(data)
-    if len(data) <= PART_MAX or len(children) < 2:
+    if len(data) <= SPLIT_BYTES or len(children) < 2:
         return Encoded(digest, [(digest, data)])
-    objects: list[tuple[Digest, bytes]] = []
     names = [c.name for c in children]
     ends = cut(names, [len(_encoder.encode(c)) for c in children], 0)
+    if len(ends) == 1:
+        return Encoded(digest, [(digest, data)])  # no place to cut: one part would be all
+    objects: list[tuple[Digest, bytes]] = []
     spans = _spans(objects, [Part(version=FORMAT, children=c) for c in _runs(children, ends)])
     level = 1
     while True:
