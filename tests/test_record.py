@@ -71,6 +71,10 @@ BAD_RECORDS: dict[str, tuple[bytes, str]] = {
         encode_record(record()).replace(b'"kind":"step"', b'"kind":"step","kind":"x"'),
         "not in the canonical form",
     ),
+    "deeply nested": (
+        b'{"version":2,"meta":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        "not a valid snapshot record",
+    ),
     "wrong type": (_edited({"files": "many"}), "not a valid snapshot record"),
 }
 

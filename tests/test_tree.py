@@ -173,6 +173,9 @@ BAD_OBJECTS: dict[str, tuple[bytes, str]] = {
     "unknown tag": (_mp("gittree", 2, []), "not a worksnap tree object"),
     "newer format": (_mp("wstree", 3, []), "newer than this worksnap reads (2); upgrade worksnap"),
     "older format": (_mp("wstree", 1, []), "unsupported tree format 1"),
+    "deeply nested": (b"\x93\xa6wstree\x02" + b"\x91" * 100_000 + b"\x90", "not a"),
+    "deeply nested extra": (
+        b"\x94\xa6wstree\x02\x90" + b"\x91" * 100_000 + b"\x90", "not a worksnap tree"),
     "trailing bytes": (encode_node(EMPTY) + b"\x00", "not a worksnap tree object"),
     "extra field": (_mp("wstree", 2, [], 0), "not a valid tree object"),
     "extra child field": (_mp("wstree", 2, [[*F, 7]]), "not a valid tree object"),

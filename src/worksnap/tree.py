@@ -197,7 +197,8 @@ def decode_node(data: bytes, source: str) -> Node:
         raise ManifestError(source, f"tree object of {len(data)} bytes is over {MAX_OBJECT}")
     try:
         header = _header_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
+        # RecursionError: arrays nested 100,000 deep (msgspec recurses to skip them).
         raise ManifestError(source, f"not a worksnap tree object ({exc})") from None
     if header.tag not in _TAGS:
         raise ManifestError(source, f"not a worksnap tree object (tag {header.tag[:20]!r})")
@@ -211,7 +212,7 @@ def decode_node(data: bytes, source: str) -> Node:
         raise ManifestError(source, f"unsupported tree format {header.version}")
     try:
         node = _decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise ManifestError(source, f"not a valid tree object ({exc})") from None
     if encode_node(node) != data:
         raise ManifestError(source, "tree object not in the canonical form worksnap writes")
