@@ -343,7 +343,9 @@ def diff_trees(
 
     Reads only what differs: a subtree (or a part of a split directory) whose digest
     is equal on both sides is skipped unread. A directory on one side only is walked
-    whole (each path below it is a difference).
+    whole (each path below it is a difference). A bad object raises when it is reached,
+    after the differences before it were yielded: a caller that acts on them collects
+    them all first (as a planner does), so nothing is used before everything is checked.
 
     Args:
         old: the root tree digest of one side (None: an empty tree).
