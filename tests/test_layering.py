@@ -35,6 +35,9 @@ LEVELS: dict[str, int] = {
     # 1: the records and the settings
     "manifest": 1,
     "config": 1,
+    "tree": 1,
+    "treewalk": 1,
+    "record": 1,
     # 2: one mechanism each
     "store": 2,
     "diskstore": 2,
