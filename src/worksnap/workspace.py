@@ -222,6 +222,15 @@ class Workspace:
         """How many new objects this workspace has stored so far."""
         return self.store.added
 
+    def audit(self, *, check: Callable[[], None] | None = None) -> builtins.list[str]:
+        """Compares what the watcher vouches for with a plain scan; rebuilds on a difference.
+
+        Returns one line per path the watcher missed (with the latest events seen
+        there); empty when it missed nothing or nothing is watched. `check` is
+        called at every directory and may raise to abandon the audit.
+        """
+        return self._capture.audit(check=check)
+
     def use(self, *, session: str, progress: Callable[[Progress], None] | None) -> None:
         """Points a long-lived workspace at another session and progress callback."""
         self.session = check_session_name(session)
