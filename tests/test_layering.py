@@ -65,6 +65,9 @@ LEVELS: dict[str, int] = {
     "arguments": 5,
     "cli": 5,
     "daemon": 5,
+    "client": 5,
+    "clientctx": 5,
+    "autostart": 5,
     "__main__": 5,
     "__init__": 5,
 }
@@ -161,9 +164,9 @@ def test_no_import_circles() -> None:
     assert circles == []
 
 
-def test_the_daemon_loads_only_the_layout() -> None:
+def test_the_client_loads_only_the_layout() -> None:
     """The daemon's client runs on every command: the engine is imported only when needed."""
-    tree = ast.parse((SRC / "daemon.py").read_text())
+    tree = ast.parse((SRC / "client.py").read_text())
     at_load: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("worksnap"):
@@ -171,6 +174,24 @@ def test_the_daemon_loads_only_the_layout() -> None:
         elif isinstance(node, ast.Import):
             at_load.update(a.name for a in node.names if a.name.startswith("worksnap"))
     assert at_load == {"worksnap.layout"}
+
+
+def test_the_client_imports_nothing_it_does_not_need() -> None:
+    """No argparse, no msgspec, no json or re, no typing: a forwarded command stays cheap."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, worksnap.client; print(*sorted(sys.modules))"],
+        capture_output=True, text=True, check=True,
+        env={"PYTHONPATH": str(SRC.parent), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    loaded = set(done.stdout.split())
+    heavy = {"argparse", "msgspec", "json", "re", "typing", "socket", "enum", "worksnap.cli"}
+    assert loaded & heavy == set()
+    assert {m for m in loaded if m.startswith("worksnap")} == {
+        "worksnap", "worksnap.client", "worksnap.layout"
+    }  # fmt: skip
 
 
 # -- the store's names --------------------------------------------------------

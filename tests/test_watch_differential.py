@@ -14,6 +14,7 @@ Derandomized: `WORKSNAP_WATCH_SEED` (default 1) and `WORKSNAP_WATCH_STEPS` (defa
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -27,9 +28,9 @@ import pytest
 from tests.coarse_fs import coarse_fs, coarse_tmp  # noqa: F401
 from tests.compat.gitrun import GIT, clean_git_env, init_repo
 from tests.watchops import Ops
-from worksnap import Workspace
+from worksnap import Workspace, client, daemon
 from worksnap.errors import SnapshotError
-from worksnap.manifest import Manifest
+from worksnap.manifest import Manifest, decode_manifest
 from worksnap.scan import Scan, scan_tree
 from worksnap.workspace import Seams
 
@@ -42,9 +43,9 @@ STEPS = int(os.environ.get("WORKSNAP_WATCH_STEPS", "5000"))
 SEED = int(os.environ.get("WORKSNAP_WATCH_SEED", "1"))
 
 
-def plain_capture(root: Path, store: Path) -> Manifest:
+def plain_capture(root: Path, store: Path, exclude: tuple[str, ...] = ()) -> Manifest:
     """What a process that never watched would capture: no caches, rules read afresh."""
-    with Workspace(root, store=store) as ws:
+    with Workspace(root, store=store, exclude=exclude) as ws:
         return ws.capture(store_objects=False)
 
 
@@ -196,3 +197,72 @@ def test_a_watched_workspace_on_a_coarse_file_system(coarse_tmp: Path, tmp_path:
             label="coarse file system",
         )  # fmt: skip
     shutil.rmtree(coarse_tmp)
+
+
+class Forwarded:
+    """Runs commands in a daemon from this process, as the client does, through pipes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(self, *argv: str) -> tuple[int, bytes]:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            command = ["--root", str(self.root), *argv]
+            code = client.forward(command, str(self.root), None, fds=(null, out_w, err_w))
+        finally:
+            os.close(null)
+            os.close(out_w)
+            os.close(err_w)
+        with open(out_r, "rb") as out, open(err_r, "rb") as err:
+            data, problem = out.read(), err.read()
+        assert code is not None, "the daemon did not take the command"
+        assert code == 0, problem.decode(errors="replace")
+        return code, data
+
+
+def test_the_daemon_matches_a_plain_capture(repo: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    root, git_dir, global_excludes = repo
+    rnd = random.Random(SEED + 4)
+    seed_tree(root, rnd)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = str(root / ".worksnap")
+    run = Forwarded(root)
+    last_plain: list[Manifest] = []
+    daemon.start(str(root), store, idle=600, force=False)
+    try:
+
+        def snapshot() -> Manifest:
+            _, out = run("--json", "snapshot")
+            taken = json.loads(out)
+            expected = plain_capture(root, tmp_path / "plain-store", (".worksnap",))
+            summary = {
+                "tree": expected.tree,
+                "ignored": len(expected.ignored),
+                "large": len(expected.large),
+                "excluded": len(expected.excluded),
+            }
+            last_plain[:] = [expected]
+            if {k: taken[k] for k in summary} == summary:
+                return expected  # the same tree digest: entries and directories agree
+            _, shown = run("--json", "show", taken["id"])
+            return decode_manifest(shown, "show --json")
+
+        walk(
+            root, git_dir, global_excludes, outside, STEPS * 25 // 100, SEED + 4,
+            snapshot=snapshot,
+            plain=lambda: last_plain[0],  # taken right after the daemon's snapshot
+            flaky=None,
+            label="daemon",
+        )  # fmt: skip
+        status = client.request(store, "status")
+        assert status is not None
+        assert status["requests"] > 0
+        audit = client.request(store, "audit")
+        assert audit is not None
+        assert audit["audit_differences"] == 0
+    finally:
+        daemon.stop(store)

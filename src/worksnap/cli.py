@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from worksnap import views
 from worksnap.arguments import build_parser
+from worksnap.client import LOCAL_ONLY
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
@@ -454,7 +455,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
-    from worksnap import daemon
+    from worksnap import autostart, client, daemon
     from worksnap.errors import InputError
     from worksnap.layout import store_location
 
@@ -480,9 +481,12 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
             print("daemon stopped" if stopped else f"no daemon was running for {store_dir}")
         return 0
     else:
-        status = daemon.request(store_dir, "status") or {}
+        status = client.request(store_dir, "status") or {}
+    decision = autostart.decide(root, store_dir)
     if args.json:
-        _emit_json(views.daemon_status_view(status))
+        _emit_json(
+            {**views.daemon_status_view(status), "mode": decision.mode, "reason": decision.reason}
+        )
     elif status:
         print(
             f"daemon {status['pid']} serving {status['store']} for {status['root']}: "
@@ -490,8 +494,14 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
             f"{'watching' if status.get('watching') else 'not watching (no inotify)'}, "
             f"stops after {status['idle_seconds']:g} s idle"
         )
+        print(
+            f"audits: {status.get('audits', 0)} run, "
+            f"{status.get('audit_differences', 0)} differences found"
+        )
+        print(f"automatic start: {decision.mode}, {decision.reason}")
     else:
         print(f"no daemon is running for {store_dir}")
+        print(f"automatic start: {decision.mode}, {decision.reason}")
     return 0 if status else 1
 
 
@@ -519,27 +529,31 @@ _COMMANDS = {
     "daemon": _cmd_daemon,
 }
 
-# Not run in the daemon: `run` would hold it for the whole command, `rebind` changes
-# what the store is bound to, and `daemon` manages it.
-_LOCAL_ONLY = {"run", "rebind", "daemon"}
 
-
-def main(argv: Sequence[str] | None = None, *, seams: Seams | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    seams: Seams | None = None,
+    tried_daemon: bool = False,
+) -> int:
     """Runs the command line; returns the exit code.
 
     Args:
         argv: the arguments (default: the process's).
         seams: parts of the workspace to swap, for tests (see `workspace.Seams`).
+        tried_daemon: the client (client.py) already found no daemon to run it.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.seams = seams
-    if args.command not in _LOCAL_ONLY:
-        from worksnap import daemon
+    if args.command in LOCAL_ONLY:
+        return _run(args)
+    if not tried_daemon:
+        from worksnap import client
 
         try:
-            code = daemon.forward(argv, args.root, args.store)
-        except daemon.DaemonLost:
+            code = client.forward(argv, args.root, args.store)
+        except client.DaemonLost:
             print(
                 "worksnap: error: the daemon stopped while running the command "
                 "(run `worksnap list` to see what was done)",
@@ -547,14 +561,15 @@ def main(argv: Sequence[str] | None = None, *, seams: Seams | None = None) -> in
             )
             return 1
         except KeyboardInterrupt:
-            # Closing the connection tells the daemon: it stops the command at its next
-            # progress report, as Ctrl-C would here (a restore rolls back).
             print("worksnap: interrupted", file=sys.stderr)
             return 130
         if code is not None:
             return code
-        daemon.auto_start(args.root, args.store, force=args.force)
-    return _run(args)
+    code = _run(args)
+    from worksnap import autostart
+
+    autostart.maybe_start(args.root, args.store, force=args.force)
+    return code
 
 
 def _run_pooled(argv: list[str], pool: WorkspacePool) -> int:

@@ -29,8 +29,10 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     retention: Retention = msgspec.field(default_factory=Retention)
     """Applied after every snapshot, and by `gc` without options."""
-    daemon: bool = False
-    """Start `worksnap daemon` on the first command that finds none."""
+    daemon: bool | None = None
+    """`true`: every command that finds no daemon starts one; `false`: never; absent (or
+    null): where it is sound and pays, Linux, a local file system, a big enough tree
+    (autostart.py)."""
 
 
 def load_config(paths: StorePaths) -> Config:

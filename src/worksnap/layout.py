@@ -29,8 +29,10 @@ command.
 from __future__ import annotations
 
 import os
-import re
-from typing import Literal
+
+TYPE_CHECKING = False  # not from typing, nor `re` at load: the daemon's client imports this
+if TYPE_CHECKING:
+    from typing import Literal
 
 STORE_DIR_NAME = ".worksnap"
 """The store's directory in the root, unless another is chosen."""
@@ -41,7 +43,7 @@ TEMP_MARK = ".tmp-"
 _JSON = ".json"
 _PACK = ".pack"
 _INDEX = ".idx"
-_SNAPSHOT_FILE = re.compile(r"([0-9a-f]{12})\.json\Z")
+_HEX = frozenset("0123456789abcdef")
 
 
 def store_location(root: str, store: str | None) -> str:
@@ -116,8 +118,8 @@ class StorePaths:
     @staticmethod
     def snapshot_id(file_name: str) -> str | None:
         """The snapshot id a file in `manifests` is named after (None: not a manifest)."""
-        match = _SNAPSHOT_FILE.match(file_name)
-        return match.group(1) if match else None
+        stem = file_name[: -len(_JSON)] if file_name.endswith(_JSON) else ""
+        return stem if len(stem) == 12 and _HEX.issuperset(stem) else None
 
     # -- sessions -------------------------------------------------------------
 

@@ -53,9 +53,12 @@ from worksnap.scanparts import (
     LINK as _LINK,
 )
 from worksnap.scanparts import (
+    TRACKED_DIR,
+    TRACKED_FILE,
     DirScan,
     Scan,
     WalkStats,
+    add_link,
     classify,
     lstat_or_none,
     merge,
@@ -63,6 +66,7 @@ from worksnap.scanparts import (
     refresh,
     remembered,
     special_names,
+    tracked_kind,
 )
 from worksnap.sources import Tracked
 from worksnap.watch import Changes, Events, Watcher
@@ -313,8 +317,12 @@ def _one_dir(
     rel_dir, anchor, path, _, _, memory_ok, ino, _ = item
     memory_ok = memory_ok and not everything and rel_dir not in subtrees
     last = w.memory.get(rel_dir) if memory_ok else None
-    if last is not None and (not last.reusable or (ino is not None and ino != last.ino)):
-        last = None  # another directory now has this name: nothing remembered holds
+    if last is not None and (
+        not last.reusable or (ino is not None and ino != last.ino) or last.tracked_only != item[7]
+    ):
+        # Another directory now has this name, or it is entered otherwise (for the files
+        # git tracks only, or no longer): nothing remembered of it holds.
+        last = None
     # From memory: the kinds of the children, and the stats of files no event named.
     memory_hints: dict[str, str] = {}
     known: dict[str, os.stat_result] = {}
@@ -323,7 +331,11 @@ def _one_dir(
         w.reused_memory = True  # its stats (some or all) are taken from memory
         names = {fs_path(n) for n in (last.file_names() if w.restat_all else last.linked)}
         part = None
-        if events is None:
+        if names & _SPECIAL:
+            # Its .gitignore may have been written through another name: read it again,
+            # and decide again below it (the rules are compared byte for byte).
+            pass
+        elif events is None:
             part = _refreshed(w, last, anchor, path, names) if names else last
         elif not events.names & _SPECIAL:
             if not events.listing:
@@ -460,6 +472,7 @@ def _read_dir(
         fresh[rel_dir] = Listing(stamp, ignore_stamp, children)
     linked_ignore = ignore_stat is not None and ignore_stat.st_nlink > 1
     part = DirScan(
+        tracked_only=tracked_only,
         ino=dir_stat.st_ino,
         ignore_stamp=ignore_stamp,
         ignore_data=ignore_data,
@@ -477,22 +490,22 @@ def _read_dir(
         rel = f"{rel_dir}/{name}" if rel_dir else name
         kind = listed_kind
         if kind in (_IGNORED, _IGNORED_DIR) and tracked is not None:
-            kind = _tracked_kind(tracked, rel, kind)
-        if kind in (_DIR, _TRACKED_DIR):
+            kind = tracked_kind(tracked, rel, kind)
+        if kind in (_DIR, TRACKED_DIR):
             here.dirs.append(rel)
-            part.subdirs.append((rel, _os_name(name), kind == _TRACKED_DIR))
-        elif kind in (_FILE, _TRACKED_FILE):
+            part.subdirs.append((rel, _os_name(name), kind == TRACKED_DIR))
+        elif kind in (_FILE, TRACKED_FILE):
             try:
                 st = known.get(name) or os.lstat(prefix + _os_name(name), dir_fd=anchor.fd)
             except FileNotFoundError:
                 continue  # deleted while we walked: simply not part of this snapshot
             except OSError as exc:
                 raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
-            if stat.S_ISLNK(st.st_mode) and kind == _TRACKED_FILE:
-                _add_link(here, rel, prefix + _os_name(name), anchor.fd)
+            if stat.S_ISLNK(st.st_mode) and kind == TRACKED_FILE:
+                add_link(here, rel, prefix + _os_name(name), anchor.fd)
                 continue
             if not stat.S_ISREG(st.st_mode):
-                if kind == _TRACKED_FILE:
+                if kind == TRACKED_FILE:
                     here.excluded.append(rel)  # a tracked name that is a FIFO or device now
                     continue
                 # Replaced by something else after the listing: take it from the top.
@@ -506,7 +519,7 @@ def _read_dir(
             else:
                 here.files.append((rel, st))
         elif kind == _LINK:
-            _add_link(here, rel, prefix + _os_name(name), anchor.fd)
+            add_link(here, rel, prefix + _os_name(name), anchor.fd)
         elif kind in (_IGNORED, _IGNORED_DIR):
             here.ignored.append(rel)
         else:
@@ -530,29 +543,6 @@ def _read_dir(
         memory_ok=same_rules,
         inodes=inodes,
     )
-
-
-_TRACKED_DIR, _TRACKED_FILE = "T", "t"  # never stored: what git's index makes of an ignored child
-
-
-def _tracked_kind(tracked: Tracked, rel: str, kind: str) -> str:
-    """What an ignored child is once the paths git tracks are taken into account."""
-    if tracked.is_tracked(rel):
-        return _DIR if kind == _IGNORED_DIR else _TRACKED_FILE
-    if kind == _IGNORED_DIR and tracked.holds(rel):
-        return _TRACKED_DIR
-    return kind
-
-
-def _add_link(here: Scan, rel: str, path: str, dir_fd: int) -> None:
-    try:
-        target = wire_name(os.readlink(path, dir_fd=dir_fd))
-        mode = os.lstat(path, dir_fd=dir_fd).st_mode & 0o777
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise SnapshotError(rel, f"cannot read symlink: {exc.strerror}") from None
-    here.symlinks.append((rel, target, mode))
 
 
 def _push_subdirs(

@@ -18,6 +18,7 @@ from worksnap.errors import SnapshotError
 from worksnap.fsio import file_state
 from worksnap.ignore import Rules
 from worksnap.paths import is_git_name, wire_name
+from worksnap.sources import Tracked
 
 # Kinds of child in a listing (stored in the listing cache: never change one).
 DIR, FILE, LINK, IGNORED, IGNORED_DIR, EXCLUDED = "d", "f", "l", "i", "I", "x"
@@ -65,6 +66,8 @@ class DirScan:
     """The classification it was made from: (wire name, kind) in name order."""
     linked: list[str] = field(default_factory=list)
     """Names of its files with more than one hard link: stat-ed again at every scan."""
+    tracked_only: bool = False
+    """Entered only for the files git tracks in it (it is ignored)."""
 
     def file_names(self) -> list[str]:
         """The names of every file it contributed (captured or over the size cap)."""
@@ -154,6 +157,7 @@ def refresh(
         subdirs=last.subdirs,
         children=last.children,
         linked=sorted(linked),
+        tracked_only=last.tracked_only,
     )
     return part, new_links
 
@@ -284,3 +288,27 @@ def read_ignore_file(dir_fd: int, prefix: str, rel_dir: str) -> bytes:
     except OSError as exc:
         where = f"{rel_dir}/.gitignore" if rel_dir else ".gitignore"
         raise SnapshotError(where, f"cannot read: {exc.strerror}") from None
+
+
+TRACKED_DIR, TRACKED_FILE = "T", "t"  # never stored: what git's index makes of an ignored child
+
+
+def tracked_kind(tracked: Tracked, rel: str, kind: str) -> str:
+    """What an ignored child is once the paths git tracks are taken into account."""
+    if tracked.is_tracked(rel):
+        return DIR if kind == IGNORED_DIR else TRACKED_FILE
+    if kind == IGNORED_DIR and tracked.holds(rel):
+        return TRACKED_DIR
+    return kind
+
+
+def add_link(here: Scan, rel: str, path: str, dir_fd: int) -> None:
+    """Adds the symlink at `path` (relative to `dir_fd`) to `here`, unless it is gone."""
+    try:
+        target = wire_name(os.readlink(path, dir_fd=dir_fd))
+        mode = os.lstat(path, dir_fd=dir_fd).st_mode & 0o777
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SnapshotError(rel, f"cannot read symlink: {exc.strerror}") from None
+    here.symlinks.append((rel, target, mode))
