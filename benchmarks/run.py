@@ -82,6 +82,45 @@ def run_rss(
     return run_timed([cmd], cwd, env)
 
 
+def auto_started_daemon(b: Bench) -> dict[str, object]:
+    """Lets the default command line start the daemon by itself, as a user's command would.
+
+    The plain runs before left the store with its caches; the next command without
+    WORKSNAP_NO_DAEMON runs in its own process and starts the daemon (autostart.py).
+    Fails if it was not started automatically.
+    """
+    run_rss(b.ws_cli("daemon", "stop"), env=DAEMON_ENV)
+    run_rss(b.ws_cli("snapshot"), env=DAEMON_ENV)
+    deadline = time.monotonic() + 300
+    while True:
+        status = json.loads(run_rss(b.ws_cli("--json", "daemon", "status"), env=DAEMON_ENV)[2])
+        if status["running"]:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the daemon was not started automatically: {status}")
+        time.sleep(0.2)
+    if not str(status.get("started_by", "")).startswith("on:"):
+        raise RuntimeError(f"the daemon was not started by the automatic start: {status}")
+    print(f"  daemon started automatically: {status['started_by']}", flush=True)
+    return status
+
+
+def daemon_memory(b: Bench) -> dict[str, object]:
+    """The daemon's resident memory now and at its peak, and what its audit found."""
+    status = json.loads(run_rss(b.ws_cli("--json", "daemon", "status"), env=DAEMON_ENV)[2])
+    found: dict[str, object] = {"daemon_requests": status["requests"]}
+    with open(f"/proc/{status['pid']}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                found["daemon_" + line.split(":")[0].lower() + "_kb"] = int(line.split()[1])
+    from worksnap.client import request
+
+    audit = request(str(b.store), "audit") or {}
+    found["daemon_audits"] = audit.get("audits")
+    found["daemon_audit_differences"] = audit.get("audit_differences")
+    return found
+
+
 class Worker:
     """The in-process worksnap (benchmarks/inproc_worker.py) on one long-lived Workspace.
 
@@ -314,9 +353,10 @@ TARGETS = {
     "warm_10mod_watch": 1.0,
     "restore_watch": 1.0,
     "plan_watch": 1.0,
-    "warm_nochange_daemon": 1.5,
-    "warm_10mod_daemon": 1.5,
-    "restore_daemon": 1.0,
+    # issue 12: the default CLI, with the daemon it starts by itself
+    "warm_nochange_daemon": 0.5,
+    "warm_10mod_daemon": 0.6,
+    "restore_daemon": 0.7,
     "plan_daemon": 1.0,
 }
 
@@ -354,10 +394,10 @@ WHAT = {
     "warm_10mod_watch": "warm snapshot, 10 modified, in-process watch",
     "restore_watch": "restore 10 M / 10 A / 100 D, in-process watch",
     "plan_watch": "plan REF (M/A/D present), in-process watch",
-    "warm_nochange_daemon": "warm snapshot, nothing changed, CLI with `worksnap daemon`",
-    "warm_10mod_daemon": "warm snapshot, 10 modified, CLI with `worksnap daemon`",
-    "restore_daemon": "restore 10 M / 10 A / 100 D, CLI with `worksnap daemon`",
-    "plan_daemon": "plan REF (M/A/D present), CLI with `worksnap daemon`",
+    "warm_nochange_daemon": "warm, nothing changed, default CLI (daemon started by itself)",
+    "warm_10mod_daemon": "warm snapshot, 10 modified, default CLI (daemon started by itself)",
+    "restore_daemon": "restore 10 M / 10 A / 100 D, default CLI (daemon started by itself)",
+    "plan_daemon": "plan REF (M/A/D present), default CLI (daemon started by itself)",
 }
 DAEMON_SCENARIOS = ("warm_nochange_daemon", "warm_10mod_daemon", "restore_daemon", "plan_daemon")
 
@@ -583,7 +623,7 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
 
     # the CLI through `worksnap daemon` -------------------------------------------
     if any(want(key) for key in DAEMON_SCENARIOS):
-        run_rss(b.ws_cli("daemon", "start"))
+        extra["daemon_started_by"] = auto_started_daemon(b)["started_by"]
         try:
             daemon_scenarios(
                 b,
@@ -595,8 +635,7 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
                 results=results,
                 checks=checks,
             )
-            status = json.loads(run_rss(b.ws_cli("--json", "daemon", "status"))[2])
-            extra["daemon_requests"] = status["requests"]
+            extra.update(daemon_memory(b))
         finally:
             run_rss(b.ws_cli("daemon", "stop"))
     return results, extra
@@ -910,8 +949,8 @@ def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
         row[f"plan_{mode}"] = b.pair(f"plan_{mode}", plan_mode, snapper(worker, mode, "same"))
         row[f"{mode}_peak_rss_kb"] = worker.call(op="snapshot")["maxrss_kb"]
         worker.close()
-    # The CLI through a daemon: what a runtime driving the command line sees.
-    run_rss(b.ws_cli("daemon", "start"))
+    # The default CLI, with the daemon it starts by itself.
+    row["daemon_started_by"] = auto_started_daemon(b)["started_by"]
     try:
 
         def daemon_cli(*args: str) -> tuple[float, int, str]:
@@ -939,6 +978,7 @@ def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
         row["plan_daemon"] = b.pair(
             "plan_daemon", lambda: daemon_cli("--json", "plan", ref)[0], daemon_snap
         )
+        row.update(daemon_memory(b))
     finally:
         run_rss(b.ws_cli("daemon", "stop"))
     return row
@@ -1052,6 +1092,17 @@ def markdown(data: dict) -> str:
                 f"| peak RSS, long-lived in-process object ({mode}) "
                 f"| {extra[f'{mode}_peak_rss_kb'] / 1024:.0f} MB | | | | |"
             )
+    if "daemon_vmhwm_kb" in extra:
+        peak = extra["daemon_vmhwm_kb"] / 1024
+        lines.append(
+            f"| daemon RSS (peak), started automatically | {peak:.0f} MB | | | <= 150 MB "
+            f"| {'PASS' if peak <= 150 else 'FAIL'} |"
+        )
+        lines.append(
+            f"| daemon audit after the runs | {extra.get('daemon_audits')} run, "
+            f"{extra.get('daemon_audit_differences')} differences | | | 0 | "
+            f"{'PASS' if extra.get('daemon_audit_differences') == 0 else 'FAIL'} |"
+        )
     if extra.get("digest_checks"):
         lines += ["", "Tree digest checks (long-lived object vs a full CLI scan): "]
         lines += [f"* {c}" for c in extra["digest_checks"]]
