@@ -25,14 +25,14 @@ import msgspec
 
 from worksnap.caches import Caches, Listings, StatTable
 from worksnap.errors import InputError, SnapshotError
-from worksnap.fsio import DirTree, file_state
+from worksnap.fsio import DirTree, StatLike, file_state
 from worksnap.hash import SMALL, Prefetch, read_file
 from worksnap.ignore import Rules, base_rules
 from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339, tree_digest
 from worksnap.paths import Digest, Root, fs_path, wire_name
 from worksnap.progress import Reporter
 from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
-from worksnap.scanparts import differences
+from worksnap.scanparts import Seen, differences
 from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
 from worksnap.watch import Changes, Watcher
@@ -143,7 +143,7 @@ class Capture:
         self._memory_key: bytes | None = None
         self._memory_tracked: Tracked | None = None
         self._has_links = False
-        self._entries: dict[str, tuple[os.stat_result, Entry]] = {}
+        self._entries: dict[str, tuple[Seen, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
 
@@ -266,7 +266,7 @@ class Capture:
         entries: list[Entry] = []
         total = len(found.files)
         remembered = self._entries
-        kept: dict[str, tuple[os.stat_result, Entry]] = {}
+        kept: dict[str, tuple[Seen, Entry]] = {}
         watching = self._watcher is not None
         misses = 0
         first_reads = 0.0  # when the first file missing from the cache began to be read
@@ -283,7 +283,7 @@ class Capture:
                     if (hit := cache.get(rel)) is not None:
                         fresh[rel] = hit
                     continue
-                st = seen
+                st: StatLike = seen
                 hit = cache.get(rel)
                 if (
                     hit is not None
@@ -526,9 +526,7 @@ def _described(watcher: Watcher, path: str, what: str) -> str:
     return f"{path}: {what}; latest events there: {', '.join(events) or 'none'}"
 
 
-def _unhashed(
-    root: str, files: list[tuple[str, os.stat_result]], cache: StatTable
-) -> Iterator[bytes]:
+def _unhashed(root: str, files: list[tuple[str, Seen]], cache: StatTable) -> Iterator[bytes]:
     """The absolute paths of the files whose cached digest cannot be used: what will be read."""
     base = os.fsencode(root) + b"/"
     for rel, st in files:

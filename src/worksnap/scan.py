@@ -57,6 +57,7 @@ from worksnap.scanparts import (
     TRACKED_FILE,
     DirScan,
     Scan,
+    Seen,
     WalkStats,
     add_link,
     classify,
@@ -325,7 +326,7 @@ def _one_dir(
         last = None
     # From memory: the kinds of the children, and the stats of files no event named.
     memory_hints: dict[str, str] = {}
-    known: dict[str, os.stat_result] = {}
+    known: dict[str, Seen] = {}
     events = w.changes.dirs.get(rel_dir) if last is not None else None
     if last is not None:
         w.reused_memory = True  # its stats (some or all) are taken from memory
@@ -398,7 +399,7 @@ def _read_dir(
     last: DirScan | None,
     events: Events | None,
     memory_hints: dict[str, str],
-    known: dict[str, os.stat_result],
+    known: dict[str, Seen],
     fresh: dict[str, Listing],
     pending: list[_Item],
 ) -> None:
@@ -496,7 +497,7 @@ def _read_dir(
             part.subdirs.append((rel, _os_name(name), kind == TRACKED_DIR))
         elif kind in (_FILE, TRACKED_FILE):
             try:
-                st = known.get(name) or os.lstat(prefix + _os_name(name), dir_fd=anchor.fd)
+                st = known.get(name) or Seen(os.lstat(prefix + _os_name(name), dir_fd=anchor.fd))
             except FileNotFoundError:
                 continue  # deleted while we walked: simply not part of this snapshot
             except OSError as exc:
