@@ -235,10 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="start: run a background process that keeps this store's workspace "
         "watched (inotify) and in memory; every later worksnap command for the store runs "
         "in it, so a snapshot reads only what changed. stop: stop it. status: is one "
-        "running (exit 1 if not). serve: the same in the foreground. It stops by itself "
-        "after --idle seconds without a command. Leave it off for trees changed through "
-        "shared mmap writes or on network and FUSE file systems, which raise no events "
-        "(docs/performance.md).",
+        "running (exit 1 if not), its audits, and whether commands start one by themselves "
+        "and why. serve: the same in the foreground. It stops by itself after --idle "
+        "seconds without a command. Commands start one by themselves on Linux for trees of "
+        "about 2,000 files or more on ext2/3/4, xfs, btrfs, tmpfs, overlay, f2fs or zfs "
+        '(config.json "daemon": false turns that off, true forces it). A watcher cannot '
+        "see writes through a shared mmap, writes through a hard link from outside the "
+        "tree (or from an ignored directory) made after it last looked at the file, nor "
+        "changes by other hosts on NFS, SMB, FUSE or 9p; its idle audit finds such misses "
+        "and rebuilds (docs/performance.md).",
         epilog="examples: worksnap daemon start\n"
         "          worksnap daemon status --json\n"
         "          WORKSNAP_NO_DAEMON=1 worksnap snapshot   (bypass it once)",
