@@ -74,7 +74,9 @@ def test_global_options_also_come_after_the_command(
     assert json.loads(out) == []
     # The daemon's own help example.
     code, out, _ = run(capsys, "--root", str(root), "daemon", "status", "--json")
-    assert code == 1 and json.loads(out) == {"running": False}
+    assert code == 1 and json.loads(out) == {
+        "running": False, "mode": "off", "reason": "WORKSNAP_NO_DAEMON is set"
+    }  # fmt: skip
 
 
 def test_version_answers_without_loading_the_engine(tmp_path: Path) -> None:

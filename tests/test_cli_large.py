@@ -251,3 +251,30 @@ def test_a_checkpoint_capture_names_the_large_files_it_could_not_keep(
     ]
     code, _, err = run(capsys, root, "capture", "small.txt")
     assert (code, err) == (0, "")  # only the files this call named
+
+
+def test_the_cap_and_the_daemons_three_states_live_side_by_side_in_the_config(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root, "a.txt", "a")
+    config = root / ".worksnap" / "config.json"
+    ok_json(capsys, root, "config", "max-file-bytes", "64M")
+    assert ok_json(capsys, root, "config")["daemon"] is None  # type: ignore[index]
+    for value, stored, mode in (("true", True, "on"), ("false", False, "off"),
+                                ("none", None, "auto"), ("TRUE", True, "on"),
+                                ("auto", None, "auto")):  # fmt: skip
+        shown = ok_json(capsys, root, "config", "daemon", value)
+        assert isinstance(shown, dict)
+        assert (shown["daemon"], shown["max_file_bytes"]) == (stored, 64 * MB), value
+        on_disk = json.loads(config.read_text())
+        assert on_disk.get("daemon", "unset") == ("unset" if stored is None else stored), value
+        assert on_disk["max_file_bytes"] == 64 * MB  # the cap stays
+        monkeypatch.delenv("WORKSNAP_NO_DAEMON")  # `daemon status` only reads: it starts none
+        code, out, _ = run(capsys, root, "--json", "daemon", "status")
+        monkeypatch.setenv("WORKSNAP_NO_DAEMON", "1")
+        assert (code, json.loads(out)["mode"]) == (1, mode), value
+    code, out, _ = run(capsys, root, "config", "daemon")
+    assert out == "daemon          none (automatic: see `worksnap daemon status`)\n"
+    code, _, err = run(capsys, root, "config", "daemon", "sometimes")
+    assert code == 2 and "daemon must be true, false or none" in err
+    assert Workspace(root).config().cap() == 64 * MB

@@ -285,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
         "show or change this store's settings",
         "Without KEY, show every setting; with KEY, show one; with KEY VALUE, set it in "
         "the store's config.json. Keys: max-file-bytes (the size cap of new snapshots, "
-        "e.g. 64M), daemon (true/false: start a daemon on the first command), keep-last, "
+        "e.g. 64M), daemon (true: every command that finds no daemon starts one; false: "
+        "never; none: by itself where it pays, see `worksnap daemon --help`), keep-last, "
         "max-age, max-bytes (the retention applied after each snapshot and by gc; `none` "
         "clears one).",
         "examples: worksnap config max-file-bytes 64M\n          worksnap config --json",
@@ -336,10 +337,15 @@ def build_parser() -> argparse.ArgumentParser:
         "start: run a background process that keeps this store's workspace watched "
         "(inotify) and in memory; every later worksnap command for the store runs in it, "
         "so a snapshot reads only what changed. stop: stop it. status: is one running "
-        "(exit 1 if not). serve: the same in the foreground. It stops by itself after "
-        "--idle seconds without a command. Leave it off for trees changed through shared "
-        "mmap writes or on network and FUSE file systems, which raise no events "
-        "(docs/performance.md).",
+        "(exit 1 if not), its audits, and whether commands start one by themselves and "
+        "why. serve: the same in the foreground. It stops by itself after --idle seconds "
+        "without a command. Commands start one by themselves on Linux for trees of about "
+        "2,000 files or more on ext2/3/4, xfs, btrfs, tmpfs, overlay, f2fs or zfs "
+        "(`worksnap config daemon false` turns that off, true forces it). A watcher cannot "
+        "see writes through a shared mmap, writes through a hard link from outside the "
+        "tree (or from an ignored directory) made after it last looked at the file, nor "
+        "changes by other hosts on NFS, SMB, FUSE or 9p; its idle audit finds such misses "
+        "and rebuilds (docs/performance.md).",
         "examples: worksnap daemon start\n"
         "          worksnap daemon status --json\n"
         "          WORKSNAP_NO_DAEMON=1 worksnap snapshot   (bypass it once)",

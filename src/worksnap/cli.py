@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from worksnap import views
 from worksnap.arguments import parse
+from worksnap.client import LOCAL_ONLY
 from worksnap.invocation import command_paths, locate, open_workspace, option_prefix
 from worksnap.output import (
     PROGRESS,
@@ -300,6 +301,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
         value = get_setting(config, key)
         if key == "max-file-bytes":
             shown = f"{human_bytes(cap)}" + (" (the default)" if value is None else "")
+        elif key == "daemon" and value is None:
+            shown = "none (automatic: see `worksnap daemon status`)"
         else:
             shown = "none" if value is None else str(value).lower()
         lines.append(f"{key:<15} {shown}")
@@ -337,7 +340,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
-    from worksnap import daemon
+    from worksnap import autostart, client, daemon
     from worksnap.errors import InputError
 
     root = args.root
@@ -362,18 +365,27 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
             say("daemon stopped" if stopped else f"no daemon was running for {store_dir}")
         return 0
     else:
-        status = daemon.request(store_dir, "status") or {}
+        status = client.request(store_dir, "status") or {}
+    decision = autostart.decide(root, store_dir)
     if args.json:
-        emit_json(views.daemon_status_view(status))
+        emit_json(
+            {**views.daemon_status_view(status), "mode": decision.mode, "reason": decision.reason}
+        )
     elif status:
         say(
             f"daemon {status['pid']} serving {status['store']} for {status['root']}: "
             f"{plural(status['requests'], 'command')}, "
             f"{'watching' if status.get('watching') else 'not watching (no inotify)'}, "
-            f"stops after {status['idle_seconds']:g} s idle"
+            f"stops after {status['idle_seconds']:g} s idle",
+            f"audits: {status.get('audits', 0)} run, "
+            f"{status.get('audit_differences', 0)} differences found",
+            f"automatic start: {decision.mode}, {decision.reason}",
         )
     else:
-        say(f"no daemon is running for {store_dir}")
+        say(
+            f"no daemon is running for {store_dir}",
+            f"automatic start: {decision.mode}, {decision.reason}",
+        )
     return 0 if status else 1
 
 
@@ -417,39 +429,42 @@ def _commands() -> dict[str, Any]:
     }
 
 
-# Not run in the daemon: `run` would hold it for the whole command, `rebind` changes
-# what the store is bound to, `daemon` manages it, `completion` needs no store.
-_LOCAL_ONLY = {"run", "rebind", "daemon", "completion"}
-
-
-def main(argv: Sequence[str] | None = None, *, seams: Seams | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    seams: Seams | None = None,
+    tried_daemon: bool = False,
+) -> int:
     """Runs the command line; returns the exit code.
 
     Args:
         argv: the arguments (default: the process's).
         seams: parts of the workspace to swap, for tests (see `workspace.Seams`).
+        tried_daemon: the client (client.py) already found no daemon to run it.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
     args.seams = seams
     try:
-        return _quietly_on_broken_pipe(lambda: _main(argv, args))
+        return _quietly_on_broken_pipe(lambda: _main(argv, args, tried_daemon=tried_daemon))
     except FileNotFoundError as exc:  # the current directory is gone
         print(f"worksnap: error: {exc.strerror}: the current directory", file=sys.stderr)
         return 2
 
 
-def _main(argv: list[str], args: argparse.Namespace) -> int:
+def _main(argv: list[str], args: argparse.Namespace, *, tried_daemon: bool) -> int:
     args.given_store = args.store is not None
     if args.command == "completion":
         return _run(args)
     locate(args)
-    if args.command not in _LOCAL_ONLY:
-        from worksnap import daemon
+    if args.command in LOCAL_ONLY:
+        return _run(args)
+    if not tried_daemon:
+        from worksnap import client
 
         try:
-            code = daemon.forward(argv, args.root, args.store)
-        except daemon.DaemonLost:
+            code = client.forward(argv, args.root, args.store)
+        except client.DaemonLost:
             print(
                 "worksnap: error: the daemon stopped while running the command "
                 "(run `worksnap list` to see what was done)",
@@ -463,8 +478,11 @@ def _main(argv: list[str], args: argparse.Namespace) -> int:
             return 130
         if code is not None:
             return code
-        daemon.auto_start(args.root, args.store, force=args.force)
-    return _run(args)
+    code = _run(args)
+    from worksnap import autostart
+
+    autostart.maybe_start(args.root, args.store, force=args.force)
+    return code
 
 
 _BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, as a shell reports a reader that went away

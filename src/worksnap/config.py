@@ -76,8 +76,10 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
 
     retention: Retention = msgspec.field(default_factory=Retention)
     """Applied after every snapshot, and by `gc` without options."""
-    daemon: bool = False
-    """Start `worksnap daemon` on the first command that finds none."""
+    daemon: bool | None = None
+    """`true`: every command that finds no daemon starts one; `false`: never; absent (or
+    null): where it is sound and pays, Linux, a local file system, a big enough tree
+    (autostart.py)."""
     max_file_bytes: int | str | None = None
     """The size cap of new snapshots: bytes, or a size such as "64M" (None: 2 MiB)."""
 
@@ -148,9 +150,11 @@ def set_setting(paths: StorePaths, key: str, value: str) -> Config:
             config, max_file_bytes=None if cleared else parse_size(value)
         )
     elif key == "daemon":
-        if value.lower() not in ("true", "false", "none"):
-            raise InputError(f"daemon must be true or false, not {value!r}")
-        config = msgspec.structs.replace(config, daemon=value.lower() == "true")
+        word = value.strip().lower()
+        if word not in ("true", "false", "none", "null", "auto", ""):
+            raise InputError(f"daemon must be true, false or none (automatic), not {value!r}")
+        daemon = None if word not in ("true", "false") else word == "true"
+        config = msgspec.structs.replace(config, daemon=daemon)
     elif key == "keep-last":
         count = None if cleared else _count(value)
         retention = msgspec.structs.replace(retention, keep_last=count)

@@ -9,6 +9,7 @@ import errno
 import os
 import secrets
 from collections import OrderedDict
+from typing import Protocol
 
 from worksnap.layout import TEMP_MARK
 from worksnap.paths import fs_path, is_under
@@ -17,7 +18,22 @@ FileState = tuple[int, int, int, int, int]
 """(inode, size, mtime_ns, ctime_ns, st_mode): what tells that a file is unchanged."""
 
 
-def file_state(st: os.stat_result) -> FileState:
+class StatLike(Protocol):
+    """What `file_state` reads: an `os.stat_result`, or the scan's smaller record of one."""
+
+    @property
+    def st_ino(self) -> int: ...  # noqa: D102
+    @property
+    def st_size(self) -> int: ...  # noqa: D102
+    @property
+    def st_mtime_ns(self) -> int: ...  # noqa: D102
+    @property
+    def st_ctime_ns(self) -> int: ...  # noqa: D102
+    @property
+    def st_mode(self) -> int: ...  # noqa: D102
+
+
+def file_state(st: StatLike) -> FileState:
     """Returns what tells that a file is unchanged since `st` was taken.
 
     The one definition of "unchanged" in worksnap: the stat cache, the listing cache

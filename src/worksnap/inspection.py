@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """`status`: root, store, session, daemon, and what changed since `latest`."""
+    from worksnap import autostart
     from worksnap.diff import compare
     from worksnap.errors import InputError
     from worksnap.layout import StorePaths
@@ -48,12 +49,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         cap = ws.max_file_bytes
         config = ws.config()
     daemon = _daemon_state(args)
+    decision = autostart.decide(args.root, args.store)
     pending = os.path.exists(StorePaths(args.store).journal)
     state = views.status_view(
         root=args.root, found=args.location.found, store=args.store, store_exists=exists,
         session=args.session, mine=mine, everyone=everyone, store_bytes=size,
         latest=latest, changes=changes, large=large, max_file_bytes=cap,
-        daemon=daemon, daemon_configured=config.daemon, recovery_pending=pending,
+        daemon=daemon, daemon_configured=config.daemon,
+        daemon_start=(decision.mode, decision.start, decision.reason), recovery_pending=pending,
     )  # fmt: skip
     if args.json:
         emit_json(state)
@@ -88,7 +91,7 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
     if daemon["running"]:
         lines.append(f"daemon    running (pid {daemon.get('pid')})")
     else:
-        auto = ", starts on the next command" if daemon["configured"] else ""
+        auto = ", starts on the next command" if daemon["starts"] else ""
         lines.append(f"daemon    not running{auto}")
     if state["recovery_pending"]:
         lines.append("recovery  a restore was interrupted: run `worksnap recover`")
@@ -118,14 +121,16 @@ _STATUS_COLOURS = {"M": "33", "A": "32", "D": "31", "R": "36"}
 def _daemon_state(args: argparse.Namespace) -> dict[str, Any] | None:
     """What the store's daemon says of itself (None: none runs). The one question asked.
 
-    Run in the daemon, the answer is this process: the daemon serves one command at a
-    time, so asking its own socket would wait for ever.
+    Run in the daemon, the answer is the serving process's own report, read in place:
+    asking its own socket from a command it runs could wait on itself (the daemon
+    once served one command at a time, and may still be at its client limit).
     """
-    from worksnap import daemon
-
     if args.pool is not None:
-        return {"pid": os.getpid()}
-    return daemon.request(args.store, "status")
+        report: dict[str, Any] = args.pool.status()
+        return report
+    from worksnap import client
+
+    return client.request(args.store, "status")
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -29,12 +29,14 @@ command.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-import stat
-from dataclasses import dataclass
-from typing import Literal
+import stat  # already loaded: os.path imports it
+
+# Not `typing`, `re`, `dataclasses` nor `hashlib` at load: the daemon's client imports
+# this module on every command, and they would double its import time (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
 
 STORE_DIR_NAME = ".worksnap"
 """The store's directory in the root, outside git work trees (and where older versions put it)."""
@@ -48,14 +50,13 @@ TEMP_MARK = ".tmp-"
 _JSON = ".json"
 _PACK = ".pack"
 _INDEX = ".idx"
-_SNAPSHOT_FILE = re.compile(r"([0-9a-f]{12})\.json\Z")
+_HEX = frozenset("0123456789abcdef")
 _DOT_GIT = ".git"
 _GITDIR_PREFIX = b"gitdir: "
 _GIT_HEAD = "HEAD"
 _GIT_FILE_MAX_BYTES = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
 class Location:
     """Where a command works: its root, its store, and how the root was chosen.
 
@@ -67,9 +68,31 @@ class Location:
             of the enclosing git work tree), or "cwd" (the current directory).
     """
 
+    __slots__ = ("found", "root", "store")
+
     root: str
     store: str
     found: str
+
+    def __init__(self, root: str, store: str, found: str) -> None:
+        # A frozen, slotted record, written out: `dataclasses` imports `re` and `inspect`.
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "store", store)
+        object.__setattr__(self, "found", found)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Location is frozen: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Location):
+            return NotImplemented
+        return (self.root, self.store, self.found) == (other.root, other.store, other.found)
+
+    def __hash__(self) -> int:
+        return hash((self.root, self.store, self.found))
+
+    def __repr__(self) -> str:
+        return f"Location(root={self.root!r}, store={self.store!r}, found={self.found!r})"
 
 
 def locate(cwd: str, *, root: str | None = None, store: str | None = None) -> Location:
@@ -182,9 +205,22 @@ def _git_store(root: str, top: str) -> str | None:
     if root == top:
         return os.path.join(directory, GIT_STORE_NAME)
     # A root below the top (`--root sub`): a store of its own, named after its path.
-    rel = os.path.relpath(root, top)
-    tag = hashlib.blake2b(os.fsencode(rel), digest_size=8).hexdigest()
+    tag = _path_tag(os.path.relpath(root, top))
     return os.path.join(directory, f"{GIT_STORE_NAME}-{tag}")
+
+
+def _path_tag(rel: str) -> str:
+    """The 16 hex digits of BLAKE2b-64 of a relative path, naming its store in the git directory.
+
+    `hashlib.blake2b` is `_blake2.blake2b`, but importing hashlib costs 3 ms (OpenSSL):
+    every walk up from a subdirectory of a git work tree asks for a tag, so the
+    daemon's client would pay that on most commands; `_blake2` costs 0.4 ms.
+    """
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # a Python built without its own hashes
+        from hashlib import blake2b
+    return blake2b(os.fsencode(rel), digest_size=8).hexdigest()
 
 
 def _is_store(directory: str) -> bool:
@@ -307,8 +343,8 @@ class StorePaths:
     @staticmethod
     def snapshot_id(file_name: str) -> str | None:
         """The snapshot id a file in `manifests` is named after (None: not a manifest)."""
-        match = _SNAPSHOT_FILE.match(file_name)
-        return match.group(1) if match else None
+        stem = file_name[: -len(_JSON)] if file_name.endswith(_JSON) else ""
+        return stem if len(stem) == 12 and _HEX.issuperset(stem) else None
 
     # -- sessions -------------------------------------------------------------
 

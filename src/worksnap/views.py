@@ -205,7 +205,8 @@ def status_view(
     large: list[tuple[str, int | None]],
     max_file_bytes: int,
     daemon: dict[str, Any] | None,
-    daemon_configured: bool,
+    daemon_configured: bool | None,
+    daemon_start: tuple[str, bool, str],
     recovery_pending: bool,
 ) -> View:
     """`status`: where worksnap works from here, and what changed since `latest`."""
@@ -221,7 +222,13 @@ def status_view(
         "latest": latest.id if latest is not None else None,
         "max_file_bytes": max_file_bytes,
         "large": [{"path": path, "size": size} for path, size in large],
-        "daemon": {**daemon_status_view(daemon), "configured": daemon_configured},
+        "daemon": {
+            **daemon_status_view(daemon),
+            "configured": daemon_configured,
+            "mode": daemon_start[0],
+            "starts": daemon_start[1],
+            "reason": daemon_start[2],
+        },
         "recovery_pending": recovery_pending,
         "changes": [{"op": c.op, "path": c.path, "from": c.old_path} for c in changes],
     }

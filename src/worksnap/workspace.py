@@ -38,12 +38,7 @@ from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
 from worksnap.config import Config, Retention, load_config, set_setting
 from worksnap.diskstore import DiskStore
-from worksnap.errors import (
-    FileSystemError,
-    InputError,
-    SnapshotError,
-    WorksnapError,
-)
+from worksnap.errors import FileSystemError, InputError, SnapshotError, WorksnapError
 from worksnap.extract import extract
 from worksnap.hash import Prefetch, read_file
 from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_session_name
@@ -259,6 +254,13 @@ class Workspace:
     def objects_added(self) -> int:
         """How many new objects this workspace has stored so far."""
         return self.store.added
+
+    def audit(self, *, check: Callable[[], None] | None = None) -> builtins.list[str]:
+        """Compares the watched state with a plain scan, rebuilt on a difference.
+
+        Returns a line per path missed (and its events); `check` may raise to abandon it.
+        """
+        return self._capture.audit(check=check)
 
     def use(self, *, session: str, progress: Callable[[Progress], None] | None) -> None:
         """Points a long-lived workspace at another session and progress callback."""
