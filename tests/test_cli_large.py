@@ -194,7 +194,7 @@ def test_a_stored_snapshot_exits_0_when_its_retention_fails(
     first = ok_json(capsys, root, "snapshot")
     assert isinstance(first, dict)
     ok_json(capsys, root, "pin", first["id"])  # kept: gc must read it, and cannot
-    (root / ".worksnap" / "manifests" / f"{first['id']}.json").write_bytes(b"damaged")
+    (root / ".worksnap" / "snapshots" / f"{first['id']}.json").write_bytes(b"damaged")
     (root / ".worksnap" / "config.json").write_text('{"retention": {"keep_last": 1}}')
     code, out, err = run(capsys, root, "snapshot")
     assert code == 0

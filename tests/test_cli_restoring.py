@@ -31,7 +31,7 @@ def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int
 
 def everything(root: Path) -> tuple[object, list[str]]:
     """The tree and the store's snapshots: what a preview must leave as it was."""
-    return tree_state(root), sorted(os.listdir(root / ".worksnap" / "manifests"))
+    return tree_state(root), sorted(os.listdir(root / ".worksnap" / "snapshots"))
 
 
 def prepare(root: Path, command: str) -> list[str]:

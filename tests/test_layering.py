@@ -57,6 +57,7 @@ LEVELS: dict[str, int] = {
     # 3: one responsibility each, built from the mechanisms
     "capture": 3,
     "catalog": 3,
+    "migration": 3,
     "transaction": 3,
     "checkpoints": 3,
     "maintenance": 3,

@@ -34,7 +34,9 @@ from worksnap.manifest import (
     tree_digest,
 )
 from worksnap.memstore import MemoryStore
+from worksnap.record import Record, record_of, summary_of
 from worksnap.store import Store
+from worksnap.treewalk import Flat, from_flat
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,58 @@ def test_a_deleted_snapshot_is_gone(store: Store) -> None:
     store.delete_snapshot(dropped.id)  # twice: nothing left to remove
     assert store.ids() == [kept.id]
     assert [s.id for s in store.summaries()[0]] == [kept.id]
+
+
+# -- records (format 2) ------------------------------------------------------------
+
+
+def record(made: Manifest, store: Store) -> Record:
+    """The record of `made`, its trees stored."""
+    tree, loose = from_flat(Flat.of(made), store.add_tree)
+    return record_of(msgspec.structs.replace(made, tree=tree), tree, loose)
+
+
+def test_records_round_trip_and_list_without_counting_trees(store: Store) -> None:
+    first, second = manifest({"a.txt": b"a"}, label="first"), manifest({"b": b"b"})
+    added = store.added
+    made = [record(first, store), record(second, store)]
+    assert store.added == added  # trees are not counted as new objects
+    for r in made:
+        store.save_record(r)
+        assert store.has(r.tree)
+    assert sorted(store.ids()) == sorted([first.id, second.id])
+    assert store.load_record(first.id) == made[0]
+    assert store.load_record("0123456789ab") is None
+    assert store.legacy_ids() == []
+    summaries, problems = store.summaries()
+    assert problems == []
+    assert sorted(summaries, key=lambda s: s.id) == sorted(
+        map(summary_of, made), key=lambda s: s.id
+    )
+
+
+def test_a_record_wins_over_a_manifest_of_its_id(store: Store) -> None:
+    old = manifest({"a.txt": b"a"})
+    store.save_manifest(old, summarize(old))
+    assert store.legacy_ids() == [old.id]
+    new = record(old, store)
+    store.save_record(new)
+    assert store.ids() == [old.id]
+    assert store.summaries() == ([summary_of(new)], [])
+    store.delete_legacy(old.id)
+    assert store.legacy_ids() == []
+    assert store.load_record(old.id) == new
+    store.delete_snapshot(old.id)
+    assert store.ids() == []
+
+
+def test_a_rewritten_record_changes_its_stamp(store: Store) -> None:
+    made = record(manifest({"a.txt": b"a"}), store)
+    store.save_record(made)
+    stamp = store.manifest_stamp(made.id)
+    assert stamp is not None and store.manifest_stamp(made.id) == stamp
+    store.save_record(msgspec.structs.replace(made, root="/elsewhere"))
+    assert store.manifest_stamp(made.id) != stamp
 
 
 def test_pins_round_trip(store: Store) -> None:

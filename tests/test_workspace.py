@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import packed, tree_state, unpacked, write
+from tests.legacy import downgrade
 from worksnap import (
     InputError,
     ManifestError,
@@ -15,6 +17,8 @@ from worksnap import (
     Op,
     Workspace,
 )
+from worksnap.diskstore import DiskStore
+from worksnap.manifest import encode_manifest
 from worksnap.paths import fs_path
 
 
@@ -54,8 +58,10 @@ def test_snapshot_records_entries_dirs_and_metadata(root: Path) -> None:
     link = by_path["x/link"]
     assert (link.type, link.target, link.hash, link.size) == ("symlink", "y.txt", None, None)
     assert m.time.endswith("Z") and "T" in m.time
-    stored = root / ".worksnap" / "manifests" / f"{m.id}.json"
-    assert unpacked(stored.read_bytes()) == ws.show_bytes(m.id)
+    # Stored as a record naming its trees; `show --json` is the flat manifest.
+    record = msgspec.json.decode((root / ".worksnap" / "snapshots" / f"{m.id}.json").read_bytes())
+    assert (record["version"], record["id"], record["tree"]) == (2, m.id, m.tree)
+    assert ws.show_bytes(m.id) == encode_manifest(m)
 
 
 def test_every_snapshot_gets_an_id_and_unchanged_writes_no_objects(root: Path) -> None:
@@ -339,24 +345,42 @@ def test_missing_object_refused_with_nothing_changed(root: Path) -> None:
     snap = ws.snapshot()
     write(root, "a.txt", "edited")
     ws.close()
-    for pack in (root / ".worksnap" / "packs").glob("*.pack"):
-        pack.write_bytes(b"")
+    store = DiskStore(str(root / ".worksnap"))
+    file_digest = snap.entries[0].hash
+    assert file_digest is not None
+    pack, offset, size = store._load_index()[file_digest]
+    with open(store.paths.pack(pack), "r+b") as f:  # only the file's bytes, not the trees
+        f.seek(offset)
+        f.write(b"\0" * size)
     ws = Workspace(root)
     before = tree_state(root)
     with pytest.raises(ObjectError):
         ws.restore(snap.id)
     assert tree_state(root) == before
+    for pack_file in (root / ".worksnap" / "packs").glob("*.pack"):
+        pack_file.write_bytes(b"")  # the trees too: the snapshot itself is unreadable
+    ws = Workspace(root)
+    with pytest.raises(ManifestError, match="tree object"):
+        ws.restore(snap.id)
+    assert tree_state(root) == before
 
 
-def test_too_new_version_refused(root: Path) -> None:
+@pytest.mark.parametrize("stored", ["record", "format 1 manifest"])
+def test_too_new_version_refused(root: Path, stored: str) -> None:
     write(root, "a.txt", "a")
     ws = Workspace(root)
     snap = ws.snapshot()
-    path = root / ".worksnap" / "manifests" / f"{snap.id}.json"
-    data = unpacked(path.read_bytes())
-    path.write_bytes(packed(data.replace(b'"version":1', b'"version":99', 1)))
+    ws.close()
+    if stored == "record":
+        path = root / ".worksnap" / "snapshots" / f"{snap.id}.json"
+        path.write_bytes(path.read_bytes().replace(b'"version":2', b'"version":99', 1))
+    else:
+        downgrade(root / ".worksnap")
+        path = root / ".worksnap" / "manifests" / f"{snap.id}.json"
+        data = unpacked(path.read_bytes())
+        path.write_bytes(packed(data.replace(b'"version":1', b'"version":99', 1)))
     with pytest.raises(ManifestError, match="newer"):
-        ws.load(snap.id)
+        Workspace(root).load(snap.id)
 
 
 def test_failure_mid_apply_stops_and_reports_not_restored(

@@ -300,6 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
         "directory was moved or copied.",
         "example: worksnap --root ~/src/newplace rebind",
     )
+    upgrade = command(
+        "upgrade",
+        "migrate a store written by an older worksnap to the current format",
+        "Turn each snapshot of a format 1 store (one manifest file per snapshot) into "
+        "per-directory trees and a small record (format 2), in place. Safe to interrupt: "
+        "the next command finishes it. Every command that writes does this first on its "
+        "own; a damaged snapshot is left as it is and reported.",
+        "example: worksnap upgrade --dry-run",
+    )
+    upgrade.add_argument("--dry-run", action="store_true", help="show what would be migrated")
 
     diff = command(
         "diff",

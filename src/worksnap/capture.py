@@ -28,13 +28,14 @@ from worksnap.errors import InputError, SnapshotError
 from worksnap.fsio import DirTree, StatLike, file_state
 from worksnap.hash import SMALL, Prefetch, read_file
 from worksnap.ignore import Rules, base_rules
-from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339, tree_digest
+from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339
 from worksnap.paths import Digest, Root, fs_path, wire_name
 from worksnap.progress import Reporter
 from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
 from worksnap.scanparts import Seen, differences
 from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
+from worksnap.treewalk import Flat, from_flat
 from worksnap.watch import Changes, Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -331,6 +332,12 @@ class Capture:
         dirs = sorted(found.dirs)
         self._caches.replace_stat_table(fresh)
         self._caches.save(force=self._watcher is None)
+        ignored, large = sorted(found.ignored), sorted(found.large)
+        excluded = sorted(found.excluded)
+        # The root tree's digest, as the snapshot will store it, so that a capture
+        # compares equal with a snapshot of the same tree (undo, settling).
+        write = self._store.add_tree if store_objects else _discard
+        root_tree, _ = from_flat(Flat(entries, dirs, ignored, large, excluded), write)
         current = Manifest(
             version=VERSION,
             id=new_id(),
@@ -339,12 +346,12 @@ class Capture:
             step=None,
             time=now_rfc3339(),
             max_file_bytes=cap,
-            tree=tree_digest(entries, dirs),
+            tree=root_tree,
             entries=entries,
             dirs=dirs,
-            ignored=sorted(found.ignored),
-            large=sorted(found.large),
-            excluded=sorted(found.excluded),
+            ignored=ignored,
+            large=large,
+            excluded=excluded,
         )
         if watcher is not None and remember is not None:
             # Commit: from here on the events taken are consumed and the memory is this scan's.
@@ -544,3 +551,7 @@ def _unhashed(root: str, files: list[tuple[str, Seen]], cache: StatTable) -> Ite
         hit = cache.get(rel)
         if hit is None or hit[0] != file_state(st):
             yield base + fs_path(rel)
+
+
+def _discard(digest: Digest, data: bytes) -> None:
+    """A tree object's `write` when nothing is stored (a capture only compared)."""

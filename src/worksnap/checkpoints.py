@@ -27,7 +27,6 @@ from worksnap.manifest import (
     new_id,
     now_rfc3339,
     one_line,
-    summarize,
     tree_digest,
 )
 from worksnap.paths import Root, ancestors
@@ -66,6 +65,7 @@ class Checkpoints:
         """Opens a checkpoint for a turn of `session` (see `Workspace.begin`)."""
         check_step(step)
         self._store.bind(self._root.path)
+        self._catalog.upgrade_if_needed()
         with StoreLock(self._paths.dir, exclusive=False):
             checkpoint = Manifest(
                 version=VERSION,
@@ -86,7 +86,7 @@ class Checkpoints:
                 meta=dict(meta or {}),
                 attachments=self._catalog.store_attachments(attach),
             )
-            self._catalog.save(checkpoint, session)
+            checkpoint = self._catalog.save(checkpoint, session)
             state = self._sessions.load(session)
             state.checkpoint = checkpoint.id
             self._sessions.save(session, state)
@@ -104,6 +104,7 @@ class Checkpoints:
             raise InputError(
                 f"no open checkpoint in session {session!r}: run `worksnap begin` first"
             )
+        self._catalog.upgrade_if_needed()
         # Exclusive: captures from parallel tool calls (threads or processes) each
         # rewrite the checkpoint, and none may lose another's before-images.
         with StoreLock(self._paths.dir, exclusive=True):
@@ -133,5 +134,4 @@ class Checkpoints:
                 large=sorted(large),
                 tree=tree_digest(ordered, sorted(dirs)),
             )
-            self._store.save_manifest(updated, summarize(updated))
-        return updated
+            return self._catalog.replace(updated)

@@ -4,8 +4,12 @@ Objects under 1 MiB are appended to packs, larger ones are one file each; every
 read checks the bytes against their digest. Each pack is written by one process
 only and published by writing its index last, so snapshots running side by side
 never see each other's half-written objects and need no lock between them.
-Manifests are stored as zstd frames (frames.py), then their summaries: a summary's
-presence means the snapshot is complete.
+A snapshot (format 2) is its tree objects, stored like any object, and then its
+record (`snapshots/<id>.json`, plain JSON) once they are flushed: a record's presence
+means the snapshot is complete. A store written by an older worksnap holds format 1
+manifests (zstd frames, frames.py) and their summaries instead, read as they are until
+the migration (migration.py) turns each into trees and a record; when both exist for
+one id, the record wins.
 """
 
 from __future__ import annotations
@@ -25,10 +29,14 @@ from worksnap.hash import SMALL, hash_bytes
 from worksnap.layout import TEMP_MARK, StorePaths
 from worksnap.manifest import Manifest, Summary, decode_manifest, encode_manifest
 from worksnap.paths import Digest, is_digest
+from worksnap.record import Record, decode_record, encode_record, summary_of
 
 _idx_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
 _summary_decoder = msgspec.json.Decoder(Summary)
 _encoder = msgspec.msgpack.Encoder()
+
+_RECORD_MAX_BYTES = 1 << 24
+"""The largest record read (16 MiB): a few hundred bytes, unless it holds many loose paths."""
 
 
 class _PackWriter:
@@ -91,7 +99,7 @@ class DiskStore:
     def create(self) -> None:
         """Creates the store's directories (idempotent)."""
         paths = self.paths
-        for path in (paths.packs, paths.objects, paths.manifests, paths.summaries):
+        for path in (paths.packs, paths.objects, paths.snapshots, paths.manifests):
             os.makedirs(path, exist_ok=True)
         os.makedirs(paths.cache, exist_ok=True)
         fsync_dir(self.dir)  # the new directories survive a crash with what goes in them
@@ -100,7 +108,7 @@ class DiskStore:
 
     def exists(self) -> bool:
         """True when a store has been created here."""
-        return os.path.isdir(self.paths.manifests)
+        return os.path.isdir(self.paths.snapshots) or os.path.isdir(self.paths.manifests)
 
     def bind(self, root: str) -> None:
         """Creates the store if needed and binds it to `root`, the one root it serves.
@@ -192,10 +200,16 @@ class DiskStore:
 
     def add(self, digest: Digest, data: bytes) -> bool:
         """Stores `data` under `digest` unless it is already there; True when it was new."""
+        if self.add_tree(digest, data):
+            self.added += 1
+            return True
+        return False
+
+    def add_tree(self, digest: Digest, data: bytes) -> bool:
+        """Stores a tree object as `add` does, without counting it in `added`."""
         # A small object is never stored loose: the index alone answers for it.
         if digest in self._load_index() or (len(data) >= SMALL and self.has(digest)):
             return False
-        self.added += 1
         if len(data) >= SMALL:
             write_atomic(self._loose_path_dir(digest), data)
             return True
@@ -303,23 +317,51 @@ class DiskStore:
                     if not self.paths.is_temp(rest):
                         yield sub + rest
 
-    # -- manifests -----------------------------------------------------------
+    # -- snapshots -----------------------------------------------------------
 
     def manifest_stamp(self, snapshot_id: str) -> Hashable | None:
-        """Returns what changes whenever the stored manifest changes (None: unknown)."""
+        """Returns what changes whenever the stored snapshot changes (None: unknown)."""
+        for path in (self.paths.record(snapshot_id), self.paths.manifest(snapshot_id)):
+            try:
+                return (path, file_state(os.stat(path)))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return None
+        return None
+
+    def save_record(self, record: Record) -> None:
+        """Stores a snapshot's record once its objects are durable (a record means complete)."""
+        self.flush()
+        os.makedirs(self.paths.snapshots, exist_ok=True)
+        write_atomic(self.paths.record(record.id), encode_record(record))
+
+    def load_record(self, snapshot_id: str) -> Record | None:
+        """Reads and decodes a snapshot's record (None: it has none; checked by the caller).
+
+        Raises:
+            ManifestError: the record is unreadable, not canonical, or of a newer version.
+        """
         try:
-            return file_state(os.stat(self.paths.manifest(snapshot_id)))
-        except OSError:
+            with open(self.paths.record(snapshot_id), "rb") as f:
+                data = f.read(_RECORD_MAX_BYTES + 1)
+        except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise ManifestError(snapshot_id, f"cannot read its record: {exc.strerror}") from None
+        if len(data) > _RECORD_MAX_BYTES:
+            raise ManifestError(snapshot_id, f"record over {_RECORD_MAX_BYTES} bytes")
+        return decode_record(data, snapshot_id)
 
     def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
-        """Stores a manifest and then its summary (a summary means a complete snapshot)."""
+        """Stores a format 1 snapshot: its manifest, then its summary (tests of old stores)."""
         self.flush()
+        os.makedirs(self.paths.summaries, exist_ok=True)
         self.replace_manifest(manifest)
         write_atomic(self.paths.summary(manifest.id), msgspec.json.encode(summary))
 
     def replace_manifest(self, manifest: Manifest) -> None:
-        """Writes a manifest (compressed) over any stored one with its id; not its summary.
+        """Writes a format 1 manifest (compressed) over any stored one with its id.
 
         Raises:
             SnapshotError: the manifest is larger than a reader accepts.
@@ -330,7 +372,7 @@ class DiskStore:
         write_atomic(self.paths.manifest(manifest.id), pack(data))
 
     def manifest_bytes(self, snapshot_id: str) -> bytes:
-        """Returns a stored manifest's JSON (decompressed), what `show --json` prints.
+        """Returns a stored format 1 manifest's JSON (decompressed).
 
         Raises:
             ManifestError: there is no readable manifest with that id.
@@ -346,22 +388,42 @@ class DiskStore:
             raise ManifestError(snapshot_id, str(exc)) from None
 
     def load_manifest(self, snapshot_id: str) -> Manifest:
-        """Reads and decodes a stored manifest (paths are checked by the caller)."""
+        """Reads and decodes a stored format 1 manifest (paths are checked by the caller)."""
         return decode_manifest(self.manifest_bytes(snapshot_id), snapshot_id)
 
-    def ids(self) -> list[str]:
-        """Returns the ids of every stored manifest."""
+    def _named(self, directory: str) -> list[str]:
         try:
-            names = os.listdir(self.paths.manifests)
+            names = os.listdir(directory)
         except FileNotFoundError:
             return []
         return [i for name in names if (i := self.paths.snapshot_id(name)) is not None]
+
+    def ids(self) -> list[str]:
+        """Returns the ids of every stored snapshot (records and format 1 manifests)."""
+        return list(dict.fromkeys(self._named(self.paths.snapshots) + self.legacy_ids()))
+
+    def legacy_ids(self) -> list[str]:
+        """Returns the ids that still have a format 1 manifest (a record may exist too)."""
+        return self._named(self.paths.manifests)
 
     def summaries(self) -> tuple[list[Summary], list[str]]:
         """Returns the readable summaries, and one line for each damaged snapshot skipped."""
         found: list[Summary] = []
         problems: list[str] = []
-        for snapshot_id in self.ids():
+        recorded = self._named(self.paths.snapshots)
+        for snapshot_id in recorded:
+            try:
+                record = self.load_record(snapshot_id)
+            except ManifestError as exc:
+                problems.append(f"snapshot {snapshot_id}: unreadable record ({exc}); skipped")
+                continue
+            if record is None:
+                continue  # dropped since the listing
+            if record.id != snapshot_id:
+                problems.append(f"snapshot {snapshot_id}: record names {record.id}; skipped")
+                continue
+            found.append(summary_of(record))
+        for snapshot_id in set(self.legacy_ids()).difference(recorded):
             try:
                 with open(self.paths.summary(snapshot_id), "rb") as f:
                     summary = _summary_decoder.decode(f.read())
@@ -376,11 +438,17 @@ class DiskStore:
             found.append(summary)
         return found, problems
 
-    def delete_snapshot(self, snapshot_id: str) -> None:
-        """Removes a snapshot: its summary first (so `list` stops showing it), then its manifest."""
+    def delete_legacy(self, snapshot_id: str) -> None:
+        """Removes a snapshot's format 1 files: its summary first, then its manifest."""
         for path in (self.paths.summary(snapshot_id), self.paths.manifest(snapshot_id)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Removes a snapshot: its record, then any format 1 summary and manifest."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.paths.record(snapshot_id))
+        self.delete_legacy(snapshot_id)
 
     def sweep(self, live: set[str]) -> tuple[int, int]:
         """Deletes every object not in `live`, and leftovers of interrupted writes.

@@ -121,7 +121,9 @@ class Sessions:
         return needed
 
 
-def undo_target(history: list[Summary], current_tree: str, state: SessionState) -> str | None:
+def undo_target(
+    history: list[Summary], current_tree: str, state: SessionState, *, flat_tree: str | None = None
+) -> str | None:
     """Picks what `undo` restores.
 
     That is the newest snapshot older than the last undo's target whose tree
@@ -131,6 +133,8 @@ def undo_target(history: list[Summary], current_tree: str, state: SessionState) 
         history: the session's snapshots, newest first.
         current_tree: the tree digest of the workspace now.
         state: the session's redo stack (its top frame is where the last undo went).
+        flat_tree: the format 1 digest of the workspace now, for the summaries of a
+            store not migrated yet (they hold format 1 digests).
     """
     before = None
     if state.redo:
@@ -141,7 +145,7 @@ def undo_target(history: list[Summary], current_tree: str, state: SessionState) 
             continue
         if before is not None and (summary.time, summary.id) >= before:
             continue
-        if summary.tree != current_tree:
+        if summary.tree not in (current_tree, flat_tree):
             return summary.id
     return None
 

@@ -215,7 +215,9 @@ def _check_relpath(path: str, what: str, source: str, *, allow_git: bool = False
         raise ManifestError(source, reason)
 
 
-def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, source: str) -> None:
+def check_manifest(
+    manifest: Manifest, *, root: str, store_rel: str | None, source: str, check_digest: bool = True
+) -> None:
     """Refuses a manifest whose paths or values could make a restore unsafe or wrong.
 
     Args:
@@ -223,6 +225,9 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
         root: the wire-form absolute root it must belong to.
         store_rel: the store's path relative to the root, or None when outside it.
         source: names the manifest in errors.
+        check_digest: check `tree` against the entries (format 1). False for the flat view of
+            format 2 trees: there `tree` is the root tree's digest, and every tree object
+            was checked against its own digest as it was read.
 
     Raises:
         ManifestError: the first problem found.
@@ -239,7 +244,7 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
         raise ManifestError(source, f"bad tree digest {manifest.tree!r}")
     if manifest.max_file_bytes < 0 or (manifest.step is not None and manifest.step < 0):
         raise ManifestError(source, "negative max_file_bytes or step")
-    if tree_digest(manifest.entries, manifest.dirs) != manifest.tree:
+    if check_digest and tree_digest(manifest.entries, manifest.dirs) != manifest.tree:
         # Damage that is still valid JSON (a flipped mode bit, a swapped digest).
         raise ManifestError(source, "its entries do not match its tree digest (damaged?)")
     # Sorted, strictly: what the writer does, and what lets the planner merge two lists.

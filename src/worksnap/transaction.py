@@ -27,7 +27,7 @@ from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, und
 from worksnap.ignore import ignore_checker
 from worksnap.layout import StorePaths
 from worksnap.lock import StoreLock
-from worksnap.manifest import Entry, Manifest
+from worksnap.manifest import Entry, Manifest, tree_digest
 from worksnap.paths import Root, ancestors, fs_path, is_under
 from worksnap.plan import Plan, plan_restore, select_paths, unprotected
 from worksnap.progress import Reporter
@@ -211,6 +211,7 @@ class Restorer:
         (a preview a person confirmed), that very plan is applied, provided the target
         is the same and nothing it touches changed since (else ConflictError).
         """
+        self._catalog.upgrade_if_needed()  # a format 1 store is migrated before any write
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
         with StoreLock(self._paths.dir, exclusive=True):
@@ -249,6 +250,7 @@ class Restorer:
         """
         if not plan.changes:
             return Result(target=plan.target.id)
+        self._catalog.upgrade_if_needed()
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
         with StoreLock(self._paths.dir, exclusive=True):
@@ -266,7 +268,7 @@ class Restorer:
         for change in plan.changes:
             if change.entry is not None and change.entry.hash is not None:
                 self._store.read(change.entry.hash)
-        self._catalog.save(pre, session)
+        pre = self._catalog.save(pre, session)
         journal = self._paths.journal
         write_atomic(
             journal,
@@ -340,6 +342,7 @@ class Restorer:
         journal = self._paths.journal
         if not os.path.exists(journal):
             return None  # checked again under the lock: this only spares a missing store
+        self._catalog.upgrade_if_needed()
         with StoreLock(self._paths.dir, exclusive=True):
             record = _load_journal(journal)
             if record is None:
@@ -383,7 +386,11 @@ class Restorer:
 
         def choose(current: Manifest) -> Manifest:
             state = self._sessions.load(session)
-            target_id = undo_target(self._catalog.list(session), current.tree, state)
+            history = self._catalog.list(session)
+            # A store not migrated yet holds format 1 digests: compare in that form too.
+            legacy = self._catalog.has_legacy()
+            flat = tree_digest(current.entries, current.dirs) if legacy else None
+            target_id = undo_target(history, current.tree, state, flat_tree=flat)
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
             return self._catalog.load(target_id, session)

@@ -46,6 +46,7 @@ from worksnap.layout import store_location
 from worksnap.lock import StoreLock
 from worksnap.maintenance import GcReport, Maintenance
 from worksnap.manifest import Entry, Manifest, Summary, check_step, one_line
+from worksnap.migration import UpgradeReport
 from worksnap.paths import Root, fs_path, relative_to, wire_name
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
@@ -201,7 +202,7 @@ class Workspace:
             slow_read_seconds=seams.slow_read_seconds,
             racy_margin_ns=seams.racy_margin_ns,
         )
-        self._catalog = Catalog(self.store, self._root, sessions)
+        self._catalog = Catalog(self.store, self._root, sessions, store_dir=self.store_dir)
         self._restorer = Restorer(
             self._root,
             self.store,
@@ -288,9 +289,7 @@ class Workspace:
     def _settings(self) -> tuple[Config, int]:
         """Reads the store's config (InputError if invalid) and sets the capture's cap."""
         config = load_config(self.store.paths)
-        cap = self._max_file_bytes
-        if cap is None:
-            cap = config.cap()
+        cap = config.cap() if self._max_file_bytes is None else self._max_file_bytes
         self._capture.max_file_bytes = DEFAULT_MAX_FILE_BYTES if cap is None else cap
         return config, self._capture.max_file_bytes
 
@@ -354,6 +353,7 @@ class Workspace:
             raise InputError(f"kind {kind!r} is reserved: worksnap gives it its own records")
         config, _ = self._settings()
         self.warnings = []
+        self._catalog.upgrade_if_needed(self._reporter)
         self._restorer.recover_if_interrupted(self.session)
         try:
             self.store.bind(self.root)
@@ -368,7 +368,7 @@ class Workspace:
                     meta=dict(meta or {}),
                     attachments=self._catalog.store_attachments(attach),
                 )
-                self._catalog.save(manifest, self.session)
+                manifest = self._catalog.save(manifest, self.session)
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
         try:
@@ -412,9 +412,8 @@ class Workspace:
     def resolve(self, ref: str) -> str:
         """Returns the snapshot id a ref names (see `catalog.Catalog.resolve`).
 
-        A full id, a unique id prefix of 4+ characters, `latest` (the newest snapshot
-        not taken automatically), `latest~N`, or `step:N`; all but ids within this
-        session.
+        A full id, a unique id prefix of 4+ characters, `latest` (the newest snapshot not
+        taken automatically), `latest~N`, or `step:N`; all but ids within this session.
 
         Raises:
             InputError: the ref names no snapshot, or more than one.
@@ -430,7 +429,7 @@ class Workspace:
         return self._catalog.load(ref, self.session)
 
     def show_bytes(self, ref: str) -> bytes:
-        """Returns a snapshot's manifest exactly as stored (after the checks `load` makes)."""
+        """Returns a snapshot's flat manifest JSON, what `show --json` prints (after `load`)."""
         return self._catalog.show_bytes(ref, self.session)
 
     def pinned(self) -> set[str]:
@@ -449,11 +448,7 @@ class Workspace:
         return entry, self.store.read(entry.hash or "")
 
     def verify(self, ref: str | None = None) -> builtins.list[str]:
-        """Checks that every object the snapshot (or every snapshot) needs is present and intact.
-
-        Returns:
-            One line for each problem found; empty when all is well.
-        """
+        """Checks every object (trees too) the snapshot or all need; a line per problem found."""
         return self._catalog.verify(ref, self.session, report=self._reporter)
 
     def attachment(self, ref: str, name: str) -> bytes:
@@ -689,6 +684,10 @@ class Workspace:
     def store_size(self) -> int:
         """Returns the bytes the store takes on disk (0 before the first snapshot)."""
         return self._maintenance.store_size()
+
+    def upgrade(self, *, dry_run: bool = False) -> UpgradeReport:
+        """Migrates a format 1 store in place (each write command does it first; migration.py)."""
+        return self._catalog.upgrade(dry_run=dry_run, report=self._reporter)
 
     # -- moving workspaces ---------------------------------------------------
 

@@ -229,14 +229,14 @@ class _Tracer:
 
 def test_every_metadata_write_is_atomic(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tracer = _Tracer(monkeypatch, root / STORE)
-    ws, target = build_scenario(root)  # the first snapshot: store, root binding, manifests
+    ws, target = build_scenario(root)  # the first snapshot: store, root binding, records
     write(root, "big.bin", os.urandom(1 << 20))  # a loose object
     with ws:
         ws.snapshot()
-        assert ws.restore(target).ok  # pre-restore manifest, journal, lock note
+        assert ws.restore(target).ok  # pre-restore record, journal, lock note
     published = tracer.check()
     kinds = {name.split("/")[0] if "/" in name else name for name in published}
-    assert {"manifests", "summaries", "packs", "objects", "journal.json", "root"} <= kinds
+    assert {"snapshots", "packs", "objects", "journal.json", "root"} <= kinds
     assert {".gitignore", "lock.holder"} <= kinds
     assert not (root / STORE / "journal.json").exists()
     assert tree_state(root)  # the restore itself happened
