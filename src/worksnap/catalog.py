@@ -172,6 +172,11 @@ class Catalog:
                 del self._checked[next(iter(self._checked))]
         return manifest
 
+    def root_tree(self, ref: str, session: str) -> Digest | None:
+        """The root tree of a snapshot's checked record (None: a format 1 snapshot)."""
+        record = self.record(self.resolve(ref, session))
+        return None if record is None else Digest(record.tree)
+
     def record(self, snapshot_id: str) -> Record | None:
         """Returns a snapshot's checked record (None: a format 1 snapshot).
 

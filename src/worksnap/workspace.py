@@ -461,13 +461,9 @@ class Workspace:
         """Compares snapshot `ref` with `ref2` (default: the workspace now).
 
         Returns:
-            The changes, and a function that reads an entry's bytes (from the
-            store, or from disk for the current state).
+            The changes, and a function that reads an entry's bytes (store, or disk now).
         """
-        from worksnap.diff import compare  # difflib and all: only this command needs them
-
-        old = self.load(ref)
-        new = self.load(ref2) if ref2 is not None else self.capture(store_objects=False)
+        from worksnap.diff import compare, compare_trees  # difflib: only `diff` needs it
 
         def read(entry: Entry) -> bytes:
             if entry.hash is None:
@@ -477,6 +473,11 @@ class Workspace:
             with open(self._disk_path(entry.path), "rb") as f:
                 return f.read()
 
+        trees = [self._catalog.root_tree(r, self.session) for r in (ref, ref2) if r is not None]
+        if len(trees) == 2 and trees[0] is not None and trees[1] is not None:
+            return compare_trees(trees[0], trees[1], self.store.read), read  # skips equal subtrees
+        old = self.load(ref)
+        new = self.load(ref2) if ref2 is not None else self.capture(store_objects=False)
         return compare(old, new), read
 
     # -- restore -------------------------------------------------------------
