@@ -37,6 +37,7 @@ LEVELS: dict[str, int] = {
     "config": 1,
     "tree": 1,
     "treewalk": 1,
+    "treebuild": 2,
     "record": 1,
     # 2: one mechanism each
     "store": 2,

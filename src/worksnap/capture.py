@@ -35,7 +35,8 @@ from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
 from worksnap.scanparts import Seen, differences
 from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
-from worksnap.treewalk import Flat, from_flat
+from worksnap.treebuild import TreeMemo
+from worksnap.treewalk import Flat, Loose
 from worksnap.watch import Changes, Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -147,6 +148,9 @@ class Capture:
         self._entries: dict[str, tuple[Seen, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
+        self._trees = TreeMemo()
+        self._built: tuple[str, Loose] | None = None
+        """The root tree and left-out paths of the last capture whose trees were stored."""
         self._last_cap = max_file_bytes
 
     @property
@@ -337,7 +341,13 @@ class Capture:
         # The root tree's digest, as the snapshot will store it, so that a capture
         # compares equal with a snapshot of the same tree (undo, settling).
         write = self._store.add_tree if store_objects else _discard
-        root_tree, _ = from_flat(Flat(entries, dirs, ignored, large, excluded), write)
+        stored = self._store.indexed() if store_objects else None
+        flat = Flat(entries, dirs, ignored, large, excluded)
+        if swept:
+            self._trees.forget()
+        root_tree, loose = self._trees.build(flat, write, stored=stored)
+        if store_objects:
+            self._built = (root_tree, loose)
         current = Manifest(
             version=VERSION,
             id=new_id(),
@@ -449,6 +459,14 @@ class Capture:
         if missed:
             self.forget_memory()
         return missed
+
+    def stored_trees(self, manifest: Manifest) -> Loose | None:
+        """The left-out paths of a captured manifest whose trees are stored (None: unknown).
+
+        Given to `Catalog.save`, it spares building the trees again.
+        """
+        built = self._built
+        return built[1] if built is not None and built[0] == manifest.tree else None
 
     def forget_memory(self) -> None:
         """Vouches for nothing the watcher saw: the next capture reads everything afresh."""

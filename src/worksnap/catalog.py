@@ -26,7 +26,7 @@ from worksnap.plan import differing
 from worksnap.progress import Reporter
 from worksnap.record import Record, check_record, loose_of, manifest_of, record_of
 from worksnap.store import Store
-from worksnap.treewalk import Flat, flatten, from_flat
+from worksnap.treewalk import Flat, Loose, flatten, from_flat
 from worksnap.treewalk import count_changes as count_tree_changes
 
 MIN_PREFIX = 4
@@ -324,17 +324,26 @@ class Catalog:
             stored[name] = digest
         return stored
 
-    def save(self, manifest: Manifest, session: str) -> Manifest:
+    def save(self, manifest: Manifest, session: str, *, built: Loose | None = None) -> Manifest:
         """Stores a new snapshot of `session`: its trees, then its record.
 
         The record holds the count of paths changed since the session's previous full
         snapshot (its `parent`). A new snapshot clears the session's redo stack, unless
         undo or redo took it.
 
+        Args:
+            manifest: the snapshot.
+            session: the session it belongs to.
+            built: its left-out paths no tree holds, when the capture stored its trees
+                (`manifest.tree` is then the root tree's digest); None: build them here.
+
         Returns:
             The snapshot as stored: `manifest` with `tree` its root tree's digest.
         """
-        tree, loose = from_flat(Flat.of(manifest), self._store.add_tree)
+        if built is not None:
+            tree, loose = Digest(manifest.tree), built
+        else:
+            tree, loose = from_flat(Flat.of(manifest), self._store.add_tree)
         stored = manifest if manifest.tree == tree else msgspec.structs.replace(manifest, tree=tree)
         parent, changed = self._changed(stored, session)
         self._store.save_record(record_of(stored, tree, loose, parent=parent, changed=changed))

@@ -268,7 +268,7 @@ class Restorer:
         for change in plan.changes:
             if change.entry is not None and change.entry.hash is not None:
                 self._store.read(change.entry.hash)
-        pre = self._catalog.save(pre, session)
+        pre = self._catalog.save(pre, session, built=self._capture.stored_trees(pre))
         journal = self._paths.journal
         write_atomic(
             journal,

@@ -368,7 +368,8 @@ class Workspace:
                     meta=dict(meta or {}),
                     attachments=self._catalog.store_attachments(attach),
                 )
-                manifest = self._catalog.save(manifest, self.session)
+                trees = self._capture.stored_trees(current)  # none to build again
+                manifest = self._catalog.save(manifest, self.session, built=trees)
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
         try:
@@ -386,8 +387,7 @@ class Workspace:
             except OSError:
                 size = None
             sizes.append((path, size))
-        sizes.sort(key=lambda item: (-(item[1] or 0), item[0]))
-        return sizes
+        return sorted(sizes, key=lambda item: (-(item[1] or 0), item[0]))
 
     def relative(self, path: str | os.PathLike[str]) -> str:
         """Returns a path (relative to the root, or absolute inside it) in wire form.
