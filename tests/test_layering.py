@@ -42,6 +42,7 @@ LEVELS: dict[str, int] = {
     "caches": 2,
     "lock": 2,
     "ignore": 2,
+    "exclusion": 2,
     "watch": 2,
     "scan": 2,
     "plan": 2,
@@ -58,6 +59,7 @@ LEVELS: dict[str, int] = {
     "extract": 3,
     # 4: the API
     "workspace": 4,
+    "session": 4,
     # 5: front ends
     "views": 5,
     "runwrap": 5,
@@ -69,6 +71,9 @@ LEVELS: dict[str, int] = {
     "inspection": 5,
     "completion": 5,
     "daemon": 5,
+    "hooks": 5,
+    "agentcli": 5,
+    "mcpserver": 5,
     "__main__": 5,
     "__init__": 5,
 }

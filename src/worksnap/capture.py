@@ -283,6 +283,7 @@ class Capture:
             ignored=sorted(found.ignored),
             large=sorted(found.large),
             excluded=sorted(found.excluded),
+            exclude=sorted(self._root.exclude - {self._root.store_rel or ""}),
         )
         if self._watcher is not None:
             self._last_capture = current

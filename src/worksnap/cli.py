@@ -55,7 +55,9 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
             f"kind {args.kind!r} is reserved: worksnap gives it to the snapshots it takes "
             "on its own; choose another word"
         )
-    with open_workspace(args, exclude=tuple(command_paths(args, args.exclude))) as ws:
+    from worksnap.agentcli import exclusion_arguments
+
+    with open_workspace(args, exclude=exclusion_arguments(args, args.exclude)) as ws:
         before_cap = ws.max_file_bytes
         if args.max_file_bytes is not None:
             from worksnap.config import parse_size
@@ -285,6 +287,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
     from worksnap.config import SETTINGS, get_setting
     from worksnap.errors import InputError
 
+    if args.key == "exclude":
+        from worksnap.agentcli import cmd_config_exclude
+
+        return cmd_config_exclude(args)
+    if args.more:
+        raise InputError(f"config {args.key}: one value only")
     if args.key is not None and args.key not in SETTINGS:
         raise InputError(f"unknown setting {args.key!r}: use one of {', '.join(SETTINGS)}")
     with open_workspace(args) as ws:
@@ -316,24 +324,6 @@ def _cmd_rebind(args: argparse.Namespace) -> int:
     else:
         say(f"store bound to {root} ({plural(count, 'snapshot')} rebound)")
     return 0
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from worksnap.errors import InputError
-    from worksnap.runwrap import run_wrapped
-
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not command:
-        raise InputError("run needs a command after --, e.g. worksnap run -- make test")
-    with open_workspace(args) as ws:
-        outcome = run_wrapped(
-            ws, command, every=args.every, step=args.step, stdout=2 if args.json else None
-        )
-    if outcome.error is not None:
-        warn(f"error: {outcome.error}")
-    if args.json:
-        emit_json(views.run_view(outcome))
-    return outcome.exit_code
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
@@ -386,7 +376,7 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _commands() -> dict[str, Any]:
-    from worksnap import inspection, restoring
+    from worksnap import agentcli, inspection, restoring
 
     return {
         "snapshot": _cmd_snapshot,
@@ -411,15 +401,19 @@ def _commands() -> dict[str, Any]:
         "config": _cmd_config,
         "rebind": _cmd_rebind,
         "diff": inspection.cmd_diff,
-        "run": _cmd_run,
+        "run": agentcli.cmd_run,
+        "hook": agentcli.cmd_hook,
+        "hooks": agentcli.cmd_hooks,
+        "mcp": agentcli.cmd_mcp,
         "daemon": _cmd_daemon,
         "completion": _cmd_completion,
     }
 
 
-# Not run in the daemon: `run` would hold it for the whole command, `rebind` changes
-# what the store is bound to, `daemon` manages it, `completion` needs no store.
-_LOCAL_ONLY = {"run", "rebind", "daemon", "completion"}
+# Not run in the daemon: `run` and `mcp` would hold it for the whole command, `rebind`
+# changes what the store is bound to, `daemon` manages it, `completion` needs no store,
+# `hooks` edits the agent's settings, not the store.
+_LOCAL_ONLY = {"run", "rebind", "daemon", "completion", "hooks", "mcp"}
 
 
 def main(argv: Sequence[str] | None = None, *, seams: Seams | None = None) -> int:
@@ -443,6 +437,18 @@ def _main(argv: list[str], args: argparse.Namespace) -> int:
     args.given_store = args.store is not None
     if args.command == "completion":
         return _run(args)
+    if args.command == "hook":
+        from worksnap import agentcli
+        from worksnap.errors import WorksnapError
+
+        prepared = agentcli.prepare_hook(args, argv)
+        if prepared is None:
+            return 0
+        argv = prepared
+        try:
+            locate(args)
+        except (OSError, ValueError, WorksnapError) as exc:
+            return agentcli.hook_failed(exc)
     locate(args)
     if args.command not in _LOCAL_ONLY:
         from worksnap import daemon

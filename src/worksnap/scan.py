@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from worksnap.caches import Listing, Listings, Stamp, listing_key
 from worksnap.errors import SnapshotError
+from worksnap.exclusion import excluded_entry
 from worksnap.fsio import file_state
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path, is_git_name, wire_name
@@ -404,7 +405,7 @@ def _classify(
     for entry in entries:
         name = wire_name(entry.name)
         rel = f"{rel_dir}/{name}" if rel_dir else name
-        if is_git_name(name) or rel in exclude:
+        if is_git_name(name) or excluded_entry(exclude, rel, entry):
             # git never tracks any spelling of .git; a manifest holding one is refused.
             children.append((name, _EXCLUDED))
             continue
