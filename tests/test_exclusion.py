@@ -163,3 +163,17 @@ def test_a_root_s_configured_path_rule_is_relative_to_the_root(tmp_path: Path) -
     assert root.exclude == frozenset({"sub/x.db", "y.db"})
     with pytest.raises(InputError):
         exclusion_root(str(tmp_path), None, ("../outside",), [])
+
+
+def test_a_file_added_since_is_removed_when_only_directories_are_excluded(
+    tmp_path: Path,
+) -> None:
+    """Found by the property test: an added file was taken for a directory (`*/`)."""
+    write(tmp_path, "keep.txt", "k")
+    with Workspace(tmp_path, exclude=("*/",)) as ws:
+        target = ws.snapshot()
+        write(tmp_path, "added", "new file")
+        write(tmp_path, "dir/inner", "excluded with its directory")
+        assert ws.restore(target.id).ok
+    assert not (tmp_path / "added").exists()
+    assert (tmp_path / "dir/inner").read_text() == "excluded with its directory"

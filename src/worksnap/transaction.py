@@ -30,7 +30,7 @@ from worksnap.layout import StorePaths
 from worksnap.lock import StoreLock
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Root, ancestors, fs_path, is_under
-from worksnap.plan import Plan, plan_restore, select_paths, unprotected
+from worksnap.plan import Op, Plan, plan_restore, select_paths, unprotected
 from worksnap.progress import Reporter
 from worksnap.store import Store
 
@@ -148,7 +148,11 @@ class Restorer:
             target,
             ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
         )
-        kept = [c for c in plan.changes if not now.covers(c.path, is_dir=c.entry is None)]
+        kept = [
+            c
+            for c in plan.changes
+            if c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
+        ]
         plan = dataclasses.replace(plan, changes=kept)
         if selected is not None:
             _check_selected(selected, current, target)
