@@ -249,3 +249,52 @@ def test_uninstall_removes_only_our_hook_from_a_group_someone_edited() -> None:
     assert not uninstall(settings)
     assert install(settings, "worksnap hook claude-code")
     assert not install(settings, "worksnap hook claude-code")
+
+
+def test_a_symlinked_settings_file_is_edited_where_it_points(project: Path, tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    write(dotfiles, "claude-settings.json", (FIXTURES / "settings.json").read_text())
+    (project / ".claude").mkdir()
+    (project / ".claude/settings.json").symlink_to(dotfiles / "claude-settings.json")
+    assert worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path).returncode == 0
+    assert (project / ".claude/settings.json").is_symlink()
+    assert (
+        "UserPromptSubmit" in json.loads((dotfiles / "claude-settings.json").read_text())["hooks"]
+    )
+
+
+def test_a_fifo_for_a_settings_file_is_refused_without_blocking(
+    project: Path, tmp_path: Path
+) -> None:
+    (project / ".claude").mkdir()
+    os.mkfifo(project / ".claude/settings.json")
+    result = worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path)
+    assert result.returncode == 2
+    assert "not a regular file" in result.stderr
+
+
+@pytest.mark.slow
+def test_with_a_daemon_the_hook_runs_in_it(project: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+
+    def daemon(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "worksnap", "--root", str(project), *args],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+
+    assert daemon("daemon", "start").returncode == 0
+    try:
+        before = json.loads(daemon("--json", "daemon", "status").stdout)["requests"]
+        result = subprocess.run(
+            [sys.executable, "-m", "worksnap", "hook", "claude-code"],
+            input=event("user_prompt_submit", project), capture_output=True, text=True,
+            cwd=tmp_path, env=env, timeout=60, check=False,  # the event's cwd names the project
+        )  # fmt: skip
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+        after = json.loads(daemon("--json", "daemon", "status").stdout)["requests"]
+        assert after == before + 1
+    finally:
+        daemon("daemon", "stop")
+    [row] = snapshots(project)
+    assert (row["kind"], row["step"]) == ("step", 0)

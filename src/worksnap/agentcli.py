@@ -30,6 +30,9 @@ def prepare_hook(args: argparse.Namespace, argv: list[str]) -> list[str] | None:
     None: the event is unreadable (said on stderr); the hook then exits 0.
     """
     if args.event is None:
+        if sys.stdin.isatty():
+            warn("hook: reads one hook event as JSON on stdin (the agent runs it so)")
+            return None
         args.event = sys.stdin.read()
         argv = [*argv, "--event", args.event]
     from worksnap.errors import InputError

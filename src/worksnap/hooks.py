@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -199,14 +200,20 @@ def settings_path(*, user: bool, root: str) -> str:
 def read_settings(path: str) -> dict[str, Any]:
     """The settings file as a dict in its own key order ({} when it does not exist).
 
+    A symlink (a dotfile manager's) is read, and later written, where it points.
+
     Raises:
-        InputError: it is not a JSON object (it is then left as it is).
+        InputError: it is not a regular file holding a JSON object (it is left as it is).
     """
+    real = os.path.realpath(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        st = os.stat(real)
     except FileNotFoundError:
         return {}
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path} is not a regular file; worksnap leaves it as it is")
+    with open(real, "rb") as f:
+        data = f.read()
     try:
         settings = json.loads(data) if data.strip() else {}
     except ValueError as exc:
@@ -270,5 +277,6 @@ def write_settings(path: str, settings: dict[str, Any]) -> None:
     """Writes the settings atomically, two-space indented, keys in their order."""
     from worksnap.fsio import write_atomic
 
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_atomic(path, (json.dumps(settings, indent=2, ensure_ascii=False) + "\n").encode())
+    real = os.path.realpath(path)  # through a symlink: the file it points to stays a file
+    os.makedirs(os.path.dirname(real), exist_ok=True)
+    write_atomic(real, (json.dumps(settings, indent=2, ensure_ascii=False) + "\n").encode())
