@@ -63,13 +63,17 @@ def test_the_store_s_config_excludes_for_every_snapshot(tmp_path: Path) -> None:
         assert paths_of(ws) == {"notes.md", "run/trace.jsonl"}
 
 
-def test_a_long_lived_workspace_follows_a_config_change(tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch", [False, True])
+def test_a_long_lived_workspace_follows_a_config_change(tmp_path: Path, watch: bool) -> None:
     write(tmp_path, "a.log", "1")
     write(tmp_path, "b.txt", "2")
-    with Workspace(tmp_path) as ws:
+    with Workspace(tmp_path, watch=watch) as ws:
         assert paths_of(ws) == {"a.log", "b.txt"}
         assert main(["--root", str(tmp_path), "config", "exclude", "add", "*.log"]) == 0
         assert paths_of(ws) == {"b.txt"}
+        write(tmp_path, "sub/c.log", "3")  # a new name, classified by the new rules
+        assert main(["--root", str(tmp_path), "config", "exclude", "remove", "*.log"]) == 0
+        assert paths_of(ws) == {"a.log", "b.txt", "sub/c.log"}
 
 
 def test_config_exclude_lists_and_refuses_what_is_not_there(
