@@ -46,6 +46,7 @@ LEVELS: dict[str, int] = {
     "lock": 2,
     "ignore": 2,
     "sources": 2,
+    "exclusion": 2,
     "watch": 2,
     "scan": 2,
     "scanparts": 2,
@@ -63,6 +64,7 @@ LEVELS: dict[str, int] = {
     "extract": 3,
     # 4: the API
     "workspace": 4,
+    "session": 4,
     # 5: front ends
     "views": 5,
     "runwrap": 5,
@@ -77,6 +79,9 @@ LEVELS: dict[str, int] = {
     "client": 5,
     "clientctx": 5,
     "autostart": 5,
+    "hooks": 5,
+    "agentcli": 5,
+    "mcpserver": 5,
     "__main__": 5,
     "__init__": 5,
 }
