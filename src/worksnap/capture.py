@@ -362,6 +362,7 @@ class Capture:
             ignored=ignored,
             large=large,
             excluded=excluded,
+            exclude=sorted(self._root.exclude - {self._root.store_rel or ""}),
         )
         if watcher is not None and remember is not None:
             # Commit: from here on the events taken are consumed and the memory is this scan's.

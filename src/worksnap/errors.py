@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
 
 class WorksnapError(Exception):
     """Base of every error worksnap raises on purpose.
@@ -124,3 +128,29 @@ class FileSystemError(WorksnapError):
         super().__init__(f"{path}: {reason}" if path else reason)
         self.path = path
         self.reason = reason
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+_Class = TypeVar("_Class", bound=type)
+
+
+def _api(method: _Method) -> _Method:
+    """Every error the API raises is a `WorksnapError`: an `OSError` becomes a FileSystemError."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except OSError as exc:
+            where = exc.filename if isinstance(exc.filename, str) else ""
+            raise FileSystemError(where, exc.strerror or str(exc)) from exc
+
+    return cast(_Method, call)
+
+
+def api_errors(cls: _Class) -> _Class:
+    """Wraps every public method of `cls` (and its constructor) with `_api`."""
+    for name, member in list(vars(cls).items()):
+        if callable(member) and (not name.startswith("_") or name == "__init__"):
+            setattr(cls, name, _api(member))
+    return cls

@@ -22,6 +22,7 @@ from worksnap.apply import Result, apply_plan, remove_leftovers
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import ConflictError, InputError, RestoreError, WorksnapError
+from worksnap.exclusion import compile_rules
 from worksnap.fsio import fsync_dir, write_atomic
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, undo_target
 from worksnap.ignore import ignore_checker
@@ -29,7 +30,7 @@ from worksnap.layout import StorePaths
 from worksnap.lock import StoreLock
 from worksnap.manifest import Entry, Manifest, tree_digest
 from worksnap.paths import Root, ancestors, fs_path, is_under
-from worksnap.plan import Plan, plan_restore, select_paths, unprotected
+from worksnap.plan import Op, Plan, plan_restore, select_paths, unprotected
 from worksnap.progress import Reporter
 from worksnap.store import Store
 
@@ -138,7 +139,21 @@ class Restorer:
             if name == ".gitignore" and entry.type == "file" and entry.hash is not None:
                 gitignores[directory] = self._store.read(entry.hash)
         ignored = ignore_checker(self._capture.rules(), gitignores)
-        plan = plan_restore(current, target, ignored_by_target=ignored)
+        # Never touched: what the target's exclusions (paths that appeared since) or the
+        # current ones (paths gone since) exclude; what exists and is excluded now was
+        # never captured, so the planner leaves it alone already.
+        then, now = compile_rules(frozenset(target.exclude)), compile_rules(self._root.exclude)
+        plan = plan_restore(
+            current,
+            target,
+            ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
+        )
+        kept = [
+            c
+            for c in plan.changes
+            if c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
+        ]
+        plan = dataclasses.replace(plan, changes=kept)
         if selected is not None:
             _check_selected(selected, current, target)
             plan = select_paths(plan, selected)

@@ -16,11 +16,10 @@ the scan, the read-ahead, the applier, the store; and the racy margin.
 from __future__ import annotations
 
 import builtins
-import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -36,9 +35,15 @@ from worksnap.capture import (
 )
 from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
-from worksnap.config import Config, Retention, load_config, set_setting
+from worksnap.config import Config, Retention, configured_exclusions, load_config, set_setting
 from worksnap.diskstore import DiskStore
-from worksnap.errors import FileSystemError, InputError, SnapshotError, WorksnapError
+from worksnap.errors import (
+    InputError,
+    SnapshotError,
+    WorksnapError,
+    api_errors,
+)
+from worksnap.exclusion import exclusion_root
 from worksnap.extract import extract
 from worksnap.hash import Prefetch, read_file
 from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_session_name
@@ -47,7 +52,7 @@ from worksnap.lock import StoreLock
 from worksnap.maintenance import GcReport, Maintenance
 from worksnap.manifest import Entry, Manifest, Summary, check_step, one_line
 from worksnap.migration import UpgradeReport
-from worksnap.paths import Root, fs_path, relative_to, wire_name
+from worksnap.paths import fs_path, relative_to
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
@@ -61,31 +66,6 @@ __all__ = ["DEFAULT_MAX_FILE_BYTES", "GcReport", "Progress", "Reader", "Seams", 
 
 Reader = Callable[[Entry], bytes]
 """Returns the bytes of a captured file."""
-
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-_Class = TypeVar("_Class", bound=type)
-
-
-def _api(method: _Method) -> _Method:
-    """Every error the API raises is a `WorksnapError`: an `OSError` becomes a FileSystemError."""
-
-    @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except OSError as exc:
-            where = exc.filename if isinstance(exc.filename, str) else ""
-            raise FileSystemError(where, exc.strerror or str(exc)) from exc
-
-    return cast(_Method, call)
-
-
-def _api_errors(cls: _Class) -> _Class:
-    """Wraps every public method of `cls` (and its constructor) with `_api`."""
-    for name, member in list(vars(cls).items()):
-        if callable(member) and (not name.startswith("_") or name == "__init__"):
-            setattr(cls, name, _api(member))
-    return cls
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,7 +92,7 @@ class Seams:
     open_store: Callable[[str], DiskStore] = DiskStore
 
 
-@_api_errors
+@api_errors
 class Workspace:
     """A workspace root and the store that records its snapshots.
 
@@ -143,7 +123,10 @@ class Workspace:
             max_file_bytes: files larger than this are listed in `large`, not stored
                 (default: the store's setting, see `set_config`, else 2 MiB).
             exclude: paths (relative to the root, or absolute inside it) never captured
-                nor touched; a directory excludes everything below it.
+                nor touched (a directory: everything below it), and .gitignore-style
+                patterns (a rule with `*`, `?` or `[`); the store's configured rules
+                apply too, and each rule takes SQLite's `-wal`, `-shm`, `-journal`
+                files with it (see `exclusion.py`).
             force: allow `/` or the home directory as a root.
             session: the session new snapshots belong to; list, rewind, undo and redo
                 look only at it.
@@ -177,23 +160,27 @@ class Workspace:
         if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
             # A restore would treat the store's own files as workspace files.
             raise InputError(f"store {self.store_dir} must not be the root or contain it")
-        store_rel = relative_to(self.root, real_store)
-        partial = Root(self.root, wire_name(self.root), store_rel, frozenset())
-        excluded = {partial.inside(path, "exclusion") for path in exclude}
-        if store_rel is not None:
-            excluded.add(store_rel)
-        self._root = Root(self.root, partial.wire, store_rel, frozenset(excluded))
+        self._store_rel = relative_to(self.root, real_store)
+        self._exclude = tuple(exclude)
         self._reporter = Reporter(progress)
+        self._seams, self._watch = seams, watch
         self.store = seams.open_store(self.store_dir)
-        paths = self.store.paths
+        self._wire(configured_exclusions(self.store.paths))
+
+    def _wire(self, configured: builtins.list[str]) -> None:
+        """Builds the parts under the exclusion rules given and configured (again on a change)."""
+        seams, paths = self._seams, self.store.paths
+        self._configured = list(configured)
+        self._root = exclusion_root(self.root, self._store_rel, self._exclude, configured)
         sessions = Sessions(paths)
         caches = Caches(paths, self.root, self.store.exists)
-        watcher = Watcher() if watch else None
+        watcher = Watcher() if self._watch else None
+        cap = self._max_file_bytes
         self._capture = Capture(
             self._root,
             self.store,
             caches,
-            max_file_bytes=DEFAULT_MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes,
+            max_file_bytes=DEFAULT_MAX_FILE_BYTES if cap is None else cap,
             watcher=watcher if watcher is not None and watcher.available else None,
             report=self._reporter,
             read_file=seams.read_file,
@@ -289,7 +276,12 @@ class Workspace:
     def _settings(self) -> tuple[Config, int]:
         """Reads the store's config (InputError if invalid) and sets the capture's cap."""
         config = load_config(self.store.paths)
-        cap = config.cap() if self._max_file_bytes is None else self._max_file_bytes
+        if config.exclude != self._configured:  # `worksnap config exclude` since we opened
+            self._capture.close()
+            self._wire(config.exclude)
+        cap = self._max_file_bytes
+        if cap is None:
+            cap = config.cap()
         self._capture.max_file_bytes = DEFAULT_MAX_FILE_BYTES if cap is None else cap
         return config, self._capture.max_file_bytes
 
