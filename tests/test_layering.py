@@ -25,6 +25,7 @@ LEVELS: dict[str, int] = {
     "frames": 0,
     "progress": 0,
     "gitindex": 0,
+    "storedir": 0,
     # the remote's transports: bytes under keys, conditional writes; nothing of snapshots
     "remote": 0,
     "remote.transport": 0,

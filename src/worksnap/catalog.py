@@ -134,7 +134,7 @@ class Catalog:
         Returns:
             One line for each problem found; empty when all is well.
         """
-        problems: builtins.list[str] = []
+        problems = self._store.problems()  # damage that commands work around (pack indexes)
         ids = [self.resolve(ref, session)] if ref is not None else self._store.ids()
         checked: dict[str, str | None] = {}
         for snapshot_id in ids:

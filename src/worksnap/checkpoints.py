@@ -18,7 +18,6 @@ from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import InputError
 from worksnap.history import CHECKPOINT, Sessions
-from worksnap.layout import StorePaths
 from worksnap.lock import StoreLock
 from worksnap.manifest import (
     VERSION,
@@ -32,6 +31,7 @@ from worksnap.manifest import (
 )
 from worksnap.paths import Root, ancestors
 from worksnap.store import Store
+from worksnap.storedir import StoreDir
 
 
 class Checkpoints:
@@ -42,14 +42,15 @@ class Checkpoints:
         root: Root,
         store: Store,
         *,
-        paths: StorePaths,
+        files: StoreDir,
         capture: Capture,
         catalog: Catalog,
         sessions: Sessions,
     ) -> None:
         self._root = root
         self._store = store
-        self._paths = paths
+        self._files = files
+        self._paths = files.paths
         self._capture = capture
         self._catalog = catalog
         self._sessions = sessions
@@ -66,7 +67,7 @@ class Checkpoints:
         """Opens a checkpoint for a turn of `session` (see `Workspace.begin`)."""
         check_step(step)
         self._store.bind(self._root.path)
-        with StoreLock(self._paths.dir, exclusive=False):
+        with StoreLock(self._files, exclusive=False):
             checkpoint = Manifest(
                 version=VERSION,
                 id=new_id(),
@@ -106,7 +107,7 @@ class Checkpoints:
             )
         # Exclusive: captures from parallel tool calls (threads or processes) each
         # rewrite the checkpoint, and none may lose another's before-images.
-        with StoreLock(self._paths.dir, exclusive=True):
+        with StoreLock(self._files, exclusive=True):
             checkpoint = self._catalog.load(state.checkpoint, session)
             entries = {e.path: e for e in checkpoint.entries}
             absent = set(checkpoint.absent)

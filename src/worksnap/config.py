@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from worksnap.errors import InputError
-from worksnap.layout import StorePaths
+from worksnap.storedir import MIB, StoreDir
 
 
 class Retention(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -33,16 +33,16 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Start `worksnap daemon` on the first command that finds none."""
 
 
-def load_config(paths: StorePaths) -> Config:
+def load_config(store: StoreDir) -> Config:
     """Returns the store's config (the defaults when it has none).
 
     Raises:
         InputError: the file is unreadable, not JSON, or holds an unknown field or value.
+        StoreError: it is not a regular file (a symlink, a FIFO...).
     """
+    path = store.paths.config
     try:
-        with open(paths.config, "rb") as f:
-            return msgspec.json.decode(f.read(), type=Config)
-    except FileNotFoundError:
-        return Config()
+        data = store.read_optional(path, limit=MIB)
+        return Config() if data is None else msgspec.json.decode(data, type=Config)
     except (OSError, msgspec.DecodeError) as exc:
-        raise InputError(f"config {paths.config} is not valid ({exc})") from None
+        raise InputError(f"config {path} is not valid ({exc})") from None

@@ -243,9 +243,11 @@ def start(root: str, store_dir: str, *, idle: float, force: bool) -> dict[str, A
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             break  # it exited
         time.sleep(0.02)
+    from worksnap.storedir import MIB, StoreDir
+
     log_path = StorePaths(store_dir).daemon_log
-    with open(log_path, "rb") as log:
-        lines = log.read().decode(errors="replace").strip().splitlines()
+    log = StoreDir(store_dir).read(log_path, limit=MIB)  # never through a link, never a FIFO
+    lines = log.decode(errors="replace").strip().splitlines()
     reason = lines[-1] if lines else "no output"
     raise OSError(f"the daemon did not start: {reason} (see {log_path})")
 
@@ -265,9 +267,10 @@ def auto_start(root: str, store: str | None, *, force: bool) -> None:
         return
     from worksnap.config import load_config
     from worksnap.errors import InputError
+    from worksnap.storedir import StoreDir
 
     try:
-        config = load_config(paths)
+        config = load_config(StoreDir(store_dir))
     except InputError:
         return  # a broken config: the command itself reports it
     if config.daemon:
@@ -280,18 +283,26 @@ def _spawn(root: str, store_dir: str, *, idle: float, force: bool) -> int:
     argv = [sys.executable, "-m", "worksnap", "--root", root, "--store", store_dir]
     argv += ["--force"] if force else []
     argv += ["daemon", "serve", "--idle", str(idle)]
-    log_path = StorePaths(store_dir).daemon_log
-    return os.posix_spawn(
-        sys.executable,
-        argv,
-        dict(os.environ, WORKSNAP_NO_DAEMON="1"),
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-            (os.POSIX_SPAWN_DUP2, 1, 2),
-        ],
-        setsid=True,  # not killed with the shell (or agent) that started it
-    )
+    from worksnap.storedir import StoreDir
+
+    # Opened here, through the store's descriptor: a `daemon.log` that is a link or a
+    # FIFO is refused, never followed (a link would truncate what it points to).
+    log = StoreDir(store_dir).open_shared(StorePaths(store_dir).daemon_log)
+    try:
+        os.ftruncate(log, 0)
+        return os.posix_spawn(
+            sys.executable,
+            argv,
+            dict(os.environ, WORKSNAP_NO_DAEMON="1"),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log, 1),
+                (os.POSIX_SPAWN_DUP2, log, 2),
+            ],
+            setsid=True,  # not killed with the shell (or agent) that started it
+        )
+    finally:
+        os.close(log)
 
 
 def stop(store_dir: str) -> bool:

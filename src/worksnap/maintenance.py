@@ -17,11 +17,11 @@ from worksnap.catalog import Catalog
 from worksnap.config import Retention, load_config
 from worksnap.errors import InputError, LockError, ManifestError
 from worksnap.history import Sessions, SessionState, check_session_name
-from worksnap.layout import StorePaths
 from worksnap.lock import StoreLock
 from worksnap.paths import Root
 from worksnap.retention import select_expired
 from worksnap.store import Store
+from worksnap.storedir import StoreDir
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,14 +41,15 @@ class Maintenance:
         root: Root,
         store: Store,
         *,
-        paths: StorePaths,
+        files: StoreDir,
         catalog: Catalog,
         sessions: Sessions,
         caches: Caches,
     ) -> None:
         self._root = root
         self._store = store
-        self._paths = paths
+        self._files = files
+        self._paths = files.paths
         self._catalog = catalog
         self._sessions = sessions
         self._caches = caches
@@ -57,7 +58,7 @@ class Maintenance:
         """Pins a snapshot so gc never drops it (or unpins it); returns its id."""
         snapshot_id = self._catalog.resolve(ref, session)
         self._store.bind(self._root.path)
-        with StoreLock(self._paths.dir, exclusive=True):
+        with StoreLock(self._files, exclusive=True):
             pins = self._store.pins()
             if pinned:
                 pins.add(snapshot_id)
@@ -68,7 +69,7 @@ class Maintenance:
 
     def configured_retention(self) -> Retention:
         """Returns the retention policy in the store's config (none when absent)."""
-        return load_config(self._paths).retention
+        return load_config(self._files).retention
 
     def gc(self, policy: Retention | None, *, wait: bool, drop_session: str | None) -> GcReport:
         """Drops what a retention policy expires and sweeps unreferenced objects.
@@ -82,7 +83,7 @@ class Maintenance:
         policy = policy if policy is not None else self.configured_retention()
         if not self._store.exists():
             return GcReport()
-        with StoreLock(self._paths.dir, exclusive=True, timeout=60.0 if wait else 0.0):
+        with StoreLock(self._files, exclusive=True, timeout=60.0 if wait else 0.0):
             summaries, _ = self._store.summaries()
             pins = self._store.pins()
             if drop_session is not None:
@@ -155,7 +156,7 @@ class Maintenance:
         """
         if not self._store.exists():
             raise InputError(f"no store at {self._paths.dir} to rebind")
-        with StoreLock(self._paths.dir, exclusive=True):
+        with StoreLock(self._files, exclusive=True):
             count = 0
             for snapshot_id in self._store.ids():
                 try:

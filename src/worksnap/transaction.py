@@ -21,16 +21,15 @@ from worksnap.apply import Result, apply_plan, remove_leftovers
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import ConflictError, InputError, RestoreError, WorksnapError
-from worksnap.fsio import fsync_dir, write_atomic
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, undo_target
 from worksnap.ignore import ignore_checker
-from worksnap.layout import StorePaths
 from worksnap.lock import StoreLock
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Root, ancestors
 from worksnap.plan import Plan, plan_restore, select_paths
 from worksnap.progress import Reporter
 from worksnap.store import Store
+from worksnap.storedir import KIB, StoreDir
 
 
 class ApplyPlan(Protocol):
@@ -63,7 +62,7 @@ class Restorer:
     Args:
         root: the workspace root.
         store: objects (read and verified) and snapshots.
-        paths: the store's files (its lock and journal).
+        files: the store's directory (its lock and journal).
         capture: captures the current state.
         catalog: loads and saves snapshots.
         sessions: undo/redo stacks.
@@ -76,7 +75,7 @@ class Restorer:
         root: Root,
         store: Store,
         *,
-        paths: StorePaths,
+        files: StoreDir,
         capture: Capture,
         catalog: Catalog,
         sessions: Sessions,
@@ -85,7 +84,8 @@ class Restorer:
     ) -> None:
         self._root = root
         self._store = store
-        self._paths = paths
+        self._files = files
+        self._paths = files.paths
         self._capture = capture
         self._catalog = catalog
         self._sessions = sessions
@@ -160,7 +160,7 @@ class Restorer:
         """
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with StoreLock(self._paths.dir, exclusive=True):
+        with StoreLock(self._files, exclusive=True):
             pre = self._capture.capture(store_objects=True)
             plan = self._plan(pre, self._full_target(pre, choose(pre), session), selected)
             if plan.changes:
@@ -183,7 +183,7 @@ class Restorer:
             return Result(target=plan.target.id)
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with StoreLock(self._paths.dir, exclusive=True):
+        with StoreLock(self._files, exclusive=True):
             pre = self._capture.capture(store_objects=True)
             pre = msgspec.structs.replace(pre, kind=kind, session=session)
             check_unchanged(plan, pre)
@@ -196,7 +196,7 @@ class Restorer:
                 self._store.read(change.entry.hash)
         self._catalog.save(pre, session)
         journal = self._paths.journal
-        write_atomic(
+        self._files.write(
             journal,
             msgspec.json.encode(
                 Journal(
@@ -218,12 +218,12 @@ class Restorer:
             # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
             failed = Result(target=plan.target.id, error=f"interrupted: {exc!r}")
             self._roll_back(pre, failed, plan.target)
-            _remove_journal(journal)
+            self._remove_journal()
             raise
         result.pre_restore = pre.id
         if not result.ok:
             self._roll_back(pre, result, plan.target)
-        _remove_journal(journal)
+        self._remove_journal()
         # The stat cache stays: every file apply writes is a new inode (temp file renamed
         # into place), so no cached digest can be taken for it.
         return result
@@ -258,7 +258,7 @@ class Restorer:
 
     def recover_if_interrupted(self, session: str) -> Result | None:
         """Finishes the rollback of a restore that was killed part-way, if there was one."""
-        if not os.path.exists(self._paths.journal):
+        if self._files.lstat(self._paths.journal) is None:
             return None
         return self.recover(session)
 
@@ -269,12 +269,13 @@ class Restorer:
             The rollback's result, or None when no restore was interrupted.
         """
         journal = self._paths.journal
-        if not os.path.exists(journal):
+        if self._files.lstat(journal) is None:
             return None  # checked again under the lock: this only spares a missing store
-        with StoreLock(self._paths.dir, exclusive=True):
+        with StoreLock(self._files, exclusive=True):
             try:
-                with open(journal, "rb") as f:
-                    record = msgspec.json.decode(f.read(), type=Journal)
+                record = msgspec.json.decode(
+                    self._files.read(journal, limit=64 * KIB), type=Journal
+                )
             except FileNotFoundError:
                 return None  # another process finished it while we waited for the lock
             except (OSError, msgspec.DecodeError, RecursionError) as exc:
@@ -285,8 +286,13 @@ class Restorer:
             except WorksnapError:
                 target = None  # only used to find where temp files may be left
             back = self._roll_back(pre, Result(target=record.target, error="interrupted"), target)
-            _remove_journal(journal)
+            self._remove_journal()
             return back
+
+    def _remove_journal(self) -> None:
+        """Removes the journal durably: once a restore is done, it must not come back."""
+        self._files.unlink(self._paths.journal)
+        self._files.fsync(self._files.path)
 
     # -- undo and redo --------------------------------------------------------
 
@@ -342,12 +348,6 @@ class Restorer:
                 self._sessions.save(session, state)
 
         return self._restore(choose, kind="redo", then=record, session=session)
-
-
-def _remove_journal(journal: str) -> None:
-    """Removes the journal durably: once a restore is done, it must not come back."""
-    os.unlink(journal)
-    fsync_dir(os.path.dirname(journal))
 
 
 def check_unchanged(plan: Plan, now: Manifest) -> None:

@@ -48,6 +48,7 @@ from worksnap.paths import Root, fs_path, relative_to, wire_name
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
+from worksnap.storedir import resolve_store
 from worksnap.transaction import ApplyPlan, Restorer
 from worksnap.watch import Watcher
 
@@ -139,21 +140,18 @@ class Workspace:
         self.store_dir = store_location(self.root, None if store is None else os.fspath(store))
         self.max_file_bytes = max_file_bytes
         self.session = check_session_name(session)
-        real_store = os.path.realpath(self.store_dir)
-        if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
-            # A restore would treat the store's own files as workspace files.
-            raise InputError(f"store {self.store_dir} must not be the root or contain it")
+        # Resolved once: every later access goes through the descriptor of this directory.
+        real_store, taken = resolve_store(self.root, os.path.abspath(self.store_dir))
         store_rel = relative_to(self.root, real_store)
         partial = Root(self.root, wire_name(self.root), store_rel, frozenset())
         excluded = {partial.inside(path, "exclusion") for path in exclude}
-        if store_rel is not None:
-            excluded.add(store_rel)
+        excluded.update(taken)
         self._root = Root(self.root, partial.wire, store_rel, frozenset(excluded))
         self._reporter = Reporter(progress)
-        self.store = seams.open_store(self.store_dir)
-        paths = self.store.paths
-        sessions = Sessions(paths)
-        caches = Caches(paths, self.root, self.store.exists)
+        self.store = seams.open_store(real_store)
+        files = self.store.files
+        sessions = Sessions(files)
+        caches = Caches(files, self.root, self.store.exists)
         watcher = Watcher() if watch else None
         self._capture = Capture(
             self._root,
@@ -172,7 +170,7 @@ class Workspace:
         self._restorer = Restorer(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -182,7 +180,7 @@ class Workspace:
         self._checkpoints = Checkpoints(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -190,7 +188,7 @@ class Workspace:
         self._maintenance = Maintenance(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
             catalog=self._catalog,
             sessions=sessions,
             caches=caches,
@@ -279,7 +277,7 @@ class Workspace:
         self._restorer.recover_if_interrupted(self.session)
         try:
             self.store.bind(self.root)
-            with StoreLock(self.store_dir, exclusive=False):
+            with StoreLock(self.store.files, exclusive=False):
                 current = self._capture.capture(store_objects=True)
                 manifest = msgspec.structs.replace(
                     current,
