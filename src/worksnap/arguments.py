@@ -123,11 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("ref", nargs="?")
 
-    commands.add_parser(
+    recover = commands.add_parser(
         "recover",
         help="roll back a restore that was interrupted",
-        description="Roll back a restore that was killed part-way (any command does this "
-        "on its own when it finds one).",
+        description="Roll back the paths a restore that was killed part-way had touched. "
+        "The tree as it is (with any edits made since) is kept first as a snapshot that "
+        "`worksnap undo` brings back. snapshot, restore, rewind, undo and redo do this on "
+        "their own when they find one; plan refuses to preview a half-restored tree.",
+    )
+    recover.add_argument(
+        "--discard",
+        action="store_true",
+        help="roll nothing back: keep the tree as it is (stored as a snapshot first) and "
+        "drop the journal (for a journal that names a snapshot that is gone)",
     )
 
     rewind = commands.add_parser(

@@ -18,7 +18,7 @@ from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import InputError
 from worksnap.history import CHECKPOINT, Sessions
-from worksnap.lock import StoreLock
+from worksnap.lock import Locks
 from worksnap.manifest import (
     VERSION,
     Manifest,
@@ -43,6 +43,7 @@ class Checkpoints:
         store: Store,
         *,
         files: StoreDir,
+        locks: Locks,
         capture: Capture,
         catalog: Catalog,
         sessions: Sessions,
@@ -50,6 +51,7 @@ class Checkpoints:
         self._root = root
         self._store = store
         self._files = files
+        self._locks = locks
         self._paths = files.paths
         self._capture = capture
         self._catalog = catalog
@@ -67,7 +69,7 @@ class Checkpoints:
         """Opens a checkpoint for a turn of `session` (see `Workspace.begin`)."""
         check_step(step)
         self._store.bind(self._root.path)
-        with StoreLock(self._files, exclusive=False):
+        with self._locks.shared("begin"):
             checkpoint = Manifest(
                 version=VERSION,
                 id=new_id(),
@@ -107,7 +109,7 @@ class Checkpoints:
             )
         # Exclusive: captures from parallel tool calls (threads or processes) each
         # rewrite the checkpoint, and none may lose another's before-images.
-        with StoreLock(self._files, exclusive=True):
+        with self._locks.exclusive("capture"):
             checkpoint = self._catalog.load(state.checkpoint, session)
             entries = {e.path: e for e in checkpoint.entries}
             absent = set(checkpoint.absent)

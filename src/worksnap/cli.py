@@ -50,7 +50,7 @@ def _emit_json(value: object) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
 
 
-_COLOURS = {"M": "33", "A": "31", "D": "32"}
+_COLOURS = {"M": "33", "A": "31", "D": "32", "B": "35"}
 
 
 def _colour(text: str, op: str) -> str:
@@ -70,21 +70,24 @@ def _print_plan(plan: Plan) -> None:
         if change.op.value == "A" and change.was_dir:
             kind = "dir"
         print(f"  {_colour(op, op)}  {display(change.path)}{'/' if kind == 'dir' else ''}")
+    blocked = f", {counts['B']} blocked (left as they are)" if counts["B"] else ""
     print(
         f"restore {plan.target.id}: {counts['M']} modified (restored), "
-        f"{counts['A']} added since (removed), {counts['D']} deleted since (recreated)"
+        f"{counts['A']} added since (removed), {counts['D']} deleted since (recreated){blocked}"
     )
 
 
 def _progress_printer(enabled: bool) -> Any:
     def report(progress: Progress) -> None:
-        what = {"hash": "hashing", "apply": "restoring"}.get(progress.what, progress.what)
-        sys.stderr.write(f"\r{what} {progress.done}/{progress.total}")
-        if progress.done == progress.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+        if progress.note:  # a notice (who holds the store) is always shown
+            print(f"worksnap: {progress.note}", file=sys.stderr)
+        elif enabled:
+            what = {"hash": "hashing", "apply": "restoring"}.get(progress.what, progress.what)
+            end = "\n" if progress.done == progress.total else ""
+            print(f"\r{what} {progress.done}/{progress.total}", end=end, file=sys.stderr)
+            sys.stderr.flush()
 
-    return report if enabled else None
+    return report
 
 
 # -- commands ----------------------------------------------------------------
@@ -94,18 +97,22 @@ def _open(args: argparse.Namespace, **options: Any) -> AbstractContextManager[Wo
     progress = _progress_printer(sys.stderr.isatty() and not args.json)
     if args.pool is not None:  # in the daemon: its long-lived workspaces
         options.update(force=args.force, session=args.session, progress=progress)
-        return nullcontext(args.pool.open(args.root, args.store, options))
+        return nullcontext(_noting_recovery(args, args.pool.open(args.root, args.store, options)))
     from worksnap.workspace import Workspace
 
-    return Workspace(
-        args.root,
-        store=args.store,
-        force=args.force,
-        session=args.session,
-        progress=progress,
-        seams=args.seams,
-        **options,
-    )
+    ws = Workspace(args.root, store=args.store, force=args.force, session=args.session,
+                   progress=progress, seams=args.seams, **options)  # fmt: skip
+    return _noting_recovery(args, ws)
+
+
+def _noting_recovery(args: argparse.Namespace, ws: Workspace) -> Workspace:
+    """Says a restore was interrupted, for the commands that neither recover nor refuse."""
+    if args.command not in _RECOVERING and (pending := ws.recovery_pending()) is not None:
+        print(f"worksnap: warning: {pending}", file=sys.stderr)
+    return ws
+
+
+_RECOVERING = {"snapshot", "restore", "rewind", "undo", "redo", "recover", "plan", "run"}
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
@@ -259,6 +266,9 @@ def _report_result(
             f"restored {len(result.restored)} paths from snapshot {result.target}"
             + (f" ({then})" if result.pre_restore else "")
         )
+        for path in result.blocked:
+            note = "left as it is: a directory of ignored files where the snapshot has a file"
+            print(f"worksnap: warning: {display(path)} {note}", file=sys.stderr)
     else:
         state = (
             "the workspace was rolled back to how it was before"
@@ -284,13 +294,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_recover(args: argparse.Namespace) -> int:
     with _open(args) as ws:
-        result = ws.recover()
+        result = ws.recover(discard=args.discard)
     if args.json:
         _emit_json(views.recover_view(result))
     elif result is None:
         print("no interrupted restore to recover")
     else:
-        print(f"rolled back an interrupted restore ({len(result.restored)} paths)")
+        done = "dropped the journal of" if args.discard else "rolled back"
+        kept = f"; the tree as it was: snapshot {result.pre_restore} (worksnap undo)"
+        print(f"{done} an interrupted restore ({len(result.restored)} paths)"
+              + (kept if result.pre_restore else ""))  # fmt: skip
     return 0
 
 

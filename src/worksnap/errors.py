@@ -125,6 +125,13 @@ class RecoveryError(WorksnapError):
     exit_code = 1
 
 
+class ChangedError(InputError):
+    """The store changed underneath a command (a gc ran while it waited); nothing was changed.
+
+    Running the command again is the remedy: the message says so.
+    """
+
+
 class LockError(WorksnapError):
     """Another process holds the store lock for too long."""
 

@@ -205,3 +205,27 @@ def _try(fd: int, mode: int) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+class Locks:
+    """The store locks of one workspace: each says what it is for; a long wait is reported.
+
+    Args:
+        files: the store directory.
+        on_wait: called with one line naming the holder when a lock has been waited
+            for a second (None: waits are silent).
+    """
+
+    def __init__(self, files: StoreDir, on_wait: Callable[[str], None] | None = None) -> None:
+        self._files = files
+        self._on_wait = on_wait
+
+    def shared(self, purpose: str) -> StoreLock:
+        """A reader's lock (a snapshot): many at once, none while a writer waits or holds."""
+        return StoreLock(self._files, exclusive=False, purpose=purpose, on_wait=self._on_wait)
+
+    def exclusive(self, purpose: str, *, timeout: float = 60.0) -> StoreLock:
+        """A writer's lock (restore, gc...): alone."""
+        return StoreLock(
+            self._files, exclusive=True, timeout=timeout, purpose=purpose, on_wait=self._on_wait
+        )

@@ -17,11 +17,12 @@ from worksnap.catalog import Catalog
 from worksnap.config import Retention, load_config
 from worksnap.errors import InputError, LockError, ManifestError
 from worksnap.history import Sessions, SessionState, check_session_name
-from worksnap.lock import StoreLock
+from worksnap.lock import Locks
 from worksnap.paths import Root
 from worksnap.retention import select_expired
 from worksnap.store import Store
 from worksnap.storedir import StoreDir
+from worksnap.transaction import journal_snapshots
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class Maintenance:
         store: Store,
         *,
         files: StoreDir,
+        locks: Locks,
         catalog: Catalog,
         sessions: Sessions,
         caches: Caches,
@@ -49,6 +51,7 @@ class Maintenance:
         self._root = root
         self._store = store
         self._files = files
+        self._locks = locks
         self._paths = files.paths
         self._catalog = catalog
         self._sessions = sessions
@@ -58,7 +61,7 @@ class Maintenance:
         """Pins a snapshot so gc never drops it (or unpins it); returns its id."""
         snapshot_id = self._catalog.resolve(ref, session)
         self._store.bind(self._root.path)
-        with StoreLock(self._files, exclusive=True):
+        with self._locks.exclusive("pin"):
             pins = self._store.pins()
             if pinned:
                 pins.add(snapshot_id)
@@ -83,12 +86,13 @@ class Maintenance:
         policy = policy if policy is not None else self.configured_retention()
         if not self._store.exists():
             return GcReport()
-        with StoreLock(self._files, exclusive=True, timeout=60.0 if wait else 0.0):
+        with self._locks.exclusive("gc", timeout=60.0 if wait else 0.0):
             summaries, _ = self._store.summaries()
             pins = self._store.pins()
             if drop_session is not None:
                 self._sessions.save(check_session_name(drop_session), SessionState())
-            keep = pins | self._sessions.referenced()
+            # A pending recovery rolls back to its pre-restore snapshot: it must stay.
+            keep = pins | self._sessions.referenced() | journal_snapshots(self._files)
             dropped = select_expired(
                 summaries,
                 policy,
@@ -156,7 +160,7 @@ class Maintenance:
         """
         if not self._store.exists():
             raise InputError(f"no store at {self._paths.dir} to rebind")
-        with StoreLock(self._files, exclusive=True):
+        with self._locks.exclusive("rebind"):
             count = 0
             for snapshot_id in self._store.ids():
                 try:

@@ -9,7 +9,7 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from worksnap.manifest import Entry, Manifest
+from worksnap.manifest import Entry, Manifest, tree_digest
 from worksnap.paths import ancestors, is_under
 
 
@@ -22,6 +22,9 @@ class Op(enum.Enum):
     """Exists now but not in the snapshot: removed."""
     DELETED = "D"
     """In the snapshot but missing now: recreated."""
+    BLOCKED = "B"
+    """The snapshot has a file or symlink where a directory now holds what no restore
+    touches (ignored, large or excluded files): left as it is, and reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,11 @@ class Plan:
     target: Manifest
     current: Manifest
     changes: list[Change]
+
+    @property
+    def blocked(self) -> list[Change]:
+        """The changes a restore cannot make and leaves out (see `Op.BLOCKED`)."""
+        return [c for c in self.changes if c.op is Op.BLOCKED]
 
     def counts(self) -> dict[str, int]:
         """Returns how many changes of each op the plan holds."""
@@ -110,6 +118,8 @@ def plan_restore(
     Never touched: what either manifest left out (ignored, large, excluded, and
     anything below those), and anything the target's own `.gitignore` files
     would ignore (so restoring a `.gitignore` never turns files into deletions).
+    Where the target has a file or symlink and the workspace a directory holding
+    such untouchable paths, the change is `Op.BLOCKED`: listed, never applied.
 
     Args:
         current: the workspace's state now (a capture with the same options).
@@ -135,12 +145,18 @@ def plan_restore(
     then: dict[str, Entry | None] = dict.fromkeys(then_dirs - now_dirs)
     then.update((e.path, e) for e in only_then)
 
+    # A directory that holds something no restore touches can never be removed: it
+    # blocks turning it into a file or symlink (its rmdir would fail every time).
+    holding = {a for p in protected for a in ancestors(p.rpartition("/")[0])}
+
     changes: list[Change] = []
     for path, entry in then.items():
         if is_protected(path):
             continue
         if path in now:
-            changes.append(Change(Op.MODIFIED, path, entry, was_dir=now[path] is None))
+            was_dir = now[path] is None
+            op = Op.BLOCKED if was_dir and entry is not None and path in holding else Op.MODIFIED
+            changes.append(Change(op, path, entry, was_dir=was_dir))
         else:
             changes.append(Change(Op.DELETED, path, entry, was_dir=False))
 
@@ -182,3 +198,76 @@ def select_paths(plan: Plan, paths: Iterable[str]) -> Plan:
         )
     ]
     return Plan(target=plan.target, current=plan.current, changes=kept)
+
+
+def rollback_target(current: Manifest, pre: Manifest, touched: Iterable[str]) -> Manifest:
+    """Returns what a rollback aims at: `current`, with the `touched` paths set back to `pre`.
+
+    A restore changes only the paths its plan lists (`touched`); every other path
+    is as the user left it, edits made after a restore was killed included, and
+    stays so. Where the state of a touched path needs room (a file of `pre` where a
+    directory is now, a directory of `pre` where a file is now, on the way to it),
+    what is in the way goes: the caller keeps it in a snapshot first.
+
+    Args:
+        current: the workspace's state now.
+        pre: the state before the restore (its pre-restore snapshot).
+        touched: the paths the restore's plan listed.
+    """
+    entries = {e.path: e for e in current.entries}
+    dirs = set(current.dirs)
+    before = {e.path: e for e in pre.entries}
+    before_dirs = set(pre.dirs)
+    gone: list[str] = []
+
+    def clear_below(path: str) -> None:
+        prefix = path + "/"
+        for below in [p for p in entries if p.startswith(prefix)]:
+            del entries[below]
+        dirs.difference_update([d for d in dirs if d.startswith(prefix)])
+
+    def make_parents(path: str) -> None:
+        for parent in ancestors(path.rpartition("/")[0]):
+            entries.pop(parent, None)  # a file where a directory must be
+            dirs.add(parent)
+
+    for path in sorted(set(touched)):
+        entry = before.get(path)
+        if entry is not None:
+            clear_below(path)
+            dirs.discard(path)
+            entries[path] = entry
+            make_parents(path)
+        elif path in before_dirs:
+            entries.pop(path, None)
+            dirs.add(path)
+            make_parents(path)
+        else:
+            entries.pop(path, None)
+            if path in dirs:
+                gone.append(path)
+    # A directory the restore made goes, unless something that stays is inside it.
+    staying = {
+        parent
+        for path in (*entries, *(dirs - set(gone)))
+        for parent in ancestors(path.rpartition("/")[0])
+    }
+    dirs.difference_update(d for d in gone if d not in staying)
+    ordered = sorted(entries.values(), key=lambda e: e.path)
+    return Manifest(
+        version=current.version,
+        id=pre.id,
+        root=current.root,
+        kind=pre.kind,
+        step=pre.step,
+        time=pre.time,
+        max_file_bytes=current.max_file_bytes,
+        tree=tree_digest(ordered, sorted(dirs)),
+        label=pre.label,
+        session=pre.session,
+        entries=ordered,
+        dirs=sorted(dirs),
+        ignored=sorted({*current.ignored, *pre.ignored}),
+        large=sorted({*current.large, *pre.large}),
+        excluded=sorted({*current.excluded, *pre.excluded}),
+    )

@@ -407,8 +407,8 @@ class StoreDir:
         """
         try:
             fd = self.open_file(path)
-        except FileNotFoundError:
-            return None
+        except (FileNotFoundError, StoreError):
+            return None  # gone, or not a file this store writes: not ours to remove
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

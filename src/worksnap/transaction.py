@@ -2,9 +2,17 @@
 
 plan (pure, see plan.py) -> under the exclusive lock: capture the current state once
 (both what is planned from and the `pre-restore` snapshot), verify every object the
-plan writes, save the pre-restore snapshot, write the journal, apply (apply.py). On
-a failure the workspace is rolled back to the pre-restore snapshot; if the process
-dies, the journal stays and the next command rolls back (`recover`).
+plan writes, save the pre-restore snapshot, write the journal (with every path the
+plan touches), apply (apply.py). On a failure the touched paths are rolled back to
+the pre-restore snapshot; if the process dies, the journal stays.
+
+Recovery never destroys bytes that are not in the store: it first stores the tree as
+it is (a `pre-recover` snapshot, which `undo` restores), then rolls back only the
+paths the journal lists, so edits made since the restore was killed stay where they
+are. Commands that change the tree or record it whole (restore, rewind, undo, redo,
+snapshot, recover) recover first; `plan` refuses to preview a half-restored tree and
+says to run `worksnap recover`; other commands only read, and the CLI notes the
+pending recovery.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from __future__ import annotations
 import builtins
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -20,16 +28,28 @@ import msgspec
 from worksnap.apply import Result, apply_plan, remove_leftovers
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
-from worksnap.errors import ConflictError, InputError, RestoreError, WorksnapError
+from worksnap.errors import (
+    ChangedError,
+    ConflictError,
+    InputError,
+    RecoveryError,
+    RestoreError,
+    StoreError,
+    WorksnapError,
+)
+from worksnap.frames import MAX_UNPACKED
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, undo_target
 from worksnap.ignore import ignore_checker
-from worksnap.lock import StoreLock
+from worksnap.lock import Locks
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Root, ancestors
-from worksnap.plan import Plan, plan_restore, select_paths
+from worksnap.plan import Op, Plan, plan_restore, rollback_target, select_paths
 from worksnap.progress import Reporter
 from worksnap.store import Store
-from worksnap.storedir import KIB, StoreDir
+from worksnap.storedir import StoreDir
+
+PRE_RECOVER = "pre-recover"
+"""Kind of the snapshot a recovery takes of the tree before it rolls anything back."""
 
 
 class ApplyPlan(Protocol):
@@ -39,7 +59,7 @@ class ApplyPlan(Protocol):
         self,
         root: str,
         plan: Plan,
-        read_object: Callable[[str], bytes],
+        read_object: Callable[[str], Iterable[bytes]],
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> Result:
@@ -48,12 +68,36 @@ class ApplyPlan(Protocol):
 
 
 class Journal(msgspec.Struct, frozen=True, kw_only=True):
-    """The store's journal, present while a restore runs: what to roll back to."""
+    """The store's journal, present while a restore runs: what to roll back, and to what."""
 
     target: str
     pre_restore: str
     pid: int
     host: str
+    session: str | None = None
+    """The session of the restore (None: a journal written before it was recorded)."""
+    paths: list[str] | None = None
+    """Every path the restore's plan touches (None: written before they were recorded,
+    and a recovery then rolls back every path that differs)."""
+
+
+def journal_snapshots(files: StoreDir) -> set[str]:
+    """The snapshots a pending journal needs (a recovery rolls back to them): gc keeps them."""
+    try:
+        record = msgspec.json.decode(
+            files.read(files.paths.journal, limit=MAX_UNPACKED), type=Journal
+        )
+    except FileNotFoundError:
+        return set()
+    except (OSError, msgspec.DecodeError, RecursionError):
+        return set()  # damaged: only `recover --discard` can act on it, and needs neither
+    return {record.pre_restore, record.target}
+
+
+_DISCARD = (
+    "run `worksnap recover --discard` to keep the tree as it is (a snapshot of it is "
+    "taken first) and drop the journal"
+)
 
 
 class Restorer:
@@ -62,7 +106,8 @@ class Restorer:
     Args:
         root: the workspace root.
         store: objects (read and verified) and snapshots.
-        files: the store's directory (its lock and journal).
+        files: the store's directory (its journal).
+        locks: the store's locks.
         capture: captures the current state.
         catalog: loads and saves snapshots.
         sessions: undo/redo stacks.
@@ -76,6 +121,7 @@ class Restorer:
         store: Store,
         *,
         files: StoreDir,
+        locks: Locks,
         capture: Capture,
         catalog: Catalog,
         sessions: Sessions,
@@ -86,6 +132,7 @@ class Restorer:
         self._store = store
         self._files = files
         self._paths = files.paths
+        self._locks = locks
         self._capture = capture
         self._catalog = catalog
         self._sessions = sessions
@@ -101,8 +148,15 @@ class Restorer:
         paths: Sequence[str | os.PathLike[str]] | None,
         session: str,
     ) -> Plan:
-        """Previews what restoring `target` would change; writes nothing but the stat cache."""
-        self.recover_if_interrupted(session)  # never preview a half-restored tree
+        """Previews what restoring `target` would change; writes nothing but the stat cache.
+
+        Raises:
+            RecoveryError: a restore was interrupted: the tree may be half-restored,
+                and a preview must neither show that nor change it.
+        """
+        pending = self.pending()
+        if pending is not None:
+            raise RecoveryError(f"{pending}; a plan would describe a half-restored tree")
         selected = self._selection(paths)
         current = self._capture.capture(store_objects=False)
         return self._plan(current, self._full_target(current, target, session), selected)
@@ -141,8 +195,27 @@ class Restorer:
         target = self._catalog.load(ref, session)
         selected = self._selection(paths)
         return self._restore(
-            lambda current: target, kind="pre-restore", selected=selected, session=session
+            lambda current: self._still_stored(target),
+            kind="pre-restore",
+            selected=selected,
+            session=session,
         )
+
+    def _still_stored(self, target: Manifest) -> Manifest:
+        """Returns `target` if it is still in the store (the lock is held).
+
+        It was loaded before the lock was taken: a gc may have dropped it, and its
+        objects, while this restore waited.
+
+        Raises:
+            ChangedError: it is gone; nothing was changed.
+        """
+        if self._store.manifest_stamp(target.id) is None:
+            raise ChangedError(
+                f"snapshot {target.id} was removed from the store (by a gc) while this "
+                "command waited for it; nothing was changed underneath: retry"
+            )
+        return target
 
     def _restore(
         self,
@@ -160,14 +233,14 @@ class Restorer:
         """
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with StoreLock(self._files, exclusive=True):
+        with self._locks.exclusive(kind):
             pre = self._capture.capture(store_objects=True)
             plan = self._plan(pre, self._full_target(pre, choose(pre), session), selected)
-            if plan.changes:
+            if plan.changes and len(plan.blocked) < len(plan.changes):
                 pre = msgspec.structs.replace(pre, kind=kind, session=session)
                 result = self._run(plan, pre, session)
             else:
-                result = Result(target=plan.target.id)
+                result = Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
             if then is not None:
                 then(result)
             return result
@@ -177,13 +250,15 @@ class Restorer:
 
         Raises:
             ConflictError: a path the plan touches changed since the plan was made.
+            ChangedError: the plan's target left the store since (a gc).
             ObjectError: an object the plan needs is missing or damaged.
         """
-        if not plan.changes:
-            return Result(target=plan.target.id)
+        if len(plan.blocked) == len(plan.changes):
+            return Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with StoreLock(self._files, exclusive=True):
+        with self._locks.exclusive(kind):
+            self._still_stored(plan.target)
             pre = self._capture.capture(store_objects=True)
             pre = msgspec.structs.replace(pre, kind=kind, session=session)
             check_unchanged(plan, pre)
@@ -193,46 +268,68 @@ class Restorer:
         """Applies `plan` from state `pre` (the lock is held): verify, record, journal, apply."""
         for change in plan.changes:
             if change.entry is not None and change.entry.hash is not None:
-                self._store.read(change.entry.hash)
+                self._store.check(change.entry.hash)  # a piece at a time: any size
         self._catalog.save(pre, session)
-        journal = self._paths.journal
-        self._files.write(
-            journal,
-            msgspec.json.encode(
-                Journal(
-                    target=plan.target.id,
-                    pre_restore=pre.id,
-                    pid=os.getpid(),
-                    host=socket.gethostname(),
-                )
-            ),
+        touched = [c.path for c in plan.changes]
+        journal = Journal(
+            target=plan.target.id,
+            pre_restore=pre.id,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            session=session,
+            paths=touched,
         )
+        self._files.write(self._paths.journal, msgspec.json.encode(journal))
         try:
             result = self._apply_plan(
                 self._root.path,
                 plan,
-                self._store.read,
+                self._store.read_chunks,
                 progress=lambda done, total: self._report("apply", done, total),
             )
         except BaseException as exc:
             # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
             failed = Result(target=plan.target.id, error=f"interrupted: {exc!r}")
-            self._roll_back(pre, failed, plan.target)
+            self._roll_back(pre, None, failed, plan.target, session=session)
             self._remove_journal()
             raise
         result.pre_restore = pre.id
         if not result.ok:
-            self._roll_back(pre, result, plan.target)
+            self._roll_back(pre, None, result, plan.target, session=session)
         self._remove_journal()
         # The stat cache stays: every file apply writes is a new inode (temp file renamed
         # into place), so no cached digest can be taken for it.
         return result
 
-    def _roll_back(self, pre: Manifest, result: Result, target: Manifest | None) -> Result:
-        """Returns the workspace to `pre` after a failed apply (the lock is held).
+    def _roll_back(
+        self,
+        pre: Manifest,
+        touched: builtins.list[str] | None,
+        result: Result,
+        target: Manifest | None,
+        *,
+        session: str,
+        recovering: bool = False,
+    ) -> Result:
+        """Sets the workspace back to `pre` after a failed apply (the lock is held).
+
+        Bytes that are in no snapshot are never destroyed: the tree as it is is stored
+        first (a `pre-recover` snapshot, which `undo` restores) whenever the rollback
+        would overwrite or remove something neither `pre` nor `target` holds.
+
+        Args:
+            pre: the state before the restore.
+            touched: only these paths are set back (a recovery: the paths the journal
+                lists; edits made since the restore was killed stay); None: all.
+            result: the failed restore's result (marked rolled back on success).
+            target: the snapshot it restored, if known (its directories may hold
+                temp files the restore left, and its bytes are stored).
+            session: the session the kept snapshot belongs to.
+            recovering: keep the tree as it is whenever anything changes (a recovery
+                runs long after the restore, and its undo must bring the tree back).
 
         Returns:
-            What the rollback changed.
+            What the rollback changed (its `pre_restore`: the snapshot kept, if any).
 
         Raises:
             RestoreError: the rollback failed too (the journal stays for `recover`).
@@ -240,11 +337,16 @@ class Restorer:
         self._capture.forget_stat_table()  # the failed apply rewrote files
         dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
         remove_leftovers(self._root.path, dirs)
-        back = self._apply_plan(
-            self._root.path,
-            self._plan(self._capture.capture(store_objects=False), pre),
-            self._store.read,
-        )
+        current = self._capture.capture(store_objects=True)
+        aim = pre if touched is None else rollback_target(current, pre, touched)
+        plan = self._plan(current, aim)
+        kept: str | None = None
+        if plan.changes and (recovering or _destroys_unstored(plan, (pre, target))):
+            kept_state = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
+            self._catalog.save(kept_state, session)
+            kept = kept_state.id
+        back = self._apply_plan(self._root.path, plan, self._store.read_chunks)
+        back.pre_restore = kept
         if not back.ok:
             raise RestoreError(
                 f"restore failed ({result.error}) and so did the rollback ({back.error}); "
@@ -256,38 +358,88 @@ class Restorer:
 
     # -- recovery -------------------------------------------------------------
 
+    def pending(self) -> str | None:
+        """One line saying that a restore was interrupted and what to run, or None."""
+        if self._files.lstat(self._paths.journal) is None:
+            return None
+        return (
+            f"a restore was interrupted (journal {self._paths.journal}): the workspace may be "
+            "partly restored; run `worksnap recover` (it keeps the tree as it is in a snapshot "
+            "first, for `worksnap undo`)"
+        )
+
     def recover_if_interrupted(self, session: str) -> Result | None:
         """Finishes the rollback of a restore that was killed part-way, if there was one."""
         if self._files.lstat(self._paths.journal) is None:
             return None
         return self.recover(session)
 
-    def recover(self, session: str) -> Result | None:
-        """Rolls back an interrupted restore to its pre-restore snapshot.
+    def recover(self, session: str, *, discard: bool = False) -> Result | None:
+        """Rolls back an interrupted restore; the tree as it was is kept as a snapshot first.
+
+        Args:
+            session: the session to record the kept snapshot in, if the journal
+                does not name the restore's own.
+            discard: roll nothing back: keep the tree as it is (stored as a snapshot)
+                and drop the journal. For a journal that cannot be acted on.
 
         Returns:
-            The rollback's result, or None when no restore was interrupted.
+            The rollback's result (`pre_restore`: the snapshot of the tree before it,
+            None when nothing had to change), or None when no restore was interrupted.
+
+        Raises:
+            RecoveryError: the journal is damaged, or names a snapshot that is gone:
+                the message says how to clear it (`--discard`).
         """
         journal = self._paths.journal
         if self._files.lstat(journal) is None:
             return None  # checked again under the lock: this only spares a missing store
-        with StoreLock(self._files, exclusive=True):
+        with self._locks.exclusive("recover"):
             try:
-                record = msgspec.json.decode(
-                    self._files.read(journal, limit=64 * KIB), type=Journal
+                record: Journal | None = msgspec.json.decode(
+                    self._files.read(journal, limit=MAX_UNPACKED), type=Journal
                 )
             except FileNotFoundError:
                 return None  # another process finished it while we waited for the lock
             except (OSError, msgspec.DecodeError, RecursionError) as exc:
-                raise RestoreError(f"journal {journal} is damaged ({exc}); remove it") from None
-            pre = self._catalog.load(record.pre_restore, session)
+                if not discard:
+                    raise RecoveryError(
+                        f"the journal of an interrupted restore ({journal}) is damaged "
+                        f"({exc}); the workspace may be partly restored: {_DISCARD}"
+                    ) from None
+                record = None
+            keep = record.session if record is not None and record.session else session
+            if discard:
+                return self._discard(record, keep)
+            assert record is not None
             try:
-                target: Manifest | None = self._catalog.load(record.target, session)
+                pre = self._catalog.load(record.pre_restore, keep)
+            except (InputError, StoreError) as exc:
+                raise RecoveryError(
+                    f"an interrupted restore left a journal ({journal}) that rolls back to "
+                    f"snapshot {record.pre_restore}, which cannot be loaded ({exc}); the "
+                    f"workspace may be partly restored: {_DISCARD}"
+                ) from None
+            try:
+                target: Manifest | None = self._catalog.load(record.target, keep)
             except WorksnapError:
                 target = None  # only used to find where temp files may be left
-            back = self._roll_back(pre, Result(target=record.target, error="interrupted"), target)
+            interrupted = Result(target=record.target, error="interrupted")
+            back = self._roll_back(
+                pre, record.paths, interrupted, target, session=keep, recovering=True
+            )
             self._remove_journal()
             return back
+
+    def _discard(self, record: Journal | None, session: str) -> Result:
+        """Drops the journal, the tree left as it is and stored as a snapshot first."""
+        self._store.bind(self._root.path)
+        current = self._capture.capture(store_objects=True)
+        kept = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
+        self._catalog.save(kept, session)
+        self._remove_journal()
+        target = record.target if record is not None else ""
+        return Result(target=target, pre_restore=kept.id)
 
     def _remove_journal(self) -> None:
         """Removes the journal durably: once a restore is done, it must not come back."""
@@ -348,6 +500,22 @@ class Restorer:
                 self._sessions.save(session, state)
 
         return self._restore(choose, kind="redo", then=record, session=session)
+
+
+def _destroys_unstored(plan: Plan, stored: Iterable[Manifest | None]) -> bool:
+    """True when a plan overwrites or removes a file or link that no `stored` manifest holds.
+
+    Only such a file's bytes would be lost: anything else is in a snapshot.
+    """
+    known = {(e.path, e) for m in stored if m is not None for e in m.entries}
+    now = {e.path: e for e in plan.current.entries}
+    for change in plan.changes:
+        if change.op is Op.BLOCKED:
+            continue
+        entry = now.get(change.path)
+        if entry is not None and (change.path, entry) not in known:
+            return True
+    return False
 
 
 def check_unchanged(plan: Plan, now: Manifest) -> None:

@@ -41,7 +41,7 @@ from worksnap.errors import InputError, SnapshotError
 from worksnap.hash import Prefetch, read_file
 from worksnap.history import DEFAULT_SESSION, Sessions, check_session_name
 from worksnap.layout import store_location
-from worksnap.lock import StoreLock
+from worksnap.lock import Locks
 from worksnap.maintenance import GcReport, Maintenance
 from worksnap.manifest import Entry, Manifest, Summary, check_step, one_line
 from worksnap.paths import Root, fs_path, relative_to, wire_name
@@ -150,6 +150,7 @@ class Workspace:
         self._reporter = Reporter(progress)
         self.store = seams.open_store(real_store)
         files = self.store.files
+        self._locks = Locks(files, on_wait=lambda note: self._reporter.notice("wait", note))
         sessions = Sessions(files)
         caches = Caches(files, self.root, self.store.exists)
         watcher = Watcher() if watch else None
@@ -171,6 +172,7 @@ class Workspace:
             self._root,
             self.store,
             files=files,
+            locks=self._locks,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -181,6 +183,7 @@ class Workspace:
             self._root,
             self.store,
             files=files,
+            locks=self._locks,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -189,6 +192,7 @@ class Workspace:
             self._root,
             self.store,
             files=files,
+            locks=self._locks,
             catalog=self._catalog,
             sessions=sessions,
             caches=caches,
@@ -277,18 +281,24 @@ class Workspace:
         self._restorer.recover_if_interrupted(self.session)
         try:
             self.store.bind(self.root)
-            with StoreLock(self.store.files, exclusive=False):
-                current = self._capture.capture(store_objects=True)
-                manifest = msgspec.structs.replace(
-                    current,
-                    kind=kind,
-                    step=step,
-                    label=one_line(label),
-                    session=self.session,
-                    meta=dict(meta or {}),
-                    attachments=self._catalog.store_attachments(attach),
-                )
-                self._catalog.save(manifest, self.session)
+            with self._locks.shared("snapshot"):
+                try:
+                    current = self._capture.capture(store_objects=True)
+                    manifest = msgspec.structs.replace(
+                        current,
+                        kind=kind,
+                        step=step,
+                        label=one_line(label),
+                        session=self.session,
+                        meta=dict(meta or {}),
+                        attachments=self._catalog.store_attachments(attach),
+                    )
+                    self._catalog.save(manifest, self.session)
+                except BaseException:
+                    self.store.discard()  # a full disk must not stay full of a half pack
+                    raise
+                # Packs that snapshots killed (or failed) before publishing left behind.
+                self.store.sweep_abandoned()
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
         self._maintenance.apply_configured_retention()
@@ -402,13 +412,28 @@ class Workspace:
         """
         return self._restorer.apply(plan, kind=kind, session=self.session)
 
-    def recover(self) -> Result | None:
-        """Rolls back an interrupted restore to its pre-restore snapshot.
+    def recover(self, *, discard: bool = False) -> Result | None:
+        """Rolls back the paths an interrupted restore touched to its pre-restore snapshot.
+
+        The tree as it is (with any edits made since the restore was killed) is stored
+        first as a `pre-recover` snapshot, which `undo` restores: nothing is lost.
+
+        Args:
+            discard: roll nothing back: store the tree as it is as a snapshot and drop
+                the journal (for a journal that names a snapshot that is gone).
 
         Returns:
-            The rollback's result, or None when no restore was interrupted.
+            The rollback's result (`pre_restore`: the `pre-recover` snapshot, if one was
+            needed), or None when no restore was interrupted.
+
+        Raises:
+            RecoveryError: the journal cannot be acted on; the message says what to run.
         """
-        return self._restorer.recover(self.session)
+        return self._restorer.recover(self.session, discard=discard)
+
+    def recovery_pending(self) -> str | None:
+        """One line saying that an interrupted restore awaits `recover`, or None."""
+        return self._restorer.pending()
 
     # -- steps, undo and redo ------------------------------------------------
 
