@@ -157,6 +157,12 @@ class Caches:
         """Notes that a scan changed the listing cache."""
         self._unsaved = True
 
+    def forget_all(self) -> None:
+        """Drops both caches, in memory (the next save stores what is rebuilt)."""
+        self._stat = {}
+        self._listings = Listings()
+        self._unsaved = True
+
     def forget_stat_table(self) -> None:
         """Drops the stat cache from memory (files were rewritten: trust only fresh stats)."""
         self._stat = None

@@ -7,7 +7,12 @@ a plan compares one with its target (see transaction.py).
 A cached digest is trusted only for a file whose times are older than the scan
 that recorded it by more than a file system timestamp tick: a file changed again
 within the same tick would otherwise keep its stat and its stale digest ("racy
-git"). The margin is `RACY_MARGIN_NS`; tests may shrink it instead of sleeping.
+git"). The margin is `RACY_MARGIN_NS` (tests may shrink it instead of sleeping),
+plus the file system's tick once it is known to be coarse: a file or directory
+whose mtime and ctime both have no fraction of a second is evidence (ext3, ext4
+with 128-byte inodes, FAT, some network mounts), recorded in the store
+(`caches.Caches.record_tick`). The same margin guards the listing cache's
+directory stamps and `hash.read_file`'s double read of recently changed files.
 """
 
 from __future__ import annotations
@@ -40,6 +45,20 @@ DEFAULT_MAX_FILE_BYTES = 2 << 20
 RACY_MARGIN_NS = 100_000_000
 """How much older than the scan a file's times must be for its digest to be cached (0.1 s)."""
 
+COARSE_TICK_NS = 1_000_000_000
+"""The tick of a file system whose times have no fraction of a second (FAT's mtime ticks in
+2 s, but its ctime in 10 ms: a change moves one of them, so a second is enough)."""
+
+
+def is_coarse(st: os.stat_result) -> bool:
+    """True when both of a file's times are whole seconds: its file system ticks in seconds.
+
+    Both, because a write moves ctime even where mtime is coarse (or was set by a tool
+    such as `tar`): only when neither can move within a second does a change hide.
+    """
+    return st.st_mtime_ns % COARSE_TICK_NS == 0 and st.st_ctime_ns % COARSE_TICK_NS == 0
+
+
 PREFETCH_AFTER = 64
 """Files hashed before the rest may be read ahead (a few changed files are not worth a thread)."""
 
@@ -53,7 +72,13 @@ class ReadFile(Protocol):
     """`hash.read_file`: reads and hashes one file safely against concurrent writes."""
 
     def __call__(
-        self, path: str | bytes, rel: str, *, keep: bool, dir_fd: int | None = None
+        self,
+        path: str | bytes,
+        rel: str,
+        *,
+        keep: bool,
+        dir_fd: int | None = None,
+        recent_ns: int = RACY_MARGIN_NS,
     ) -> tuple[Digest, bytes | None, os.stat_result]:
         """Returns the digest, the bytes (if kept) and the stat the file had while read."""
         ...
@@ -174,8 +199,29 @@ class Capture:
                 cyclic_gc.enable()
 
     def _capture(self, *, store_objects: bool) -> Manifest:
+        tick = self._caches.tick()
+        if not tick and is_coarse(os.stat(self._root.path)):
+            tick = self._learn_tick()  # the root's own times: known before anything is trusted
+        current = self._capture_with(store_objects=store_objects, tick=tick)
+        if self._caches.tick() != tick:
+            # Coarse times turned up below the root (another file system mounted there)
+            # after this capture had trusted stamps within a tick: forget what it
+            # recorded, and capture again with the tick.
+            current = self._capture_with(store_objects=store_objects, tick=self._learn_tick())
+        return current
+
+    def _learn_tick(self) -> int:
+        """Records that the tree's file system ticks in seconds; trusts no cache made before."""
+        self._caches.record_tick(COARSE_TICK_NS)
+        self._caches.forget_all()
+        self._entries = {}
+        self._last_capture = None
+        return COARSE_TICK_NS
+
+    def _capture_with(self, *, store_objects: bool, tick: int) -> Manifest:
         scan_start = time.time_ns()
-        trust_before = scan_start - self._racy_margin_ns
+        margin = self._racy_margin_ns + tick
+        trust_before = scan_start - margin
         swept = self._store.sync() if store_objects else False
         dirty = self._watcher.drain() if self._watcher is not None else None
         last = self._last_capture if self._last_stored or not store_objects else None
@@ -197,6 +243,12 @@ class Capture:
         )
         if listings.dirs != listed:
             self._caches.listings_changed()
+            if not tick and any(
+                _whole_seconds(listing.stamp)
+                for name, listing in listings.dirs.items()
+                if listed.get(name) is not listing
+            ):
+                self._caches.record_tick(COARSE_TICK_NS)  # the caller captures again
         cache = self._caches.stat_table()
         fresh: StatTable = {}
         packed = self._store.indexed()
@@ -238,7 +290,12 @@ class Capture:
                     ):
                         # Many files to read, and the disk is serving them: read ahead.
                         prefetch.start(_unhashed(self._root.path, found.files[done + 1 :], cache))
-                    digest, st = self.hash_and_store(rel, store_objects=store_objects, tree=tree)
+                    digest, st = self.hash_and_store(
+                        rel, store_objects=store_objects, tree=tree, recent_ns=margin
+                    )
+                    if not tick and is_coarse(st):
+                        tick = COARSE_TICK_NS
+                        self._caches.record_tick(tick)  # the caller captures again
                     if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
                         fresh[rel] = (file_state(st), digest)
                 entry = Entry(
@@ -279,16 +336,22 @@ class Capture:
         return current
 
     def hash_and_store(
-        self, rel: str, *, store_objects: bool, tree: DirTree
+        self, rel: str, *, store_objects: bool, tree: DirTree, recent_ns: int | None = None
     ) -> tuple[str, os.stat_result]:
-        """Hashes (and stores) one file, reached from the root without crossing a symlink."""
+        """Hashes (and stores) one file, reached from the root without crossing a symlink.
+
+        `recent_ns`: a file changed within this long is read twice (default: the margin).
+        """
         parent, _, name = rel.rpartition("/")
         try:
             dir_fd = tree.dir_fd(parent)
         except OSError as exc:
             raise SnapshotError(rel, f"changed while the snapshot ran ({exc.strerror})") from None
         raw = fs_path(name)
-        digest, data, st = self._read_file(raw, rel, keep=store_objects, dir_fd=dir_fd)
+        recent = recent_ns if recent_ns is not None else self._racy_margin_ns + self._caches.tick()
+        digest, data, st = self._read_file(
+            raw, rel, keep=store_objects, dir_fd=dir_fd, recent_ns=max(recent, RACY_MARGIN_NS)
+        )
         if store_objects:
             if data is not None:
                 self._store.add(digest, data)
@@ -324,6 +387,11 @@ class Capture:
             digest, st = self.hash_and_store(rel, store_objects=True, tree=tree)
         self._store.flush()
         return Entry(path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size)
+
+
+def _whole_seconds(stamp: tuple[int, int, int, int]) -> bool:
+    """True when a listing's stamp (inode, size, mtime, ctime) has whole-second times."""
+    return stamp[2] % COARSE_TICK_NS == 0 and stamp[3] % COARSE_TICK_NS == 0
 
 
 def _unhashed(
