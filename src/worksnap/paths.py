@@ -29,8 +29,9 @@ Digest = NewType("Digest", str)
 _NUL = "\x00"
 _ESCAPE = re.compile("\x00([89a-f][0-9a-f])")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
-# `X:\` or `X:/`: absolute on Windows. A colon elsewhere (`a:b`, `C:x`) is a legal POSIX name.
-_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+# `X:\` or `X:/`: absolute on Windows only. Here (POSIX) `C:\x` is one legal name and
+# `C:/x` a file in a directory `C:`: whatever a snapshot captures, a restore accepts.
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]") if os.name == "nt" else None
 # Code points HFS+ ignores when it compares names, so `.g\u200cit` opens `.git` there.
 _HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
 
@@ -104,7 +105,7 @@ def check_path(path: str, what: str) -> str | None:
     """Returns why `path` is not a safe, normal wire-form relative path, or None when it is."""
     if not path:
         return f"{what} has an empty path"
-    if path.startswith("/") or _DRIVE.match(path):
+    if path.startswith("/") or (_DRIVE is not None and _DRIVE.match(path)):
         return f"{what} {path!r} is absolute"
     if os.sep != "/" and "\\" in path:
         return f"{what} {path!r} has a backslash"
