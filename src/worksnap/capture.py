@@ -28,7 +28,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from worksnap.caches import Caches, Listings, StatTable
-from worksnap.errors import InputError, SnapshotError
+from worksnap.errors import InputError, SnapshotError, shown
 from worksnap.fsio import DirTree, file_state
 from worksnap.hash import SMALL, Prefetch, read_file
 from worksnap.ignore import Rules, base_rules
@@ -367,23 +367,27 @@ class Capture:
         Raises:
             InputError: something other than a file or symlink is there.
         """
-        path = os.path.join(self._root.path, os.fsdecode(fs_path(rel)))
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError:
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            return Entry(
-                path=rel, type="symlink", mode=st.st_mode & 0o777,
-                target=wire_name(os.readlink(path)),
-            )  # fmt: skip
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{rel!r} is not a file or symlink")
-        if st.st_size > self.max_file_bytes:
-            return "large"
+        parent, _, name = rel.rpartition("/")
+        raw = fs_path(name)
         with DirTree(self._root.path) as tree:
+            # Through a descriptor walked down from the root: never through a symlinked
+            # parent, and no depth is too deep (no absolute path is built).
+            try:
+                dir_fd = tree.dir_fd(parent)
+                st = os.stat(raw, dir_fd=dir_fd, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except OSError as exc:
+                raise InputError(f"{shown(rel)!r}: {exc.strerror}") from None
+            if stat.S_ISLNK(st.st_mode):
+                return Entry(
+                    path=rel, type="symlink", mode=st.st_mode & 0o777,
+                    target=wire_name(os.fsdecode(os.readlink(raw, dir_fd=dir_fd))),
+                )  # fmt: skip
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"{shown(rel)!r} is not a file or symlink")
+            if st.st_size > self.max_file_bytes:
+                return "large"
             digest, st = self.hash_and_store(rel, store_objects=True, tree=tree)
         self._store.flush()
         return Entry(path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size)

@@ -10,6 +10,7 @@ import os
 import secrets
 from collections import OrderedDict
 
+from worksnap.errors import shown
 from worksnap.layout import TEMP_MARK
 from worksnap.paths import fs_path, is_under
 
@@ -107,7 +108,7 @@ class DirTree:
                 fd = os.open(fs_path(parts[depth]), _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    where = "/".join(parts[: depth + 1])
+                    where = shown("/".join(parts[: depth + 1]))
                     raise OSError(exc.errno, f"{where} is not a directory (a symlink?)") from None
                 raise
             self._fds["/".join(parts[: depth + 1])] = fd

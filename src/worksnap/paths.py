@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NewType
 
-from worksnap.errors import InputError
+from worksnap.errors import InputError, shown
 
 RelPath = NewType("RelPath", str)
 """A slash-separated path relative to the root, in wire form."""
@@ -106,14 +106,14 @@ def check_path(path: str, what: str) -> str | None:
     if not path:
         return f"{what} has an empty path"
     if path.startswith("/") or (_DRIVE is not None and _DRIVE.match(path)):
-        return f"{what} {path!r} is absolute"
+        return f"{what} {shown(path)!r} is absolute"
     if os.sep != "/" and "\\" in path:
-        return f"{what} {path!r} has a backslash"
+        return f"{what} {shown(path)!r} has a backslash"
     bounded = f"/{path}/"  # every component between slashes: three searches, no split
     if "//" in bounded or "/./" in bounded or "/../" in bounded:
-        return f"{what} {path!r} has an empty, '.' or '..' component"
+        return f"{what} {shown(path)!r} has an empty, '.' or '..' component"
     if not is_canonical(path):
-        return f"{what} {path!r} has a NUL byte or a non-canonical escape"
+        return f"{what} {shown(path)!r} has a NUL byte or a non-canonical escape"
     return None
 
 
@@ -162,7 +162,7 @@ class Root:
         absolute = os.path.normpath(os.path.join(self.path, os.fspath(path)))
         rel = relative_to(self.path, absolute)
         if rel is None or check_path(rel, what) is not None:
-            raise InputError(f"{what} {os.fspath(path)!r} is not a path inside {self.path}")
+            raise InputError(f"{what} {shown(os.fspath(path))!r} is not a path inside {self.path}")
         return rel
 
     def named(self, path: str | os.PathLike[str]) -> str:
@@ -176,5 +176,5 @@ class Root:
         if any(is_under(rel, excluded) for excluded in self.exclude) or any(
             is_git_name(part) for part in rel.split("/")
         ):
-            raise InputError(f"{rel!r} is excluded (the store, .git, or --exclude)")
+            raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
         return rel
