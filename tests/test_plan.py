@@ -157,6 +157,20 @@ def test_select_paths(case: str) -> None:
     assert all(c.op in Op for c in selected.changes)
 
 
+def test_select_paths_never_replaces_a_directory_above_the_selection() -> None:
+    """The snapshot has a file where a directory now holds more than what was selected.
+
+    The file is not a parent to make: replacing the directory would remove what was
+    not selected (the chaos test found `rmdir: Directory not empty`).
+    """
+    plan = plan_restore(
+        tree({"x/a": "1", "x/b": "2"}), tree({"x": "file"}), ignored_by_target=never_ignored
+    )
+    assert changes(plan) == [("M", "x", True), ("A", "x/a", False), ("A", "x/b", False)]
+    assert changes(select_paths(plan, ["x/a"])) == [("A", "x/a", False)]
+    assert changes(select_paths(plan, ["x"])) == changes(plan)
+
+
 # -- rollback_target ---------------------------------------------------------------
 
 # (now, pre, touched, expected): the state a rollback of a restore that touched those

@@ -187,14 +187,17 @@ def select_paths(plan: Plan, paths: Iterable[str]) -> Plan:
 
     Directories a kept change needs are kept too (a missing parent is made), but
     a removal is kept only inside the selection: a directory goes only if all of
-    it was selected.
+    it was selected. A file or symlink of the snapshot above a selected path is not
+    such a parent: it would replace a directory that holds what was not selected.
     """
     chosen = list(paths)
     kept = [
         c
         for c in plan.changes
         if any(
-            is_under(c.path, p) or (c.op is not Op.ADDED and is_under(p, c.path)) for p in chosen
+            is_under(c.path, p)
+            or (c.op is not Op.ADDED and c.entry is None and is_under(p, c.path))
+            for p in chosen
         )
     ]
     return Plan(target=plan.target, current=plan.current, changes=kept)
