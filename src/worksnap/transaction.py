@@ -81,6 +81,11 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     and a recovery then rolls back every path that differs)."""
 
 
+def _purpose(kind: str) -> str:
+    """What a restore of `kind` says it is doing to a process waiting for the store."""
+    return "restore" if kind == "pre-restore" else kind
+
+
 def journal_snapshots(files: StoreDir) -> set[str]:
     """The snapshots a pending journal needs (a recovery rolls back to them): gc keeps them."""
     try:
@@ -233,7 +238,7 @@ class Restorer:
         """
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with self._locks.exclusive(kind):
+        with self._locks.exclusive(_purpose(kind)):
             pre = self._capture.capture(store_objects=True)
             plan = self._plan(pre, self._full_target(pre, choose(pre), session), selected)
             if plan.changes and len(plan.blocked) < len(plan.changes):
@@ -257,7 +262,7 @@ class Restorer:
             return Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with self._locks.exclusive(kind):
+        with self._locks.exclusive(_purpose(kind)):
             self._still_stored(plan.target)
             pre = self._capture.capture(store_objects=True)
             pre = msgspec.structs.replace(pre, kind=kind, session=session)
