@@ -179,10 +179,13 @@ class Caches:
         now = time.monotonic()
         if not force and now - self._saved_at < SAVE_EVERY_SECONDS:
             return
-        if self._stat is not None:
-            save_stat_table(self._store, self._root, self._stat)
-        if self._listings is not None:
-            save_listings(self._store, self._root, self._listings)
+        try:
+            if self._stat is not None:
+                save_stat_table(self._store, self._root, self._stat)
+            if self._listings is not None:
+                save_listings(self._store, self._root, self._listings)
+        except OSError:
+            return  # a full disk: losing a cache costs time, and must not fail a rollback
         self._unsaved = False
         self._saved_at = now
 

@@ -342,11 +342,15 @@ class Restorer:
         self._capture.forget_stat_table()  # the failed apply rewrote files
         dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
         remove_leftovers(self._root.path, dirs)
-        current = self._capture.capture(store_objects=True)
+        # Nothing is stored unless it must be: a rollback often follows a full disk.
+        current = self._capture.capture(store_objects=recovering)
         aim = pre if touched is None else rollback_target(current, pre, touched)
         plan = self._plan(current, aim)
         kept: str | None = None
         if plan.changes and (recovering or _destroys_unstored(plan, (pre, target))):
+            if not recovering:
+                current = self._capture.capture(store_objects=True)
+                plan = self._plan(current, aim)
             kept_state = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
             self._catalog.save(kept_state, session)
             kept = kept_state.id

@@ -160,3 +160,38 @@ def test_the_next_snapshot_sweeps_the_pack_of_a_killed_writer(root: Path, tmp_pa
     assert all(fresh.read(hash_bytes(blob)) == blob for blob in blobs)
     code, err = worksnap("--root", str(root), "--store", str(store), "verify")
     assert code == 0, err
+
+
+def test_a_restore_that_fills_the_disk_rolls_back(tmp_path: Path) -> None:
+    """The workspace and its store on a full tmpfs: the restore fails and rolls back cleanly.
+
+    The rollback must not need room itself: nothing it captures is stored, and a cache
+    that cannot be saved is simply not saved.
+    """
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    try:
+        root = mount / "ws"
+        write(root, "big.bin", os.urandom(1 << 20))
+        write(root, "notes.txt", "notes\n")
+        code, err = worksnap("--root", str(root), "snapshot")
+        assert code == 0, err
+        with Workspace(root) as ws:
+            target = ws.resolve("latest")
+        (root / "big.bin").unlink()
+        write(root, "notes.txt", "edited notes\n")
+        with open(root / "filler", "wb") as f:  # the user's own data fills the disk
+            while used(mount) < (4 << 20) - (96 << 10):
+                f.write(os.urandom(16 << 10))
+        before = tree_state(root)
+        code, err = worksnap("--root", str(root), "--json", "restore", target, "--yes")
+        assert code == 1, err
+        assert tree_state(root) == before
+        assert not (root / ".worksnap" / "journal.json").exists()
+        (root / "filler").unlink()
+        code, err = worksnap("--root", str(root), "restore", target, "--yes")
+        assert code == 0, err
+        assert (root / "notes.txt").read_text() == "notes\n"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
