@@ -1,17 +1,17 @@
-"""File system helpers: durable writes, and directory descriptors that never cross a symlink.
+"""File system helpers for the workspace: what "unchanged" means, and a descriptor walk.
 
-Durable write: temp file in the same directory, fsync, rename, fsync the directory.
+`DirTree` holds directory descriptors under a root that never cross a symlink; the
+store's files have their own (`storedir.StoreDir`, which also makes every write of
+the store durable: temp file in the same directory, fsync, rename, fsync the directory).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import secrets
 from collections import OrderedDict
 
 from worksnap.errors import shown
-from worksnap.layout import TEMP_MARK
 from worksnap.paths import fs_path, is_under
 
 FileState = tuple[int, int, int, int, int]
@@ -28,46 +28,6 @@ def file_state(st: os.stat_result) -> FileState:
     tick hides, which the capture's racy margin covers.
     """
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-
-
-def fsync_dir(path: str) -> None:
-    """Makes a rename or unlink inside `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str, data: bytes, *, durable: bool = True) -> None:
-    """Replaces `path` with `data` so that readers see the old or the new bytes, never a mix.
-
-    Args:
-        path: the file to write.
-        data: its new content.
-        durable: fsync the file and its directory (off only for caches that may be lost).
-    """
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f"{TEMP_MARK}{secrets.token_hex(8)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    if durable:
-        fsync_dir(directory)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

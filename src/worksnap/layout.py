@@ -159,5 +159,5 @@ class StorePaths:
 
     @staticmethod
     def is_temp(file_name: str) -> bool:
-        """True for a temp file an interrupted write left (`fsio.write_atomic`, large objects)."""
+        """True for a temp file an interrupted write left (`StoreDir.write`, large objects)."""
         return TEMP_MARK in file_name
