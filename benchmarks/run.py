@@ -82,6 +82,54 @@ def run_rss(
     return run_timed([cmd], cwd, env)
 
 
+def auto_started_daemon(b: Bench) -> dict[str, object]:
+    """Lets the default command line start the daemon by itself, as a user's command would.
+
+    The plain runs before left the store with its caches; the next command without
+    WORKSNAP_NO_DAEMON runs in its own process and starts the daemon (autostart.py).
+    Fails if it was not started automatically.
+    """
+    run_rss(b.ws_cli("daemon", "stop"), env=DAEMON_ENV)
+    run_rss(b.ws_cli("snapshot"), env=DAEMON_ENV)
+    deadline = time.monotonic() + 300
+    while True:
+        status = daemon_status(b)  # exit 1 while none answers (it may still be warming up)
+        if status["running"]:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the daemon was not started automatically: {status}")
+        time.sleep(0.2)
+    if not str(status.get("started_by", "")).startswith("on:"):
+        raise RuntimeError(f"the daemon was not started by the automatic start: {status}")
+    print(f"  daemon started automatically: {status['started_by']}", flush=True)
+    return status
+
+
+def daemon_status(b: Bench) -> dict[str, object]:
+    """`daemon status --json`, whether one runs (exit 0) or not (exit 1)."""
+    done = subprocess.run(
+        b.ws_cli("--json", "daemon", "status"), env=DAEMON_ENV, capture_output=True, check=False
+    )
+    answer: dict[str, object] = json.loads(done.stdout)
+    return answer
+
+
+def daemon_memory(b: Bench) -> dict[str, object]:
+    """The daemon's resident memory now and at its peak, and what its audit found."""
+    status = daemon_status(b)
+    found: dict[str, object] = {"daemon_requests": status["requests"]}
+    with open(f"/proc/{status['pid']}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                found["daemon_" + line.split(":")[0].lower() + "_kb"] = int(line.split()[1])
+    from worksnap.client import request
+
+    audit = request(str(b.store), "audit") or {}
+    found["daemon_audits"] = audit.get("audits")
+    found["daemon_audit_differences"] = audit.get("audit_differences")
+    return found
+
+
 class Worker:
     """The in-process worksnap (benchmarks/inproc_worker.py) on one long-lived Workspace.
 
@@ -314,9 +362,10 @@ TARGETS = {
     "warm_10mod_watch": 1.0,
     "restore_watch": 1.0,
     "plan_watch": 1.0,
-    "warm_nochange_daemon": 1.5,
-    "warm_10mod_daemon": 1.5,
-    "restore_daemon": 1.0,
+    # issue 12: the default CLI, with the daemon it starts by itself
+    "warm_nochange_daemon": 0.5,
+    "warm_10mod_daemon": 0.6,
+    "restore_daemon": 0.7,
     "plan_daemon": 1.0,
 }
 
@@ -354,10 +403,10 @@ WHAT = {
     "warm_10mod_watch": "warm snapshot, 10 modified, in-process watch",
     "restore_watch": "restore 10 M / 10 A / 100 D, in-process watch",
     "plan_watch": "plan REF (M/A/D present), in-process watch",
-    "warm_nochange_daemon": "warm snapshot, nothing changed, CLI with `worksnap daemon`",
-    "warm_10mod_daemon": "warm snapshot, 10 modified, CLI with `worksnap daemon`",
-    "restore_daemon": "restore 10 M / 10 A / 100 D, CLI with `worksnap daemon`",
-    "plan_daemon": "plan REF (M/A/D present), CLI with `worksnap daemon`",
+    "warm_nochange_daemon": "warm, nothing changed, default CLI (daemon started by itself)",
+    "warm_10mod_daemon": "warm snapshot, 10 modified, default CLI (daemon started by itself)",
+    "restore_daemon": "restore 10 M / 10 A / 100 D, default CLI (daemon started by itself)",
+    "plan_daemon": "plan REF (M/A/D present), default CLI (daemon started by itself)",
 }
 DAEMON_SCENARIOS = ("warm_nochange_daemon", "warm_10mod_daemon", "restore_daemon", "plan_daemon")
 
@@ -583,7 +632,7 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
 
     # the CLI through `worksnap daemon` -------------------------------------------
     if any(want(key) for key in DAEMON_SCENARIOS):
-        run_rss(b.ws_cli("daemon", "start"))
+        extra["daemon_started_by"] = auto_started_daemon(b)["started_by"]
         try:
             daemon_scenarios(
                 b,
@@ -595,8 +644,7 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
                 results=results,
                 checks=checks,
             )
-            status = json.loads(run_rss(b.ws_cli("--json", "daemon", "status"))[2])
-            extra["daemon_requests"] = status["requests"]
+            extra.update(daemon_memory(b))
         finally:
             run_rss(b.ws_cli("daemon", "stop"))
     return results, extra
@@ -819,11 +867,13 @@ def peers(b: Bench, rounds: int) -> dict[str, object]:
 # -- scaling -------------------------------------------------------------------
 
 
-def scaling(base: Path, sizes: list[int], rounds: int) -> dict[str, object]:
-    return {str(n): scale_one(base, n, rounds) for n in sizes}
+def scaling(
+    base: Path, sizes: list[int], rounds: int, *, daemon_only: bool = False
+) -> dict[str, object]:
+    return {str(n): scale_one(base, n, rounds, daemon_only=daemon_only) for n in sizes}
 
 
-def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
+def scale_one(base: Path, n: int, rounds: int, *, daemon_only: bool = False) -> dict[str, object]:
     """One synthetic tree: cold once, then warm / 10 modified / plan pairs."""
     tree = base / f"syn{n}"
     if not (tree / "root").is_dir():
@@ -868,6 +918,28 @@ def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
         "cold_peak_rss_kb": ws_cold_rss,
         "git_cold": git_cold_t,
     }
+    if not daemon_only:
+        row.update(
+            plain_and_inproc_scaling(
+                b, n, ref, edits, ws_snap=ws_snap, git_snap=git_snap, ws_plan=ws_plan
+            )
+        )
+    row.update(daemon_scaling(b, n, ref, edits, git_snap))
+    return row
+
+
+def plain_and_inproc_scaling(
+    b: Bench,
+    n: int,
+    ref: str,
+    edits: Edits,
+    *,
+    ws_snap: Callable[[], float],
+    git_snap: Callable[[], float],
+    ws_plan: Callable[[], float],
+) -> dict[str, object]:
+    """The plain CLI, in-process and watched rows of one synthetic tree."""
+    row: dict[str, object] = {}
     row["warm_nochange_cli"] = b.pair("warm_nochange_cli", ws_snap, git_snap)
     row["warm_10mod_cli"] = b.pair(
         "warm_10mod_cli", ws_snap, git_snap, before_a=edits.modify, before_b=edits.modify
@@ -910,8 +982,15 @@ def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
         row[f"plan_{mode}"] = b.pair(f"plan_{mode}", plan_mode, snapper(worker, mode, "same"))
         row[f"{mode}_peak_rss_kb"] = worker.call(op="snapshot")["maxrss_kb"]
         worker.close()
-    # The CLI through a daemon: what a runtime driving the command line sees.
-    run_rss(b.ws_cli("daemon", "start"))
+    return row
+
+
+def daemon_scaling(
+    b: Bench, n: int, ref: str, edits: Edits, git_snap: Callable[[], float]
+) -> dict[str, object]:
+    """The default CLI's rows of one synthetic tree, with the daemon it starts by itself."""
+    row: dict[str, object] = {}
+    row["daemon_started_by"] = auto_started_daemon(b)["started_by"]
     try:
 
         def daemon_cli(*args: str) -> tuple[float, int, str]:
@@ -939,6 +1018,7 @@ def scale_one(base: Path, n: int, rounds: int) -> dict[str, object]:
         row["plan_daemon"] = b.pair(
             "plan_daemon", lambda: daemon_cli("--json", "plan", ref)[0], daemon_snap
         )
+        row.update(daemon_memory(b))
     finally:
         run_rss(b.ws_cli("daemon", "stop"))
     return row
@@ -1052,6 +1132,17 @@ def markdown(data: dict) -> str:
                 f"| peak RSS, long-lived in-process object ({mode}) "
                 f"| {extra[f'{mode}_peak_rss_kb'] / 1024:.0f} MB | | | | |"
             )
+    if "daemon_vmhwm_kb" in extra:
+        peak = extra["daemon_vmhwm_kb"] / 1024
+        lines.append(
+            f"| daemon RSS (peak), started automatically | {peak:.0f} MB | | | <= 150 MB "
+            f"| {'PASS' if peak <= 150 else 'FAIL'} |"
+        )
+        lines.append(
+            f"| daemon audit after the runs | {extra.get('daemon_audits')} run, "
+            f"{extra.get('daemon_audit_differences')} differences | | | 0 | "
+            f"{'PASS' if extra.get('daemon_audit_differences') == 0 else 'FAIL'} |"
+        )
     if extra.get("digest_checks"):
         lines += ["", "Tree digest checks (long-lived object vs a full CLI scan): "]
         lines += [f"* {c}" for c in extra["digest_checks"]]
@@ -1101,6 +1192,7 @@ def markdown(data: dict) -> str:
             ("plan in-proc", "plan_inproc", "median_a"),
             ("plan watch", "plan_watch", "median_a"),
             ("plan daemon", "plan_daemon", "median_a"),
+            ("warm daemon / git", "warm_nochange_daemon", "ratio"),
         ]
         lines += [
             "",
@@ -1126,6 +1218,9 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated scenarios (default: all)")
     parser.add_argument("--scaling", default="10000,50000,200000", help="'' to skip")
     parser.add_argument("--scaling-rounds", type=int, default=3)
+    parser.add_argument(
+        "--scaling-daemon-only", action="store_true", help="only the daemon rows of the scaling"
+    )
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--plot", type=Path, default=REPO / "docs" / "performance-scaling.png")
     args = parser.parse_args()
@@ -1156,9 +1251,12 @@ def main() -> int:
         data["peers"] = peers(bench, rounds=3)
     if args.scaling:
         sizes = [int(s) for s in args.scaling.split(",")]
-        data["scaling"] = scale = scaling(args.base, sizes, args.scaling_rounds)
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
-        plot(scale, args.plot)  # type: ignore[arg-type]
+        data["scaling"] = scale = scaling(
+            args.base, sizes, args.scaling_rounds, daemon_only=args.scaling_daemon_only
+        )
+        if not args.scaling_daemon_only:  # the plot needs every row
+            args.plot.parent.mkdir(parents=True, exist_ok=True)
+            plot(scale, args.plot)  # type: ignore[arg-type]
     data["seconds"] = time.monotonic() - start
     out_dir = HERE / "results"
     out_dir.mkdir(exist_ok=True)

@@ -22,6 +22,10 @@ for _name in [n for n in os.environ if n.startswith("GIT_")] + [
     "WORKSNAP_SESSION",
 ]:
     os.environ.pop(_name, None)
+# Commands run in the test's own process (or the one it starts): a daemon started by
+# itself on a big test tree would run them elsewhere (a kill -9 would miss it). The
+# daemon's tests opt in (they drop this variable).
+os.environ["WORKSNAP_NO_DAEMON"] = "1"
 
 
 def write(root: Path, rel: str | bytes, data: bytes | str = b"", mode: int | None = None) -> Path:

@@ -54,6 +54,7 @@ def test_snapshot_list_show_plan_restore_round_trip(
     assert plan == {
         "target": snap["id"],
         "changes": [{"op": "M", "path": "a.txt"}, {"op": "A", "path": "b.txt"}],
+        "unprotected": [],
     }
     dry = run_json(capsys, root, "restore", "step:1", "--dry-run")
     assert dry == plan
@@ -197,7 +198,7 @@ def test_restore_asks_at_a_terminal(
     monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)
     got, out, _ = run(capsys, "--root", str(root), "restore", "latest")
     assert got == code
-    assert asked == ["restore 1 changes? [y/N] "]
+    assert asked == [f"restore: make 1 change in {root}? [y/N] "]
     assert "  M  a.txt" in out
     assert (root / "a.txt").read_text() == ("original" if restored else "edited")
 

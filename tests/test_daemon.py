@@ -19,13 +19,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.compat.gitrun import GIT, init_repo
 from tests.conftest import tree_state, write
-from worksnap import daemon
+from worksnap import client, daemon
 from worksnap.layout import StorePaths
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 pytestmark = pytest.mark.slow  # real daemons and client processes
+
+
+@pytest.fixture(autouse=True)
+def daemons_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the daemon: commands may use one (conftest turns it off)."""
+    monkeypatch.delenv("WORKSNAP_NO_DAEMON", raising=False)
 
 
 def cli(
@@ -83,7 +90,7 @@ def served(tmp_path: Path) -> Iterator[Path]:
 
 
 def _pid_or_none(root: Path) -> int | None:
-    answer = daemon.request(str(root / ".worksnap"), "status")
+    answer = client.request(str(root / ".worksnap"), "status")
     return None if answer is None else int(answer["pid"])
 
 
@@ -176,7 +183,7 @@ def test_a_killed_daemon_leaves_commands_working(served: Path) -> None:
     code, out, err = cli(root, "--json", "snapshot")
     assert code == 0, err
     assert json.loads(out)["files"] == 3
-    assert status(root) == {"running": False}
+    assert status(root)["running"] is False
     code, out, err = cli(root, "daemon", "start")  # replaces the dead socket
     assert code == 0, err
     assert requests(root) == 0
@@ -215,9 +222,9 @@ def test_a_daemon_running_other_code_is_bypassed(served: Path) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(StorePaths(store).socket)
     with sock:
-        message = {"op": "run", "protocol": daemon.PROTOCOL, "code": [], "argv": ["list"]}
-        daemon._send(sock, message, [0, 1, 2])
-        answer, _ = daemon._receive(sock)
+        message = {"op": "run", "protocol": client.PROTOCOL, "code": [], "argv": ["list"]}
+        client.send(sock, message, [0, 1, 2])
+        answer, _ = client.receive(sock)
     assert answer == {"started": False, "reason": "the daemon runs other code"}
     assert requests(root) == 0
     assert cli(root, "snapshot")[0] == 0
@@ -299,12 +306,12 @@ def test_config_without_daemon_starts_none(tmp_path: Path) -> None:
     (root / ".worksnap" / "config.json").write_text('{"daemon": false}')
     assert cli(root, "snapshot")[0] == 0
     time.sleep(0.5)
-    assert status(root) == {"running": False}
+    assert status(root)["running"] is False
     (root / ".worksnap" / "config.json").write_text('{"daemon": "yes"}')
     code, _, err = cli(root, "snapshot")
     assert code == 2
     assert "is not valid" in err
-    assert status(root) == {"running": False}
+    assert status(root)["running"] is False
 
 
 def test_a_client_that_went_away_interrupts_its_command() -> None:
@@ -312,7 +319,7 @@ def test_a_client_that_went_away_interrupts_its_command() -> None:
     ours, theirs = socket.socketpair()
     seen: list[object] = []
     with ours:
-        pool.client = ours
+        pool.start_command("snapshot", ours)
         report = pool._interruptible(seen.append)
         report("still there")  # the client waits: nothing happens
         assert seen == ["still there"]
@@ -320,26 +327,27 @@ def test_a_client_that_went_away_interrupts_its_command() -> None:
         with pytest.raises(KeyboardInterrupt):
             report("gone")
     assert seen == ["still there"]
-    pool.client = None
+    pool.start_command("snapshot", None)
     pool._interruptible(None)("no client: nothing to check")
 
 
 def test_a_daemon_of_another_user_is_never_used(served: Path) -> None:
     store = str(served / ".worksnap")
-    assert daemon.request(store, "status") is not None
+    assert client.request(store, "status") is not None
     # As seen by a client of another user: the daemon is not its own.
     other = os.getuid() + 1
-    assert daemon.request(store, "status", owner=other) is None
-    assert daemon.forward(["list"], str(served), None, owner=other) is None  # runs here instead
+    assert client.request(store, "status", owner=other) is None
+    assert client.forward(["list"], str(served), None, owner=other) is None  # runs here instead
 
 
 NOT_LINUX = """
-import sys
+import os, sys
+os.environ.pop("WORKSNAP_NO_DAEMON", None)
 sys.platform = "darwin"  # what the process sees on macOS, before worksnap is imported
-from worksnap import daemon
+from worksnap import client, daemon
 from worksnap.cli import main
 root = sys.argv[1]
-print(daemon.SUPPORTED, daemon.forward(["list"], root, None))
+print(client.SUPPORTED, client.forward(["list"], root, None))
 codes = [main(["--root", root, *args.split()]) for args in ("daemon start", "snapshot")]
 print(*codes, main(["--root", root, "daemon", "status"]))
 """
@@ -372,12 +380,12 @@ def test_a_broken_message_keeps_none_of_the_descriptors_it_carried(served: Path)
     for _ in range(5):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(StorePaths(store).socket)
-            body = b"{not json"
-            socket.send_fds(sock, [daemon._HEADER.pack(len(body))], [0, 1, 2])
+            body = b"\xffnot marshal"
+            socket.send_fds(sock, [client.HEADER.pack(len(body))], [0, 1, 2])
             sock.sendall(body)
             sock.shutdown(socket.SHUT_WR)
             assert sock.recv(1) == b""  # answered by closing
-    assert daemon.request(store, "status") is not None  # still serving
+    assert client.request(store, "status") is not None  # still serving
     assert _settled_fd_count(pid) == open_before
 
 
@@ -397,22 +405,282 @@ def _settled_fd_count(pid: int) -> int:
     return count
 
 
-def test_the_daemon_serves_no_other_user() -> None:
+def test_the_daemon_serves_no_other_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[list[str]] = []
+    served = daemon._Daemon(
+        str(tmp_path), str(tmp_path / ".worksnap"), 60.0, lambda argv, pool: ran.append(argv) or 0
+    )
     daemon_end, client_end = socket.socketpair()
     with daemon_end, client_end:
-        message = {"op": "run", "protocol": daemon.PROTOCOL, "code": [], "argv": ["list"]}
-        daemon._send(client_end, message, [0, 1, 2])
-        state: dict[str, object] = {"requests": 0}
-        keep_going = daemon._handle(
-            daemon_end,
-            daemon.WorkspacePool(),
-            state,
-            [],
-            lambda argv, pool: ran.append(argv) or 0,
-            owner=os.getuid() + 1,  # a daemon of another user: this client is not its own
-        )
+        message = {"op": "run", "protocol": client.PROTOCOL, "code": served.code, "argv": ["list"]}
+        client.send(client_end, message, [0, 1, 2])
+        uid = os.getuid()
+        monkeypatch.setattr(os, "getuid", lambda: uid + 1)  # a daemon of another user
+        served._serve_client(daemon_end)
+        monkeypatch.undo()
         daemon_end.shutdown(socket.SHUT_WR)
         assert client_end.recv(1) == b""  # not a word back
-    assert keep_going
-    assert (ran, state["requests"]) == ([], 0)
+    assert (ran, served.state["requests"]) == ([], 0)
+
+
+def test_status_through_the_daemon_reports_it_without_asking_itself(served: Path) -> None:
+    """Run in the daemon, `status` reads the daemon's report in place, not from its socket."""
+    root = served
+    before = requests(root)
+    code, out, err = cli(root, "--json", "status")
+    assert code == 0, err
+    state = json.loads(out)
+    assert state["daemon"]["running"] is True and state["daemon"]["pid"] == _pid_or_none(root)
+    assert state["daemon"]["requests"] == before + 1  # the daemon's own report, this command in it
+    assert requests(root) == before + 1  # it ran in the daemon
+    code, out, err = cli(root, "status")
+    assert code == 0 and "daemon    running (pid " in out
+
+
+# -- issue 12, 4: concurrent clients, stalled clients, Ctrl-C at the prompt -------
+
+
+def test_a_stalled_client_blocks_no_other(served: Path) -> None:
+    root = served
+    stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stalled.connect(StorePaths(str(root / ".worksnap")).socket)  # and says nothing
+    with stalled:
+        done = subprocess.run(
+            [sys.executable, "-m", "worksnap", "--root", str(root), "--json", "snapshot"],
+            capture_output=True, text=True, timeout=30, check=False,
+            env={**os.environ, "PYTHONPATH": SRC},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert requests(root) == 1  # served by the daemon, beside the stalled client
+        # The stalled client is dropped after the handshake timeout.
+        stalled.settimeout(daemon.HANDSHAKE_SECONDS + 10)
+        assert stalled.recv(1) == b""
+
+
+class Terminal:
+    """A pseudo-terminal a client runs on, as a person's shell would run it."""
+
+    def __init__(self) -> None:
+        import pty
+
+        self.master, self.slave = pty.openpty()
+
+    def run(self, root: Path, *args: str) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+        return subprocess.Popen(
+            [sys.executable, "-m", "worksnap", "--root", str(root), *args],
+            stdin=self.slave, stdout=self.slave, stderr=self.slave,
+            env={**env, "PYTHONPATH": SRC},
+        )  # fmt: skip
+
+    def read_until(self, text: bytes, timeout: float = 30) -> bytes:
+        import select
+
+        seen = b""
+        deadline = time.monotonic() + timeout
+        while text not in seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {text!r} on the terminal; saw {seen!r}"
+            if select.select([self.master], [], [], left)[0]:
+                seen += os.read(self.master, 4096)
+        return seen
+
+    def close(self) -> None:
+        os.close(self.master)
+        os.close(self.slave)
+
+
+def test_ctrl_c_at_the_prompt_leaves_the_next_line_to_the_shell(served: Path) -> None:
+    root = served
+    target = cli(root, "snapshot")[1].strip()
+    write(root, "src/app.py", "edited\n")
+    term = Terminal()
+    try:
+        client_proc = term.run(root, "restore", target)
+        term.read_until(b"[y/N]")
+        # Meanwhile, other clients are served: the prompt holds nobody up.
+        assert cli(root, "list")[0] == 0
+        client_proc.send_signal(signal.SIGINT)  # Ctrl-C: the client goes
+        client_proc.wait(timeout=30)
+        time.sleep(0.5)  # the daemon has noticed by now, if it ever will
+        os.write(term.master, b"y\n")  # the user's next line, meant for the shell
+        import select
+
+        ready = select.select([term.slave], [], [], 5)[0]
+        assert ready, "the line never reached the terminal's reader"
+        assert os.read(term.slave, 100) == b"y\n"  # still there: the daemon did not take it
+    finally:
+        term.close()
+    assert (root / "src/app.py").read_text() == "edited\n"  # nothing was restored
+
+
+# -- issue 12, 5: the client's umask ----------------------------------------------
+
+
+def test_a_restore_through_the_daemon_applies_the_clients_umask(served: Path) -> None:
+    root = served
+    write(root, "new/deeper/file.txt", "x\n")
+    target = cli(root, "snapshot")[1].strip()
+    import shutil
+
+    shutil.rmtree(root / "new")
+    env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+    done = subprocess.run(
+        ["sh", "-c", f"umask 077 && exec {sys.executable} -m worksnap --root {root} "
+         f"restore {target} --yes"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**env, "PYTHONPATH": SRC},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert requests(root) == 2
+    assert (root / "new").stat().st_mode & 0o777 == 0o700
+    assert (root / "new" / "deeper").stat().st_mode & 0o777 == 0o700
+
+
+# -- the audit ----------------------------------------------------------------------
+
+
+def test_the_daemon_audit_finds_what_no_event_announced(served: Path, tmp_path: Path) -> None:
+    root = served
+    store = str(root / ".worksnap")
+    assert cli(root, "snapshot")[0] == 0
+    answer = client.request(store, "audit")
+    assert answer is not None
+    assert (answer["audits"], answer["audit_differences"]) == (1, 0)
+    outside = tmp_path / "outside-link"
+    os.link(root / "README", outside)  # a name outside the tree, made after the watch began
+    with open(outside, "r+b") as f:
+        f.write(b"HELLO\n")  # same size; no event in the tree
+    answer = client.request(store, "audit")
+    assert answer is not None
+    assert (answer["audits"], answer["audit_differences"]) == (2, 1)
+    log = Path(StorePaths(store).daemon_log).read_text()
+    assert "audit: the watcher missed README: file state" in log
+    # Rebuilt: the next snapshot through the daemon sees the write.
+    _, out, _ = cli(root, "--json", "snapshot")
+    assert json.loads(out)["tree"] == json.loads(direct(root, "--json", "snapshot")[1])["tree"]
+    _, out, _ = cli(root, "daemon", "status")
+    assert "audits: 2 run, 1 differences found" in out
+
+
+# -- fast by default ----------------------------------------------------------------
+
+
+def test_a_big_tree_on_a_local_file_system_starts_the_daemon_by_itself(tmp_path: Path) -> None:
+    from worksnap import autostart
+
+    root = tmp_path / "ws"
+    for i in range(autostart.BREAK_EVEN_FILES * 3 // 2):
+        write(root, f"d{i % 40}/f{i}.txt", f"{i}\n")
+    try:
+        assert cli(root, "snapshot")[0] == 0  # the store and its caches
+        assert cli(root, "snapshot")[0] == 0  # runs here, then starts the daemon
+        deadline = time.monotonic() + 60
+        while not status(root)["running"]:
+            assert time.monotonic() < deadline, "no daemon started"
+            time.sleep(0.05)
+        answer = status(root)
+        assert answer["mode"] == "auto"
+        assert str(answer["reason"]).startswith("on: about")
+        before = requests(root)  # the second snapshot may have gone to it already
+        assert cli(root, "list")[0] == 0
+        assert requests(root) == before + 1
+    finally:
+        cli(root, "daemon", "stop")
+
+
+def test_a_small_tree_starts_none_and_status_says_why(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    assert cli(root, "snapshot")[0] == 0
+    assert cli(root, "snapshot")[0] == 0
+    time.sleep(0.5)
+    answer = status(root)
+    assert answer["running"] is False
+    assert answer["mode"] == "auto"
+    assert "break-even" in str(answer["reason"])
+    _, out, _ = cli(root, "daemon", "status")
+    assert "automatic start: auto, off: about" in out
+
+
+def test_network_and_fuse_file_systems_are_never_auto(tmp_path: Path) -> None:
+    from worksnap import autostart
+
+    assert autostart.unsound_file_system(str(tmp_path)) is None  # the test's own is local
+    assert autostart.unsound_file_system("/proc") is not None  # proc: not one inotify sees
+    for kind in (0x6969, 0xFF534D42, 0x65735546, 0x01021997):  # nfs, cifs, fuse, 9p
+        assert kind not in autostart.LOCAL_FILE_SYSTEMS
+
+
+# -- the daemon of the store a command finds (issue 14's discovery) -----------------
+
+
+def here(cwd: Path, *args: str, no_daemon: bool = False) -> tuple[int, str, str]:
+    """Runs `worksnap ARGS` in `cwd` without --root: the root and store are found from there."""
+    env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+    env.update(PYTHONPATH=SRC, **({"WORKSNAP_NO_DAEMON": "1"} if no_daemon else {}))
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", *args],
+        cwd=cwd, capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.skipif(GIT is None, reason="needs git")
+def test_a_command_in_a_subdirectory_of_a_git_work_tree_runs_in_its_stores_daemon(
+    tmp_path: Path,
+) -> None:
+    top = tmp_path / "proj"
+    top.mkdir()
+    init_repo(top)
+    write(top, "src/pkg/app.py", "print('v1')\n")
+    write(top, "README", "hello\n")
+    write(top, ".gitignore", "*.log\n")
+    write(top, "build.log", "noise\n")
+    sub = top / "src" / "pkg"
+    store = top / ".git" / "worksnap"
+    code, out, err = here(sub, "daemon", "start")
+    assert code == 0, err
+    assert f"serving {store} for {top}" in out
+    try:
+
+        def served() -> int:
+            answer = client.request(str(store), "status")
+            assert answer is not None
+            return int(answer["requests"])
+
+        code, out, err = here(sub, "--json", "snapshot", "--label", "one")
+        assert code == 0, err
+        assert served() == 1  # the client found <git-dir>/worksnap from the subdirectory
+        write(top, "src/pkg/app.py", "print('v2')\n")
+        (top / "README").unlink()
+        write(top, "src/pkg/new.py", "x\n")
+        commands = [
+            ("status",), ("--json", "list"), ("plan", "latest"), ("plan", "latest", "app.py"),
+            ("restore", "latest", "--dry-run"), ("list", "--json", "--store", str(store)),
+            ("diff", "--stat"), ("--json", "status"),
+        ]  # fmt: skip
+        for cwd in (sub, top):
+            for args in commands:
+                before = served()
+                forwarded = here(cwd, *args)
+                assert served() == before + 1, (cwd, args)  # it ran in the daemon
+                plain = here(cwd, *args, no_daemon=True)
+                assert served() == before + 1  # and this one did not
+                if args == ("--json", "status"):  # the same, but for WORKSNAP_NO_DAEMON
+                    shown, alone = json.loads(forwarded[1]), json.loads(plain[1])
+                    assert shown["daemon"].pop("mode") == "auto"
+                    assert alone["daemon"].pop("mode") == "off"
+                    assert alone["daemon"].pop("reason") == "WORKSNAP_NO_DAEMON is set"
+                    assert "break-even" in shown["daemon"].pop("reason")
+                    forwarded, plain = (
+                        (forwarded[0], shown, forwarded[2]),
+                        (plain[0], alone, plain[2]),
+                    )
+                assert forwarded == plain, (cwd, args)
+        code, out, _ = here(sub, "status")
+        assert f"store     {store} (1 snapshot" in out
+        assert "daemon    running (pid " in out
+    finally:
+        here(sub, "daemon", "stop")
+    assert not os.path.exists(StorePaths(str(store)).socket)

@@ -67,9 +67,26 @@ def test_cli_diff_stat_numstat_json(root: Path, capsys: pytest.CaptureFixture[st
     assert main(["--root", str(root), "diff", "latest", "--stat"]) == 0
     stat = capsys.readouterr().out
     assert "a.txt |    1 +" in stat and "b.bin | Bin" in stat
-    assert "2 files changed, 1 insertions(+), 0 deletions(-)" in stat
+    assert "2 files changed, 1 insertion(+), 0 deletions(-)" in stat
     assert main(["--root", str(root), "--json", "diff", "latest"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0] == {
         "op": "M", "path": "a.txt", "from": None, "added": 1, "deleted": 0, "binary": False,
     }  # fmt: skip
+
+
+def test_a_path_that_became_a_directory_is_never_a_rename_source(root: Path) -> None:
+    """git applies a rename after what its patch creates below the source: keep them apart."""
+    os.symlink("nowhere", root / "M")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    (root / "M").unlink()
+    (root / "M" / "c").mkdir(parents=True)
+    os.symlink("nowhere", root / "M" / "c" / "link")  # the same link, one level down
+    write(root, "M/b/f", "hi\n")
+    changes, _ = ws.diff(snap.id)
+    assert [(c.op, c.path, c.old_path) for c in changes] == [
+        ("D", "M", None),
+        ("A", "M/b/f", None),
+        ("A", "M/c/link", None),
+    ]

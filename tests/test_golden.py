@@ -42,8 +42,11 @@ _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 _ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])")
 _PACK = re.compile(r"(?<![0-9a-f])[0-9a-f]{16}(?=\.(pack|idx))")
 # The AGE column of `list` (right-aligned in 5, then two spaces and CHANGED).
-_AGE = re.compile(r"(?m)^(<ID\d+> .*?)(?: {3}\d| {2}\d\d| \d{3}|\d{4})[smhd](  +(?:-|\d+)  )")
-_STORE_BYTES = re.compile(r'("store_bytes": )\d+|(store on disk: )[\d.]+ (B|KiB|MiB)')
+_AGE = re.compile(r"(?m)^(<ID\d+>[* ] .*?)(?: {3}\d| {2}\d\d| \d{3}|\d{4})[smhd](  +(?:-|\d+)  )")
+_AGO = re.compile(r"\b\d+[smhd] ago\b")
+_STORE_BYTES = re.compile(
+    r'("store_bytes": )\d+|(store on disk: )[\d.]+ (B|KiB|MiB)|(snapshots?, )[\d.]+ (B|KiB|MiB)'
+)
 
 
 class Normaliser:
@@ -61,7 +64,8 @@ class Normaliser:
         text = _PACK.sub("<PACK>", text)
         text = _ID.sub(self._id, text)
         text = _AGE.sub(lambda m: f"{m.group(1)}<AGE>{m.group(2)}", text)
-        return _STORE_BYTES.sub(lambda m: (m.group(1) or m.group(2)) + "<SIZE>", text)
+        text = _AGO.sub("<AGE> ago", text)
+        return _STORE_BYTES.sub(lambda m: (m.group(1) or m.group(2) or m.group(4)) + "<SIZE>", text)
 
     def _id(self, match: re.Match[str]) -> str:
         return self.ids.setdefault(match.group(0), f"<ID{len(self.ids) + 1}>")
@@ -208,13 +212,23 @@ def scenario(run: Recorder) -> None:
     root, outside = run.root, run.tmp / "outside"
     build_project(root, outside)
     run.note("a project with ignored files, odd names, a symlink, an empty dir")
+    run("--version")
     run("list")
     run("--json", "list")
+    run("status")
+    run("plan", "latest")
+    run("undo")
     run(
         "snapshot", "--step", "1", "--label", "first snapshot", "--meta", "owner=agent",
         "--attach", f"notes={outside / 'notes.txt'}", "--exclude", "secret",
-        "--max-file-bytes", "4096",
+        "--max-file-bytes", "4K",
     )  # fmt: skip
+    run.note("the size cap is the store's now; back to the default")
+    run("config")
+    run("config", "--json")
+    run("config", "max-file-bytes", "none")
+    run("config", "max-file-bytes")
+    run("config", "max-file-bites", "1M")
     run(
         "--json", "snapshot", "--step", "2", "--kind", "step", "--label", "second\nline two",
         "--exclude", "secret",
@@ -228,6 +242,13 @@ def scenario(run: Recorder) -> None:
     run("show", "step:1")
     run("--json", "show", "step:1")
     run("show", "latest")
+    run("show", "step:1", "src", "link")
+    run("cat", "step:1", "src/lib.py")
+    run("cat", "step:1", "big.dat")
+    run("cat", "step:1", "nope.txt")
+    run("list", "--limit", "1")
+    run("list", "--kind", "step", "--json")
+    run("status", "--json")
     run("attachment", "step:1", "notes")
 
     run.note("edit: modify, delete, add, chmod, rename, dir to file")
@@ -239,17 +260,28 @@ def scenario(run: Recorder) -> None:
     run("restore", "step:2", "--dry-run")
     run("--json", "restore", "step:2", "--dry-run")
     run("plan", "latest", "--", "nothing-here")
+    run("status")
     run("diff", "step:2")
+    run("diff")
+    run("diff", "step:2", "--", "src", "README.md")
     run("diff", "step:2", "--stat")
     run("diff", "step:2", "--numstat")
     run("--json", "diff", "step:2")
     run("diff", "step:1", "step:2", "--stat")
     run("--json", "diff", "step:1", "step:2")
 
+    run("restore", "step:2", "no/such/path", "--yes")
+    run("restore", "step:2", "--to", str(run.tmp / "copy"))
+    run("--json", "restore", "step:1", "src", "--to", str(run.tmp / "copy2"))
+    run("restore", "step:2", "--to", str(root / "inside"))
+    run("restore", "step:2", "--to", str(run.tmp / "copy"))
     run("restore", "step:2", "--yes")
     run("plan", "step:2")
     run("list")
+    run("plan", "latest")
+    run("undo", "--dry-run")
     run("undo")
+    run("redo", "--dry-run")
     run("redo")
     run("--json", "undo")
     run("--json", "redo")
@@ -265,6 +297,7 @@ def scenario(run: Recorder) -> None:
     run("--json", "verify")
     run("verify", "step:1")
     run("recover")
+    run("recover", "--dry-run")
     run("--json", "recover")
 
     run.note("a turn with a light checkpoint")
@@ -288,6 +321,8 @@ def scenario(run: Recorder) -> None:
     run("--json", "unpin", "step:2")
     run("du")
     run("--json", "du")
+    run("gc", "--keep-last", "6", "--dry-run")
+    run("gc", "--keep-last", "0")
     run("gc", "--keep-last", "6")
     run("--json", "gc", "--keep-last", "3")
     run("gc", "--drop-session", "other")
@@ -309,8 +344,21 @@ def scenario(run: Recorder) -> None:
     run("run", "--", sys.executable, "-c", "import sys; sys.exit(3)")
     run("list")
 
+    run.note("a file over the cap goes")
+    put(root, "huge.bin", "H" * 9000)
+    run("config", "max-file-bytes", "8K")
+    run("snapshot", "--step", "9", "--label", "huge.bin left out")
+    (root / "huge.bin").unlink()
+    run("plan", "step:9")
+    run("--json", "plan", "step:9")
+    run("config", "max-file-bytes", "none")
+
     run.note("error cases")
     run("show", "nosuchref")
+    run("show", "1")
+    run("show", "zzz")  # not hex: no id can start so (a 4-hex prefix could)
+    run("snapshot", "--kind", "pre-restore")
+    run("snapshot", "--kind", "undo")
     run("--json", "show", "nosuchref")
     run("plan", "step:99")
     run("restore", "step:x", "--yes")

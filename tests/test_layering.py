@@ -36,6 +36,9 @@ LEVELS: dict[str, int] = {
     # 1: the records and the settings
     "manifest": 1,
     "config": 1,
+    "tree": 1,
+    "treewalk": 1,
+    "record": 1,
     # 2: one mechanism each
     "store": 2,
     "diskstore": 2,
@@ -43,9 +46,12 @@ LEVELS: dict[str, int] = {
     "caches": 2,
     "lock": 2,
     "ignore": 2,
+    "sources": 2,
     "watch": 2,
     "scan": 2,
+    "scanparts": 2,
     "plan": 2,
+    "journal": 2,
     "apply": 2,
     "retention": 2,
     "history": 2,
@@ -56,14 +62,23 @@ LEVELS: dict[str, int] = {
     "transaction": 3,
     "checkpoints": 3,
     "maintenance": 3,
+    "extract": 3,
     # 4: the API
     "workspace": 4,
     # 5: front ends
     "views": 5,
     "runwrap": 5,
     "arguments": 5,
+    "output": 5,
+    "invocation": 5,
     "cli": 5,
+    "restoring": 5,
+    "inspection": 5,
+    "completion": 5,
     "daemon": 5,
+    "client": 5,
+    "clientctx": 5,
+    "autostart": 5,
     "__main__": 5,
     "__init__": 5,
 }
@@ -160,9 +175,9 @@ def test_no_import_circles() -> None:
     assert circles == []
 
 
-def test_the_daemon_loads_only_the_layout() -> None:
+def test_the_client_loads_only_the_layout() -> None:
     """The daemon's client runs on every command: the engine is imported only when needed."""
-    tree = ast.parse((SRC / "daemon.py").read_text())
+    tree = ast.parse((SRC / "client.py").read_text())
     at_load: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("worksnap"):
@@ -170,6 +185,37 @@ def test_the_daemon_loads_only_the_layout() -> None:
         elif isinstance(node, ast.Import):
             at_load.update(a.name for a in node.names if a.name.startswith("worksnap"))
     assert at_load == {"worksnap.layout"}
+
+
+def test_the_client_imports_nothing_it_does_not_need(tmp_path: Path) -> None:
+    """No argparse, msgspec, json, re, typing, dataclasses or hashlib: a forwarded command
+    stays cheap, also when it finds its store from a subdirectory of a git work tree
+    (`layout.locate` walks up, and names a store below the top with a hash)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "proj" / ".git" / "worksnap" / "manifests").mkdir(parents=True)
+    (tmp_path / "proj" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    deep = tmp_path / "proj" / "src" / "pkg"
+    deep.mkdir(parents=True)
+    script = (
+        "import sys, worksnap.client as c; found = c.forwardable(['list']); "
+        "print(*sorted(sys.modules)); print(found[1])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True, text=True, check=True, cwd=deep,
+        env={"PYTHONPATH": str(SRC.parent), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )  # fmt: skip
+    modules, store = done.stdout.splitlines()
+    assert store == str(tmp_path / "proj" / ".git" / "worksnap")  # it did walk up
+    loaded = set(modules.split())
+    heavy = {"argparse", "msgspec", "json", "re", "typing", "socket", "enum", "worksnap.cli",
+             "dataclasses", "hashlib", "_hashlib", "inspect"}  # fmt: skip
+    assert loaded & heavy == set()
+    assert {m for m in loaded if m.startswith("worksnap")} == {
+        "worksnap", "worksnap.client", "worksnap.layout"
+    }  # fmt: skip
 
 
 # -- the store's names --------------------------------------------------------

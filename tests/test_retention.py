@@ -7,6 +7,7 @@ import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import tree_state, write
@@ -198,3 +199,84 @@ def test_gc_with_a_damaged_manifest_removes_nothing(root: Path) -> None:
         ws.gc(Retention(keep_last=1))
     assert len(ws.list()) == 3
     assert sorted(os.listdir(root / ".worksnap" / "packs")) == before
+
+
+def kinded(snapshot_id: str, minutes_ago: float, kind: str, session: str = "default") -> Summary:
+    return msgspec.structs.replace(summary(snapshot_id, minutes_ago, session), kind=kind)
+
+
+def test_automatic_snapshots_take_no_place_and_go_first() -> None:
+    # Newest first: three runs, a step, two pre-restores, two steps, a run.
+    history = [
+        kinded("run3", 1, "run-after"), kinded("run2", 2, "run-before"),
+        kinded("run1", 3, "run-settled"), kinded("step3", 4, "step"),
+        kinded("pre2", 5, "pre-restore"), kinded("pre1", 6, "pre-restore"),
+        kinded("step2", 7, "step"), kinded("step1", 8, "manual"), kinded("run0", 9, "run-after"),
+    ]  # fmt: skip
+    now = datetime.now(timezone.utc)
+
+    def drop(policy: Retention, **kw: object) -> list[str]:
+        return sorted(
+            select_expired(history, policy, keep=set(), now=now, object_sizes=lambda _: {}, **kw)  # type: ignore[arg-type]
+        )
+
+    # keep_last counts what people and runtimes took: all three steps stay. Of the
+    # automatic ones, only those undo walks through before it reaches step3, at most 3.
+    assert drop(Retention(keep_last=3)) == ["pre1", "pre2", "run0"]
+    assert drop(Retention(keep_last=2)) == ["pre1", "pre2", "run0", "run1", "step1"]
+    assert drop(Retention(keep_last=1)) == [
+        "pre1",
+        "pre2",
+        "run0",
+        "run1",
+        "run2",
+        "step1",
+        "step2",
+    ]
+    # 0 still keeps the session's newest (whatever its kind), unless everything goes.
+    assert "run3" not in drop(Retention(keep_last=0))
+    assert drop(Retention(keep_last=0), everything=True) == sorted(s.id for s in history)
+    # Nothing counted: nothing dropped.
+    assert drop(Retention(max_age="1d")) == []
+    # max_bytes: what people took gets the room before what worksnap took.
+    sizes = {s.id: {s.id: 100} for s in history}
+    dropped = sorted(
+        select_expired(history, Retention(max_bytes="450"), keep=set(), now=now,
+                       object_sizes=sizes.__getitem__)
+    )  # fmt: skip
+    assert dropped == ["pre1", "pre2", "run0", "run1", "run2"]  # run3 (newest) + 3 steps fit
+
+
+def test_gc_keeps_labelled_steps_over_run_snapshots(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report: `gc --keep-last 5` dropped every labelled step and kept run-* ones."""
+    from worksnap.cli import main
+
+    ws = Workspace(root)
+    steps = []
+    for i in range(5):
+        write(root, "a.txt", f"step {i}")
+        steps.append(ws.snapshot(step=i, kind="step", label=f"step {i}").id)
+    for i in range(8):
+        write(root, "a.txt", f"run {i}")
+        ws.snapshot(kind="run-before", label="make test")
+        ws.snapshot(kind="run-after", label="make test")
+    capsys.readouterr()
+    assert main(["--root", str(root), "--json", "gc", "--keep-last", "5", "--dry-run"]) == 0
+    preview = json.loads(capsys.readouterr().out)
+    assert preview["dry_run"] is True and preview["snapshots"] == 11
+    assert len(ws.list()) == 21  # a dry run removes nothing
+    assert main(["--root", str(root), "--json", "gc", "--keep-last", "5"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dropped"] == preview["dropped"] and report["objects"] == preview["objects"]
+    kept = ws.list()
+    assert [s.id for s in kept if s.kind == "step"] == steps[::-1]  # every labelled step
+    assert [s.kind for s in kept if s.kind != "step"] == ["run-after"] + [
+        "run-before",
+        "run-after",
+    ] * 2
+    assert main(["--root", str(root), "gc", "--keep-last", "0"]) == 2
+    assert "add --all" in capsys.readouterr().err
+    assert main(["--root", str(root), "gc", "--keep-last", "0", "--all"]) == 0
+    assert ws.list() == []

@@ -210,14 +210,16 @@ def test_git_dirs_excluded_and_nested_repos_captured(root: Path) -> None:
     paths = {e.path for e in snap.entries}
     assert paths == {"vendor/lib/code.py", "nested/file.txt"}
     assert set(snap.excluded) >= {".git", "vendor/lib/.git", "nested/.git"}
-    git_before = tree_state(root / ".git"), tree_state(root / "nested" / ".git")
+    assert ws.store_dir == str(root / ".git" / "worksnap")  # where git clean never looks
+    git_state = [(root / ".git", ("worksnap",)), (root / "nested" / ".git", ())]
+    git_before = tuple(tree_state(path, skip=skip) for path, skip in git_state)
     write(root, ".git/HEAD", "changed by git")
     write(root, "nested/.git/config", "changed too")
     (root / "vendor" / "lib" / "code.py").unlink()
-    git_now = tree_state(root / ".git"), tree_state(root / "nested" / ".git")
+    git_now = tuple(tree_state(path, skip=skip) for path, skip in git_state)
     assert changes(ws, snap.id) == [("D", "vendor/lib/code.py")]
     restore_exactly(ws, snap.id)
-    assert (tree_state(root / ".git"), tree_state(root / "nested" / ".git")) == git_now
+    assert tuple(tree_state(path, skip=skip) for path, skip in git_state) == git_now
     assert git_now != git_before
 
 
@@ -430,10 +432,17 @@ def test_refs_resolve(root: Path) -> None:
         ws.resolve("zzzz")
     with pytest.raises(InputError, match="no snapshot"):
         ws.resolve("")
-    ids = [ws.snapshot().id for _ in range(16)] + [one.id, two.id, three.id]
-    shared = next(i[0] for i in ids if sum(j[0] == i[0] for j in ids) > 1)  # pigeonhole
-    with pytest.raises(InputError, match="ambiguous"):
-        ws.resolve(shared)
+    with pytest.raises(InputError, match="did you mean step:2"):
+        ws.resolve("2")
+    # Two stored ids sharing a 4-character prefix (planted: their manifests are not read).
+    manifests = root / ".worksnap" / "manifests"
+    for twin in ("abcd00000001", "abcd00000002"):
+        (manifests / f"{twin}.json").write_bytes(b"")
+    with pytest.raises(InputError, match="too short: give at least 4 characters"):
+        ws.resolve("abc")
+    with pytest.raises(InputError, match="ambiguous: it matches 2 snapshots"):
+        ws.resolve("abcd")
+    assert ws.resolve("abcd00000002") == "abcd00000002"
 
 
 def test_root_guard_refuses_home_and_filesystem_root(
@@ -467,7 +476,7 @@ def test_plan_never_changes_a_tree_with_a_restore_pending(root: Path) -> None:
     ws = Workspace(root)
     target = ws.snapshot()
     write(root, "a.txt", "edited")
-    pre = ws.snapshot(kind="pre-restore")
+    pre = ws.snapshot(kind="before")  # stands in for the pre-restore snapshot
     journal = {"target": target.id, "pre_restore": pre.id, "pid": 1, "host": "gone"}
     (root / ".worksnap" / "journal.json").write_text(json.dumps(journal))
     write(root, "a.txt", "half-restored")  # where the killed restore stopped

@@ -16,9 +16,11 @@ do not pay for loading the engine.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not from typing: the daemon's client must not pay 9 ms to import it
 if TYPE_CHECKING:
+    from typing import Any
+
     from worksnap.apply import Result
     from worksnap.capture import DEFAULT_MAX_FILE_BYTES
     from worksnap.config import Retention

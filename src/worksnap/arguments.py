@@ -1,27 +1,39 @@
 """Arguments: the command line's grammar, from `worksnap --help` down to each option's type.
 
 Parsing only: what each command does is in cli.py. Imports nothing of the engine,
-so `--help` and a mistyped option answer at once.
+so `--help`, `--version` and a mistyped option answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from typing import Any
+
+VERSION = "0.1.0"
+"""What `worksnap --version` prints (the package's version, kept equal by a test)."""
 
 EXAMPLES = """\
 examples:
   worksnap snapshot --step 3 --label "before refactor"
+  worksnap status                 # root, store, and what changed since the latest snapshot
   worksnap list
   worksnap plan latest            # what a restore of the newest snapshot would change
   worksnap restore step:3 --yes   # rewind to the snapshot of step 3
-  worksnap --json plan 3fa9c2     # machine-readable preview (a unique id prefix works)
+  worksnap plan 3fa9c2 --json     # machine-readable preview (an id prefix of 4+ characters)
   worksnap verify
 
-refs: a full id, a unique id prefix, `latest`, or `step:N` (newest snapshot of step N).
+Run it anywhere in a project: like git, it finds the project's root and store by walking
+up from the current directory (`worksnap status` shows what it found).
+refs: a full id, a unique id prefix (4+ characters), `latest` (the newest snapshot not
+taken automatically), `latest~N` (N before it), or `step:N` (newest snapshot of step N).
 exit codes: 0 success, 1 the operation ran and failed, 2 bad usage or bad input.
 """
+
+REFS = "a ref: an id or a unique prefix of 4+ characters, latest, latest~N, or step:N"
+
+SHELLS = ("bash", "zsh", "fish")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Returns the argument parser (also used to render `--help`)."""
+    """Returns the argument parser (also used to render `--help` and shell completions)."""
     parser = _Parser(
         prog="worksnap",
         description="Snapshot the whole working directory at every step, "
@@ -38,30 +50,39 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--root", default=".", help="workspace directory (default: .)")
-    parser.add_argument(
-        "--store", help="store directory (default: ROOT/.worksnap, or $WORKSNAP_STORE)"
+    parser.add_argument("--version", action="version", version=f"worksnap {VERSION}")
+    _add_global_options(parser, here=True)
+    parser.set_defaults(pool=None, seams=None, paths_after=None, location=None)
+    common = _Parser(add_help=False)
+    _add_global_options(common, here=False)
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    parser.add_argument(
-        "--force", action="store_true", help="allow / or the home directory as the root"
-    )
-    parser.add_argument(
-        "--session",
-        default=os.environ.get("WORKSNAP_SESSION") or "default",
-        help="session to work in (default: $WORKSNAP_SESSION or 'default')",
-    )
-    parser.set_defaults(pool=None, seams=None)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    snap = commands.add_parser(
+    def command(name: str, summary: str, description: str, example: str) -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=example,
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    snap = command(
         "snapshot",
-        help="capture the whole workspace",
-        description="Capture the whole workspace as a new snapshot and print its id.",
-        epilog="example: worksnap snapshot --step 4 --kind step --label 'add parser'",
+        "capture the whole workspace",
+        "Capture the whole workspace as a new snapshot and print its id. Files over the "
+        "store's size cap (2 MiB unless set with `worksnap config max-file-bytes`) are "
+        "left out and named on stderr.",
+        "example: worksnap snapshot --step 4 --kind step --label 'add parser'",
     )
     snap.add_argument("--step", type=_natural, help="agent step number")
-    snap.add_argument("--kind", default="manual", help="kind of snapshot (default: manual)")
+    snap.add_argument(
+        "--kind",
+        default="manual",
+        help="kind of snapshot, a word (default: manual; worksnap's own kinds are refused)",
+    )
     snap.add_argument("--label", help="a short label (first line kept, at most 200 bytes)")
     snap.add_argument(
         "--exclude",
@@ -73,63 +94,99 @@ def build_parser() -> argparse.ArgumentParser:
     _add_meta_options(snap)
     snap.add_argument(
         "--max-file-bytes",
-        type=_natural,
-        metavar="N",
-        help="files larger than N bytes are listed as large, not stored (default: 2 MiB)",
+        metavar="SIZE",
+        help="set this store's size cap (e.g. 64M; remembered for later snapshots): "
+        "larger files are listed as large, not stored",
     )
 
-    listing = commands.add_parser(
+    command(
+        "status",
+        "root, store, session, daemon, and what changed since the latest snapshot",
+        "Show where worksnap works from here (root, store, session), how many snapshots "
+        "the store holds and their size, whether a daemon serves it, large files left "
+        "unprotected, and what changed since `latest`, like `git status --short`. Changes "
+        "nothing, and creates no store.",
+        "example: worksnap status --json",
+    )
+
+    listing = command(
         "list",
-        help="list snapshots, newest first",
-        description="List this session's snapshots, newest first: step, kind, age, "
-        "paths changed since the previous snapshot, label.",
+        "list snapshots, newest first",
+        "List this session's snapshots, newest first: id, step, kind, age, paths changed "
+        "since the previous snapshot of the session that was not taken automatically, and "
+        "label. Snapshots worksnap took on its own (pre-restore, undo, redo, run-*) are "
+        "shown dimmed on a terminal; pinned ones are marked `*`.",
+        "examples: worksnap list --limit 5\n          worksnap list --kind step --json",
     )
     listing.add_argument("--all", action="store_true", help="every session, not just this one")
+    listing.add_argument("--limit", type=_natural, metavar="N", help="at most N snapshots")
+    listing.add_argument("--kind", metavar="K", help="only snapshots of kind K")
 
-    show = commands.add_parser(
-        "show", help="show one snapshot", description="Show one snapshot (--json: the manifest)."
+    show = command(
+        "show",
+        "show one snapshot and its files",
+        "Show one snapshot: kind, step, time, label, session, pin state, meta, attachments, "
+        "what it left out, and its files (mode, type, size, path; only below PATHs if "
+        "given). --json prints the manifest as stored.",
+        "examples: worksnap show latest\n          worksnap show step:3 src/",
     )
-    show.add_argument("ref")
+    show.add_argument("ref", help=REFS)
+    show.add_argument("paths", nargs="*", metavar="PATH", help="only these paths and below")
 
-    plan = commands.add_parser(
+    cat = command(
+        "cat",
+        "print a file as a snapshot holds it",
+        "Write the bytes of PATH as snapshot REF captured it to stdout (a symlink: its "
+        "target). Exit 2 if the snapshot does not hold that file.",
+        "example: worksnap cat step:3 src/app.py > /tmp/app.py",
+    )
+    cat.add_argument("ref", help=REFS)
+    cat.add_argument("path", metavar="PATH")
+
+    plan = command(
         "plan",
-        help="preview what restoring a snapshot would change",
-        description="Preview what restoring REF would change: M modified (restored), "
-        "A added since (removed), D deleted since (recreated). Changes nothing.",
-        epilog="example: worksnap plan step:3 src/",
+        "preview what restoring a snapshot would change",
+        "Preview what restoring REF would change: M modified (restored), A added since "
+        "(removed), D deleted since (recreated); and large files a restore cannot bring "
+        "back (not protected). Changes nothing.",
+        "example: worksnap plan step:3 src/",
     )
-    plan.add_argument("ref")
+    plan.add_argument("ref", help=REFS)
     plan.add_argument("paths", nargs="*", metavar="PATH", help="only these paths")
 
-    restore = commands.add_parser(
+    restore = command(
         "restore",
-        help="rewind the workspace to a snapshot",
-        description="Rewind the workspace to REF. A pre-restore snapshot is taken first, "
-        "and a failed restore is rolled back.",
-        epilog="examples: worksnap restore latest --yes\n"
-        "          worksnap restore step:3 src/app.py docs/ --yes   (only those paths)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "rewind the workspace to a snapshot",
+        "Rewind the workspace to REF: shows the plan and asks on a terminal. A pre-restore "
+        "snapshot is taken first (`worksnap undo` reverses the restore), and a failed "
+        "restore is rolled back. With --to DIR, writes the snapshot into DIR instead (a "
+        "new or empty directory outside the root) and touches nothing in the workspace.",
+        "examples: worksnap restore latest --yes\n"
+        "          worksnap restore step:3 src/app.py docs/ --yes   (only those paths)\n"
+        "          worksnap restore step:3 --to /tmp/step3          (a copy elsewhere)",
     )
-    restore.add_argument("ref")
+    restore.add_argument("ref", help=REFS)
     restore.add_argument("paths", nargs="*", metavar="PATH", help="restore only these paths")
-    restore.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
-    restore.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    restore.add_argument("--to", metavar="DIR", help="write into DIR, not over the workspace")
+    _add_confirm_options(restore)
 
-    verify = commands.add_parser(
+    verify = command(
         "verify",
-        help="check that stored objects are present and intact",
-        description="Check that every object REF (default: every snapshot) needs is present "
-        "and matches its hash. Exit 1 when something is damaged.",
+        "check that stored objects are present and intact",
+        "Check that every object REF (default: every snapshot) needs is present and "
+        "matches its hash. Exit 1 when something is damaged.",
+        "example: worksnap verify step:3",
     )
-    verify.add_argument("ref", nargs="?")
+    verify.add_argument("ref", nargs="?", help=REFS)
 
-    recover = commands.add_parser(
+    recover = command(
         "recover",
-        help="roll back a restore that was interrupted",
-        description="Roll back the paths a restore that was killed part-way had touched. "
-        "The tree as it is (with any edits made since) is kept first as a snapshot that "
-        "`worksnap undo` brings back. snapshot, restore, rewind, undo and redo do this on "
-        "their own when they find one; plan refuses to preview a half-restored tree.",
+        "roll back a restore that was interrupted",
+        "Roll back the paths a restore that was killed part-way had touched. The tree as "
+        "it is (with any edits made since) is kept first as a snapshot that `worksnap undo` "
+        "brings back. snapshot, restore, rewind, undo and redo do this on their own when "
+        "they find one; previews (plan, --dry-run) refuse to show a half-restored tree.",
+        "example: worksnap recover --dry-run",
     )
     recover.add_argument(
         "--discard",
@@ -137,62 +194,73 @@ def build_parser() -> argparse.ArgumentParser:
         help="roll nothing back: keep the tree as it is (stored as a snapshot first) and "
         "drop the journal (for a journal that names a snapshot that is gone)",
     )
+    _add_confirm_options(recover)
 
-    rewind = commands.add_parser(
+    rewind = command(
         "rewind",
-        help="restore the newest snapshot of step N",
-        description="Restore the newest snapshot (or checkpoint) of this session taken at "
-        "step N, with every guarantee of restore.",
-        epilog="example: worksnap rewind 3 --yes",
+        "restore the newest snapshot of step N",
+        "Restore the newest snapshot (or checkpoint) of this session taken at step N, "
+        "with every guarantee of restore.",
+        "example: worksnap rewind 3 --yes",
     )
     rewind.add_argument("step", type=_natural)
-    rewind.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    commands.add_parser(
+    _add_confirm_options(rewind)
+    undo = command(
         "undo",
-        help="undo the last restore, or discard edits since the last snapshot",
-        description="Restore the newest snapshot of this session whose state differs from "
-        "the current one. Right after a restore this reverses it. Repeat to walk back.",
+        "undo the last restore, or discard edits since the last snapshot",
+        "Restore the newest snapshot of this session whose state differs from the current "
+        "one: right after a restore, this reverses it. Repeated, it walks further back "
+        "(the plan names the snapshot it goes to).",
+        "example: worksnap undo --dry-run",
     )
-    commands.add_parser(
+    _add_confirm_options(undo)
+    redo = command(
         "redo",
-        help="re-apply what the last undo undid",
-        description="Re-apply what the last undo undid. A new snapshot clears redo.",
+        "re-apply what the last undo undid",
+        "Re-apply what the last undo undid. A new snapshot clears redo.",
+        "example: worksnap redo --yes",
     )
+    _add_confirm_options(redo)
 
-    begin = commands.add_parser(
+    begin = command(
         "begin",
-        help="open a light checkpoint for a turn (no tree scan)",
-        description="Open a checkpoint for a turn; `worksnap capture PATH...` then records "
+        "open a light checkpoint for a turn (no tree scan)",
+        "Open a checkpoint for a turn; `worksnap capture PATH...` then records "
         "before-images of the files the turn is about to change.",
-        epilog='example: worksnap begin --step 5 --label "$(head -1 prompt.txt)"',
+        'example: worksnap begin --step 5 --label "$(head -1 prompt.txt)"',
     )
     begin.add_argument("--step", type=_natural, help="agent step number")
     begin.add_argument("--label", help="a short label (first line kept, at most 200 bytes)")
     _add_meta_options(begin)
-    capture = commands.add_parser(
+    capture = command(
         "capture",
-        help="record files' before-images in the open checkpoint",
-        description="Record each PATH's current state in the open checkpoint; the first "
-        "capture of a path in a checkpoint wins; a missing file is recorded as absent.",
-        epilog="example: worksnap capture src/app.py README.md",
+        "record files' before-images in the open checkpoint",
+        "Record each PATH's current state in the open checkpoint; the first capture of a "
+        "path in a checkpoint wins; a missing file is recorded as absent.",
+        "example: worksnap capture src/app.py README.md",
     )
     capture.add_argument("paths", nargs="+", metavar="PATH")
 
-    attachment = commands.add_parser(
+    attachment = command(
         "attachment",
-        help="print a snapshot's attachment",
-        description="Write the bytes of attachment NAME of snapshot REF to stdout.",
+        "print a snapshot's attachment",
+        "Write the bytes of attachment NAME of snapshot REF to stdout, raw (also with "
+        "--json: the one command whose output is not a JSON document).",
+        "example: worksnap attachment step:7 messages.json > messages.json",
     )
-    attachment.add_argument("ref")
+    attachment.add_argument("ref", help=REFS)
     attachment.add_argument("name")
 
-    gc = commands.add_parser(
+    gc = command(
         "gc",
-        help="drop old snapshots and sweep unused objects",
-        description="Drop snapshots by retention (per session; pinned snapshots and the "
-        "newest of each session are kept) and delete objects no snapshot needs. Without "
-        "options, uses the retention in STORE/config.json.",
-        epilog="example: worksnap gc --keep-last 50 --max-age 30d --max-bytes 2G",
+        "drop old snapshots and sweep unused objects",
+        "Drop snapshots by retention and delete objects no snapshot needs. Retention "
+        "counts, per session, the snapshots people and runtimes took; the ones worksnap "
+        "took on its own (pre-restore, undo, redo, run-*) go first, except what undo and "
+        "redo still need. Pinned snapshots and the newest of each session are kept. "
+        "Without options, uses the retention in the store's config.json.",
+        "examples: worksnap gc --keep-last 50 --max-age 30d --max-bytes 2G --dry-run\n"
+        "          worksnap gc --keep-last 0 --all      (everything but pinned snapshots)",
     )
     gc.add_argument("--keep-last", type=_natural, metavar="N", help="keep N newest per session")
     gc.add_argument("--max-age", metavar="DURATION", help="drop older than e.g. 90m, 12h, 30d")
@@ -200,57 +268,95 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument(
         "--drop-session", metavar="NAME", help="drop a whole session (pinned snapshots stay)"
     )
-    pin = commands.add_parser("pin", help="keep a snapshot through gc")
-    pin.add_argument("ref")
-    unpin = commands.add_parser("unpin", help="let gc drop a pinned snapshot again")
-    unpin.add_argument("ref")
-    commands.add_parser("du", help="store size per session")
-    commands.add_parser(
+    gc.add_argument(
+        "--all", action="store_true", help="with --keep-last 0: also each session's newest"
+    )
+    gc.add_argument("--dry-run", action="store_true", help="show what would go, remove nothing")
+    pin = command(
+        "pin", "keep a snapshot through gc", "Keep snapshot REF through every gc.",
+        "example: worksnap pin step:3",
+    )  # fmt: skip
+    pin.add_argument("ref", help=REFS)
+    unpin = command(
+        "unpin", "let gc drop a pinned snapshot again", "Let gc drop snapshot REF again.",
+        "example: worksnap unpin step:3",
+    )  # fmt: skip
+    unpin.add_argument("ref", help=REFS)
+    command(
+        "du", "store size per session",
+        "Snapshots and the bytes of the objects they reference, per session, and the "
+        "store's size on disk.",
+        "example: worksnap du --json",
+    )  # fmt: skip
+    config = command(
+        "config",
+        "show or change this store's settings",
+        "Without KEY, show every setting; with KEY, show one; with KEY VALUE, set it in "
+        "the store's config.json. Keys: max-file-bytes (the size cap of new snapshots, "
+        "e.g. 64M), daemon (true: every command that finds no daemon starts one; false: "
+        "never; none: by itself where it pays, see `worksnap daemon --help`), keep-last, "
+        "max-age, max-bytes (the retention applied after each snapshot and by gc; `none` "
+        "clears one).",
+        "examples: worksnap config max-file-bytes 64M\n          worksnap config --json",
+    )
+    config.add_argument("key", nargs="?", metavar="KEY")
+    config.add_argument("value", nargs="?", metavar="VALUE")
+    command(
         "rebind",
-        help="bind the store to --root after the project moved",
-        description="Rebind the store found at ROOT (or --store) to ROOT, after the "
-        "project directory was moved or copied.",
-        epilog="example: worksnap --root ~/src/newplace rebind",
+        "bind the store to the root after the project moved",
+        "Rebind the store found at the root (or --store) to the root, after the project "
+        "directory was moved or copied.",
+        "example: worksnap --root ~/src/newplace rebind",
     )
 
-    diff = commands.add_parser(
+    diff = command(
         "diff",
-        help="show what changed since a snapshot",
-        description="Unified diff from REF to REF2 (default: the workspace now). Binary "
-        "files are noted, renames detected.",
-        epilog="example: worksnap diff step:2 --stat",
+        "show what changed since a snapshot, as a git patch",
+        "A patch from REF (default: latest) to REF2 (default: the workspace now), in git's "
+        "format (`git apply` takes it): mode changes, renames, added and deleted files; "
+        "binary files are only named unless --binary. Only below PATHs if given after --.",
+        "examples: worksnap diff step:2 --stat\n"
+        "          worksnap diff latest~1 latest -- src/   (between two snapshots, in src/)\n"
+        "          worksnap diff step:2 | git apply -R      (take back the changes)",
     )
-    diff.add_argument("ref")
-    diff.add_argument("ref2", nargs="?")
+    diff.add_argument("ref", nargs="?", help=REFS + " (default: latest)")
+    diff.add_argument("ref2", nargs="?", help="a second ref (default: the workspace now)")
     style = diff.add_mutually_exclusive_group()
     style.add_argument("--stat", action="store_true", help="a histogram per file")
     style.add_argument("--numstat", action="store_true", help="added, deleted, path per line")
+    diff.add_argument("--binary", action="store_true", help="binary changes as GIT binary patch")
 
-    run = commands.add_parser(
+    run = command(
         "run",
-        help="snapshot before and after a command",
-        description="Snapshot, run CMD, snapshot again; with --every, also snapshot while "
-        "it runs whenever the tree has changed and settled. Exits with CMD's status.",
-        epilog="example: worksnap run --every 30 -- make test",
+        "snapshot before and after a command",
+        "Snapshot, run CMD, snapshot again; with --every, also snapshot while it runs "
+        "whenever the tree has changed and settled. Exits with CMD's status (127: not "
+        "found, 126: not executable, with no snapshot taken). With --json, CMD's own "
+        "stdout goes to stderr and one JSON document is printed when it ends.",
+        "example: worksnap run --every 30 -- make test",
     )
     run.add_argument("--every", type=float, metavar="SECONDS", help="check every SECONDS")
     run.add_argument("--step", type=_natural, help="agent step number for the snapshots")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
-    daemon = commands.add_parser(
+    daemon = command(
         "daemon",
-        help="keep the workspace watched in the background, for fast commands",
-        description="start: run a background process that keeps this store's workspace "
-        "watched (inotify) and in memory; every later worksnap command for the store runs "
-        "in it, so a snapshot reads only what changed. stop: stop it. status: is one "
-        "running (exit 1 if not). serve: the same in the foreground. It stops by itself "
-        "after --idle seconds without a command. Leave it off for trees changed through "
-        "shared mmap writes or on network and FUSE file systems, which raise no events "
-        "(docs/performance.md).",
-        epilog="examples: worksnap daemon start\n"
+        "keep the workspace watched in the background, for fast commands",
+        "start: run a background process that keeps this store's workspace watched "
+        "(inotify) and in memory; every later worksnap command for the store runs in it, "
+        "so a snapshot reads only what changed. stop: stop it. status: is one running "
+        "(exit 1 if not), its audits, and whether commands start one by themselves and "
+        "why. serve: the same in the foreground. It stops by itself after --idle seconds "
+        "without a command. Commands start one by themselves on Linux for trees of about "
+        "2,000 files or more on ext2/3/4, xfs, btrfs, tmpfs, overlay, f2fs or zfs "
+        "(`worksnap config daemon false` turns that off, true forces it). A watcher cannot "
+        "see writes through a shared mmap, writes through a hard link from outside the "
+        "tree (or from an ignored directory) made after it last looked at the file, nor "
+        "changes by other hosts on NFS, SMB, FUSE or 9p; its idle audit finds such misses "
+        "and rebuilds (docs/performance.md).",
+        "examples: worksnap daemon start\n"
         "          worksnap daemon status --json\n"
         "          WORKSNAP_NO_DAEMON=1 worksnap snapshot   (bypass it once)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     daemon.add_argument("action", choices=("start", "stop", "status", "serve"))
     daemon.add_argument(
@@ -260,7 +366,103 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stop after SECONDS without a command (default: 1800)",
     )
+
+    completion = command(
+        "completion",
+        "print a shell completion script",
+        "Print the completion script for SHELL; load it from your shell's startup file.",
+        "examples: worksnap completion bash > ~/.worksnap-completion.bash\n"
+        "          source <(worksnap completion bash)            (in ~/.bashrc)\n"
+        "          worksnap completion zsh > ~/.zfunc/_worksnap   (a dir in $fpath)\n"
+        "          worksnap completion fish > ~/.config/fish/completions/worksnap.fish",
+    )
+    completion.add_argument("shell", choices=SHELLS)
     return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """Parses a command line; the paths after `--` of `diff` go to `paths_after`.
+
+    (`--` would otherwise only end the options, and a path could be taken for a ref.)
+
+    Raises:
+        SystemExit: bad usage (exit 2, one line), `--help` or `--version` (exit 0).
+    """
+    argv = list(argv)
+    paths_after = None
+    at = _command_index(argv)
+    if at is not None and argv[at] == "diff" and "--" in argv[at:]:
+        cut = argv.index("--", at)
+        argv, paths_after = argv[:cut], argv[cut + 1 :]
+    args = build_parser().parse_args(argv)
+    args.paths_after = paths_after
+    return args
+
+
+_VALUED = {"--root", "--store", "--session"}
+
+
+def _command_index(argv: list[str]) -> int | None:
+    """Where the command's name is in `argv` (the first word that is not a global option)."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return None
+        if word in _VALUED:
+            i += 2
+            continue
+        if not word.startswith("-"):
+            return i
+        i += 1
+    return None
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, here: bool) -> None:
+    """The options every command takes, before or after its name.
+
+    After the name (`here` False) they default to nothing, so that one given before the
+    name is not overwritten.
+    """
+
+    def default(value: object) -> object:
+        return value if here else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--root",
+        default=default(None),
+        metavar="DIR",
+        help="workspace root (default: found from the current directory, as git does)",
+    )
+    parser.add_argument(
+        "--store",
+        default=default(None),
+        metavar="DIR",
+        help="store directory (default: the root's store; in a git work tree "
+        "<git-dir>/worksnap, else ROOT/.worksnap; or $WORKSNAP_STORE)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="machine-readable output on stdout",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        default=default(False),
+        help="allow / or the home directory as the root",
+    )
+    parser.add_argument(
+        "--session",
+        default=default(os.environ.get("WORKSNAP_SESSION") or "default"),
+        help="session to work in (default: $WORKSNAP_SESSION or 'default')",
+    )
+
+
+def _add_confirm_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    parser.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
 
 def _add_meta_options(parser: argparse.ArgumentParser) -> None:

@@ -7,12 +7,9 @@ a plan compares one with its target (see transaction.py).
 A cached digest is trusted only for a file whose times are older than the scan
 that recorded it by more than a file system timestamp tick: a file changed again
 within the same tick would otherwise keep its stat and its stale digest ("racy
-git"). The margin is `RACY_MARGIN_NS` (tests may shrink it instead of sleeping),
-plus the file system's tick once it is known to be coarse: a file or directory
-whose mtime and ctime both have no fraction of a second is evidence (ext3, ext4
-with 128-byte inodes, FAT, some network mounts), recorded in the store
-(`caches.Caches.record_tick`). The same margin guards the listing cache's
-directory stamps and `hash.read_file`'s double read of recently changed files.
+git"). The margin is `RACY_MARGIN_NS` (tests may shrink it), plus the tick of a
+file system seen to be coarse (`fsio.is_coarse`, recorded by `Caches.record_tick`);
+it also guards the listing cache's stamps and `hash.read_file`'s double read.
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -29,15 +27,24 @@ import msgspec
 
 from worksnap.caches import Caches, Listings, StatTable
 from worksnap.errors import InputError, SnapshotError, shown
-from worksnap.fsio import DirTree, file_state
+from worksnap.fsio import (
+    COARSE_TICK_NS,
+    DirTree,
+    StatLike,
+    file_state,
+    is_coarse,
+    is_coarse_stamp,
+)
 from worksnap.hash import SMALL, Prefetch, read_file
 from worksnap.ignore import Rules, base_rules
 from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339, tree_digest
 from worksnap.paths import Digest, Root, fs_path, wire_name
 from worksnap.progress import Reporter
 from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
+from worksnap.scanparts import Seen, differences
+from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
-from worksnap.watch import Events, Watcher
+from worksnap.watch import Changes, Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
 """Files larger than this (2 MiB) are listed in `large` and not captured."""
@@ -45,19 +52,9 @@ DEFAULT_MAX_FILE_BYTES = 2 << 20
 RACY_MARGIN_NS = 100_000_000
 """How much older than the scan a file's times must be for its digest to be cached (0.1 s)."""
 
-COARSE_TICK_NS = 1_000_000_000
-"""The tick of a file system whose times have no fraction of a second (FAT's mtime ticks in
-2 s, but its ctime in 10 ms: a change moves one of them, so a second is enough)."""
-
-
-def is_coarse(st: os.stat_result) -> bool:
-    """True when both of a file's times are whole seconds: its file system ticks in seconds.
-
-    Both, because a write moves ctime even where mtime is coarse (or was set by a tool
-    such as `tar`): only when neither can move within a second does a change hide.
-    """
-    return st.st_mtime_ns % COARSE_TICK_NS == 0 and st.st_ctime_ns % COARSE_TICK_NS == 0
-
+_MANY_TRACKED_CHANGES = 1000
+"""More paths than this tracked or untracked at once (a checkout): the next capture reads
+everything rather than each changed path's directories."""
 
 PREFETCH_AFTER = 64
 """Files hashed before the rest may be read ahead (a few changed files are not worth a thread)."""
@@ -98,8 +95,11 @@ class ScanTree(Protocol):
         trust_before: int = 0,
         watcher: Watcher | None = None,
         memory: dict[str, DirScan] | None = None,
-        dirty: dict[str, Events | None] | None = None,
+        changes: Changes | None = None,
+        remember: dict[str, DirScan] | None = None,
+        tracked: Tracked | None = None,
         stats: WalkStats | None = None,
+        check: Callable[[], None] | None = None,
     ) -> Scan:
         """Returns what the walk found."""
         ...
@@ -150,12 +150,18 @@ class Capture:
         self._slow_read_seconds = slow_read_seconds
         self._racy_margin_ns = racy_margin_ns
         self._rules: Rules | None = None
+        self._tracked: _IndexRead | None = None
         self._watcher = watcher
-        # With a watcher: what the last capture saw, to reuse where nothing happened.
+        # With a watcher: what the last committed capture saw, to reuse where nothing
+        # happened, and what it was decided under.
         self._memory: dict[str, DirScan] = {}
-        self._entries: dict[str, tuple[os.stat_result, Entry]] = {}
+        self._memory_key: bytes | None = None
+        self._memory_tracked: Tracked | None = None
+        self._has_links = False
+        self._entries: dict[str, tuple[Seen, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
+        self._last_cap = max_file_bytes
 
     @property
     def watching(self) -> bool:
@@ -163,10 +169,39 @@ class Capture:
         return self._watcher is not None
 
     def rules(self) -> Rules:
-        """The ignore rules in force at the root before its own `.gitignore` (read once)."""
-        if self._rules is None:
-            self._rules = base_rules(Path(self._root.path))
-        return self._rules
+        """The ignore rules in force at the root before its own `.gitignore`.
+
+        Read again whenever one of their sources changed (`ignore.Sources`): a
+        long-lived workspace follows edits to `info/exclude` and the global file.
+        """
+        rules = self._rules
+        if rules is None or rules.sources is None or not rules.sources.unchanged():
+            rules = self._rules = base_rules(Path(self._root.path))
+        return rules
+
+    def tracked(self, rules: Rules | None = None) -> Tracked | None:
+        """What git tracks below the root (None outside a repository); read again when it changes.
+
+        Args:
+            rules: what `rules()` just returned (None: ask it); a repository appearing
+                or going changes those first.
+        """
+        rules = self.rules() if rules is None else rules
+        known = self._tracked
+        if known is not None and known.rules is rules:
+            if known.index is None:
+                return None  # outside a repository, and none appeared (the rules would say)
+            stamp = _stamp(known.index)
+            if stamp == known.stamp and (stamp is None or max(stamp[2:]) < known.racy_before):
+                return known.tracked
+        root = Path(self._root.path)
+        read_at = time.time_ns()
+        index = index_file(root)
+        # Stamped before it is read: a change while reading shows at the next check.
+        stamp = None if index is None else _stamp(index)
+        found = tracked_below(root) if index is not None else None
+        self._tracked = _IndexRead(found, index, stamp, read_at - RACY_SOURCE_NS, rules)
+        return found
 
     def close(self) -> None:
         """Stores the caches and releases the watcher; captures scan everything after."""
@@ -175,79 +210,105 @@ class Capture:
             self._watcher.close()
             self._watcher = None
         self._last_capture = None
+        self._memory = {}
 
     def forget_stat_table(self) -> None:
         """Trusts no cached digest until files are stat-ed again (they were rewritten)."""
         self._caches.forget_stat_table()
 
-    def capture(self, *, store_objects: bool) -> Manifest:
+    def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").
 
         Args:
             store_objects: also store every file's bytes (what a snapshot does);
                 without it only digests are computed, and nothing is written
                 except the caches.
+            max_file_bytes: the size cap of this capture (default: the engine's). A
+                restore captures with at least its target's cap, so that every file
+                the target holds is compared, restored, and kept for undo.
         """
+        cap = self.max_file_bytes if max_file_bytes is None else max_file_bytes
+        if cap != self._last_cap:
+            # What the watcher lets us reuse was sorted into files and large by another cap.
+            self._memory = {}
+            self._entries = {}
+            self._last_capture = None
+            self._last_cap = cap
         # A capture allocates a few objects per file and frees few of them: the cyclic
         # collector would keep re-walking them all (a quarter of a warm snapshot).
         collecting = cyclic_gc.isenabled()
         cyclic_gc.disable()
         try:
-            return self._capture(store_objects=store_objects)
+            return self._capture(store_objects=store_objects, cap=cap)
         finally:
             if collecting:
                 cyclic_gc.enable()
 
-    def _capture(self, *, store_objects: bool) -> Manifest:
+    def _capture(self, *, store_objects: bool, cap: int) -> Manifest:
         tick = self._caches.tick()
         if not tick and is_coarse(os.stat(self._root.path)):
             tick = self._learn_tick()  # the root's own times: known before anything is trusted
-        current = self._capture_with(store_objects=store_objects, tick=tick)
+        current = self._capture_with(store_objects=store_objects, cap=cap, tick=tick)
         if self._caches.tick() != tick:
-            # Coarse times turned up below the root (another file system mounted there)
-            # after this capture had trusted stamps within a tick: forget what it
-            # recorded, and capture again with the tick.
-            current = self._capture_with(store_objects=store_objects, tick=self._learn_tick())
+            # Coarse times below the root (another file system mounted there) after this
+            # capture trusted stamps within a tick: forget them, and capture again.
+            tick = self._learn_tick()
+            current = self._capture_with(store_objects=store_objects, cap=cap, tick=tick)
         return current
 
     def _learn_tick(self) -> int:
-        """Records that the tree's file system ticks in seconds; trusts no cache made before."""
+        """Records that the tree ticks in seconds; trusts no cache, nor watched memory, before."""
         self._caches.record_tick(COARSE_TICK_NS)
         self._caches.forget_all()
+        self.forget_memory()
         self._entries = {}
-        self._last_capture = None
         return COARSE_TICK_NS
 
-    def _capture_with(self, *, store_objects: bool, tick: int) -> Manifest:
+    def _capture_with(self, *, store_objects: bool, cap: int, tick: int) -> Manifest:
         scan_start = time.time_ns()
         margin = self._racy_margin_ns + tick
         trust_before = scan_start - margin
         swept = self._store.sync() if store_objects else False
-        dirty = self._watcher.drain() if self._watcher is not None else None
+        rules = self.rules()
+        tracked = self.tracked(rules)
+        watcher = self._watcher
+        changes = watcher.take() if watcher is not None else None
+        if changes is not None:
+            # Taken: consumed only by the commit at the end (a failure leaves them pending).
+            self._changes_since_memory(changes, rules, tracked)
         last = self._last_capture if self._last_stored or not store_objects else None
-        if dirty == {} and last is not None and not swept:
-            # Not one event in any watched directory: the tree is as last captured.
+        if (
+            changes is not None
+            and changes.quiet
+            and last is not None
+            and not swept
+            and not self._has_links
+        ):
+            # Not one event in any watched directory, same rules, same tracked files:
+            # the tree is as last captured.
+            assert watcher is not None
+            watcher.commit()
             return msgspec.structs.replace(last, id=new_id(), time=now_rfc3339())
         listings = self._caches.listings()
         listed = listings.dirs
+        remember: dict[str, DirScan] | None = {} if watcher is not None else None
         found = self._scan_tree(
             self._root.path,
-            self.rules(),
+            rules,
             exclude=self._root.exclude,
-            max_file_bytes=self.max_file_bytes,
+            max_file_bytes=cap,
             listings=listings,
             trust_before=trust_before,
-            watcher=self._watcher,
+            watcher=watcher,
             memory=self._memory,
-            dirty=dirty,
+            changes=changes,
+            remember=remember,
+            tracked=tracked,
         )
         if listings.dirs != listed:
             self._caches.listings_changed()
-            if not tick and any(
-                _whole_seconds(listing.stamp)
-                for name, listing in listings.dirs.items()
-                if listed.get(name) is not listing
-            ):
+            fresh_stamps = (d.stamp for n, d in listings.dirs.items() if listed.get(n) is not d)
+            if not tick and any(is_coarse_stamp(stamp) for stamp in fresh_stamps):
                 self._caches.record_tick(COARSE_TICK_NS)  # the caller captures again
         cache = self._caches.stat_table()
         fresh: StatTable = {}
@@ -255,7 +316,7 @@ class Capture:
         entries: list[Entry] = []
         total = len(found.files)
         remembered = self._entries
-        kept: dict[str, tuple[os.stat_result, Entry]] = {}
+        kept: dict[str, tuple[Seen, Entry]] = {}
         watching = self._watcher is not None
         misses = 0
         first_reads = 0.0  # when the first file missing from the cache began to be read
@@ -272,7 +333,7 @@ class Capture:
                     if (hit := cache.get(rel)) is not None:
                         fresh[rel] = hit
                     continue
-                st = seen
+                st: StatLike = seen
                 hit = cache.get(rel)
                 if (
                     hit is not None
@@ -314,7 +375,6 @@ class Capture:
         dirs = sorted(found.dirs)
         self._caches.replace_stat_table(fresh)
         self._caches.save(force=self._watcher is None)
-        self._entries = kept
         current = Manifest(
             version=VERSION,
             id=new_id(),
@@ -322,7 +382,7 @@ class Capture:
             kind="current",
             step=None,
             time=now_rfc3339(),
-            max_file_bytes=self.max_file_bytes,
+            max_file_bytes=cap,
             tree=tree_digest(entries, dirs),
             entries=entries,
             dirs=dirs,
@@ -330,18 +390,115 @@ class Capture:
             large=sorted(found.large),
             excluded=sorted(found.excluded),
         )
-        if self._watcher is not None:
+        if watcher is not None and remember is not None:
+            # Commit: from here on the events taken are consumed and the memory is this scan's.
+            self._memory = remember
+            self._memory_key = rules.key
+            self._memory_tracked = tracked
+            self._has_links = any(part.linked for part in remember.values())
+            self._entries = kept
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects
+            watcher.commit(alive=set(remember))
         return current
+
+    def _changes_since_memory(
+        self, changes: Changes, rules: Rules, tracked: Tracked | None
+    ) -> None:
+        """Adds to `changes` what the rules and git's index changed since the memory was made."""
+        if rules.key != self._memory_key:
+            changes.everything = True  # every ignore decision may differ
+            return
+        if tracked is self._memory_tracked:
+            return
+        differing = (
+            tracked.changed_since(self._memory_tracked)
+            if tracked is not None
+            else self._memory_tracked.changed_since(None)
+            if self._memory_tracked is not None
+            else set()
+        )
+        if len(differing) > _MANY_TRACKED_CHANGES:
+            changes.everything = True
+            return
+        for raw in differing:
+            # Each directory on the way down decides again whether to enter the next.
+            path = wire_name(os.fsdecode(raw.rstrip(b"/")))
+            while path:
+                changes.touch(path, subtree=False)
+                path = path.rpartition("/")[0]
+
+    def audit(self, *, check: Callable[[], None] | None = None) -> list[str]:
+        """Compares what the watcher vouches for with a plain scan of the tree now.
+
+        The plain scan uses no cache, no memory and no watcher, and reads the rules
+        and git's index afresh. Directories with events pending before or after it
+        are left out (they are read again at the next capture anyway); any other
+        difference is something the watcher missed. Then the memory is dropped, so
+        the next capture reads everything afresh.
+
+        Args:
+            check: called at every directory; it may raise to abandon the audit
+                (a command is waiting).
+
+        Returns:
+            One line per difference: the path, what differs, and the latest events
+            seen in its directory. Empty when the watcher was right (or when there
+            is nothing watched to compare).
+        """
+        watcher = self._watcher
+        if watcher is None or not self._memory:
+            return []
+        memory, key = self._memory, self._memory_key
+        before = watcher.peek()
+        rules = base_rules(Path(self._root.path))
+        if before.everything or rules.key != key:
+            return []  # the next capture reads everything anyway
+        tracked = tracked_below(Path(self._root.path))
+        plain: dict[str, DirScan] = {}
+        scan_tree(
+            self._root.path,
+            rules,
+            exclude=self._root.exclude,
+            max_file_bytes=self.max_file_bytes,
+            remember=plain,
+            tracked=tracked,
+            check=check,
+        )
+        after = watcher.peek()
+        if after.everything:
+            return []
+        after.merge(before)
+        missed: list[str] = []
+        for rel_dir in sorted(memory.keys() | plain.keys()):
+            if rel_dir in after.dirs or _under_any(rel_dir, after.subtrees):
+                continue
+            mine, theirs = memory.get(rel_dir), plain.get(rel_dir)
+            if mine is None or theirs is None:
+                parent = rel_dir.rpartition("/")[0]
+                if parent in after.dirs or _under_any(parent, after.subtrees):
+                    continue
+                what = "not scanned by the watcher" if mine is None else "no longer there"
+                missed.append(_described(watcher, rel_dir or ".", what))
+                continue
+            for path, what in differences(mine.found, theirs.found):
+                missed.append(_described(watcher, path, what))
+        if missed:
+            self.forget_memory()
+        return missed
+
+    def forget_memory(self) -> None:
+        """Vouches for nothing the watcher saw: the next capture reads everything afresh."""
+        self._memory = {}
+        self._memory_key = None
+        self._last_capture = None
+        if self._watcher is not None:
+            self._watcher.forget_all()
 
     def hash_and_store(
         self, rel: str, *, store_objects: bool, tree: DirTree, recent_ns: int | None = None
     ) -> tuple[str, os.stat_result]:
-        """Hashes (and stores) one file, reached from the root without crossing a symlink.
-
-        `recent_ns`: a file changed within this long is read twice (default: the margin).
-        """
+        """Hashes (and stores) one file reached without a symlink; read twice if recent."""
         parent, _, name = rel.rpartition("/")
         try:
             dir_fd = tree.dir_fd(parent)
@@ -393,14 +550,45 @@ class Capture:
         return Entry(path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size)
 
 
-def _whole_seconds(stamp: tuple[int, int, int, int]) -> bool:
-    """True when a listing's stamp (inode, size, mtime, ctime) has whole-second times."""
-    return stamp[2] % COARSE_TICK_NS == 0 and stamp[3] % COARSE_TICK_NS == 0
+@dataclass(frozen=True, slots=True)
+class _IndexRead:
+    """What git's index said, and what tells that it still says so."""
+
+    tracked: Tracked | None
+    index: str | None
+    stamp: tuple[int, ...] | None
+    racy_before: int
+    """An index changed at or after this (ns) may have changed again unseen: read it again."""
+    rules: Rules
+    """The base rules it was read with (new ones may mean another repository)."""
 
 
-def _unhashed(
-    root: str, files: list[tuple[str, os.stat_result]], cache: StatTable
-) -> Iterator[bytes]:
+def _stamp(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _under_any(path: str, roots: set[str]) -> bool:
+    """True when `path` is one of `roots` or below one."""
+    return any(path == r or path.startswith(r + "/") for r in roots)
+
+
+def _described(watcher: Watcher, path: str, what: str) -> str:
+    """A difference, with the latest events seen in the path's directory (or on it)."""
+    parent = path.rpartition("/")[0]
+    events = [
+        f"{time.strftime('%H:%M:%S', time.localtime(at))} {directory or '.'}/"
+        f"{name.decode(errors='replace')} mask={mask:#x}"
+        for at, directory, name, mask in watcher.history
+        if directory in (parent, path)
+    ][-5:]
+    return f"{path}: {what}; latest events there: {', '.join(events) or 'none'}"
+
+
+def _unhashed(root: str, files: list[tuple[str, Seen]], cache: StatTable) -> Iterator[bytes]:
     """The absolute paths of the files whose cached digest cannot be used: what will be read."""
     base = os.fsencode(root) + b"/"
     for rel, st in files:

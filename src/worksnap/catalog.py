@@ -1,8 +1,9 @@
 """Catalog: the snapshots of one store, listed, named by refs, loaded safely, saved, verified.
 
-A ref is a full id, a unique id prefix, `latest` or `step:N` (those two within a
-session). `load` is the only way a stored manifest reaches the rest of worksnap:
-it refuses one that is damaged, hostile, misfiled or of another root.
+A ref is a full id, a unique id prefix (4 characters or more), `latest`, `latest~N`
+or `step:N` (those within a session; `latest` skips snapshots taken automatically).
+`load` is the only way a stored manifest reaches the rest of worksnap: it refuses one
+that is damaged, hostile, misfiled or of another root.
 """
 
 from __future__ import annotations
@@ -12,11 +13,20 @@ from collections.abc import Hashable
 
 from worksnap.errors import InputError, ManifestError, ObjectError
 from worksnap.hash import hash_bytes
-from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions
-from worksnap.manifest import Manifest, Summary, check_manifest, summarize
-from worksnap.paths import Root
+from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, is_automatic
+from worksnap.manifest import Entry, Manifest, Summary, check_manifest, summarize
+from worksnap.paths import Root, is_under
 from worksnap.plan import differing
+from worksnap.progress import Reporter
 from worksnap.store import Store
+
+MIN_PREFIX = 4
+"""The fewest characters of an id a ref may give: `show 1` must not pick some snapshot."""
+
+ID_LENGTH = 12
+
+_VERIFY_REPORT_EVERY = 64
+"""Objects read between two progress reports of `verify`."""
 
 _CHECKED_KEPT = 4
 """How many checked manifests are remembered (checking a big one costs more than reading it)."""
@@ -54,30 +64,64 @@ class Catalog:
         return summaries
 
     def resolve(self, ref: str, session: str) -> str:
-        """Returns the snapshot id a ref names: an id, a unique id prefix, `latest`, `step:N`.
+        """Returns the snapshot id a ref names.
 
-        `latest` and `step:N` look in `session` only; ids name any snapshot.
+        A ref is a full id; a unique prefix of at least `MIN_PREFIX` characters; `latest`,
+        the session's newest snapshot not taken automatically (`history.AUTOMATIC_KINDS`);
+        `latest~N`, the Nth such snapshot before it; or `step:N`, the session's newest
+        snapshot of step N. A bare number is refused (it reads as a step).
 
         Raises:
-            InputError: the ref names no snapshot, or more than one.
+            InputError: the ref names no snapshot, or more than one, or is malformed.
         """
-        if ref == "latest" or ref.startswith("step:"):
-            summaries = self.list(session)
-            if ref != "latest":
-                try:
-                    wanted = int(ref[len("step:") :])
-                except ValueError:
-                    raise InputError(f"bad ref {ref!r}: step:N needs a number") from None
-                summaries = [s for s in summaries if s.step == wanted]
-            if not summaries:
+        if ref == "latest" or ref.startswith("latest~"):
+            return self._latest(ref, session)
+        if ref.startswith("step:"):
+            try:
+                wanted = int(ref[len("step:") :])
+            except ValueError:
+                raise InputError(f"bad ref {ref!r}: step:N needs a number") from None
+            found = next((s for s in self.list(session) if s.step == wanted), None)
+            if found is None:
                 raise InputError(f"no snapshot matches {ref!r} in session {session!r}")
-            return summaries[0].id
-        matches = [i for i in self._store.ids() if i.startswith(ref.lower())] if ref else []
+            return found.id
+        wanted_id = ref.lower()
+        matches = [i for i in self._store.ids() if i.startswith(wanted_id)] if ref else []
+        if ref.isdigit() and len(ref) < ID_LENGTH:
+            also = (
+                f", or snapshot {matches[0]}"
+                if len(matches) == 1 and len(ref) >= MIN_PREFIX
+                else ""
+            )
+            raise InputError(f"ref {ref!r} is a bare number: did you mean step:{ref}{also}?")
+        if len(ref) < MIN_PREFIX and len(matches) != 0:
+            raise InputError(
+                f"ref {ref!r} is too short: give at least {MIN_PREFIX} characters of an id"
+            )
         if len(matches) == 1:
             return matches[0]
         if not matches:
             raise InputError(f"no snapshot matches {ref!r}")
         raise InputError(f"ref {ref!r} is ambiguous: it matches {len(matches)} snapshots")
+
+    def _latest(self, ref: str, session: str) -> str:
+        back = 0
+        if ref != "latest":
+            count = ref[len("latest~") :]
+            if not count.isdigit():
+                raise InputError(f"bad ref {ref!r}: latest~N needs a whole number")
+            back = int(count)
+        everything = self.list(session)
+        chosen = [s for s in everything if not is_automatic(s.kind)]
+        if back < len(chosen):
+            return chosen[back].id
+        if not everything:
+            raise InputError(f"no snapshot matches {ref!r}: session {session!r} has none yet")
+        raise InputError(
+            f"no snapshot matches {ref!r}: session {session!r} has "
+            f"{len(chosen) or 'no'} snapshot{'' if len(chosen) == 1 else 's'} taken on purpose "
+            "(`latest` skips those worksnap took on its own: name them by id)"
+        )
 
     def load(self, ref: str, session: str) -> Manifest:
         """Loads and checks a snapshot: it must be intact, safe, and of this root.
@@ -110,6 +154,24 @@ class Catalog:
         self.load(ref, session)
         return self._store.manifest_bytes(self.resolve(ref, session))
 
+    def entry(self, ref: str, path: str, session: str) -> Entry:
+        """Returns the file or symlink a snapshot holds at `path` (a relative wire path).
+
+        Raises:
+            InputError: it holds none there (the message says if it left it out).
+        """
+        manifest = self.load(ref, session)
+        found = next((e for e in manifest.entries if e.path == path), None)
+        if found is not None:
+            return found
+        why = "it holds no such file"
+        if path in manifest.dirs:
+            why = "it is a directory there"
+        for name in ("large", "ignored", "excluded"):
+            if any(is_under(path, p) for p in getattr(manifest, name)):
+                why = f"it left that out ({name})"
+        raise InputError(f"{path!r} is not in snapshot {manifest.id}: {why}")
+
     def attachment(self, ref: str, name: str, session: str) -> bytes:
         """Returns the bytes of a snapshot's named attachment."""
         manifest = self.load(ref, session)
@@ -128,33 +190,42 @@ class Catalog:
         later.sort(key=lambda s: (s.time, s.id))
         return [first, *(self.load(s.id, session) for s in later)]
 
-    def verify(self, ref: str | None, session: str) -> builtins.list[str]:
+    def verify(
+        self, ref: str | None, session: str, *, report: Reporter | None = None
+    ) -> builtins.list[str]:
         """Checks that every object the snapshot (or every snapshot) needs is present and intact.
+
+        Args:
+            ref: the snapshot (None: every snapshot of the store).
+            session: where `latest` and `step:N` look.
+            report: told how many of the objects have been read ("verify").
 
         Returns:
             One line for each problem found; empty when all is well.
         """
         problems = self._store.problems()  # damage that commands work around (pack indexes)
         ids = [self.resolve(ref, session)] if ref is not None else self._store.ids()
-        checked: dict[str, str | None] = {}
+        loaded: builtins.list[Manifest] = []
         for snapshot_id in ids:
             try:
-                manifest = self.load(snapshot_id, session)
+                loaded.append(self.load(snapshot_id, session))
             except ManifestError as exc:
                 problems.append(str(exc))
-                continue
+        needed = list(dict.fromkeys(e.hash for m in loaded for e in m.entries if e.hash))
+        checked: dict[str, str | None] = {}
+        for done, digest in enumerate(needed, 1):
+            try:
+                self._store.check(digest)  # a piece at a time: any size
+                checked[digest] = None
+            except ObjectError as exc:
+                checked[digest] = exc.reason
+            if report is not None and (done % _VERIFY_REPORT_EVERY == 0 or done == len(needed)):
+                report("verify", done, len(needed))
+        for manifest in loaded:
             for entry in manifest.entries:
-                if entry.hash is None:
-                    continue
-                if entry.hash not in checked:
-                    try:
-                        self._store.check(entry.hash)  # a piece at a time: any size
-                        checked[entry.hash] = None
-                    except ObjectError as exc:
-                        checked[entry.hash] = exc.reason
-                reason = checked[entry.hash]
+                reason = checked.get(entry.hash) if entry.hash else None
                 if reason is not None:
-                    problems.append(f"{snapshot_id}: {entry.path}: object {entry.hash} {reason}")
+                    problems.append(f"{manifest.id}: {entry.path}: object {entry.hash} {reason}")
         return problems
 
     # -- saving ---------------------------------------------------------------
@@ -181,7 +252,7 @@ class Catalog:
         """
         changed = self._changed(manifest, session)
         self._store.save_manifest(manifest, summarize(manifest, changed=changed))
-        if manifest.kind != CHECKPOINT:
+        if _counts_as_previous(manifest.kind):
             self._last_full = manifest
         if manifest.kind not in UNDO_KINDS:
             self._sessions.clear_redo(session)
@@ -191,12 +262,15 @@ class Catalog:
         self._last_full = None
 
     def _changed(self, manifest: Manifest, session: str) -> int | None:
-        """Counts the paths changed since the session's previous full snapshot (None: no such)."""
+        """Counts the paths changed since the session's previous snapshot (None: no such).
+
+        That is its previous full snapshot that was not taken automatically.
+        """
         if manifest.kind == CHECKPOINT:
             return None
         previous = self._last_full
         if previous is None or previous.session != session:
-            summary = next((s for s in self.list(session) if s.kind != CHECKPOINT), None)
+            summary = next((s for s in self.list(session) if _counts_as_previous(s.kind)), None)
             if summary is None:
                 return None
             if summary.tree == manifest.tree:
@@ -208,6 +282,11 @@ class Catalog:
         if previous.tree == manifest.tree:
             return 0
         return count_changes(previous, manifest)
+
+
+def _counts_as_previous(kind: str) -> bool:
+    """True for a snapshot CHANGED is counted against: full, and not taken automatically."""
+    return kind != CHECKPOINT and not is_automatic(kind)
 
 
 def count_changes(old: Manifest, new: Manifest) -> int:

@@ -1,176 +1,162 @@
 """The `worksnap` command line: each command calls `Workspace` and renders what it returns.
 
 The grammar is in arguments.py; `--json` documents come from views.py, the one place
-that shapes them. Imports of the engine are deferred until a command runs, so `--help`
-and argument errors answer at once.
+that shapes them; the commands that change the tree (plan, restore, rewind, undo, redo,
+recover) are in restoring.py. Every command first finds its root and store as git finds
+its repository (`layout.locate`). Imports of the engine are deferred until a command
+runs, so `--help`, `--version` and argument errors answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from worksnap import views
-from worksnap.arguments import build_parser
+from worksnap.arguments import parse
+from worksnap.client import LOCAL_ONLY
+from worksnap.invocation import command_paths, locate, open_workspace, option_prefix
+from worksnap.output import (
+    PROGRESS,
+    age,
+    display,
+    emit_json,
+    human_bytes,
+    plural,
+    say,
+    styled,
+    warn,
+    write_bytes,
+)
 
 if TYPE_CHECKING:
-    from worksnap.apply import Result
     from worksnap.daemon import WorkspacePool
-    from worksnap.plan import Plan
-    from worksnap.progress import Progress
-    from worksnap.workspace import Seams, Workspace
+    from worksnap.manifest import Summary
+    from worksnap.workspace import Seams
 
-# -- output ------------------------------------------------------------------
+__all__ = ["display", "main"]
 
+_LARGE_NAMED = 3  # how many of the files left out as large a snapshot names
 
-def display(path: str) -> str:
-    """Returns a path as one printable line: quoted with escapes when it needs them."""
-    if path.isprintable() and path.strip() == path and '"' not in path:
-        return path
-    out = []
-    for ch in path:
-        if ch == "\x00":
-            out.append("\\x")  # a wire-form escape: NUL then two hex digits
-        elif ch in '"\\':
-            out.append("\\" + ch)
-        elif ch.isprintable():
-            out.append(ch)
-        else:
-            out.append(ch.encode("unicode_escape").decode("ascii"))
-    return '"' + "".join(out) + '"'
-
-
-def _emit_json(value: object) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
-
-
-_COLOURS = {"M": "33", "A": "31", "D": "32", "B": "35"}
-
-
-def _colour(text: str, op: str) -> str:
-    if not sys.stdout.isatty() or os.environ.get("NO_COLOR"):
-        return text
-    return f"\x1b[{_COLOURS[op]}m{text}\x1b[0m"
-
-
-def _print_plan(plan: Plan) -> None:
-    counts = plan.counts()
-    if not plan.changes:
-        print(f"nothing to restore: the workspace matches snapshot {plan.target.id}")
-        return
-    for change in plan.changes:
-        op = change.op.value
-        kind = "dir" if change.entry is None and change.op.value != "A" else ""
-        if change.op.value == "A" and change.was_dir:
-            kind = "dir"
-        print(f"  {_colour(op, op)}  {display(change.path)}{'/' if kind == 'dir' else ''}")
-    blocked = f", {counts['B']} blocked (left as they are)" if counts["B"] else ""
-    print(
-        f"restore {plan.target.id}: {counts['M']} modified (restored), "
-        f"{counts['A']} added since (removed), {counts['D']} deleted since (recreated){blocked}"
-    )
-
-
-def _progress_printer(enabled: bool) -> Any:
-    def report(progress: Progress) -> None:
-        if progress.note:  # a notice (who holds the store) is always shown
-            print(f"worksnap: {progress.note}", file=sys.stderr)
-        elif enabled:
-            what = {"hash": "hashing", "apply": "restoring"}.get(progress.what, progress.what)
-            end = "\n" if progress.done == progress.total else ""
-            print(f"\r{what} {progress.done}/{progress.total}", end=end, file=sys.stderr)
-            sys.stderr.flush()
-
-    return report
-
-
-# -- commands ----------------------------------------------------------------
-
-
-def _open(args: argparse.Namespace, **options: Any) -> AbstractContextManager[Workspace]:
-    progress = _progress_printer(sys.stderr.isatty() and not args.json)
-    if args.pool is not None:  # in the daemon: its long-lived workspaces
-        options.update(force=args.force, session=args.session, progress=progress)
-        return nullcontext(_noting_recovery(args, args.pool.open(args.root, args.store, options)))
-    from worksnap.workspace import Workspace
-
-    ws = Workspace(args.root, store=args.store, force=args.force, session=args.session,
-                   progress=progress, seams=args.seams, **options)  # fmt: skip
-    return _noting_recovery(args, ws)
-
-
-def _noting_recovery(args: argparse.Namespace, ws: Workspace) -> Workspace:
-    """Says a restore was interrupted, for the commands that neither recover nor refuse."""
-    if args.command not in _RECOVERING and (pending := ws.recovery_pending()) is not None:
-        print(f"worksnap: warning: {pending}", file=sys.stderr)
-    return ws
-
-
-_RECOVERING = {"snapshot", "restore", "rewind", "undo", "redo", "recover", "plan", "run"}
+# -- snapshots ----------------------------------------------------------------
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
-    options: dict[str, Any] = {"exclude": tuple(args.exclude)}
-    if args.max_file_bytes is not None:
-        options["max_file_bytes"] = args.max_file_bytes
-    with _open(args, **options) as ws:
+    from worksnap.history import AUTOMATIC_KINDS
+
+    if args.kind in AUTOMATIC_KINDS:
+        from worksnap.errors import InputError
+
+        raise InputError(
+            f"kind {args.kind!r} is reserved: worksnap gives it to the snapshots it takes "
+            "on its own; choose another word"
+        )
+    with open_workspace(args, exclude=tuple(command_paths(args, args.exclude))) as ws:
+        before_cap = ws.max_file_bytes
+        if args.max_file_bytes is not None:
+            from worksnap.config import parse_size
+
+            ws.set_config("max-file-bytes", str(parse_size(args.max_file_bytes)))
         before = ws.objects_added
         manifest = ws.snapshot(
             kind=args.kind, step=args.step, label=args.label, **_meta_and_attachments(args)
         )
-        if args.json:
-            _emit_json(views.snapshot_view(manifest, new_objects=ws.objects_added - before))
-        else:
-            print(manifest.id)
-            for path in manifest.large:
-                print(
-                    f"worksnap: note: {display(path)} is over the size cap; not captured",
-                    file=sys.stderr,
-                )
+        large = ws.large_files(manifest)
+        cap = manifest.max_file_bytes
+        new_objects = ws.objects_added - before
+        warnings = list(ws.warnings)
+    if args.json:
+        emit_json(views.snapshot_view(manifest, new_objects=new_objects, large=large))
+    else:
+        say(manifest.id)
+        if args.location.found != "option" and os.getcwd() != args.root:
+            warn(f"note: snapshot of {display(args.root)} (found above this directory)")
+    if cap != before_cap:
+        warn(f"note: this store's size cap is now {human_bytes(cap)} (for every later snapshot)")
+    for line in warnings:
+        warn(f"warning: {line}")
+    if large:
+        _report_large(args, large, cap)
     return 0
+
+
+def _report_large(
+    args: argparse.Namespace,
+    large: list[tuple[str, int | None]],
+    cap: int,
+    *,
+    what: str = "left out",
+) -> None:
+    """Names the files a snapshot left out (the largest first) and how to protect them."""
+    from worksnap.config import format_size
+
+    shown = ", ".join(
+        f"{display(path)} ({human_bytes(size) if size is not None else 'gone'})"
+        for path, size in large[:_LARGE_NAMED]
+    )
+    more = f" and {len(large) - _LARGE_NAMED} more" if len(large) > _LARGE_NAMED else ""
+    warn(
+        f"warning: {plural(len(large), 'file')} over the {human_bytes(cap)} size cap {what}, "
+        f"not protected: {shown}{more}"
+    )
+    biggest = max((size or 0 for _, size in large), default=0)
+    nice = next(1 << bits for bits in range(10, 50) if 1 << bits >= biggest)
+    warn(
+        "to protect them, raise this store's cap: "
+        f"worksnap {option_prefix(args)}config max-file-bytes {format_size(nice)}"
+    )
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
+    with open_workspace(args) as ws:
         summaries = ws.list(all_sessions=args.all)
-        for problem in ws.problems:
-            print(f"worksnap: warning: {problem}", file=sys.stderr)
+        problems = list(ws.problems)
+        pins = ws.pinned()
+    for problem in problems:
+        warn(f"warning: {problem}")
+    if args.kind is not None:
+        summaries = [s for s in summaries if s.kind == args.kind]
+    if args.limit is not None:
+        summaries = summaries[: args.limit]
     if args.json:
-        _emit_json([views.summary_view(s) for s in summaries])
+        emit_json([views.summary_view(s, pinned=s.id in pins) for s in summaries])
         return 0
+    scope = "every session" if args.all else f"session {args.session}"
     if not summaries:
-        print("no snapshots yet (take one with `worksnap snapshot`)")
+        kind = f" of kind {args.kind}" if args.kind is not None else ""
+        say(f"no snapshots{kind} yet in {display(args.root)}, {scope} "
+            "(take one with `worksnap snapshot`)")  # fmt: skip
         return 0
-    now = datetime.now(timezone.utc)
-    session = "SESSION     " if args.all else ""
-    print(f"{'ID':<12}  {session}{'STEP':>4}  {'KIND':<11}  {'AGE':>5}  {'CHANGED':>7}  LABEL")
-    for s in summaries:
-        step = "-" if s.step is None else str(s.step)
-        changed = "-" if s.changed is None else str(s.changed)
-        in_session = f"{s.session:<12}" if args.all else ""
-        print(
-            f"{s.id:<12}  {in_session}{step:>4}  {s.kind:<11}  {_age(s.time, now):>5}  "
-            f"{changed:>7}  {s.label or ''}"
-        )
+    say(f"snapshots of {display(args.root)}, {scope}, newest first:")
+    _print_table(summaries, pins, with_session=args.all)
     return 0
 
 
-def _age(time: str, now: datetime) -> str:
-    """Returns how long ago an RFC 3339 UTC time was, in one short unit (`42s`, `3h`, `5d`)."""
+def _print_table(summaries: list[Summary], pins: set[str], *, with_session: bool) -> None:
+    from worksnap.history import is_automatic
     from worksnap.manifest import parse_time
 
-    then = parse_time(time)
-    seconds = max(0, int((now - then).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    now = datetime.now(timezone.utc)
+    session = "SESSION     " if with_session else ""
+    lines = [f"{'ID':<13}  {session}{'STEP':>4}  {'KIND':<11}  {'AGE':>5}  {'CHANGED':>7}  LABEL"]
+    for s in summaries:
+        step = "-" if s.step is None else str(s.step)
+        changed = "-" if s.changed is None else str(s.changed)
+        in_session = f"{s.session:<12}" if with_session else ""
+        mark = "*" if s.id in pins else " "
+        row = (
+            f"{s.id}{mark}  {in_session}{step:>4}  {s.kind:<11}  "
+            f"{age(parse_time(s.time), now):>5}  {changed:>7}  {s.label or ''}"
+        )
+        lines.append(styled(row, "2") if is_automatic(s.kind) else row)
+    if pins & {s.id for s in summaries}:
+        lines.append("(* pinned: gc keeps it)")
+    say(*lines)
 
 
 def _meta_and_attachments(args: argparse.Namespace) -> dict[str, Any]:
@@ -195,264 +181,144 @@ def _meta_and_attachments(args: argparse.Namespace) -> dict[str, Any]:
     return {"meta": meta, "attach": attach}
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
-        data = ws.show_bytes(args.ref)
-        if args.json:
-            sys.stdout.buffer.write(data)
-            return 0
-        manifest = ws.load(args.ref)
-    print(f"snapshot {manifest.id}  kind {manifest.kind}  step {manifest.step}  {manifest.time}")
-    if manifest.label:
-        print(f"label    {manifest.label}")
-    print(f"root     {display(manifest.root)}")
-    print(
-        f"captured {len(manifest.entries)} files and links, {len(manifest.dirs)} directories; "
-        f"left out {len(manifest.ignored)} ignored, {len(manifest.large)} large, "
-        f"{len(manifest.excluded)} excluded"
-    )
-    return 0
-
-
-def _cmd_plan(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
-        plan = ws.plan_restore(ws.load(args.ref), paths=args.paths or None)
-    if args.json:
-        _emit_json(views.plan_view(plan))
-    else:
-        _print_plan(plan)
-    return 0
-
-
-def _cmd_restore(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
-        if args.dry_run:
-            plan = ws.plan_restore(ws.load(args.ref), paths=args.paths or None)
-            if args.json:
-                _emit_json(views.plan_view(plan))
-            else:
-                _print_plan(plan)
-            return 0
-        result = _restore_confirmed(args, ws, args.ref)
-    return 1 if result is None else _report_result(args, result)
-
-
-def _restore_confirmed(args: argparse.Namespace, ws: Workspace, ref: str) -> Result | None:
-    """Restores `ref`, first showing the plan and asking when a person is at the terminal.
-
-    Returns None when the person said no (nothing was changed).
-    """
-    paths = getattr(args, "paths", None) or None
-    if args.yes or args.json or not sys.stdin.isatty():
-        return ws.restore(ref, paths=paths)  # one walk serves plan and pre-restore snapshot
-    plan = ws.plan_restore(ws.load(ref), paths=paths)
-    if not plan.changes:
-        return ws.apply(plan)
-    _print_plan(plan)
-    answer = input(f"restore {len(plan.changes)} changes? [y/N] ").strip().lower()
-    if answer in ("y", "yes"):
-        return ws.apply(plan)
-    print("nothing was changed")
-    return None
-
-
-def _report_result(
-    args: argparse.Namespace, result: Result, *, then: str = "undo it with: worksnap undo"
-) -> int:
-    if args.json:
-        _emit_json(views.result_view(result))
-    elif result.ok:
-        print(
-            f"restored {len(result.restored)} paths from snapshot {result.target}"
-            + (f" ({then})" if result.pre_restore else "")
-        )
-        for path in result.blocked:
-            note = "left as it is: a directory of ignored files where the snapshot has a file"
-            print(f"worksnap: warning: {display(path)} {note}", file=sys.stderr)
-    else:
-        state = (
-            "the workspace was rolled back to how it was before"
-            if result.rolled_back
-            else "the workspace may be partly restored"
-        )
-        print(f"worksnap: error: restore failed at {result.error}; {state}", file=sys.stderr)
-    return 0 if result.ok else 1
-
-
 def _cmd_verify(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
+    with open_workspace(args) as ws:
         problems = ws.verify(args.ref)
     if args.json:
-        _emit_json(views.verify_view(problems))
+        emit_json(views.verify_view(problems))
     else:
-        for problem in problems:
-            print(problem)
-        if not problems:
-            print("all objects present and intact")
+        say(*problems, *([] if problems else ["all objects present and intact"]))
     return 1 if problems else 0
 
 
-def _cmd_recover(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
-        result = ws.recover(discard=args.discard)
-    if args.json:
-        _emit_json(views.recover_view(result))
-    elif result is None:
-        print("no interrupted restore to recover")
-    else:
-        done = "dropped the journal of" if args.discard else "rolled back"
-        kept = f"; the tree as it was: snapshot {result.pre_restore} (worksnap undo)"
-        print(f"{done} an interrupted restore ({len(result.restored)} paths)"
-              + (kept if result.pre_restore else ""))  # fmt: skip
-    return 0
-
-
-def _cmd_rewind(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
-        result = _restore_confirmed(args, ws, f"step:{args.step}")
-    return 1 if result is None else _report_result(args, result)
-
-
-def _cmd_undo(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
-        result = ws.undo()
-    return _report_result(args, result, then="redo it with: worksnap redo")
-
-
-def _cmd_redo(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
-        result = ws.redo()
-    return _report_result(args, result)
-
-
 def _cmd_begin(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
+    with open_workspace(args) as ws:
         checkpoint = ws.begin(step=args.step, label=args.label, **_meta_and_attachments(args))
     if args.json:
-        _emit_json(views.begin_view(checkpoint))
+        emit_json(views.begin_view(checkpoint))
     else:
-        print(checkpoint.id)
+        say(checkpoint.id)
     return 0
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
-        checkpoint = ws.capture_before(args.paths)
+    with open_workspace(args) as ws:
+        paths = command_paths(args, args.paths)
+        checkpoint = ws.capture_before(paths)
+        named = {ws.relative(p) for p in paths}
+        large = [(p, size) for p, size in ws.large_files(checkpoint) if p in named]
+        cap = ws.max_file_bytes
     if args.json:
-        _emit_json(views.capture_view(checkpoint))
+        emit_json(views.capture_view(checkpoint))
+    if large:
+        _report_large(args, large, cap, what="left out of the checkpoint")
     return 0
 
 
 def _cmd_attachment(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
+    with open_workspace(args) as ws:
         data = ws.attachment(args.ref, args.name)
-    sys.stdout.buffer.write(data)
-    sys.stdout.flush()
+    write_bytes(data)  # raw bytes, with --json too (README, JSON contract)
     return 0
+
+
+# -- the store ----------------------------------------------------------------
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:
     from worksnap.config import Retention
+    from worksnap.errors import InputError
 
-    policy = Retention(keep_last=args.keep_last, max_age=args.max_age, max_bytes=args.max_bytes)
-    with _open(args) as ws:
-        report = ws.gc(
-            None if policy.is_empty() and args.drop_session is None else policy,
-            drop_session=args.drop_session,
+    if args.keep_last == 0 and not args.all:
+        raise InputError(
+            "gc --keep-last 0 keeps nothing but pinned snapshots; add --all if you mean it"
         )
+    policy = Retention(keep_last=args.keep_last, max_age=args.max_age, max_bytes=args.max_bytes)
+    policy.check()
+    with open_workspace(args) as ws:
+        report = ws.gc(
+            None if policy.is_empty() and args.drop_session is None and not args.all else policy,
+            drop_session=args.drop_session,
+            everything=args.all,
+            dry_run=args.dry_run,
+        )
+        gone = [s for s in ws.list(all_sessions=True) if s.id in set(report.dropped)]
+        pins = ws.pinned()
     if args.json:
-        _emit_json(views.gc_view(report))
+        emit_json(views.gc_view(report))
+    elif report.dry_run:
+        say(f"would drop {plural(report.snapshots, 'snapshot')}, "
+            f"{plural(report.objects, 'object')} ({human_bytes(report.bytes)} freed); "
+            "nothing was removed" + (":" if gone else ""))  # fmt: skip
+        if gone:
+            _print_table(gone, pins, with_session=True)
     else:
-        print(f"dropped {report.snapshots} snapshots, {report.objects} objects "
-              f"({_human_bytes(report.bytes)} freed)")  # fmt: skip
+        say(f"dropped {plural(report.snapshots, 'snapshot')}, {plural(report.objects, 'object')} "
+            f"({human_bytes(report.bytes)} freed)")  # fmt: skip
     return 0
 
 
 def _cmd_pin(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
+    with open_workspace(args) as ws:
         snapshot_id = ws.pin(args.ref, pinned=args.command == "pin")
     if args.json:
-        _emit_json(views.pin_view(snapshot_id, pinned=args.command == "pin"))
+        emit_json(views.pin_view(snapshot_id, pinned=args.command == "pin"))
     else:
-        print(f"{args.command}ned {snapshot_id}")
+        say(f"{args.command}ned {snapshot_id}")
     return 0
 
 
 def _cmd_du(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
+    with open_workspace(args) as ws:
         sessions = ws.du()
         total = ws.store_size()
     if args.json:
-        _emit_json(views.du_view(sessions, store_bytes=total))
+        emit_json(views.du_view(sessions, store_bytes=total))
         return 0
-    print(f"{'SESSION':<20}  {'SNAPSHOTS':>9}  REFERENCED")
+    lines = [f"{'SESSION':<20}  {'SNAPSHOTS':>9}  REFERENCED"]
     for name, (count, size) in sessions.items():
-        print(f"{name:<20}  {count:>9}  {_human_bytes(size)}")
-    print(f"store on disk: {_human_bytes(total)}")
+        lines.append(f"{name:<20}  {count:>9}  {human_bytes(size)}")
+    say(*lines, f"store on disk: {human_bytes(total)}")
     return 0
 
 
-def _human_bytes(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
+def _cmd_config(args: argparse.Namespace) -> int:
+    from worksnap.config import SETTINGS, get_setting
+    from worksnap.errors import InputError
+
+    if args.key is not None and args.key not in SETTINGS:
+        raise InputError(f"unknown setting {args.key!r}: use one of {', '.join(SETTINGS)}")
+    with open_workspace(args) as ws:
+        config = ws.set_config(args.key, args.value) if args.value is not None else ws.config()
+        cap = ws.max_file_bytes
+    document = views.config_view(config, max_file_bytes=cap, store=args.store)
+    if args.json:
+        emit_json(document)
+        return 0
+    keys = SETTINGS if args.key is None else (args.key,)
+    lines = []
+    for key in keys:
+        value = get_setting(config, key)
+        if key == "max-file-bytes":
+            shown = f"{human_bytes(cap)}" + (" (the default)" if value is None else "")
+        elif key == "daemon" and value is None:
+            shown = "none (automatic: see `worksnap daemon status`)"
+        else:
+            shown = "none" if value is None else str(value).lower()
+        lines.append(f"{key:<15} {shown}")
+    say(*lines)
+    return 0
 
 
 def _cmd_rebind(args: argparse.Namespace) -> int:
-    with _open(args) as ws:
+    with open_workspace(args) as ws:
         count = ws.rebind()
         root = ws.root
     if args.json:
-        _emit_json(views.rebind_view(root, snapshots=count))
+        emit_json(views.rebind_view(root, snapshots=count))
     else:
-        print(f"store bound to {root} ({count} snapshots rebound)")
+        say(f"store bound to {root} ({plural(count, 'snapshot')} rebound)")
     return 0
-
-
-def _cmd_diff(args: argparse.Namespace) -> int:
-    from worksnap.diff import unified
-
-    with _open(args) as ws:
-        changes, read = ws.diff(args.ref, args.ref2)
-        if args.json:
-            _emit_json(views.diff_view(changes, read))
-        elif args.numstat or args.stat:
-            _print_stats(changes, read, numstat=args.numstat)
-        else:
-            for change in changes:
-                sys.stdout.write(unified(change, read))
-    return 0
-
-
-def _print_stats(changes: list[Any], read: Any, *, numstat: bool) -> None:
-    from worksnap.diff import line_counts
-
-    added_total = deleted_total = 0
-    rows = []
-    for change in changes:
-        name = display(change.path)
-        if change.op == "R":
-            name = f"{display(change.old_path)} => {display(change.path)}"
-        counts = line_counts(change, read)
-        rows.append((name, counts))
-        if counts:
-            added_total += counts[0]
-            deleted_total += counts[1]
-    width = max((len(name) for name, _ in rows), default=0)
-    for name, counts in rows:
-        if numstat:
-            print(f"{counts[0]}\t{counts[1]}\t{name}" if counts else f"-\t-\t{name}")
-        elif counts is None:
-            print(f" {name:<{width}} | Bin")
-        else:
-            bar = "+" * min(counts[0], 40) + "-" * min(counts[1], 40)
-            print(f" {name:<{width}} | {counts[0] + counts[1]:>4} {bar}")
-    if not numstat:
-        print(f" {len(rows)} files changed, {added_total} insertions(+), "
-              f"{deleted_total} deletions(-)")  # fmt: skip
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -462,24 +328,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
         raise InputError("run needs a command after --, e.g. worksnap run -- make test")
-    with _open(args) as ws:
-        return run_wrapped(ws, command, every=args.every, step=args.step)
+    with open_workspace(args) as ws:
+        outcome = run_wrapped(
+            ws, command, every=args.every, step=args.step, stdout=2 if args.json else None
+        )
+    if outcome.error is not None:
+        warn(f"error: {outcome.error}")
+    if args.json:
+        emit_json(views.run_view(outcome))
+    return outcome.exit_code
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
-    from worksnap import daemon
+    from worksnap import autostart, client, daemon
     from worksnap.errors import InputError
-    from worksnap.layout import store_location
 
-    root = os.path.realpath(args.root)
+    root = args.root
     if not os.path.isdir(root):
-        raise InputError(f"root {args.root!r} is not a directory")
-    store_dir = store_location(root, args.store)
+        raise InputError(f"root {root!r} is not a directory")
+    store_dir = args.store
     if args.action in ("start", "serve"):
         if not daemon.SUPPORTED:
             raise InputError("worksnap daemon needs Linux (inotify); commands run directly here")
-        with _open(args):
-            pass  # the same checks as any command: root guards, store binding
+        with open_workspace(args) as ws:
+            ws.store.bind(ws.root)  # the same checks as any command; later commands find it
     if args.action == "serve":
         daemon.serve(root, store_dir, idle=args.idle, run=_run_pooled)
         return 0
@@ -488,71 +360,111 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     elif args.action == "stop":
         stopped = daemon.stop(store_dir)
         if args.json:
-            _emit_json(views.daemon_stop_view(stopped=stopped))
+            emit_json(views.daemon_stop_view(stopped=stopped))
         else:
-            print("daemon stopped" if stopped else f"no daemon was running for {store_dir}")
+            say("daemon stopped" if stopped else f"no daemon was running for {store_dir}")
         return 0
     else:
-        status = daemon.request(store_dir, "status") or {}
+        status = client.request(store_dir, "status") or {}
+    decision = autostart.decide(root, store_dir)
     if args.json:
-        _emit_json(views.daemon_status_view(status))
+        emit_json(
+            {**views.daemon_status_view(status), "mode": decision.mode, "reason": decision.reason}
+        )
     elif status:
-        print(
+        say(
             f"daemon {status['pid']} serving {status['store']} for {status['root']}: "
-            f"{status['requests']} commands, "
+            f"{plural(status['requests'], 'command')}, "
             f"{'watching' if status.get('watching') else 'not watching (no inotify)'}, "
-            f"stops after {status['idle_seconds']:g} s idle"
+            f"stops after {status['idle_seconds']:g} s idle",
+            f"audits: {status.get('audits', 0)} run, "
+            f"{status.get('audit_differences', 0)} differences found",
+            f"automatic start: {decision.mode}, {decision.reason}",
         )
     else:
-        print(f"no daemon is running for {store_dir}")
+        say(
+            f"no daemon is running for {store_dir}",
+            f"automatic start: {decision.mode}, {decision.reason}",
+        )
     return 0 if status else 1
 
 
-_COMMANDS = {
-    "snapshot": _cmd_snapshot,
-    "list": _cmd_list,
-    "show": _cmd_show,
-    "plan": _cmd_plan,
-    "restore": _cmd_restore,
-    "verify": _cmd_verify,
-    "recover": _cmd_recover,
-    "rewind": _cmd_rewind,
-    "undo": _cmd_undo,
-    "redo": _cmd_redo,
-    "begin": _cmd_begin,
-    "capture": _cmd_capture,
-    "attachment": _cmd_attachment,
-    "gc": _cmd_gc,
-    "pin": _cmd_pin,
-    "unpin": _cmd_pin,
-    "du": _cmd_du,
-    "rebind": _cmd_rebind,
-    "diff": _cmd_diff,
-    "run": _cmd_run,
-    "daemon": _cmd_daemon,
-}
+def _cmd_completion(args: argparse.Namespace) -> int:
+    from worksnap.arguments import build_parser
+    from worksnap.completion import script
 
-# Not run in the daemon: `run` would hold it for the whole command, `rebind` changes
-# what the store is bound to, and `daemon` manages it.
-_LOCAL_ONLY = {"run", "rebind", "daemon"}
+    sys.stdout.write(script(args.shell, build_parser()))
+    return 0
 
 
-def main(argv: Sequence[str] | None = None, *, seams: Seams | None = None) -> int:
+def _commands() -> dict[str, Any]:
+    from worksnap import inspection, restoring
+
+    return {
+        "snapshot": _cmd_snapshot,
+        "status": inspection.cmd_status,
+        "list": _cmd_list,
+        "show": inspection.cmd_show,
+        "cat": inspection.cmd_cat,
+        "plan": restoring.cmd_plan,
+        "restore": restoring.cmd_restore,
+        "verify": _cmd_verify,
+        "recover": restoring.cmd_recover,
+        "rewind": restoring.cmd_rewind,
+        "undo": restoring.cmd_undo,
+        "redo": restoring.cmd_redo,
+        "begin": _cmd_begin,
+        "capture": _cmd_capture,
+        "attachment": _cmd_attachment,
+        "gc": _cmd_gc,
+        "pin": _cmd_pin,
+        "unpin": _cmd_pin,
+        "du": _cmd_du,
+        "config": _cmd_config,
+        "rebind": _cmd_rebind,
+        "diff": inspection.cmd_diff,
+        "run": _cmd_run,
+        "daemon": _cmd_daemon,
+        "completion": _cmd_completion,
+    }
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    seams: Seams | None = None,
+    tried_daemon: bool = False,
+) -> int:
     """Runs the command line; returns the exit code.
 
     Args:
         argv: the arguments (default: the process's).
         seams: parts of the workspace to swap, for tests (see `workspace.Seams`).
+        tried_daemon: the client (client.py) already found no daemon to run it.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     args.seams = seams
-    if args.command not in _LOCAL_ONLY:
-        from worksnap import daemon
+    try:
+        return _quietly_on_broken_pipe(lambda: _main(argv, args, tried_daemon=tried_daemon))
+    except FileNotFoundError as exc:  # the current directory is gone
+        print(f"worksnap: error: {exc.strerror}: the current directory", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str], args: argparse.Namespace, *, tried_daemon: bool) -> int:
+    args.given_store = args.store is not None
+    if args.command == "completion":
+        return _run(args)
+    locate(args)
+    if args.command in LOCAL_ONLY:
+        return _run(args)
+    if not tried_daemon:
+        from worksnap import client
 
         try:
-            code = daemon.forward(argv, args.root, args.store)
-        except daemon.DaemonLost:
+            code = client.forward(argv, args.root, args.store)
+        except client.DaemonLost:
             print(
                 "worksnap: error: the daemon stopped while running the command "
                 "(run `worksnap list` to see what was done)",
@@ -566,29 +478,59 @@ def main(argv: Sequence[str] | None = None, *, seams: Seams | None = None) -> in
             return 130
         if code is not None:
             return code
-        daemon.auto_start(args.root, args.store, force=args.force)
-    return _run(args)
+    code = _run(args)
+    from worksnap import autostart
+
+    autostart.maybe_start(args.root, args.store, force=args.force)
+    return code
+
+
+_BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, as a shell reports a reader that went away
+
+
+def _quietly_on_broken_pipe(run: Any) -> int:
+    """Runs the command; a reader that went away (`worksnap list | head -1`) ends it quietly."""
+    try:
+        code: int = run()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Anything still buffered cannot be written either: point stdout at nothing, so
+        # the interpreter's own flush at exit does not complain.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return _BROKEN_PIPE_EXIT
+    return code
 
 
 def _run_pooled(argv: list[str], pool: WorkspacePool) -> int:
     """Runs one command line inside the daemon, on its long-lived workspaces."""
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     args.pool = pool
-    return _run(args)
+    args.given_store = args.store is not None
+    locate(args)
+    return _quietly_on_broken_pipe(lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
     from worksnap.errors import WorksnapError
 
     try:
-        return _COMMANDS[args.command](args)
+        code: int = _commands()[args.command](args)
+        return code
     except WorksnapError as exc:
+        PROGRESS.clear()
         print(f"worksnap: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        PROGRESS.clear()
         print("worksnap: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise
     except OSError as exc:
+        PROGRESS.clear()
         print(f"worksnap: error: {exc}", file=sys.stderr)
         return 1
 

@@ -1,18 +1,51 @@
 """Config: `config.json` in the store, the settings that apply to every command on it.
 
-The one reader of that file, and a strict one: an unknown field or a value of the
-wrong type is refused with one clear error, never half-applied.
+The one reader of that file, and a strict one: an unknown field, a value of the wrong
+type or a size or duration that does not parse is refused with one clear error when
+the file is read, never half-applied (a snapshot reads it before it stores anything).
+`worksnap config KEY VALUE` writes it through `set_setting`.
 """
 
 from __future__ import annotations
+
+import re
 
 import msgspec
 
 from worksnap.errors import InputError
 from worksnap.storedir import MIB, StoreDir
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\Z")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
-class Retention(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+
+def parse_duration(text: str) -> float:
+    """Parses `90s`, `45m`, `12h`, `30d`, `2w` (or plain seconds) into seconds."""
+    match = _DURATION.match(text.strip().lower())
+    if not match:
+        raise InputError(f"bad duration {text!r}: use a number and s, m, h, d or w (e.g. 30d)")
+    return float(match.group(1)) * _SECONDS[match.group(2)]
+
+
+def parse_size(text: str) -> int:
+    """Parses `500M`, `2G`, `10KiB`, `1024` (binary units) into bytes."""
+    match = _SIZE.match(text.strip().lower())
+    if not match:
+        raise InputError(f"bad size {text!r}: use a number and K, M, G or T (e.g. 5G)")
+    return int(float(match.group(1)) * 1024 ** _POWERS[match.group(2)])
+
+
+def format_size(size: int) -> str:
+    """The shortest exact spelling `parse_size` reads back: `64M`, `1536K`, `1000`."""
+    for unit, power in (("T", 4), ("G", 3), ("M", 2), ("K", 1)):
+        if size and size % 1024**power == 0:
+            return f"{size // 1024**power}{unit}"
+    return str(size)
+
+
+class Retention(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """A retention policy; a field left None sets no limit on that axis."""
 
     keep_last: int | None = None
@@ -23,14 +56,46 @@ class Retention(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         """True when the policy limits nothing."""
         return self.keep_last is None and self.max_age is None and self.max_bytes is None
 
+    def check(self) -> None:
+        """Refuses a limit that does not parse, or a negative count.
 
-class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+        Raises:
+            InputError: names the field.
+        """
+        if self.keep_last is not None and self.keep_last < 0:
+            raise InputError(f"keep_last {self.keep_last} is negative")
+        if self.max_age is not None:
+            parse_duration(self.max_age)
+        if self.max_bytes is not None:
+            parse_size(self.max_bytes)
+
+
+class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """The store's settings; every field is optional."""
 
     retention: Retention = msgspec.field(default_factory=Retention)
     """Applied after every snapshot, and by `gc` without options."""
-    daemon: bool = False
-    """Start `worksnap daemon` on the first command that finds none."""
+    daemon: bool | None = None
+    """`true`: every command that finds no daemon starts one; `false`: never; absent (or
+    null): where it is sound and pays, Linux, a local file system, a big enough tree
+    (autostart.py)."""
+    max_file_bytes: int | str | None = None
+    """The size cap of new snapshots: bytes, or a size such as "64M" (None: 2 MiB)."""
+
+    def cap(self) -> int | None:
+        """The size cap in bytes (None: not set)."""
+        if self.max_file_bytes is None:
+            return None
+        if isinstance(self.max_file_bytes, str):
+            return parse_size(self.max_file_bytes)
+        return self.max_file_bytes
+
+    def check(self) -> None:
+        """Refuses a value of the right type that still makes no sense (see `load_config`)."""
+        self.retention.check()
+        cap = self.cap()
+        if cap is not None and cap < 0:
+            raise InputError(f"max_file_bytes {cap} is negative")
 
 
 def load_config(store: StoreDir) -> Config:
@@ -43,6 +108,77 @@ def load_config(store: StoreDir) -> Config:
     path = store.paths.config
     try:
         data = store.read_optional(path, limit=MIB)
-        return Config() if data is None else msgspec.json.decode(data, type=Config)
-    except (OSError, msgspec.DecodeError) as exc:
+        if data is None:
+            return Config()
+        config = msgspec.json.decode(data, type=Config)
+        config.check()
+    except (OSError, msgspec.DecodeError, InputError) as exc:
         raise InputError(f"config {path} is not valid ({exc})") from None
+    return config
+
+
+SETTINGS = ("max-file-bytes", "daemon", "keep-last", "max-age", "max-bytes")
+"""The keys of `worksnap config`, in the order it lists them."""
+
+
+def get_setting(config: Config, key: str) -> object:
+    """The value of one `worksnap config` key (None: not set)."""
+    _check_key(key)
+    if key == "max-file-bytes":
+        return config.cap()
+    if key == "daemon":
+        return config.daemon
+    value: object = getattr(config.retention, key.replace("-", "_"))
+    return value
+
+
+def set_setting(store: StoreDir, key: str, value: str) -> Config:
+    """Sets one `worksnap config` key in the store's config.json; returns the new config.
+
+    `value` is what a person types: a size (`64M`), a duration (`30d`), a count,
+    `true`/`false`, or `none` to clear the setting. The file is rewritten atomically,
+    keeping every other setting. The store must exist.
+
+    Raises:
+        InputError: unknown key, a value that does not parse, or a damaged config.
+    """
+    _check_key(key)
+    config = load_config(store)
+    cleared = value.strip().lower() in ("none", "null", "")
+    retention = config.retention
+    if key == "max-file-bytes":
+        config = msgspec.structs.replace(
+            config, max_file_bytes=None if cleared else parse_size(value)
+        )
+    elif key == "daemon":
+        word = value.strip().lower()
+        if word not in ("true", "false", "none", "null", "auto", ""):
+            raise InputError(f"daemon must be true, false or none (automatic), not {value!r}")
+        daemon = None if word not in ("true", "false") else word == "true"
+        config = msgspec.structs.replace(config, daemon=daemon)
+    elif key == "keep-last":
+        count = None if cleared else _count(value)
+        retention = msgspec.structs.replace(retention, keep_last=count)
+    elif key == "max-age":
+        if not cleared:
+            parse_duration(value)
+        retention = msgspec.structs.replace(retention, max_age=None if cleared else value)
+    else:
+        if not cleared:
+            parse_size(value)
+        retention = msgspec.structs.replace(retention, max_bytes=None if cleared else value)
+    config = msgspec.structs.replace(config, retention=retention)
+    config.check()
+    store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
+    return config
+
+
+def _check_key(key: str) -> None:
+    if key not in SETTINGS:
+        raise InputError(f"unknown setting {key!r}: use one of {', '.join(SETTINGS)}")
+
+
+def _count(value: str) -> int:
+    if not value.strip().isdigit():
+        raise InputError(f"bad count {value!r}: use a whole number")
+    return int(value)

@@ -1,16 +1,21 @@
-"""Diff: what changed between two captured states, as file changes, unified diffs and stats.
+"""Diff: what changed between two captured states, as file changes, git patches and stats.
 
 Renames are exact: a path that disappeared and a path that appeared with the
-same content (and type) are one rename.
+same content (and type) are one rename. `git_patch` writes a change as `git diff`
+does, so `git apply` takes the output of `worksnap diff`.
 """
 
 from __future__ import annotations
 
+import base64
 import difflib
+import hashlib
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from worksnap.manifest import Entry, Manifest
+from worksnap.paths import fs_path, is_under
 
 _BINARY_SNIFF = 8000  # as git: a NUL in the first 8000 bytes means binary
 
@@ -31,6 +36,9 @@ def compare(old: Manifest, new: Manifest) -> list[FileChange]:
     before = {e.path: e for e in old.entries}
     after = {e.path: e for e in new.entries}
     changes: list[FileChange] = []
+    # A path that is a directory now is never the source of a rename: git applies a
+    # rename after what its patch creates below that path, which its link or file blocks.
+    now_dirs = set(new.dirs)
     gone = {p: e for p, e in before.items() if p not in after}
     by_content: dict[tuple[str, str | None, str | None], list[str]] = {}
     for path in sorted(gone):
@@ -41,9 +49,14 @@ def compare(old: Manifest, new: Manifest) -> list[FileChange]:
             if before[path] != entry:
                 changes.append(FileChange("M", path, before[path], entry))
             continue
-        sources = by_content.get((entry.type, entry.hash, entry.target))
+        sources = [
+            p
+            for p in by_content.get((entry.type, entry.hash, entry.target), [])
+            if p not in now_dirs
+        ]
         if sources:
-            origin = sources.pop(0)
+            origin = sources[0]
+            by_content[(entry.type, entry.hash, entry.target)].remove(origin)
             del gone[origin]
             changes.append(FileChange("R", path, before[origin], entry, old_path=origin))
         else:
@@ -62,7 +75,7 @@ def _content(entry: Entry | None, read: Callable[[Entry], bytes]) -> bytes:
     if entry is None:
         return b""
     if entry.type == "symlink":
-        return (entry.target or "").encode("utf-8", "surrogatepass")
+        return fs_path(entry.target or "")
     return read(entry)
 
 
@@ -81,27 +94,157 @@ def line_counts(change: FileChange, read: Callable[[Entry], bytes]) -> tuple[int
     return added, deleted
 
 
+def select(changes: list[FileChange], wanted: list[str]) -> list[FileChange]:
+    """The changes at or below any of `wanted` (relative wire paths), a rename by either path."""
+    return [
+        c
+        for c in changes
+        if any(is_under(c.path, w) or (c.old_path and is_under(c.old_path, w)) for w in wanted)
+    ]
+
+
 def unified(change: FileChange, read: Callable[[Entry], bytes]) -> str:
-    """Returns a git-style unified diff of one change (binary files are only named)."""
-    old_name = f"a/{change.old_path or change.path}"
-    new_name = f"b/{change.path}"
-    header = f"diff --worksnap {old_name} {new_name}\n"
+    """Returns `git_patch` of one change as text (bytes that are not UTF-8 replaced)."""
+    return git_patch(change, read).decode("utf-8", "replace")
+
+
+def git_patch(change: FileChange, read: Callable[[Entry], bytes], *, binary: bool = False) -> bytes:
+    """Returns one change as git writes it (`git diff`), so that `git apply` takes it.
+
+    `diff --git` headers with git's quoting of odd names, `index` lines with git's blob
+    ids, mode changes, new and deleted files, exact renames (`similarity index 100%`),
+    and a file that became a symlink (or back) as a deletion and an addition. Binary
+    content is only named (`Binary files ... differ`), or with `binary` written as a
+    `GIT binary patch` (literal hunks both ways, full blob ids, as `git diff --binary`).
+    """
+    old, new = change.old, change.new
+    if old is not None and new is not None and old.type != new.type:
+        gone = FileChange("D", change.old_path or change.path, old, None)
+        made = FileChange("A", change.path, None, new)
+        return git_patch(gone, read, binary=binary) + git_patch(made, read, binary=binary)
+    old_path = change.old_path or change.path
+    a_name, b_name = _quoted("a/", old_path), _quoted("b/", change.path)
+    head = [b"diff --git " + a_name + b" " + b_name]
+    old_mode, new_mode = _git_mode(old), _git_mode(new)
+    if old is None:
+        head.append(b"new file mode " + new_mode)
+    elif new is None:
+        head.append(b"deleted file mode " + old_mode)
+    elif old_mode != new_mode:
+        head += [b"old mode " + old_mode, b"new mode " + new_mode]
     if change.op == "R":
-        header += f"rename from {change.old_path}\nrename to {change.path}\n"
-    if change.old is not None and change.new is not None and change.old.mode != change.new.mode:
-        header += f"old mode {change.old.mode:o}\nnew mode {change.new.mode:o}\n"
-    old, new = _content(change.old, read), _content(change.new, read)
-    if old == new:
-        return header
-    if is_binary(old) or is_binary(new):
-        return header + f"Binary files {old_name} and {new_name} differ\n"
-    lines = difflib.unified_diff(
-        old.decode("utf-8", "replace").splitlines(keepends=True),
-        new.decode("utf-8", "replace").splitlines(keepends=True),
-        fromfile=old_name if change.old is not None else "/dev/null",
-        tofile=new_name if change.new is not None else "/dev/null",
+        head += [
+            b"similarity index 100%",
+            b"rename from " + _quoted("", old_path),
+            b"rename to " + _quoted("", change.path),
+        ]
+    before, after = _content(old, read), _content(new, read)
+    if old is not None and new is not None and before == after:
+        return b"\n".join(head) + b"\n"
+    is_bin = is_binary(before) or is_binary(after)
+    full = binary and is_bin
+    ids = [_blob_id(before) if old else _NO_BLOB, _blob_id(after) if new else _NO_BLOB]
+    short = [i if full else i[:_ABBREV] for i in ids]
+    same_mode = (
+        b" " + new_mode if old is not None and new is not None and old_mode == new_mode else b""
     )
-    body = "".join(
-        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
-    )
-    return header + body
+    head.append(b"index " + short[0] + b".." + short[1] + same_mode)
+    a_file = a_name if old is not None else b"/dev/null"
+    b_file = b_name if new is not None else b"/dev/null"
+    if is_bin:
+        if not full:
+            head.append(b"Binary files " + a_file + b" and " + b_file + b" differ")
+            return b"\n".join(head) + b"\n"
+        head.append(b"GIT binary patch")
+        return b"\n".join(head) + b"\n" + _binary_hunk(after) + _binary_hunk(before)
+    if not before and not after:
+        return b"\n".join(head) + b"\n"
+    head += [b"--- " + a_file, b"+++ " + b_file]
+    return b"\n".join(head) + b"\n" + _hunks(before, after)
+
+
+_ABBREV = 7
+_NO_BLOB = b"0" * 40
+_CONTEXT = 3
+_NO_NEWLINE = b"\\ No newline at end of file\n"
+_B85_LINE = 52  # bytes of deflated data per line of a binary hunk, as git writes them
+_C_ESCAPES = {
+    7: b"a",
+    8: b"b",
+    9: b"t",
+    10: b"n",
+    11: b"v",
+    12: b"f",
+    13: b"r",
+    34: b'"',
+    92: b"\\",
+}
+
+
+def _git_mode(entry: Entry | None) -> bytes:
+    if entry is None:
+        return b""
+    if entry.type == "symlink":
+        return b"120000"
+    return b"100%03o" % entry.mode
+
+
+def _blob_id(data: bytes) -> bytes:
+    """Git's object id of a blob with these bytes (SHA-1 of a `blob N` header, NUL, them)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest().encode()
+
+
+def _quoted(prefix: str, path: str) -> bytes:
+    """`prefix` + path as git prints it: in double quotes with C escapes when it must be."""
+    raw = prefix.encode() + fs_path(path)
+    if not any(b < 0x20 or b in (0x22, 0x5C) or b >= 0x7F for b in raw):
+        return raw
+    out = bytearray(b'"')
+    for b in raw:
+        if b in _C_ESCAPES:
+            out += b"\\" + _C_ESCAPES[b]
+        elif b < 0x20 or b >= 0x7F:
+            out += b"\\%03o" % b
+        else:
+            out.append(b)
+    return bytes(out + b'"')
+
+
+def _hunks(before: bytes, after: bytes) -> bytes:
+    """The `@@` hunks between two texts, with three lines of context, as git writes them."""
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    out = bytearray()
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for group in matcher.get_grouped_opcodes(_CONTEXT):
+        first, last = group[0], group[-1]
+        out += b"@@ -%s +%s @@\n" % (_range(first[1], last[2]), _range(first[3], last[4]))
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out += b"".join(_line(b" ", line) for line in old[i1:i2])
+                continue
+            out += b"".join(_line(b"-", line) for line in old[i1:i2])
+            out += b"".join(_line(b"+", line) for line in new[j1:j2])
+    return bytes(out)
+
+
+def _range(start: int, stop: int) -> bytes:
+    length = stop - start
+    if length == 1:
+        return b"%d" % (start + 1)
+    return b"%d,%d" % (start + 1 if length else start, length)
+
+
+def _line(mark: bytes, line: bytes) -> bytes:
+    return mark + line if line.endswith(b"\n") else mark + line + b"\n" + _NO_NEWLINE
+
+
+def _binary_hunk(data: bytes) -> bytes:
+    """A `literal` hunk of a GIT binary patch: the bytes deflated, in base 85 lines."""
+    packed = zlib.compress(data)
+    out = bytearray(b"literal %d\n" % len(data))
+    for at in range(0, len(packed), _B85_LINE):
+        chunk = packed[at : at + _B85_LINE]
+        size = len(chunk)
+        out += bytes([ord("A") + size - 1 if size <= 26 else ord("a") + size - 27])
+        out += base64.b85encode(chunk, pad=True) + b"\n"
+    return bytes(out + b"\n")

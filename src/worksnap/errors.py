@@ -6,6 +6,10 @@ read (a tree nested past PATH_MAX) still makes a one-line message.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
 SHOWN_PATH_CHARS = 160
 """The longest path an error message spells out; the middle of a longer one is elided."""
 
@@ -125,6 +129,16 @@ class RecoveryError(WorksnapError):
     exit_code = 1
 
 
+class RecoveryPending(RecoveryError):
+    """A preview refused: an interrupted restore must be recovered first.
+
+    The tree may be half-restored, and a preview must neither show that nor change it.
+    Nothing was changed (exit 2, as any refusal that changes nothing).
+    """
+
+    exit_code = 2
+
+
 class ChangedError(InputError):
     """The store changed underneath a command (a gc ran while it waited); nothing was changed.
 
@@ -162,3 +176,47 @@ class RemoteError(WorksnapError):
         self.remote = remote
         self.key = key
         self.reason = reason
+
+
+class FileSystemError(WorksnapError):
+    """The file system refused what worksnap needed: permission denied, disk full, I/O error.
+
+    What the API raises in place of a bare `OSError`.
+
+    Attributes:
+        path: the file or folder involved ("" when the system did not say).
+        reason: the system's words for it (`strerror`).
+    """
+
+    exit_code = 1
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.path = path
+        self.reason = reason
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+_Class = TypeVar("_Class", bound=type)
+
+
+def _api(method: _Method) -> _Method:
+    """Every error the API raises is a `WorksnapError`: an `OSError` becomes a FileSystemError."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except OSError as exc:
+            where = exc.filename if isinstance(exc.filename, str) else ""
+            raise FileSystemError(where, exc.strerror or str(exc)) from exc
+
+    return cast(_Method, call)
+
+
+def api_errors(cls: _Class) -> _Class:
+    """Wraps every public method of `cls` (and its constructor) with `_api`."""
+    for name, member in list(vars(cls).items()):
+        if callable(member) and (not name.startswith("_") or name == "__init__"):
+            setattr(cls, name, _api(member))
+    return cls

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 from collections import OrderedDict
+from typing import Protocol
 
 from worksnap.errors import shown
 from worksnap.paths import fs_path, is_under
@@ -18,7 +19,22 @@ FileState = tuple[int, int, int, int, int]
 """(inode, size, mtime_ns, ctime_ns, st_mode): what tells that a file is unchanged."""
 
 
-def file_state(st: os.stat_result) -> FileState:
+class StatLike(Protocol):
+    """What `file_state` reads: an `os.stat_result`, or the scan's smaller record of one."""
+
+    @property
+    def st_ino(self) -> int: ...  # noqa: D102
+    @property
+    def st_size(self) -> int: ...  # noqa: D102
+    @property
+    def st_mtime_ns(self) -> int: ...  # noqa: D102
+    @property
+    def st_ctime_ns(self) -> int: ...  # noqa: D102
+    @property
+    def st_mode(self) -> int: ...  # noqa: D102
+
+
+def file_state(st: StatLike) -> FileState:
     """Returns what tells that a file is unchanged since `st` was taken.
 
     The one definition of "unchanged" in worksnap: the stat cache, the listing cache
@@ -28,6 +44,34 @@ def file_state(st: os.stat_result) -> FileState:
     tick hides, which the capture's racy margin covers.
     """
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
+COARSE_TICK_NS = 1_000_000_000
+"""The tick of a file system whose times have no fraction of a second (FAT's mtime ticks in
+2 s, but its ctime in 10 ms: a change moves one of them, so a second is enough)."""
+
+
+def is_coarse(st: StatLike) -> bool:
+    """True when both of a file's times are whole seconds: its file system ticks in seconds.
+
+    Both, because a write moves ctime even where mtime is coarse (or was set by a tool
+    such as `tar`): only when neither can move within a second does a change hide.
+    """
+    return st.st_mtime_ns % COARSE_TICK_NS == 0 and st.st_ctime_ns % COARSE_TICK_NS == 0
+
+
+def is_coarse_stamp(stamp: tuple[int, int, int, int]) -> bool:
+    """True when a listing's stamp (inode, size, mtime, ctime) has whole-second times."""
+    return stamp[2] % COARSE_TICK_NS == 0 and stamp[3] % COARSE_TICK_NS == 0
+
+
+def fsync_dir(path: str) -> None:
+    """Makes a rename or unlink inside `path` durable (a directory outside the store)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

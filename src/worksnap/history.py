@@ -27,6 +27,23 @@ UNDO_KINDS = frozenset({"undo", "redo"})
 CHECKPOINT = "checkpoint"
 """Kind of a light per-turn checkpoint (before-images of named files, no tree scan)."""
 
+AUTOMATIC_KINDS = frozenset(
+    {"pre-restore", "pre-recover", "recover", "undo", "redo", "run-before", "run-after",
+     "run-settled"}
+)  # fmt: skip
+"""Kinds of the snapshots worksnap takes on its own, as part of another command: `latest`
+skips them, retention drops them first, `list` dims them. Reachable by id, undo, redo."""
+
+ENGINE_KINDS = frozenset(
+    {"pre-restore", "pre-recover", "recover", "undo", "redo", CHECKPOINT, "current"}
+)
+"""Kinds the engine gives its own records; `Workspace.snapshot` refuses them."""
+
+
+def is_automatic(kind: str) -> bool:
+    """True for a snapshot worksnap took on its own (see `AUTOMATIC_KINDS`)."""
+    return kind in AUTOMATIC_KINDS
+
 
 class Frame(msgspec.Struct, frozen=True, array_like=True):
     """One undo on the redo stack: the snapshot undo went to, and the state it left."""
@@ -83,12 +100,15 @@ class Sessions:
             state.redo.clear()
             self.save(session, state)
 
-    def referenced(self) -> set[str]:
-        """Returns the ids that a session's redo stack or open checkpoint still needs."""
+    def referenced(self, *, without: str | None = None) -> set[str]:
+        """Returns the ids that a session's redo stack or open checkpoint still needs.
+
+        `without`: a session whose state does not count (it is about to be dropped).
+        """
         needed: set[str] = set()
         for name in self._store.listdir(self._paths.sessions):
             session = self._paths.session_name(name)
-            if session is not None:
+            if session is not None and session != without:
                 state = self.load(session)
                 needed.update(f.target for f in state.redo)
                 needed.update(f.left for f in state.redo)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +26,7 @@ import re2
 from blake3 import blake3
 
 from worksnap.paths import fs_path
+from worksnap.sources import Sources, common_dir_of, find_top, git_dir_of, source_files
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -326,16 +328,31 @@ class Rules:
     `ignore_checker` find nested repositories on disk.
     """
 
-    __slots__ = ("key", "levels", "root")
+    __slots__ = ("_all", "key", "levels", "root", "sources")
 
     def __init__(
-        self, levels: tuple[Level, ...] = (), root: str | None = None, key: bytes = b""
+        self,
+        levels: tuple[Level, ...] = (),
+        root: str | None = None,
+        key: bytes = b"",
+        sources: Sources | None = None,
     ) -> None:
         self.levels = levels
         self.root = root
         self.key = key
         """For rules from `base_rules`: a digest of every source read, so a cache of
         decisions made under them can tell when they changed."""
+        self.sources = sources
+        """For rules from `base_rules`: what they were read from (see `Sources.unchanged`)."""
+        self._all: Rules | None = None
+
+    def ignore_all(self) -> Rules:
+        """Rules that ignore every path: those inside an ignored directory (as git sees it)."""
+        if self._all is None:
+            matcher = compile_ignore_file(b"*")
+            assert matcher is not None
+            self._all = Rules((Level(matcher),), self.root, self.key)
+        return self._all
 
     def child(self, dir_path: str, data: bytes) -> Rules:
         """Returns the rules inside `dir_path` (wire form, "" for the root) given its .gitignore."""
@@ -343,7 +360,7 @@ class Rules:
         if matcher is None:
             return self
         strip = len(fs_path(dir_path)) + 1 if dir_path else 0
-        return Rules((Level(matcher, strip=strip), *self.levels), self.root, self.key)
+        return Rules((Level(matcher, strip=strip), *self.levels), self.root, self.key, self.sources)
 
     def ignored(self, path: str, *, is_dir: bool) -> bool:
         """True when git would ignore `path` (wire form, relative to the root).
@@ -365,50 +382,6 @@ class Rules:
         return False
 
 
-def _is_git_dir(path: Path) -> bool:
-    """Whether `path` looks like a git directory to git: HEAD, objects and refs."""
-    common = _common_dir(path)
-    return (path / "HEAD").is_file() and all((common / d).is_dir() for d in ("objects", "refs"))
-
-
-def _common_dir(git_dir: Path) -> Path:
-    """Returns the directory holding a git directory's shared parts (`info/exclude` too)."""
-    try:
-        text = (git_dir / "commondir").read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        return git_dir
-    return (git_dir / text.strip()).resolve()
-
-
-def _git_dir(top: Path) -> Path | None:
-    """Returns the git directory of a work tree at `top` (follows a `gitdir:` file), or None.
-
-    None also when `top/.git` is no repository (git then treats `top` as a
-    plain directory).
-    """
-    dot_git = top / ".git"
-    if dot_git.is_dir():
-        git_dir = dot_git
-    else:
-        try:
-            text = dot_git.read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError:
-            return None
-        if not text.startswith("gitdir: "):
-            return None
-        git_dir = (top / text[len("gitdir: ") :].rstrip("\r\n")).resolve()
-    return git_dir if _is_git_dir(git_dir) else None
-
-
-def _find_top(root: Path) -> tuple[Path, Path] | None:
-    """Returns the nearest work tree at or above `root` and its git directory, or None."""
-    for candidate in (root, *root.parents):
-        git_dir = _git_dir(candidate)
-        if git_dir is not None:
-            return candidate, git_dir
-    return None
-
-
 def global_excludes_file(top: Path) -> Path | None:
     """Returns git's global excludes file for the work tree (or directory) at `top`.
 
@@ -423,6 +396,7 @@ def global_excludes_file(top: Path) -> Path | None:
             capture_output=True,
             timeout=10,
             check=False,
+            env=dict(os.environ),  # the daemon gives each command its client's environment
         )
         if out.returncode == 0:
             configured = os.fsdecode(out.stdout.rstrip(b"\n"))
@@ -453,7 +427,13 @@ def _read(path: Path | None, *, follow: bool) -> bytes:
 
 
 def _excludes(
-    top: Path, git_dir: Path | None, *, strip: int, prefix: bytes, read: list[bytes]
+    top: Path,
+    git_dir: Path | None,
+    *,
+    strip: int,
+    prefix: bytes,
+    read: list[bytes],
+    global_file: Path | None,
 ) -> list[Level]:
     """Returns the levels for `info/exclude` and the global file, in precedence order.
 
@@ -461,9 +441,9 @@ def _excludes(
     """
     levels: list[Level] = []
     sources: list[Path | None] = (
-        [] if git_dir is None else [_common_dir(git_dir) / "info" / "exclude"]
+        [] if git_dir is None else [common_dir_of(git_dir) / "info" / "exclude"]
     )
-    sources.append(global_excludes_file(top))
+    sources.append(global_file)
     for source in sources:
         read.append(_read(source, follow=True))
         matcher = compile_ignore_file(read[-1])
@@ -478,12 +458,17 @@ def base_rules(root: Path) -> Rules:
     That is the global excludes file, the repository's `info/exclude`, and the
     `.gitignore` files between the repository top and `root`.
     """
-    found = _find_top(root)
+    read_at = time.time_ns()
+    found = find_top(root)
     top, git_dir = found if found is not None else (root, None)
+    global_file = global_excludes_file(top)
+    # Stamped before they are read: a change while reading shows at the next check.
+    common = common_dir_of(git_dir) if git_dir is not None else None
+    sources = Sources.watch(source_files(root, top, common, git_dir, global_file), read_at)
     parts = root.relative_to(top).parts
     below = os.fsencode("/".join(parts)) + b"/" if parts else b""
     read: list[bytes] = []
-    levels = _excludes(top, git_dir, strip=0, prefix=below, read=read)
+    levels = _excludes(top, git_dir, strip=0, prefix=below, read=read, global_file=global_file)
     for depth in range(len(parts)):
         directory = top.joinpath(*parts[:depth])
         read.append(_read(directory / ".gitignore", follow=False))
@@ -492,7 +477,7 @@ def base_rules(root: Path) -> Rules:
             rest = os.fsencode("/".join(parts[depth:])) + b"/"
             levels.insert(0, Level(matcher, prefix=rest))
     key = blake3(b"\0".join([os.fsencode(str(top)), below, *read]), max_threads=1).digest()
-    return Rules(tuple(levels), str(root), key)
+    return Rules(tuple(levels), str(root), key, sources)
 
 
 def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
@@ -504,11 +489,13 @@ def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
     if outer.root is None:
         return None
     top = Path(outer.root, os.fsdecode(fs_path(dir_path)))
-    git_dir = _git_dir(top)
+    git_dir = git_dir_of(top)
     if git_dir is None:
         return None
     strip = len(fs_path(dir_path)) + 1
-    levels = _excludes(top, git_dir, strip=strip, prefix=b"", read=[])
+    levels = _excludes(
+        top, git_dir, strip=strip, prefix=b"", read=[], global_file=global_excludes_file(top)
+    )
     return Rules(tuple(levels), outer.root, outer.key)
 
 

@@ -4,7 +4,8 @@ The only module that spells them; every other module asks a `StorePaths`
 (`paths.journal`, `paths.manifest(id)`), so the layout in docs/format.md can be
 read, and changed, in one place:
 
-    <store>/                     default <root>/.worksnap, or --store / $WORKSNAP_STORE
+    <store>/                     <git-dir>/worksnap in a git work tree, else <root>/.worksnap,
+                                 or --store / $WORKSNAP_STORE (see `locate`)
       .gitignore                 "*": git never shows the store
       root                       the root this store belongs to (one line)
       packs/<name>.pack          small objects appended back to back
@@ -30,11 +31,19 @@ command.
 from __future__ import annotations
 
 import os
-import re
-from typing import Literal
+import stat  # already loaded: os.path imports it
+
+# Not `typing`, `re`, `dataclasses` nor `hashlib` at load: the daemon's client imports
+# this module on every command, and they would double its import time (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
 
 STORE_DIR_NAME = ".worksnap"
-"""The store's directory in the root, unless another is chosen."""
+"""The store's directory in the root, outside git work trees (and where older versions put it)."""
+
+GIT_STORE_NAME = "worksnap"
+"""The store's directory in the git directory of a work tree whose top is the root."""
 
 TEMP_MARK = ".tmp-"
 """In the name of every temp file a store write makes, so a sweep can tell leftovers."""
@@ -42,13 +51,231 @@ TEMP_MARK = ".tmp-"
 _JSON = ".json"
 _PACK = ".pack"
 _INDEX = ".idx"
-_SNAPSHOT_FILE = re.compile(r"([0-9a-f]{12})\.json\Z")
+_HEX = frozenset("0123456789abcdef")
+_DOT_GIT = ".git"
+_GITDIR_PREFIX = b"gitdir: "
+_GIT_HEAD = "HEAD"
+_GIT_FILE_MAX_BYTES = 1 << 16
+
+
+class Location:
+    """Where a command works: its root, its store, and how the root was chosen.
+
+    Attributes:
+        root: absolute and symlink-resolved.
+        store: the store directory (it may not exist yet).
+        found: how the root was chosen: "option" (`--root`), "store" (the nearest
+            directory at or above the current one that has a store), "git" (the top
+            of the enclosing git work tree), or "cwd" (the current directory).
+    """
+
+    __slots__ = ("found", "root", "store")
+
+    root: str
+    store: str
+    found: str
+
+    def __init__(self, root: str, store: str, found: str) -> None:
+        # A frozen, slotted record, written out: `dataclasses` imports `re` and `inspect`.
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "store", store)
+        object.__setattr__(self, "found", found)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Location is frozen: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Location):
+            return NotImplemented
+        return (self.root, self.store, self.found) == (other.root, other.store, other.found)
+
+    def __hash__(self) -> int:
+        return hash((self.root, self.store, self.found))
+
+    def __repr__(self) -> str:
+        return f"Location(root={self.root!r}, store={self.store!r}, found={self.found!r})"
+
+
+def locate(cwd: str, *, root: str | None = None, store: str | None = None) -> Location:
+    """Finds the root and the store a command run in `cwd` works on, as git finds its repository.
+
+    With `root` (`--root`), that is the root. Otherwise the walk goes up from `cwd` to the
+    nearest directory that has a store (its own `.worksnap`, or one in the git directory
+    of the work tree it is the top of); failing that, the root is the top of the enclosing
+    git work tree; failing that, `cwd` itself. `/` and the home directory are never found
+    this way (their stores are used only when named with `--root`).
+
+    A store named by `store` (`--store`) or `$WORKSNAP_STORE` is that store; then the root
+    is the one it is bound to if `cwd` lies inside it, else found as above but for stores.
+
+    Nothing is written; a few `stat` calls per directory above `cwd`.
+    """
+    chosen = store if store is not None else os.environ.get("WORKSNAP_STORE") or None
+    if root is not None:
+        real = os.path.realpath(root)
+        return Location(real, store_location(real, store), "option")
+    here = os.path.realpath(cwd)
+    tops = _git_tops(here)
+    if chosen is not None:
+        store_dir = os.path.abspath(chosen)
+        bound = _bound_root(store_dir)
+        if bound is not None and _is_within(here, bound):
+            return Location(bound, store_dir, "store")
+        top = next(iter(tops.values()), None)
+        return Location(top or here, store_dir, "git" if top else "cwd")
+    skipped = {"/", os.path.realpath(os.path.expanduser("~"))}
+    for directory, top in tops.items():
+        if directory in skipped:
+            continue
+        found = _existing_store(directory, top)
+        if found is not None:
+            return Location(directory, found, "store")
+    top = next((t for t in tops.values() if t is not None), None)
+    if top is not None:
+        return Location(top, _default_store(top, top), "git")
+    return Location(here, _default_store(here, None), "cwd")
 
 
 def store_location(root: str, store: str | None) -> str:
-    """The store directory for a (real) root: `store`, else $WORKSNAP_STORE, else ROOT/.worksnap."""
+    """The store directory of a (real) root.
+
+    `store` if given, else $WORKSNAP_STORE, else the store the root already has (its own
+    `.worksnap`, or one in its git directory), else the default for a new one: in the
+    git directory when the root is inside a git work tree (`git clean -fdx` never touches
+    it), else `<root>/.worksnap`.
+    """
     chosen = store if store is not None else os.environ.get("WORKSNAP_STORE")
-    return os.path.abspath(chosen) if chosen else os.path.join(root, STORE_DIR_NAME)
+    if chosen:
+        return os.path.abspath(chosen)
+    top = _enclosing_git_top(root)
+    return _existing_store(root, top) or _default_store(root, top)
+
+
+def git_dir(work_tree: str) -> str | None:
+    """The git directory of the work tree whose top is `work_tree` (None: none, or unreadable).
+
+    As git finds it: `.git` is the directory, or a file `gitdir: PATH` (linked work
+    trees, submodules, `--separate-git-dir`), PATH relative to the work tree. A linked
+    work tree's own git directory is used, not the common one: each work tree is a root
+    of its own, and a store serves one root. The environment (`GIT_DIR`) is not read:
+    git sets it for hooks, which must still find the work tree's own store.
+    """
+    dot_git = os.path.join(work_tree, _DOT_GIT)
+    try:
+        st = os.stat(dot_git)
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        named = dot_git
+    elif stat.S_ISREG(st.st_mode):
+        found = _read_small(dot_git, follow=True)
+        text = found.rstrip(b"\r\n") if found is not None else b""
+        if not text.startswith(_GITDIR_PREFIX) or b"\n" in text:
+            return None
+        named = os.path.realpath(os.path.join(work_tree, os.fsdecode(text[len(_GITDIR_PREFIX) :])))
+    else:
+        return None
+    # As git's own test: a git directory has a HEAD. A `.git` naming anything else (a
+    # stray folder, a tarball's `gitdir: /somewhere`) is not one: the store stays home.
+    return named if os.path.isfile(os.path.join(named, _GIT_HEAD)) else None
+
+
+def _git_tops(directory: str) -> dict[str, str | None]:
+    """Every directory from `directory` up to `/`, each with the top of its git work tree."""
+    chain = [directory]
+    while chain[-1] != "/":
+        chain.append(os.path.dirname(chain[-1]))
+    tops: dict[str, str | None] = {}
+    top: str | None = None
+    for path in reversed(chain):  # from `/` down: a nearer `.git` starts a nested work tree
+        if os.path.lexists(os.path.join(path, _DOT_GIT)):
+            top = path
+        tops[path] = top
+    return {path: tops[path] for path in chain}
+
+
+def _enclosing_git_top(directory: str) -> str | None:
+    return _git_tops(directory)[directory]
+
+
+def _git_store(root: str, top: str) -> str | None:
+    """The store of `root` in the git directory of the work tree whose top is `top`."""
+    directory = git_dir(top)
+    if directory is None:
+        return None
+    if root == top:
+        return os.path.join(directory, GIT_STORE_NAME)
+    # A root below the top (`--root sub`): a store of its own, named after its path.
+    tag = _path_tag(os.path.relpath(root, top))
+    return os.path.join(directory, f"{GIT_STORE_NAME}-{tag}")
+
+
+def _path_tag(rel: str) -> str:
+    """The 16 hex digits of BLAKE2b-64 of a relative path, naming its store in the git directory.
+
+    `hashlib.blake2b` is `_blake2.blake2b`, but importing hashlib costs 3 ms (OpenSSL):
+    every walk up from a subdirectory of a git work tree asks for a tag, so the
+    daemon's client would pay that on most commands; `_blake2` costs 0.4 ms.
+    """
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # a Python built without its own hashes
+        from hashlib import blake2b
+    return blake2b(os.fsencode(rel), digest_size=8).hexdigest()
+
+
+def _is_store(directory: str) -> bool:
+    return os.path.isdir(StorePaths(directory).manifests)
+
+
+def _existing_store(root: str, top: str | None) -> str | None:
+    """The store `root` already has: its `.worksnap`, else one in its git directory."""
+    own = os.path.join(root, STORE_DIR_NAME)
+    if _is_store(own):
+        return own
+    if top is not None:
+        in_git = _git_store(root, top)
+        if in_git is not None and _is_store(in_git):
+            return in_git
+    return None
+
+
+def _default_store(root: str, top: str | None) -> str:
+    in_git = _git_store(root, top) if top is not None else None
+    return in_git or os.path.join(root, STORE_DIR_NAME)
+
+
+def _bound_root(store_dir: str) -> str | None:
+    """The root a store is bound to (None: no store there, or not bound yet)."""
+    line = _read_small(StorePaths(store_dir).root, follow=False)
+    bound = os.fsdecode(line.rstrip(b"\n")) if line is not None else ""
+    return bound if os.path.isabs(bound) else None
+
+
+def _read_small(path: str, *, follow: bool) -> bytes | None:
+    """A small regular file's bytes; None for anything else (a FIFO must not hang a command).
+
+    Opened non-blocking (and with `follow` False, not through a symlink), checked with
+    `fstat`, read bounded.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _GIT_FILE_MAX_BYTES:
+            return None
+        return os.read(fd, _GIT_FILE_MAX_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _is_within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 class StorePaths:
@@ -120,8 +347,8 @@ class StorePaths:
     @staticmethod
     def snapshot_id(file_name: str) -> str | None:
         """The snapshot id a file in `manifests` is named after (None: not a manifest)."""
-        match = _SNAPSHOT_FILE.match(file_name)
-        return match.group(1) if match else None
+        stem = file_name[: -len(_JSON)] if file_name.endswith(_JSON) else ""
+        return stem if len(stem) == 12 and _HEX.issuperset(stem) else None
 
     # -- sessions -------------------------------------------------------------
 

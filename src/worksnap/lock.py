@@ -220,9 +220,11 @@ class Locks:
         self._files = files
         self._on_wait = on_wait
 
-    def shared(self, purpose: str) -> StoreLock:
+    def shared(self, purpose: str, *, timeout: float = 60.0) -> StoreLock:
         """A reader's lock (a snapshot): many at once, none while a writer waits or holds."""
-        return StoreLock(self._files, exclusive=False, purpose=purpose, on_wait=self._on_wait)
+        return StoreLock(
+            self._files, exclusive=False, timeout=timeout, purpose=purpose, on_wait=self._on_wait
+        )
 
     def exclusive(self, purpose: str, *, timeout: float = 60.0) -> StoreLock:
         """A writer's lock (restore, gc...): alone."""

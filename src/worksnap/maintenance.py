@@ -17,21 +17,32 @@ from worksnap.catalog import Catalog
 from worksnap.config import Retention, load_config
 from worksnap.errors import InputError, LockError, ManifestError
 from worksnap.history import Sessions, SessionState, check_session_name
+from worksnap.journal import journal_snapshots
 from worksnap.lock import Locks
 from worksnap.paths import Root
 from worksnap.retention import select_expired
 from worksnap.store import Store
 from worksnap.storedir import StoreDir
-from worksnap.transaction import journal_snapshots
 
 
 @dataclass(frozen=True, slots=True)
 class GcReport:
-    """What a garbage collection removed."""
+    """What a garbage collection removed (or, for a dry run, would remove).
+
+    Attributes:
+        snapshots: how many snapshots were dropped.
+        objects: how many objects were deleted (a dry run: those only dropped snapshots
+            needed; a real one also sweeps leftovers no snapshot ever named).
+        bytes: the bytes that freed.
+        dropped: the ids of the snapshots dropped, newest first.
+        dry_run: nothing was removed.
+    """
 
     snapshots: int = 0
     objects: int = 0
     bytes: int = 0
+    dropped: tuple[str, ...] = ()
+    dry_run: bool = False
 
 
 class Maintenance:
@@ -74,7 +85,15 @@ class Maintenance:
         """Returns the retention policy in the store's config (none when absent)."""
         return load_config(self._files).retention
 
-    def gc(self, policy: Retention | None, *, wait: bool, drop_session: str | None) -> GcReport:
+    def gc(
+        self,
+        policy: Retention | None,
+        *,
+        wait: bool,
+        drop_session: str | None,
+        everything: bool = False,
+        dry_run: bool = False,
+    ) -> GcReport:
         """Drops what a retention policy expires and sweeps unreferenced objects.
 
         See `Workspace.gc`.
@@ -85,39 +104,69 @@ class Maintenance:
         """
         policy = policy if policy is not None else self.configured_retention()
         if not self._store.exists():
-            return GcReport()
-        with self._locks.exclusive("gc", timeout=60.0 if wait else 0.0):
+            return GcReport(dry_run=dry_run)
+        timeout = 60.0 if wait else 0.0
+        with (
+            self._locks.shared("gc --dry-run", timeout=timeout)
+            if dry_run
+            else self._locks.exclusive("gc", timeout=timeout)
+        ):
             summaries, _ = self._store.summaries()
             pins = self._store.pins()
-            if drop_session is not None:
-                self._sessions.save(check_session_name(drop_session), SessionState())
+            keep = pins | self._sessions.referenced(
+                without=check_session_name(drop_session) if drop_session is not None else None
+            )
             # A pending recovery rolls back to its pre-restore snapshot: it must stay.
-            keep = pins | self._sessions.referenced() | journal_snapshots(self._files)
+            keep |= journal_snapshots(self._files)
             dropped = select_expired(
                 summaries,
                 policy,
                 keep=keep,
                 now=datetime.now(timezone.utc),
                 object_sizes=self.object_sizes,
+                everything=everything,
             )
             dropped += [
                 s.id
                 for s in summaries
                 if s.session == drop_session and s.id not in pins and s.id not in dropped
             ]
-            live: set[str] = set()
+            order = {s.id: (s.time, s.id) for s in summaries}
+            dropped.sort(key=lambda i: order.get(i, ("", i)), reverse=True)
+            live: dict[str, int] = {}
             for snapshot_id in set(self._store.ids()) - set(dropped):
                 # Before anything is removed: an unreadable manifest stops the gc here.
                 live.update(self.object_sizes(snapshot_id))
+            if dry_run:
+                gone: dict[str, int] = {}
+                for snapshot_id in dropped:
+                    gone.update(self.object_sizes(snapshot_id))
+                freed = {d: size for d, size in gone.items() if d not in live}
+                return GcReport(
+                    snapshots=len(dropped),
+                    objects=len(freed),
+                    bytes=sum(freed.values()),
+                    dropped=tuple(dropped),
+                    dry_run=True,
+                )
+            if drop_session is not None:
+                self._sessions.save(check_session_name(drop_session), SessionState())
             for snapshot_id in dropped:
                 self._store.delete_snapshot(snapshot_id)
-            removed, freed = self._store.sweep(live)
+            removed, freed_bytes = self._store.sweep(set(live))
         self._catalog.forget_last()
-        return GcReport(snapshots=len(dropped), objects=removed, bytes=freed)
+        return GcReport(
+            snapshots=len(dropped), objects=removed, bytes=freed_bytes, dropped=tuple(dropped)
+        )
 
-    def apply_configured_retention(self) -> None:
+    def drop(self, snapshot_id: str) -> None:
+        """Removes one snapshot now (its objects stay until the next gc sweeps them)."""
+        with self._locks.exclusive("drop"):
+            self._store.delete_snapshot(snapshot_id)
+        self._catalog.forget_last()
+
+    def apply_configured_retention(self, policy: Retention) -> None:
         """Runs the configured retention after a snapshot, unless another process is busy."""
-        policy = self.configured_retention()
         if policy.is_empty():
             return
         try:

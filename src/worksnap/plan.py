@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from worksnap.manifest import Entry, Manifest, tree_digest
+from worksnap.errors import ConflictError, InputError
+from worksnap.manifest import Entry, Manifest, parse_time, tree_digest
 from worksnap.paths import ancestors, is_under
 
 
@@ -46,12 +47,34 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
+class Unprotected:
+    """A large file (over a size cap, so in no snapshot) that a restore leaves as it is.
+
+    Attributes:
+        path: relative wire-form path.
+        why: "deleted" (the target left it out as large; it is gone now), "changed"
+            (the same, and changed since the target was taken), "too-large" (the target
+            holds it, but it is over the cap now), "added" (new since, over the cap).
+        size: its size now (None when it is gone).
+    """
+
+    path: str
+    why: str
+    size: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
-    """What restoring `target` would change, sorted by path, and the state it was made from."""
+    """What restoring `target` would change, sorted by path, and the state it was made from.
+
+    `unprotected` lists the large files the restore leaves as they are although they
+    differ, or may differ, from the target (see `unprotected`): a preview shows them.
+    """
 
     target: Manifest
     current: Manifest
     changes: list[Change]
+    unprotected: list[Unprotected] = field(default_factory=list)
 
     @property
     def blocked(self) -> list[Change]:
@@ -273,4 +296,105 @@ def rollback_target(current: Manifest, pre: Manifest, touched: Iterable[str]) ->
         ignored=sorted({*current.ignored, *pre.ignored}),
         large=sorted({*current.large, *pre.large}),
         excluded=sorted({*current.excluded, *pre.excluded}),
+    )
+
+
+Probe = Callable[[str], "tuple[int, int] | None"]
+"""Returns a path's (size, newest of its mtime and ctime in ns) now, or None if it is gone."""
+
+
+def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unprotected]:
+    """Lists the large files a restore of `target` leaves as they are, sorted by path.
+
+    A large file is in no snapshot, so the planner never touches it: one the target
+    left out cannot be brought back if it is gone or changed since (changed: its mtime
+    or ctime is newer than the target), and one over the cap now is neither restored
+    nor removed. A person previewing a restore must see them.
+
+    Args:
+        current: the state the plan was made from.
+        target: the snapshot restored.
+        probe: what is on disk at a path now (see `Probe`).
+    """
+    since = int(parse_time(target.time).timestamp() * 1_000_000_000)
+    held = {e.path for e in target.entries}
+    rows: list[Unprotected] = []
+    for path in target.large:
+        found = probe(path)
+        if found is None:
+            rows.append(Unprotected(path, "deleted", None))
+        elif found[1] >= since:
+            rows.append(Unprotected(path, "changed", found[0]))
+    target_large = set(target.large)
+    for path in current.large:
+        if path in target_large:
+            continue
+        found = probe(path)
+        size = found[0] if found is not None else None
+        rows.append(Unprotected(path, "too-large" if path in held else "added", size))
+    rows.sort(key=lambda row: row.path)
+    return rows
+
+
+def destroys_unstored(plan: Plan, stored: Iterable[Manifest | None]) -> bool:
+    """True when a plan overwrites or removes a file or link that no `stored` manifest holds.
+
+    Only such a file's bytes would be lost: anything else is in a snapshot.
+    """
+    known = {(e.path, e) for m in stored if m is not None for e in m.entries}
+    now = {e.path: e for e in plan.current.entries}
+    for change in plan.changes:
+        if change.op is Op.BLOCKED:
+            continue
+        entry = now.get(change.path)
+        if entry is not None and (change.path, entry) not in known:
+            return True
+    return False
+
+
+def check_unchanged(plan: Plan, now: Manifest) -> None:
+    """Refuses to apply a plan if anything it touches, or any directory above, changed since.
+
+    A change above a touched path counts: a directory swapped for a symlink
+    between plan and apply must stop the restore, not redirect it.
+
+    Raises:
+        ConflictError: names the first such path.
+    """
+    seen: dict[str, Entry | None] = dict.fromkeys(plan.current.dirs)
+    seen.update((e.path, e) for e in plan.current.entries)
+    present: dict[str, Entry | None] = dict.fromkeys(now.dirs)
+    present.update((e.path, e) for e in now.entries)
+    touched = {change.path for change in plan.changes}
+    above = {a for path in touched for a in ancestors(path.rpartition("/")[0])}
+    for path in sorted(seen.keys() | present.keys()):
+        if (path in seen, seen.get(path)) != (path in present, present.get(path)) and (
+            path in above or any(a in touched for a in ancestors(path))
+        ):
+            raise ConflictError(path)
+
+
+def check_selected(selected: list[str], current: Manifest, target: Manifest) -> None:
+    """Refuses a path that neither the target nor the workspace has (a typo restores nothing).
+
+    Raises:
+        InputError: names the first such path.
+    """
+    for wanted in selected:
+        for state in (target, current):
+            if _holds(state, wanted):
+                break
+        else:
+            raise InputError(
+                f"{wanted!r} is not in snapshot {target.id}, nor in the workspace "
+                "(nothing to restore there)"
+            )
+
+
+def _holds(state: Manifest, wanted: str) -> bool:
+    """True when `state` has something at or below `wanted`, or left out what holds it."""
+    kept = ([e.path for e in state.entries], state.dirs)
+    left_out = (state.large, state.ignored, state.excluded)
+    return any(is_under(path, wanted) for names in (*kept, *left_out) for path in names) or any(
+        is_under(wanted, path) for names in left_out for path in names
     )

@@ -5,34 +5,14 @@ The policy itself, `Retention`, is part of the store's config (config.py).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from worksnap.config import Retention
-from worksnap.errors import InputError
+from worksnap.config import Retention, parse_duration, parse_size
+from worksnap.history import is_automatic
 from worksnap.manifest import Summary, parse_time
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z")
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\Z")
-_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
-
-
-def parse_duration(text: str) -> float:
-    """Parses `90s`, `45m`, `12h`, `30d`, `2w` (or plain seconds) into seconds."""
-    match = _DURATION.match(text.strip().lower())
-    if not match:
-        raise InputError(f"bad duration {text!r}: use a number and s, m, h, d or w (e.g. 30d)")
-    return float(match.group(1)) * _SECONDS[match.group(2)]
-
-
-def parse_size(text: str) -> int:
-    """Parses `500M`, `2G`, `10KiB`, `1024` (binary units) into bytes."""
-    match = _SIZE.match(text.strip().lower())
-    if not match:
-        raise InputError(f"bad size {text!r}: use a number and K, M, G or T (e.g. 5G)")
-    return int(float(match.group(1)) * 1024 ** _POWERS[match.group(2)])
+__all__ = ["Retention", "parse_duration", "parse_size", "select_expired"]
 
 
 def _age_seconds(summary: Summary, now: datetime) -> float:
@@ -46,12 +26,22 @@ def select_expired(
     keep: set[str],
     now: datetime,
     object_sizes: Callable[[str], dict[str, int]],
+    everything: bool = False,
 ) -> list[str]:
     """Returns the ids of the snapshots a policy drops.
 
+    Retention counts, per session, the snapshots people and runtimes took. Those
+    worksnap took on its own (`history.AUTOMATIC_KINDS`: pre-restore, undo, redo,
+    run-*) never take their place, and go first. `keep_last` N keeps a session's N
+    newest snapshots people and runtimes took, and of the automatic ones only those
+    undo and redo reach first: the N newest taken after the newest kept deliberate
+    one (undo walks back through them before it reaches it). Under `max_bytes` the
+    automatic ones are the last to be given room.
+
     Never dropped: ids in `keep` (pinned, on a redo stack, an open checkpoint).
-    `keep_last` and `max_bytes` also keep the newest snapshot of each session;
-    `max_age` does not, so a session left alone long enough is pruned whole.
+    `keep_last` and `max_bytes` also keep each session's newest snapshot, unless
+    `everything`; `max_age` does not, so a session left alone long enough is pruned
+    whole.
 
     Args:
         summaries: every snapshot of every session.
@@ -59,33 +49,52 @@ def select_expired(
         keep: ids that must survive.
         now: the current time (timezone-aware UTC).
         object_sizes: for `max_bytes`, returns {digest: size} of a snapshot's objects.
+        everything: a `keep_last` of 0 drops each session's newest too.
     """
     newest_first = sorted(summaries, key=lambda s: (s.time, s.id), reverse=True)
-    seen_per_session: dict[str, int] = {}
     max_age = parse_duration(policy.max_age) if policy.max_age is not None else None
+    deliberate: dict[str, int] = {}  # id -> rank among the session's deliberate snapshots
+    tail: dict[str, int] = {}  # id -> rank among automatic ones newer than those
+    newest: set[str] = set()  # each session's newest snapshot, of any kind
+    counts: dict[tuple[str, bool], int] = {}
+    for summary in newest_first:
+        if not any(key[0] == summary.session for key in counts):
+            newest.add(summary.id)
+        automatic = is_automatic(summary.kind)
+        rank = counts.get((summary.session, automatic), 0)
+        counts[(summary.session, automatic)] = rank + 1
+        if not automatic:
+            deliberate[summary.id] = rank
+        elif (summary.session, False) not in counts:
+            tail[summary.id] = rank
+    if everything:
+        newest = set()
     dropped: list[str] = []
     kept: list[Summary] = []
     for summary in newest_first:
-        rank = seen_per_session.get(summary.session, 0)
-        seen_per_session[summary.session] = rank + 1
-        too_many = policy.keep_last is not None and rank >= policy.keep_last and rank > 0
+        too_many = False
+        if policy.keep_last is not None and summary.id not in newest:
+            place = deliberate.get(summary.id, tail.get(summary.id))
+            too_many = place is None or place >= policy.keep_last
         too_old = max_age is not None and _age_seconds(summary, now) > max_age
         if summary.id not in keep and (too_many or too_old):
             dropped.append(summary.id)
         else:
             kept.append(summary)
     if policy.max_bytes is not None:
-        # Keep the newest snapshots whose objects, together, fit in the budget.
+        # Keep the newest snapshots whose objects, together, fit in the budget: first what
+        # must stay, then what people and runtimes took, then what worksnap took.
         budget = parse_size(policy.max_bytes)
         live: dict[str, int] = {}
         total = 0
-        sessions: set[str] = set()
-        for summary in kept:
-            first_of_session = summary.session not in sessions
-            sessions.add(summary.session)
+        must = keep | newest
+        ordered = sorted(
+            kept, key=lambda s: 0 if s.id in must else 1 if s.id in deliberate else 2
+        )  # a stable sort: newest first within each group
+        for summary in ordered:
             sizes = object_sizes(summary.id)
             extra = sum(size for digest, size in sizes.items() if digest not in live)
-            if first_of_session or summary.id in keep or total + extra <= budget:
+            if summary.id in must or total + extra <= budget:
                 live.update(sizes)
                 total += extra
             else:

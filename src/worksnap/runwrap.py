@@ -5,42 +5,76 @@ What `worksnap run` does, as a function any front end can call.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from worksnap.errors import InputError
+from worksnap.manifest import Manifest
 from worksnap.workspace import Workspace
 
 _INTERRUPTED_GRACE_SECONDS = 0.1
+NOT_FOUND = 127
+"""The exit status of a command that does not exist, as a shell reports it."""
+NOT_EXECUTABLE = 126
+"""The exit status of a command that exists but cannot be run, as a shell reports it."""
+
+
+@dataclass
+class Outcome:
+    """How a wrapped command ended.
+
+    Attributes:
+        command: the program and its arguments.
+        exit_code: its exit status (127: not found, 126: not executable, as a shell says).
+        snapshots: the snapshots taken around it, in order (none when it never started).
+        error: why it could not be started, or None.
+    """
+
+    command: list[str]
+    exit_code: int
+    snapshots: list[Manifest] = field(default_factory=list)
+    error: str | None = None
 
 
 def run_wrapped(
-    ws: Workspace, command: Sequence[str], *, every: float | None, step: int | None
-) -> int:
-    """Snapshots, runs `command`, snapshots again; returns the command's exit status.
+    ws: Workspace,
+    command: Sequence[str],
+    *,
+    every: float | None,
+    step: int | None,
+    stdout: int | None = None,
+) -> Outcome:
+    """Snapshots, runs `command`, snapshots again; returns how it ended.
 
     With `every`, the tree is captured every `every` seconds while the command
     runs, and snapshotted once it has changed and then stayed the same for a
     whole interval (kind `run-settled`). The snapshots are labelled with the
-    command line; their kinds are `run-before` and `run-after`.
+    command line; their kinds are `run-before` and `run-after`. A command that
+    cannot be started leaves no snapshot behind.
 
     Args:
         ws: the workspace.
         command: the program and its arguments.
         every: seconds between checks while it runs (None: no checks).
         step: the agent step the snapshots belong to.
-
-    Raises:
-        InputError: the command cannot be started (the `run-before` snapshot stays).
+        stdout: where the command's standard output goes (a descriptor; None: ours).
     """
-    label = " ".join(command)
-    last = ws.snapshot(kind="run-before", step=step, label=label).tree
+    argv = list(command)
+    problem = _cannot_start(argv[0])
+    if problem is not None:
+        return Outcome(argv, problem[0], error=problem[1])
+    label = " ".join(argv)
+    taken = [ws.snapshot(kind="run-before", step=step, label=label)]
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(argv, stdout=stdout)
     except OSError as exc:
-        raise InputError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-    seen = last
+        ws.drop(taken[0].id)  # it never ran: nothing to take back
+        code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
+        return Outcome(argv, code, error=f"cannot run {argv[0]!r}: {exc.strerror}")
+    last = seen = taken[0].tree
     while True:
         try:
             code = child.wait(timeout=every)
@@ -49,9 +83,23 @@ def run_wrapped(
             # Snapshot only once the tree has stopped changing for a whole interval.
             now = ws.capture(store_objects=False).tree
             if now == seen and now != last:
-                last = ws.snapshot(kind="run-settled", step=step, label=label).tree
+                taken.append(ws.snapshot(kind="run-settled", step=step, label=label))
+                last = taken[-1].tree
             seen = now
         except KeyboardInterrupt:
             time.sleep(_INTERRUPTED_GRACE_SECONDS)  # the child got the same SIGINT
-    ws.snapshot(kind="run-after", step=step, label=label)
-    return code
+    taken.append(ws.snapshot(kind="run-after", step=step, label=label))
+    return Outcome(argv, code, taken)
+
+
+def _cannot_start(program: str) -> tuple[int, str] | None:
+    """Why `program` cannot be started, as a shell would say (None: it can be tried)."""
+    if "/" not in program:
+        if shutil.which(program) is None:
+            return NOT_FOUND, f"{program}: command not found; nothing was run"
+        return None
+    if not os.path.exists(program):
+        return NOT_FOUND, f"{program}: no such file; nothing was run"
+    if os.path.isdir(program) or not os.access(program, os.X_OK):
+        return NOT_EXECUTABLE, f"{program}: not an executable file; nothing was run"
+    return None

@@ -1,54 +1,85 @@
 """Scan: walk the workspace once, top-down, sorting every path into what is captured and why not.
 
-Never enters an ignored or excluded directory, never follows a symlink, and
-never captures a `.git` (at any depth, in any spelling git protects) or the
-store itself. Below a nested repository, that repository's own ignore rules
-apply (see ignore.repo_rules).
+Never enters an ignored or excluded directory (except for the files git tracks
+there), never follows a symlink, and never captures a `.git` (at any depth, in
+any spelling git protects) or the store itself. Below a nested repository, that
+repository's own ignore rules apply (see ignore.repo_rules). A file git tracks is
+captured whatever the ignore rules say, and an ignored directory holding tracked
+files is entered for those files only, exactly as `git status` shows them.
 
-A directory whose listing and `.gitignore` are unchanged since the last scan
-(same inode and times, older than the racy margin, under unchanged rules) is
-not listed nor matched again: its children's classification is reused from
-the `Listings` cache and only its files are `lstat`ed. That is most of a warm
-snapshot's work saved, and nothing is trusted that a change could have hidden.
+The walk works relative to directory descriptors (`openat`, `fstatat`), so a
+tree deeper than PATH_MAX is walked like any other: a path handed to the kernel
+is never longer than `_ANCHOR_AFTER` bytes below the directory it starts from.
+
+Two ways to do less work, each only where nothing can have hidden a change:
+
+- The listing cache (`Listings`, on disk): a directory whose listing and
+  `.gitignore` are unchanged since the last scan (same inode and times, older
+  than the racy margin, under unchanged rules) is not listed nor matched again;
+  only its files are `lstat`ed.
+- The watched memory (`DirScan` per directory, kept by a long-lived capture):
+  a directory the watcher saw no event in is taken from memory without a system
+  call; in one with events only the named children are looked at again. A file
+  with more than one hard link is `lstat`ed at every scan (a write through its
+  other name raises no event here), and a directory created or moved in, or one
+  whose watch ended, is read afresh down to its deepest file (`Changes.subtrees`).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from worksnap.caches import Listing, Listings, Stamp, listing_key
 from worksnap.errors import SnapshotError
 from worksnap.fsio import file_state
 from worksnap.ignore import Rules, repo_rules
-from worksnap.paths import fs_path, is_git_name, wire_name
-from worksnap.watch import Events, Watcher
+from worksnap.paths import fs_path, wire_name
+from worksnap.scanparts import (
+    DIR as _DIR,
+)
+from worksnap.scanparts import (
+    FILE as _FILE,
+)
+from worksnap.scanparts import (
+    IGNORED as _IGNORED,
+)
+from worksnap.scanparts import (
+    IGNORED_DIR as _IGNORED_DIR,
+)
+from worksnap.scanparts import (
+    LINK as _LINK,
+)
+from worksnap.scanparts import (
+    TRACKED_DIR,
+    TRACKED_FILE,
+    DirScan,
+    Scan,
+    Seen,
+    WalkStats,
+    add_link,
+    classify,
+    lstat_or_none,
+    merge,
+    read_ignore_file,
+    refresh,
+    remembered,
+    special_names,
+    tracked_kind,
+)
+from worksnap.sources import Tracked
+from worksnap.watch import Changes, Events, Watcher
 
-# Kinds of child in a listing.
-_DIR, _FILE, _LINK, _IGNORED, _IGNORED_DIR, _EXCLUDED = "d", "f", "l", "i", "I", "x"
+__all__ = ["DirScan", "Scan", "WalkStats", "scan_tree"]
 
+_SPECIAL = frozenset({b".gitignore", b".git"})
 
-@dataclass(slots=True)
-class Scan:
-    """What one walk found. Paths are relative wire-form paths, in walk order."""
-
-    files: list[tuple[str, os.stat_result]] = field(default_factory=list)
-    symlinks: list[tuple[str, str, int]] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)
-    large: list[str] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class WalkStats:
-    """What a walk had to do afresh (for tests and benchmarks; pass one to `scan_tree`)."""
-
-    listed: list[str] = field(default_factory=list)
-    """Directories whose entries were read from the file system and classified."""
-    matched: list[str] = field(default_factory=list)
-    """Paths the ignore rules were asked about (not taken from an earlier decision)."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ANCHOR_AFTER = 2048
+"""Below a directory this many bytes deep (relative to the descriptor it is reached
+from), the walk opens it and goes on relative to it: PATH_MAX is 4096."""
 
 
 def _stamp(st: os.stat_result) -> Stamp:
@@ -59,17 +90,65 @@ def _os_name(name: str) -> str:
     return name if "\x00" not in name else os.fsdecode(fs_path(name))
 
 
-@dataclass(slots=True)
-class DirScan:
-    """What one directory contributed to a scan, kept in memory for a watched workspace."""
+def _refreshed(
+    w: _Walk, last: DirScan, anchor: _Anchor, path: str, names: set[bytes]
+) -> DirScan | None:
+    part, new_links = refresh(last, anchor.fd, path, names, max_file_bytes=w.max_file_bytes)
+    w.new_links |= new_links
+    return part
 
-    ignore_stamp: Stamp | None
-    rules: Rules
-    reusable: bool
-    found: Scan
-    subdirs: list[tuple[str, str]]
-    children: list[tuple[str, str]]
-    """The classification it was made from: (wire name, kind) in name order."""
+
+def _written_elsewhere(w: _Walk, root_fd: int) -> bool:
+    """True when an inode written since the last scan may have names remembered as unchanged.
+
+    A write raises an event only in the directory of the name written. When that
+    name has other names not known to be linked (a hard link from an ignored `.log`
+    name, say), or was removed before this scan (so its link count is unknown),
+    those other names' directories heard nothing.
+    """
+    for directory, events in w.changes.dirs.items():
+        if not events.written:
+            continue
+        last = w.memory.get(directory)
+        known = set(last.linked) if last is not None else set()
+        base = fs_path(directory) + b"/" if directory else b""
+        for raw in events.written:
+            try:
+                st = os.lstat(base + raw, dir_fd=root_fd)
+            except OSError:
+                if events.moved.get(raw) not in w.changes.arrived:
+                    return True  # written, then removed (or moved out of sight)
+                continue
+            if (
+                stat.S_ISREG(st.st_mode)
+                and st.st_nlink > 1
+                and wire_name(os.fsdecode(raw)) not in known
+            ):
+                return True
+    return False
+
+
+class _Anchor:
+    """A directory descriptor the walk goes on from, closed when nothing pending needs it."""
+
+    __slots__ = ("fd", "users")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.users = 0
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            os.close(self.fd)
+
+
+class _Restart(Exception):
+    """The walk must start again (a file turned into something else, a new hard link)."""
+
+    def __init__(self, *, restat_all: bool) -> None:
+        super().__init__()
+        self.restat_all = restat_all
 
 
 def scan_tree(
@@ -82,8 +161,11 @@ def scan_tree(
     trust_before: int = 0,
     watcher: Watcher | None = None,
     memory: dict[str, DirScan] | None = None,
-    dirty: dict[str, Events | None] | None = None,
+    changes: Changes | None = None,
+    remember: dict[str, DirScan] | None = None,
+    tracked: Tracked | None = None,
     stats: WalkStats | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Scan:
     """Walks `root` and sorts every path below it.
 
@@ -96,362 +178,409 @@ def scan_tree(
         trust_before: a listing is only kept for a directory (and its `.gitignore`)
             whose times are older than this (ns since the epoch): one changed again
             within the same timestamp tick would otherwise look unchanged.
-        watcher: watches every directory scanned, so that the next call can be told
-            which ones changed.
-        memory: what each directory contributed to the last scan (updated).
-        dirty: what had events since the last scan (from `watcher`), per directory.
-            Any other directory is taken from `memory` without a single system call;
-            in one with events only the named children are looked at again (its
-            listing is read again if it changed). None: nothing is known, every
+        watcher: watches every directory listed (before it is listed), so that the
+            next call can be told which ones changed.
+        memory: what each directory contributed to the last committed scan (read only).
+        changes: what may have changed since `memory` was made (from `watcher`).
+            Any directory it does not name is taken from `memory` without a single
+            system call (its multiply-linked files aside); in one with events only
+            the named children are looked at again. None: nothing is known, every
             directory is read.
+        remember: filled with what each directory contributed to this scan (for
+            the caller to keep as the next `memory` once it commits).
+        tracked: the paths git tracks (captured whatever the ignore rules say).
         stats: where to record what had to be done afresh (None: nowhere).
+        check: called before each directory; it may raise to abandon the walk.
 
     Raises:
         SnapshotError: a directory or symlink could not be read.
     """
-    found = Scan()
-    # Listings hold ignore and exclusion decisions: they are only good under the same ones.
-    key = listing_key(rules.key, exclude)
-    old = listings.dirs if listings is not None and listings.base == key else {}
-    fresh: dict[str, Listing] = {}
-    remembered = memory if memory is not None and dirty is not None else {}
-    visited: dict[str, DirScan] = {}
-    # (relative dir, absolute dir, rules above it, whether those rules are as cached,
-    #  whether they are as remembered)
-    pending: list[tuple[str, str, Rules, bool, bool]] = [("", root, rules, True, True)]
-    while pending:
-        rel_dir, abs_dir, above, rules_as_cached, rules_as_remembered = pending.pop()
-        last = remembered.get(rel_dir)
-        # From memory: the kinds of the children, and the stats of files no event named.
-        memory_hints: dict[str, str] = {}
-        known: dict[str, os.stat_result] = {}
-        if rules_as_remembered and last is not None and last.reusable and dirty is not None:
-            # No event here since the last scan: nothing changed. Files written in
-            # place: only they are looked at again.
-            events = dirty.get(rel_dir, _QUIET)
-            part = None
-            if events is _QUIET:
-                part = last
-            elif events is not None and not events.names & {b".gitignore", b".git"}:
-                if not events.listing:
-                    part = _refresh(last, abs_dir, events.names, max_file_bytes)
-                else:
-                    memory_hints, known = _remembered(last, events.names)
-            if part is not None:
-                _merge(found, part.found)
-                visited[rel_dir] = part
-                if rel_dir in old:
-                    fresh[rel_dir] = old[rel_dir]
-                pending.extend(
-                    (rel, path, part.rules, True, True) for rel, path in reversed(part.subdirs)
-                )
-                continue
-        if watcher is not None:
-            # Watch before reading, so a change made while we read shows up next time.
-            watcher.watch(rel_dir, os.fsencode(abs_dir))
-        cached = old.get(rel_dir)
+    restat_all = False
+    while True:
+        found = Scan()
+        visited: dict[str, DirScan] = {}
         try:
-            dir_stat = os.lstat(abs_dir)
-            if not stat.S_ISDIR(dir_stat.st_mode):
-                raise SnapshotError(rel_dir or ".", "changed while it was scanned")
-            stamp = _stamp(dir_stat)
-            # An unchanged listing says whether `.gitignore` and `.git` are there: no need
-            # to ask the file system (a third of a warm scan's system calls).
-            names = _special_names(cached.children) if cached and cached.stamp == stamp else None
-            ignore_stat = (
-                _lstat_or_none(os.path.join(abs_dir, ".gitignore"))
-                if names is None or ".gitignore" in names
-                else None
+            _walk(
+                _Walk(
+                    root=root,
+                    rules=rules,
+                    exclude=exclude,
+                    max_file_bytes=max_file_bytes,
+                    listings=listings,
+                    trust_before=trust_before,
+                    watcher=watcher,
+                    memory=memory if memory is not None and changes is not None else {},
+                    changes=changes if changes is not None else Changes(everything=True),
+                    tracked=tracked,
+                    stats=stats,
+                    check=check,
+                    restat_all=restat_all,
+                    found=found,
+                    visited=visited,
+                )
             )
-        except OSError as exc:
-            raise SnapshotError(rel_dir or ".", f"cannot read: {exc.strerror}") from None
-        ignore_stamp = _stamp(ignore_stat) if ignore_stat is not None else None
-        reuse = (
-            rules_as_cached
-            and cached is not None
-            and cached.stamp == stamp
-            and cached.ignore_file == ignore_stamp
+        except _Restart as restart:
+            if restart.restat_all:
+                restat_all = True  # memory stays usable; every remembered file is stat-ed
+            else:
+                memory, changes = None, None  # take it from the top, trusting nothing
+            continue
+        if remember is not None:
+            remember.clear()
+            remember.update(visited)
+        return found
+
+
+@dataclass(slots=True)
+class _Walk:
+    """One walk's inputs and outputs."""
+
+    root: str
+    rules: Rules
+    exclude: frozenset[str]
+    max_file_bytes: int
+    listings: Listings | None
+    trust_before: int
+    watcher: Watcher | None
+    memory: dict[str, DirScan]
+    changes: Changes
+    tracked: Tracked | None
+    stats: WalkStats | None
+    check: Callable[[], None] | None
+    restat_all: bool
+    found: Scan
+    visited: dict[str, DirScan]
+    reused_memory: bool = False
+    new_links: bool = False
+
+
+# (relative dir, anchor, path from the anchor, rules above it, rules as cached,
+#  memory usable, expected inode or None, entered for tracked files only)
+_Item = tuple[str, _Anchor, str, Rules, bool, bool, "int | None", bool]
+
+
+def _walk(w: _Walk) -> None:
+    # Listings hold ignore and exclusion decisions: they are only good under the same ones.
+    key = listing_key(w.rules.key, w.exclude)
+    old = w.listings.dirs if w.listings is not None and w.listings.base == key else {}
+    fresh: dict[str, Listing] = {}
+    try:
+        root_fd = os.open(w.root, _DIR_FLAGS)
+    except OSError as exc:
+        raise SnapshotError(".", f"cannot read: {exc.strerror}") from None
+    root_anchor = _Anchor(root_fd)
+    root_anchor.users = 1
+    if w.memory and not w.restat_all and _written_elsewhere(w, root_fd):
+        w.restat_all = True
+    pending: list[_Item] = [("", root_anchor, "", w.rules, True, True, None, False)]
+    everything = w.changes.everything
+    subtrees = w.changes.subtrees
+    try:
+        while pending:
+            item = pending.pop()
+            try:
+                if w.check is not None:
+                    w.check()
+                _one_dir(
+                    w,
+                    item,
+                    old=old,
+                    fresh=fresh,
+                    pending=pending,
+                    everything=everything,
+                    subtrees=subtrees,
+                )
+            finally:
+                item[1].release()
+    except BaseException:
+        for item in pending:
+            item[1].release()
+        raise
+    if w.new_links and w.reused_memory and not w.restat_all:
+        # A file with a new hard link: its other names may be files remembered as
+        # unchanged (a write through a new name raises no event at an old one).
+        raise _Restart(restat_all=True)
+    if w.listings is not None:
+        w.listings.base = key
+        w.listings.dirs = fresh
+
+
+def _one_dir(
+    w: _Walk,
+    item: _Item,
+    *,
+    old: dict[str, Listing],
+    fresh: dict[str, Listing],
+    pending: list[_Item],
+    everything: bool,
+    subtrees: set[str],
+) -> None:
+    rel_dir, anchor, path, _, _, memory_ok, ino, _ = item
+    memory_ok = memory_ok and not everything and rel_dir not in subtrees
+    last = w.memory.get(rel_dir) if memory_ok else None
+    if last is not None and (
+        not last.reusable or (ino is not None and ino != last.ino) or last.tracked_only != item[7]
+    ):
+        # Another directory now has this name, or it is entered otherwise (for the files
+        # git tracks only, or no longer): nothing remembered of it holds.
+        last = None
+    # From memory: the kinds of the children, and the stats of files no event named.
+    memory_hints: dict[str, str] = {}
+    known: dict[str, Seen] = {}
+    events = w.changes.dirs.get(rel_dir) if last is not None else None
+    if last is not None:
+        w.reused_memory = True  # its stats (some or all) are taken from memory
+        names = {fs_path(n) for n in (last.file_names() if w.restat_all else last.linked)}
+        part = None
+        if names & _SPECIAL:
+            # Its .gitignore may have been written through another name: read it again,
+            # and decide again below it (the rules are compared byte for byte).
+            pass
+        elif events is None:
+            part = _refreshed(w, last, anchor, path, names) if names else last
+        elif not events.names & _SPECIAL:
+            if not events.listing:
+                part = _refreshed(w, last, anchor, path, names | events.names)
+            else:
+                memory_hints, known = remembered(last, events.names | names)
+        if part is not None:
+            if w.stats is not None:
+                w.stats.reused.append(rel_dir)
+            merge(w.found, part.found)
+            w.visited[rel_dir] = part
+            if rel_dir in old:
+                fresh[rel_dir] = old[rel_dir]
+            _push_subdirs(pending, part, anchor, path, rules_as_cached=True, memory_ok=True)
+            return
+    # A directory the watcher saw change is listed again: its cached listing may carry
+    # the same stamp (a change within one timestamp tick) and is not asked.
+    cached = old.get(rel_dir) if events is None else None
+    dir_fd = -1
+    try:
+        if w.watcher is not None:
+            # Open, watch, then list: the watch is on the very directory listed, and
+            # anything created after the listing raises an event.
+            dir_fd = os.open(path or ".", _DIR_FLAGS, dir_fd=anchor.fd)
+            dir_stat = os.fstat(dir_fd)
+            w.watcher.watch(rel_dir, dir_fd)
+        else:
+            dir_stat = os.lstat(path or ".", dir_fd=anchor.fd)
+        if not stat.S_ISDIR(dir_stat.st_mode):
+            raise SnapshotError(rel_dir or ".", "changed while it was scanned")
+        _read_dir(
+            w,
+            item,
+            memory_ok=memory_ok,
+            dir_fd=dir_fd,
+            dir_stat=dir_stat,
+            cached=cached,
+            last=last,
+            events=events,
+            memory_hints=memory_hints,
+            known=known,
+            fresh=fresh,
+            pending=pending,
+        )
+    except OSError as exc:
+        raise SnapshotError(rel_dir or ".", f"cannot read: {exc.strerror}") from None
+    finally:
+        if dir_fd >= 0:
+            os.close(dir_fd)
+
+
+def _read_dir(
+    w: _Walk,
+    item: _Item,
+    *,
+    memory_ok: bool,
+    dir_fd: int,
+    dir_stat: os.stat_result,
+    cached: Listing | None,
+    last: DirScan | None,
+    events: Events | None,
+    memory_hints: dict[str, str],
+    known: dict[str, Seen],
+    fresh: dict[str, Listing],
+    pending: list[_Item],
+) -> None:
+    rel_dir, anchor, path, above, rules_as_cached, _, _, tracked_only = item
+    prefix = f"{path}/" if path else ""
+    stamp = _stamp(dir_stat)
+    ignore_data: bytes | None = None
+    nested_repo = False
+    if tracked_only:
+        # Inside an ignored directory git reads no .gitignore and sees no repository:
+        # everything it does not track is ignored.
+        ignore_stat = None
+        dir_rules = above
+    else:
+        # An unchanged listing says whether `.gitignore` and `.git` are there: no need
+        # to ask the file system (a third of a warm scan's system calls).
+        names = special_names(cached.children) if cached and cached.stamp == stamp else None
+        ignore_stat = (
+            lstat_or_none(prefix + ".gitignore", anchor.fd)
+            if names is None or ".gitignore" in names
+            else None
         )
         has_git = None if names is None else ".git" in names
-        dir_rules, nested_repo = _rules_inside(rel_dir, abs_dir, above, ignore_stat, has_git)
+        if has_git is None:
+            has_git = lstat_or_none(prefix + ".git", anchor.fd) is not None
+        nested_repo = bool(rel_dir) and has_git
+        dir_rules = above
         if nested_repo:
-            reuse = False  # its rules come from its own .git, which this cache does not stamp
-        if reuse and cached is not None:
-            children = cached.children
-        else:
-            # Same rules as the cached listing: a child still there, of the same type,
-            # gets the same decision; only new or changed names are matched again.
-            same_rules = (
-                rules_as_cached
-                and cached is not None
-                and cached.ignore_file == ignore_stamp
-                and not nested_repo
-            )
-            hints = dict(cached.children) if same_rules and cached is not None else {}
-            if not hints and last is not None and last.ignore_stamp == ignore_stamp:
-                hints = memory_hints  # same rules as remembered (no event on .gitignore)
-            children = _classify(rel_dir, abs_dir, dir_rules, exclude, hints, stats=stats)
-        trusted = max(stamp[2], stamp[3], *(ignore_stamp[2:] if ignore_stamp else ())) < (
-            trust_before
-        )
-        if trusted:
-            fresh[rel_dir] = Listing(stamp, ignore_stamp, children)
-        part = DirScan(
-            ignore_stamp=ignore_stamp,
-            rules=dir_rules,
-            reusable=not nested_repo,
-            found=Scan(),
-            subdirs=[],
-            children=children,
-        )
-        here = part.found
-        prefix = abs_dir + "/"  # plain concatenation: os.path.join cost a fifth of a warm scan
-        for name, kind in children:
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            if kind == _DIR:
-                here.dirs.append(rel)
-                part.subdirs.append((rel, prefix + _os_name(name)))
-            elif kind == _FILE:
-                try:
-                    st = known.get(name) or os.lstat(prefix + _os_name(name))
-                except FileNotFoundError:
-                    continue  # deleted while we walked: simply not part of this snapshot
-                except OSError as exc:
-                    raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
-                if not stat.S_ISREG(st.st_mode):
-                    # Replaced by something else after the listing: take it from the top.
-                    return scan_tree(
-                        root, rules, exclude=exclude, max_file_bytes=max_file_bytes, stats=stats
-                    )
-                if st.st_size > max_file_bytes:
-                    here.large.append(rel)
-                else:
-                    here.files.append((rel, st))
-            elif kind == _LINK:
-                path = prefix + _os_name(name)
-                try:
-                    target = wire_name(os.readlink(path))
-                    mode = os.lstat(path).st_mode & 0o777
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    raise SnapshotError(rel, f"cannot read symlink: {exc.strerror}") from None
-                here.symlinks.append((rel, target, mode))
-            elif kind in (_IGNORED, _IGNORED_DIR):
-                here.ignored.append(rel)
-            else:
-                here.excluded.append(rel)
-        _merge(found, here)
-        visited[rel_dir] = part
+            # git run inside a nested repository reads only that repository's ignore files.
+            dir_rules = repo_rules(above, rel_dir) or above
+        # git does not follow a symlinked .gitignore (>= 2.32), nor reads a non-file.
+        if ignore_stat is not None and stat.S_ISREG(ignore_stat.st_mode):
+            ignore_data = read_ignore_file(anchor.fd, prefix, rel_dir)
+            dir_rules = dir_rules.child(rel_dir, ignore_data)
+    ignore_stamp = _stamp(ignore_stat) if ignore_stat is not None else None
+    reuse = (
+        rules_as_cached
+        and cached is not None
+        and cached.stamp == stamp
+        and cached.ignore_file == ignore_stamp
+        and not nested_repo  # its rules come from its own .git, which this cache does not stamp
+    )
+    inodes: dict[str, int] = {}
+    if reuse and cached is not None:
+        children = cached.children
+    else:
+        # Same rules as the cached listing: a child still there, of the same type,
+        # gets the same decision; only new or changed names are matched again.
         same_rules = (
-            rules_as_remembered
-            and last is not None
-            and last.ignore_stamp == ignore_stamp
+            rules_as_cached
+            and cached is not None
+            and cached.ignore_file == ignore_stamp
             and not nested_repo
         )
-        pending.extend(
-            (rel, path, dir_rules, reuse and trusted, same_rules)
-            for rel, path in reversed(part.subdirs)
-        )
-    if listings is not None:
-        listings.base = key
-        listings.dirs = fresh
-    if memory is not None:
-        memory.clear()
-        memory.update(visited)
-    return found
-
-
-_QUIET = Events()  # stands for "no event" in a lookup
-
-
-def _remembered(
-    last: DirScan, names: set[bytes]
-) -> tuple[dict[str, str], dict[str, os.stat_result]]:
-    """What a directory's memory still vouches for after events on `names`.
-
-    Returns the kinds of its children (hints for classifying it again) and the
-    stats of its files that no event named (unchanged since they were taken).
-    """
-    touched = {wire_name(os.fsdecode(raw)) for raw in names}
-    known = {
-        name: st for rel, st in last.found.files if (name := rel.rpartition("/")[2]) not in touched
-    }
-    return dict(last.children), known
-
-
-def _refresh(last: DirScan, abs_dir: str, names: set[bytes], max_file_bytes: int) -> DirScan | None:
-    """Returns `last` with the named files (changed in place) stat'ed and sized again.
-
-    None when the directory must be read again: a named file is no longer a
-    regular file, or is not where the last listing put it.
-    """
-    prefix = abs_dir + "/"
-    fresh: dict[str, os.stat_result] = {}
-    for raw in names:
-        name = os.fsdecode(raw)
+        hints = dict(cached.children) if same_rules and cached is not None else {}
+        if not hints and last is not None and last.ignore_data == ignore_data:
+            hints = memory_hints  # same rules as remembered
+        own_fd = dir_fd if dir_fd >= 0 else os.open(path or ".", _DIR_FLAGS, dir_fd=anchor.fd)
         try:
-            st = os.lstat(prefix + name)
-        except FileNotFoundError:
-            return None
-        if stat.S_ISREG(st.st_mode):
-            fresh[wire_name(name)] = st
-        elif not stat.S_ISDIR(st.st_mode):
-            return None  # a symlink or special file now where a name changed: list again
-    if not fresh:
-        return last
-    listed = {rel.rpartition("/")[2] for rel, _ in last.found.files}
-    listed.update(rel.rpartition("/")[2] for rel in last.found.large)
-    listed.update(rel.rpartition("/")[2] for rel in last.found.ignored)
-    if not fresh.keys() <= listed:
-        return None  # not where the last listing put it: list again
-    here = Scan(
-        symlinks=last.found.symlinks,
-        dirs=last.found.dirs,
-        ignored=last.found.ignored,
-        excluded=last.found.excluded,
+            children = classify(
+                rel_dir, own_fd, dir_rules, exclude=w.exclude, stats=w.stats, hints=hints,
+                inodes=inodes,
+            )  # fmt: skip
+        finally:
+            if own_fd != dir_fd:
+                os.close(own_fd)
+    trusted = max(stamp[2], stamp[3], *(ignore_stamp[2:] if ignore_stamp else ())) < (
+        w.trust_before
     )
-    # Only the named files may have changed size; each goes to files or large again.
-    sized = [(rel, fresh.get(rel.rpartition("/")[2], st)) for rel, st in last.found.files]
-    for rel in last.found.large:
-        changed = fresh.get(rel.rpartition("/")[2])
-        if changed is None:
-            here.large.append(rel)
-        else:
-            sized.append((rel, changed))
-    for rel, st in sized:
-        if st.st_size > max_file_bytes:
-            here.large.append(rel)
-        else:
-            here.files.append((rel, st))
-    return DirScan(
-        ignore_stamp=last.ignore_stamp,
-        rules=last.rules,
-        reusable=True,
-        found=here,
-        subdirs=last.subdirs,
-        children=last.children,
+    if trusted:
+        fresh[rel_dir] = Listing(stamp, ignore_stamp, children)
+    linked_ignore = ignore_stat is not None and ignore_stat.st_nlink > 1
+    part = DirScan(
+        tracked_only=tracked_only,
+        ino=dir_stat.st_ino,
+        ignore_stamp=ignore_stamp,
+        ignore_data=ignore_data,
+        rules=dir_rules,
+        # A .gitignore with another name elsewhere may change without an event here.
+        reusable=not nested_repo and not linked_ignore,
+        found=Scan(),
+        subdirs=[],
+        children=children,
     )
-
-
-def _merge(into: Scan, part: Scan) -> None:
-    into.files += part.files
-    into.symlinks += part.symlinks
-    into.dirs += part.dirs
-    into.ignored += part.ignored
-    into.large += part.large
-    into.excluded += part.excluded
-
-
-def _lstat_or_none(path: str) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-
-
-def _special_names(children: list[tuple[str, str]]) -> set[str]:
-    """Which of `.git` and `.gitignore` a listing holds."""
-    return {name for name, _ in children if name in (".git", ".gitignore")}
-
-
-def _rules_inside(
-    rel_dir: str,
-    abs_dir: str,
-    above: Rules,
-    ignore_stat: os.stat_result | None,
-    has_git: bool | None,
-) -> tuple[Rules, bool]:
-    """Returns the rules in force inside a directory, and whether it is a nested repository.
-
-    `has_git`: whether a `.git` is there, if an unchanged listing says (None: look).
-    """
-    dir_rules = above
-    if has_git is None:
-        has_git = os.path.lexists(os.path.join(abs_dir, ".git"))
-    nested_repo = bool(rel_dir) and has_git
-    if nested_repo:
-        # git run inside a nested repository reads only that repository's ignore files.
-        dir_rules = repo_rules(above, rel_dir) or above
-    # git does not follow a symlinked .gitignore (>= 2.32), nor reads a non-file.
-    if ignore_stat is not None and stat.S_ISREG(ignore_stat.st_mode):
-        dir_rules = dir_rules.child(rel_dir, _read_ignore_file(abs_dir, rel_dir))
-    return dir_rules, nested_repo
-
-
-def _classify(
-    rel_dir: str,
-    abs_dir: str,
-    dir_rules: Rules,
-    exclude: frozenset[str],
-    hints: dict[str, str],
-    *,
-    stats: WalkStats | None,
-) -> list[tuple[str, str]]:
-    """Lists a directory and classifies each child (dir, file, link, ignored, excluded).
-
-    `hints` holds the kinds an earlier listing under the same rules gave; a name
-    whose entry has the type its kind implies keeps it.
-    """
-    try:
-        with os.scandir(abs_dir) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError as exc:
-        raise SnapshotError(rel_dir or ".", f"cannot list directory: {exc.strerror}") from None
-    if stats is not None:
-        stats.listed.append(rel_dir)
-    children: list[tuple[str, str]] = []
-    for entry in entries:
-        name = wire_name(entry.name)
+    here = part.found
+    tracked = w.tracked
+    known_links = set(last.linked) if last is not None else set()
+    for name, listed_kind in children:
         rel = f"{rel_dir}/{name}" if rel_dir else name
-        if is_git_name(name) or rel in exclude:
-            # git never tracks any spelling of .git; a manifest holding one is refused.
-            children.append((name, _EXCLUDED))
-            continue
-        try:
-            # d_type answers these without a system call.
-            is_dir = entry.is_dir(follow_symlinks=False)
-            hint = hints.get(name)
-            if hint is not None and _still(hint, entry, is_dir=is_dir):
-                children.append((name, hint))
+        kind = listed_kind
+        if kind in (_IGNORED, _IGNORED_DIR) and tracked is not None:
+            kind = tracked_kind(tracked, rel, kind)
+        if kind in (_DIR, TRACKED_DIR):
+            here.dirs.append(rel)
+            part.subdirs.append((rel, _os_name(name), kind == TRACKED_DIR))
+        elif kind in (_FILE, TRACKED_FILE):
+            try:
+                st = known.get(name) or Seen(os.lstat(prefix + _os_name(name), dir_fd=anchor.fd))
+            except FileNotFoundError:
+                continue  # deleted while we walked: simply not part of this snapshot
+            except OSError as exc:
+                raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
+            if stat.S_ISLNK(st.st_mode) and kind == TRACKED_FILE:
+                add_link(here, rel, prefix + _os_name(name), anchor.fd)
                 continue
-            if stats is not None:
-                stats.matched.append(rel)
-            if dir_rules.ignored(rel, is_dir=is_dir):
-                children.append((name, _IGNORED_DIR if is_dir else _IGNORED))
-            elif is_dir:
-                children.append((name, _DIR))
-            elif entry.is_symlink():
-                children.append((name, _LINK))
-            elif entry.is_file(follow_symlinks=False):
-                children.append((name, _FILE))
+            if not stat.S_ISREG(st.st_mode):
+                if kind == TRACKED_FILE:
+                    here.excluded.append(rel)  # a tracked name that is a FIFO or device now
+                    continue
+                # Replaced by something else after the listing: take it from the top.
+                raise _Restart(restat_all=False)
+            if st.st_nlink > 1:
+                part.linked.append(name)
+                if name not in known_links:
+                    w.new_links = True
+            if st.st_size > w.max_file_bytes:
+                here.large.append(rel)
             else:
-                # Sockets, FIFOs and devices are never captured, so never touched.
-                children.append((name, _EXCLUDED))
-        except FileNotFoundError:
-            continue  # deleted while we walked: simply not part of this snapshot
-        except OSError as exc:
-            raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
-    return children
+                here.files.append((rel, st))
+        elif kind == _LINK:
+            add_link(here, rel, prefix + _os_name(name), anchor.fd)
+        elif kind in (_IGNORED, _IGNORED_DIR):
+            here.ignored.append(rel)
+        else:
+            here.excluded.append(rel)
+    merge(w.found, here)
+    w.visited[rel_dir] = part
+    same_rules = (
+        memory_ok
+        and last is not None
+        and last.ignore_data == ignore_data
+        and last.reusable
+        and not nested_repo
+        and (events is None or b".git" not in events.names)
+    )
+    _push_subdirs(
+        pending,
+        part,
+        anchor,
+        path,
+        rules_as_cached=reuse and trusted,
+        memory_ok=same_rules,
+        inodes=inodes,
+    )
 
 
-def _still(kind: str, entry: os.DirEntry[str], *, is_dir: bool) -> bool:
-    """True when `entry` is still of the type that `kind` was decided for."""
-    if kind in (_DIR, _IGNORED_DIR):
-        return is_dir
-    if kind == _IGNORED:
-        return not is_dir  # for a non-directory the decision does not depend on its type
-    if kind == _LINK:
-        return entry.is_symlink()
-    if kind == _FILE:
-        return entry.is_file(follow_symlinks=False)
-    return False  # excluded: decided by name, or by being a special file; decide again
-
-
-def _read_ignore_file(abs_dir: str, rel_dir: str) -> bytes:
-    try:
-        with open(os.path.join(abs_dir, ".gitignore"), "rb") as f:
-            return f.read()
-    except OSError as exc:
-        where = f"{rel_dir}/.gitignore" if rel_dir else ".gitignore"
-        raise SnapshotError(where, f"cannot read: {exc.strerror}") from None
+def _push_subdirs(
+    pending: list[_Item],
+    part: DirScan,
+    anchor: _Anchor,
+    path: str,
+    *,
+    rules_as_cached: bool,
+    memory_ok: bool,
+    inodes: dict[str, int] | None = None,
+) -> None:
+    """Queues the subdirectories of a directory, first one last (so it is walked first)."""
+    if not part.subdirs:
+        return
+    prefix = f"{path}/" if path else ""
+    if len(prefix) > _ANCHOR_AFTER // 4 and len(os.fsencode(prefix)) > _ANCHOR_AFTER:
+        # Deep: go on from this directory's own descriptor, so no path gets long.
+        own = _Anchor(os.open(path, _DIR_FLAGS, dir_fd=anchor.fd))
+        anchor, prefix = own, ""
+    inside = part.rules
+    outside: Rules | None = None
+    for rel, name, tracked_only in reversed(part.subdirs):
+        rules = inside
+        if tracked_only:
+            outside = outside or inside.ignore_all()
+            rules = outside
+        anchor.users += 1
+        pending.append(
+            (
+                rel,
+                anchor,
+                prefix + name,
+                rules,
+                rules_as_cached,
+                memory_ok,
+                None if inodes is None else inodes.get(rel.rpartition("/")[2]),
+                tracked_only,
+            )
+        )

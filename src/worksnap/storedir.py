@@ -69,6 +69,16 @@ def _refuse(path: str, mode: int, expected: str) -> StoreError:
     )
 
 
+def _name(exc: OSError, path: str) -> None:
+    """Makes an error met below the store name the store file, as an absolute path.
+
+    The system names only what it was given: the last component, or a descriptor.
+    """
+    if not (isinstance(exc.filename, str) and exc.filename.startswith("/")):
+        exc.filename = path
+        exc.filename2 = None
+
+
 class StoreDir:
     """One store directory: its descriptor, and every safe way to reach the files below it.
 
@@ -149,15 +159,18 @@ class StoreDir:
         parts = self._parts(path)
         if not parts:
             raise ValueError("the store directory itself has no parent in the store")
-        if create and not os.path.isdir(self.path):
-            os.makedirs(self.path, exist_ok=True)
-        fd = self._root()
         opened: list[int] = []
         try:
+            if create and not os.path.isdir(self.path):
+                os.makedirs(self.path, exist_ok=True)
+            fd = self._root()
             for depth, name in enumerate(parts[:-1]):
                 fd = self._open_dir(fd, name, "/".join([self.path, *parts[: depth + 1]]), create)
                 opened.append(fd)
             yield fd, parts[-1]
+        except OSError as exc:
+            _name(exc, path)
+            raise
         finally:
             for each in opened:
                 os.close(each)
@@ -182,7 +195,11 @@ class StoreDir:
             StoreError: it is not a directory (a symlink, a file...).
         """
         if path == self.path:
-            yield self._root()
+            try:
+                yield self._root()
+            except OSError as exc:
+                _name(exc, path)
+                raise
             return
         with self._parent(path) as (parent, name):
             fd = self._open_dir(parent, name, path, create=False)

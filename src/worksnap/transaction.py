@@ -8,16 +8,14 @@ the pre-restore snapshot; if the process dies, the journal stays.
 
 Recovery never destroys bytes that are not in the store: it first stores the tree as
 it is (a `pre-recover` snapshot, which `undo` restores), then rolls back only the
-paths the journal lists, so edits made since the restore was killed stay where they
-are. Commands that change the tree or record it whole (restore, rewind, undo, redo,
-snapshot, recover) recover first; `plan` refuses to preview a half-restored tree and
-says to run `worksnap recover`; other commands only read, and the CLI notes the
-pending recovery.
+paths the journal lists (journal.py), so edits made since the restore was killed stay.
+Commands that change the tree or record it whole recover first; previews refuse.
 """
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
@@ -30,20 +28,28 @@ from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import (
     ChangedError,
-    ConflictError,
     InputError,
     RecoveryError,
     RestoreError,
     StoreError,
     WorksnapError,
 )
-from worksnap.frames import MAX_UNPACKED
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, undo_target
 from worksnap.ignore import ignore_checker
+from worksnap.journal import DISCARD, Journal, pending, read_journal, refuse_preview
 from worksnap.lock import Locks
-from worksnap.manifest import Entry, Manifest
-from worksnap.paths import Root, ancestors
-from worksnap.plan import Op, Plan, plan_restore, rollback_target, select_paths
+from worksnap.manifest import Manifest
+from worksnap.paths import Root, fs_path, is_under
+from worksnap.plan import (
+    Plan,
+    check_selected,
+    check_unchanged,
+    destroys_unstored,
+    plan_restore,
+    rollback_target,
+    select_paths,
+    unprotected,
+)
 from worksnap.progress import Reporter
 from worksnap.store import Store
 from worksnap.storedir import StoreDir
@@ -67,42 +73,9 @@ class ApplyPlan(Protocol):
         ...
 
 
-class Journal(msgspec.Struct, frozen=True, kw_only=True):
-    """The store's journal, present while a restore runs: what to roll back, and to what."""
-
-    target: str
-    pre_restore: str
-    pid: int
-    host: str
-    session: str | None = None
-    """The session of the restore (None: a journal written before it was recorded)."""
-    paths: list[str] | None = None
-    """Every path the restore's plan touches (None: written before they were recorded,
-    and a recovery then rolls back every path that differs)."""
-
-
 def _purpose(kind: str) -> str:
     """What a restore of `kind` says it is doing to a process waiting for the store."""
     return "restore" if kind == "pre-restore" else kind
-
-
-def journal_snapshots(files: StoreDir) -> set[str]:
-    """The snapshots a pending journal needs (a recovery rolls back to them): gc keeps them."""
-    try:
-        record = msgspec.json.decode(
-            files.read(files.paths.journal, limit=MAX_UNPACKED), type=Journal
-        )
-    except FileNotFoundError:
-        return set()
-    except (OSError, msgspec.DecodeError, RecursionError):
-        return set()  # damaged: only `recover --discard` can act on it, and needs neither
-    return {record.pre_restore, record.target}
-
-
-_DISCARD = (
-    "run `worksnap recover --discard` to keep the tree as it is (a snapshot of it is "
-    "taken first) and drop the journal"
-)
 
 
 class Restorer:
@@ -156,15 +129,21 @@ class Restorer:
         """Previews what restoring `target` would change; writes nothing but the stat cache.
 
         Raises:
-            RecoveryError: a restore was interrupted: the tree may be half-restored,
+            RecoveryPending: a restore was interrupted: the tree may be half-restored,
                 and a preview must neither show that nor change it.
         """
-        pending = self.pending()
-        if pending is not None:
-            raise RecoveryError(f"{pending}; a plan would describe a half-restored tree")
+        refuse_preview(self._files)
         selected = self._selection(paths)
-        current = self._capture.capture(store_objects=False)
+        current = self._capture.capture(store_objects=False, max_file_bytes=self._cap(target))
         return self._plan(current, self._full_target(current, target, session), selected)
+
+    def _cap(self, target: Manifest) -> int:
+        """The size cap a restore of `target` captures with: never below the target's own.
+
+        Else a file the target holds, over the engine's cap now, would be neither
+        compared nor restored, nor kept by the pre-restore snapshot for undo.
+        """
+        return max(self._capture.max_file_bytes, target.max_file_bytes)
 
     def _selection(
         self, paths: Sequence[str | os.PathLike[str]] | None
@@ -189,7 +168,21 @@ class Restorer:
                 gitignores[directory] = self._store.read(entry.hash)
         ignored = ignore_checker(self._capture.rules(), gitignores)
         plan = plan_restore(current, target, ignored_by_target=ignored)
-        return plan if selected is None else select_paths(plan, selected)
+        if selected is not None:
+            check_selected(selected, current, target)
+            plan = select_paths(plan, selected)
+        rows = unprotected(plan.current, plan.target, self._probe)
+        if selected is not None:
+            rows = [r for r in rows if any(is_under(r.path, p) for p in selected)]
+        return dataclasses.replace(plan, unprotected=rows)
+
+    def _probe(self, rel: str) -> tuple[int, int] | None:
+        """A large file's size and newest time now (None: gone); for `plan.unprotected`."""
+        try:
+            st = os.lstat(os.path.join(self._root.path, os.fsdecode(fs_path(rel))))
+        except OSError:
+            return None
+        return st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
 
     # -- restoring ------------------------------------------------------------
 
@@ -204,6 +197,7 @@ class Restorer:
             kind="pre-restore",
             selected=selected,
             session=session,
+            cap=self._cap(target),
         )
 
     def _still_stored(self, target: Manifest) -> Manifest:
@@ -222,6 +216,28 @@ class Restorer:
             )
         return target
 
+    def _choose_and_plan(
+        self,
+        choose: Callable[[Manifest], Manifest],
+        *,
+        store_objects: bool,
+        session: str,
+        selected: builtins.list[str] | None = None,
+        cap: int | None = None,
+    ) -> Plan:
+        """Captures the current state, picks the target from it, and plans.
+
+        The capture is taken again with the target's cap when that is higher (`_cap`);
+        `cap`, when the target is known before, spares that second walk.
+        """
+        current = self._capture.capture(store_objects=store_objects, max_file_bytes=cap)
+        target = choose(current)
+        if self._cap(target) != current.max_file_bytes:
+            current = self._capture.capture(
+                store_objects=store_objects, max_file_bytes=self._cap(target)
+            )
+        return self._plan(current, self._full_target(current, target, session), selected)
+
     def _restore(
         self,
         choose: Callable[[Manifest], Manifest],
@@ -230,17 +246,36 @@ class Restorer:
         session: str,
         selected: builtins.list[str] | None = None,
         then: Callable[[Result], None] | None = None,
+        expected: Plan | None = None,
+        cap: int | None = None,
     ) -> Result:
         """Captures the current state once, plans to `choose(current)`, and applies.
 
         `choose` and `then` (given the result) run under the exclusive lock, so
-        session state they read and write cannot change under them.
+        session state they read and write cannot change under them. With `expected`
+        (a preview a person confirmed), that very plan is applied, provided the target
+        is the same and nothing it touches changed since (else ConflictError).
         """
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
         with self._locks.exclusive(_purpose(kind)):
-            pre = self._capture.capture(store_objects=True)
-            plan = self._plan(pre, self._full_target(pre, choose(pre), session), selected)
+            if expected is None:
+                plan = self._choose_and_plan(
+                    choose, store_objects=True, session=session, selected=selected, cap=cap
+                )
+                pre = plan.current
+            else:
+                pre = self._capture.capture(
+                    store_objects=True, max_file_bytes=expected.current.max_file_bytes
+                )
+                chosen = choose(pre).id
+                if chosen != expected.target.id:
+                    raise InputError(
+                        f"the workspace changed since the preview: this would now go to "
+                        f"snapshot {chosen}, not {expected.target.id}; nothing was changed"
+                    )
+                check_unchanged(expected, pre)
+                plan = expected
             if plan.changes and len(plan.blocked) < len(plan.changes):
                 pre = msgspec.structs.replace(pre, kind=kind, session=session)
                 result = self._run(plan, pre, session)
@@ -264,7 +299,11 @@ class Restorer:
         self._store.bind(self._root.path)
         with self._locks.exclusive(_purpose(kind)):
             self._still_stored(plan.target)
-            pre = self._capture.capture(store_objects=True)
+            # The cap the plan was made with: else files would move between captured
+            # and large, and look changed.
+            pre = self._capture.capture(
+                store_objects=True, max_file_bytes=plan.current.max_file_bytes
+            )
             pre = msgspec.structs.replace(pre, kind=kind, session=session)
             check_unchanged(plan, pre)
             return self._run(plan, pre, session)
@@ -318,38 +357,28 @@ class Restorer:
     ) -> Result:
         """Sets the workspace back to `pre` after a failed apply (the lock is held).
 
-        Bytes that are in no snapshot are never destroyed: the tree as it is is stored
-        first (a `pre-recover` snapshot, which `undo` restores) whenever the rollback
-        would overwrite or remove something neither `pre` nor `target` holds.
-
-        Args:
-            pre: the state before the restore.
-            touched: only these paths are set back (a recovery: the paths the journal
-                lists; edits made since the restore was killed stay); None: all.
-            result: the failed restore's result (marked rolled back on success).
-            target: the snapshot it restored, if known (its directories may hold
-                temp files the restore left, and its bytes are stored).
-            session: the session the kept snapshot belongs to.
-            recovering: keep the tree as it is whenever anything changes (a recovery
-                runs long after the restore, and its undo must bring the tree back).
-
-        Returns:
-            What the rollback changed (its `pre_restore`: the snapshot kept, if any).
-
-        Raises:
-            RestoreError: the rollback failed too (the journal stays for `recover`).
+        Bytes in no snapshot are never destroyed: the tree as it is is stored first (a
+        `pre-recover` snapshot, for `undo`) whenever the rollback would overwrite or remove
+        something neither `pre` nor `target` holds, and always when `recovering` (a
+        recovery runs long after the restore: its undo must bring the tree back). Only
+        the `touched` paths are set back (a recovery: the journal's; None: all); `target`,
+        if known, says where temp files may be left. Returns what the rollback changed
+        (`pre_restore`: the snapshot kept, if any); raises RestoreError if it fails too
+        (the journal stays for `recover`).
         """
         self._capture.forget_stat_table()  # the failed apply rewrote files
         dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
         remove_leftovers(self._root.path, dirs)
         # Nothing is stored unless it must be: a rollback often follows a full disk.
-        current = self._capture.capture(store_objects=recovering)
+        # The cap of `pre` (at least the target's): a large file the restore wrote is compared.
+        cap = self._cap(pre)
+        current = self._capture.capture(store_objects=recovering, max_file_bytes=cap)
         aim = pre if touched is None else rollback_target(current, pre, touched)
         plan = self._plan(current, aim)
         kept: str | None = None
-        if plan.changes and (recovering or _destroys_unstored(plan, (pre, target))):
+        if plan.changes and (recovering or destroys_unstored(plan, (pre, target))):
             if not recovering:
-                current = self._capture.capture(store_objects=True)
+                current = self._capture.capture(store_objects=True, max_file_bytes=cap)
                 plan = self._plan(current, aim)
             kept_state = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
             self._catalog.save(kept_state, session)
@@ -369,13 +398,7 @@ class Restorer:
 
     def pending(self) -> str | None:
         """One line saying that a restore was interrupted and what to run, or None."""
-        if self._files.lstat(self._paths.journal) is None:
-            return None
-        return (
-            f"a restore was interrupted (journal {self._paths.journal}): the workspace may be "
-            "partly restored; run `worksnap recover` (it keeps the tree as it is in a snapshot "
-            "first, for `worksnap undo`)"
-        )
+        return pending(self._files)
 
     def recover_if_interrupted(self, session: str) -> Result | None:
         """Finishes the rollback of a restore that was killed part-way, if there was one."""
@@ -405,30 +428,19 @@ class Restorer:
             return None  # checked again under the lock: this only spares a missing store
         with self._locks.exclusive("recover"):
             try:
-                record: Journal | None = msgspec.json.decode(
-                    self._files.read(journal, limit=MAX_UNPACKED), type=Journal
-                )
-            except FileNotFoundError:
-                return None  # another process finished it while we waited for the lock
-            except (OSError, msgspec.DecodeError, RecursionError) as exc:
+                record = read_journal(self._files)
+            except RecoveryError:
                 if not discard:
-                    raise RecoveryError(
-                        f"the journal of an interrupted restore ({journal}) is damaged "
-                        f"({exc}); the workspace may be partly restored: {_DISCARD}"
-                    ) from None
-                record = None
+                    raise
+                record = None  # damaged: only discarding can act on it
+            else:
+                if record is None:
+                    return None  # another process finished it while we waited for the lock
             keep = record.session if record is not None and record.session else session
             if discard:
                 return self._discard(record, keep)
             assert record is not None
-            try:
-                pre = self._catalog.load(record.pre_restore, keep)
-            except (InputError, StoreError) as exc:
-                raise RecoveryError(
-                    f"an interrupted restore left a journal ({journal}) that rolls back to "
-                    f"snapshot {record.pre_restore}, which cannot be loaded ({exc}); the "
-                    f"workspace may be partly restored: {_DISCARD}"
-                ) from None
+            pre = self._pre_restore(record, keep)
             try:
                 target: Manifest | None = self._catalog.load(record.target, keep)
             except WorksnapError:
@@ -439,6 +451,21 @@ class Restorer:
             )
             self._remove_journal()
             return back
+
+    def _pre_restore(self, record: Journal, session: str) -> Manifest:
+        """The snapshot a journal rolls back to.
+
+        Raises:
+            RecoveryError: it cannot be loaded; the message says how to clear the journal.
+        """
+        try:
+            return self._catalog.load(record.pre_restore, session)
+        except (InputError, StoreError) as exc:
+            raise RecoveryError(
+                f"an interrupted restore left a journal ({self._paths.journal}) that rolls "
+                f"back to snapshot {record.pre_restore}, which cannot be loaded ({exc}); the "
+                f"workspace may be partly restored: {DISCARD}"
+            ) from None
 
     def _discard(self, record: Journal | None, session: str) -> Result:
         """Drops the journal, the tree left as it is and stored as a snapshot first."""
@@ -455,23 +482,63 @@ class Restorer:
         self._files.unlink(self._paths.journal)
         self._files.fsync(self._files.path)
 
-    # -- undo and redo --------------------------------------------------------
-
-    def undo(self, session: str) -> Result:
-        """Restores the newest snapshot of the session whose state differs from the current one.
+    def plan_recover(self, session: str) -> Plan | None:
+        """Previews what `recover` would change (None: no restore was interrupted).
 
         Raises:
-            InputError: there is nothing to undo.
+            RecoveryError: the journal is damaged or names a snapshot that is gone.
         """
-        chosen: builtins.list[str] = []
+        record = read_journal(self._files)
+        if record is None:
+            return None
+        pre = self._pre_restore(record, record.session or session)
+        now = self._capture.capture(store_objects=False, max_file_bytes=self._cap(pre))
+        aim = pre if record.paths is None else rollback_target(now, pre, record.paths)
+        return self._plan(now, aim)
+
+    # -- undo and redo --------------------------------------------------------
+
+    def _undo_choice(self, session: str) -> Callable[[Manifest], Manifest]:
+        """Picks what undo restores, given the current state (see `history.undo_target`)."""
+        if not self._store.exists():
+            raise InputError(f"nothing to undo in session {session!r} (no snapshots yet)")
 
         def choose(current: Manifest) -> Manifest:
             state = self._sessions.load(session)
             target_id = undo_target(self._catalog.list(session), current.tree, state)
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
-            chosen.append(target_id)
             return self._catalog.load(target_id, session)
+
+        return choose
+
+    def plan_undo(self, session: str) -> Plan:
+        """Previews what `undo` would change (nothing is written but the stat cache).
+
+        Raises:
+            InputError: there is nothing to undo.
+        """
+        refuse_preview(self._files)
+        return self._choose_and_plan(
+            self._undo_choice(session), store_objects=False, session=session
+        )
+
+    def undo(self, session: str, *, expected: Plan | None = None) -> Result:
+        """Restores the newest snapshot of the session whose state differs from the current one.
+
+        With `expected` (from `plan_undo`, confirmed by a person), applies that very plan.
+
+        Raises:
+            InputError: there is nothing to undo, or it would now go elsewhere than `expected`.
+            ConflictError: a path `expected` touches changed since.
+        """
+        pick = self._undo_choice(session)
+        chosen: builtins.list[str] = []
+
+        def choose(current: Manifest) -> Manifest:
+            target = pick(current)
+            chosen.append(target.id)
+            return target
 
         def record(result: Result) -> None:
             if result.ok and result.pre_restore is not None:
@@ -479,21 +546,18 @@ class Restorer:
                 state.redo.append(Frame(chosen[0], result.pre_restore))
                 self._sessions.save(session, state)
 
-        return self._restore(choose, kind="undo", then=record, session=session)
+        return self._restore(choose, kind="undo", then=record, session=session, expected=expected)
 
-    def redo(self, session: str) -> Result:
-        """Re-applies what the last `undo` undid (the state it left).
-
-        Raises:
-            InputError: nothing was undone, or a new snapshot cleared the redo stack.
-        """
+    def _redo_choice(
+        self, session: str, frames: builtins.list[Frame]
+    ) -> Callable[[Manifest], Manifest]:
+        """Picks what redo restores: the state the last undo left (its frame goes to `frames`)."""
         nothing = InputError(
             f"nothing to redo in session {session!r} "
             "(only an undo can be redone, and a new snapshot clears redo)"
         )
-        if not self._sessions.load(session).redo:
+        if not self._store.exists() or not self._sessions.load(session).redo:
             raise nothing  # answered before the tree is walked; checked again under the lock
-        frames: builtins.list[Frame] = []
 
         def choose(current: Manifest) -> Manifest:
             state = self._sessions.load(session)
@@ -502,48 +566,35 @@ class Restorer:
             frames.append(state.redo[-1])
             return self._catalog.load(frames[0].left, session)
 
+        return choose
+
+    def plan_redo(self, session: str) -> Plan:
+        """Previews what `redo` would change (nothing is written but the stat cache).
+
+        Raises:
+            InputError: nothing was undone, or a new snapshot cleared the redo stack.
+        """
+        refuse_preview(self._files)
+        return self._choose_and_plan(
+            self._redo_choice(session, []), store_objects=False, session=session
+        )
+
+    def redo(self, session: str, *, expected: Plan | None = None) -> Result:
+        """Re-applies what the last `undo` undid (the state it left).
+
+        With `expected` (from `plan_redo`, confirmed by a person), applies that very plan.
+
+        Raises:
+            InputError: nothing was undone, or a new snapshot cleared the redo stack.
+            ConflictError: a path `expected` touches changed since.
+        """
+        frames: builtins.list[Frame] = []
+        choose = self._redo_choice(session, frames)
+
         def record(result: Result) -> None:
             state = self._sessions.load(session)
             if result.ok and state.redo and state.redo[-1] == frames[0]:
                 state.redo.pop()
                 self._sessions.save(session, state)
 
-        return self._restore(choose, kind="redo", then=record, session=session)
-
-
-def _destroys_unstored(plan: Plan, stored: Iterable[Manifest | None]) -> bool:
-    """True when a plan overwrites or removes a file or link that no `stored` manifest holds.
-
-    Only such a file's bytes would be lost: anything else is in a snapshot.
-    """
-    known = {(e.path, e) for m in stored if m is not None for e in m.entries}
-    now = {e.path: e for e in plan.current.entries}
-    for change in plan.changes:
-        if change.op is Op.BLOCKED:
-            continue
-        entry = now.get(change.path)
-        if entry is not None and (change.path, entry) not in known:
-            return True
-    return False
-
-
-def check_unchanged(plan: Plan, now: Manifest) -> None:
-    """Refuses to apply a plan if anything it touches, or any directory above, changed since.
-
-    A change above a touched path counts: a directory swapped for a symlink
-    between plan and apply must stop the restore, not redirect it.
-
-    Raises:
-        ConflictError: names the first such path.
-    """
-    seen: dict[str, Entry | None] = dict.fromkeys(plan.current.dirs)
-    seen.update((e.path, e) for e in plan.current.entries)
-    present: dict[str, Entry | None] = dict.fromkeys(now.dirs)
-    present.update((e.path, e) for e in now.entries)
-    touched = {change.path for change in plan.changes}
-    above = {a for path in touched for a in ancestors(path.rpartition("/")[0])}
-    for path in sorted(seen.keys() | present.keys()):
-        if (path in seen, seen.get(path)) != (path in present, present.get(path)) and (
-            path in above or any(a in touched for a in ancestors(path))
-        ):
-            raise ConflictError(path)
+        return self._restore(choose, kind="redo", then=record, session=session, expected=expected)

@@ -13,16 +13,23 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the command line imports this module before it needs the engine
     from worksnap.apply import Result
+    from worksnap.config import Config
     from worksnap.diff import FileChange
     from worksnap.maintenance import GcReport
     from worksnap.manifest import Entry, Manifest, Summary
     from worksnap.plan import Plan
+    from worksnap.runwrap import Outcome
 
 View = dict[str, Any]
 
 
-def snapshot_view(manifest: Manifest, *, new_objects: int) -> View:
-    """`snapshot`: the new snapshot, counted (`new_objects`: objects it stored)."""
+def snapshot_view(
+    manifest: Manifest, *, new_objects: int, large: list[tuple[str, int | None]] | None = None
+) -> View:
+    """`snapshot`: the new snapshot, counted (`new_objects`: objects it stored).
+
+    `large`: the files it left out as large, with their size (`Workspace.large_files`).
+    """
     return {
         "id": manifest.id,
         "step": manifest.step,
@@ -37,11 +44,15 @@ def snapshot_view(manifest: Manifest, *, new_objects: int) -> View:
         "ignored": len(manifest.ignored),
         "large": len(manifest.large),
         "excluded": len(manifest.excluded),
+        "max_file_bytes": manifest.max_file_bytes,
+        "large_files": [{"path": path, "size": size} for path, size in large or []],
     }
 
 
-def summary_view(summary: Summary) -> View:
+def summary_view(summary: Summary, *, pinned: bool = False) -> View:
     """One row of `list`."""
+    from worksnap.history import is_automatic
+
     return {
         "id": summary.id,
         "step": summary.step,
@@ -53,6 +64,8 @@ def summary_view(summary: Summary) -> View:
         "bytes": summary.bytes,
         "changed": summary.changed,
         "tree": summary.tree,
+        "pinned": pinned,
+        "automatic": is_automatic(summary.kind),
     }
 
 
@@ -61,6 +74,7 @@ def plan_view(plan: Plan) -> View:
     return {
         "target": plan.target.id,
         "changes": [{"op": c.op.value, "path": c.path} for c in plan.changes],
+        "unprotected": [{"path": u.path, "why": u.why, "size": u.size} for u in plan.unprotected],
     }
 
 
@@ -110,9 +124,20 @@ def capture_view(checkpoint: Manifest) -> View:
     }
 
 
+def extract_view(result: Result, *, to: str) -> View:
+    """`restore --to DIR`: like `restore`, and where it wrote."""
+    return {**result_view(result), "to": to}
+
+
 def gc_view(report: GcReport) -> View:
-    """`gc`: what was removed."""
-    return {"snapshots": report.snapshots, "objects": report.objects, "bytes": report.bytes}
+    """`gc`: what was removed (or, with `--dry-run`, would be)."""
+    return {
+        "snapshots": report.snapshots,
+        "objects": report.objects,
+        "bytes": report.bytes,
+        "dropped": list(report.dropped),
+        "dry_run": report.dry_run,
+    }
 
 
 def pin_view(snapshot_id: str, *, pinned: bool) -> View:
@@ -164,3 +189,70 @@ def daemon_status_view(status: dict[str, Any] | None) -> View:
 def daemon_stop_view(*, stopped: bool) -> View:
     """`daemon stop`."""
     return {"stopped": stopped}
+
+
+def status_view(
+    *,
+    root: str,
+    found: str,
+    store: str,
+    store_exists: bool,
+    session: str,
+    mine: list[Summary],
+    everyone: list[Summary],
+    store_bytes: int,
+    latest: Manifest | None,
+    changes: list[FileChange],
+    large: list[tuple[str, int | None]],
+    max_file_bytes: int,
+    daemon: dict[str, Any] | None,
+    daemon_configured: bool | None,
+    daemon_start: tuple[str, bool, str],
+    recovery_pending: bool,
+) -> View:
+    """`status`: where worksnap works from here, and what changed since `latest`."""
+    return {
+        "root": root,
+        "found": found,
+        "store": store,
+        "store_exists": store_exists,
+        "session": session,
+        "snapshots": len(mine),
+        "snapshots_total": len(everyone),
+        "store_bytes": store_bytes,
+        "latest": latest.id if latest is not None else None,
+        "max_file_bytes": max_file_bytes,
+        "large": [{"path": path, "size": size} for path, size in large],
+        "daemon": {
+            **daemon_status_view(daemon),
+            "configured": daemon_configured,
+            "mode": daemon_start[0],
+            "starts": daemon_start[1],
+            "reason": daemon_start[2],
+        },
+        "recovery_pending": recovery_pending,
+        "changes": [{"op": c.op, "path": c.path, "from": c.old_path} for c in changes],
+    }
+
+
+def config_view(config: Config, *, max_file_bytes: int, store: str) -> View:
+    """`config`: the store's settings (`max_file_bytes` as in force, the default filled in)."""
+    retention = config.retention
+    return {
+        "store": store,
+        "max_file_bytes": max_file_bytes,
+        "daemon": config.daemon,
+        "keep_last": retention.keep_last,
+        "max_age": retention.max_age,
+        "max_bytes": retention.max_bytes,
+    }
+
+
+def run_view(outcome: Outcome) -> View:
+    """`run`: the command's exit status and the snapshots taken around it."""
+    return {
+        "command": outcome.command,
+        "exit_code": outcome.exit_code,
+        "error": outcome.error,
+        "snapshots": [{"id": m.id, "kind": m.kind} for m in outcome.snapshots],
+    }

@@ -1,20 +1,44 @@
-"""Watch: which directories changed since the last look (Linux inotify, through libc).
+"""Watch: what changed under a root since the last capture that committed (Linux inotify).
 
-A long-lived `Workspace` can keep one so that a snapshot of an unchanged tree
-needs no `lstat` of every file: only directories with events are scanned again.
-Anything the watcher cannot vouch for (overflow, an unwatchable directory, a
-platform without inotify) makes it answer "unknown", and the caller scans
-everything, exactly as without a watcher.
+A long-lived `Workspace` keeps one so that a snapshot of an unchanged tree needs
+no `lstat` of every file: only directories with events are looked at again.
+
+What it answers (`Changes`) is built so that it can only ever cost work, never
+hide a change:
+
+- Nothing is vouched for until a first full scan, nor after a queue overflow
+  (`everything`).
+- A directory created or moved in, removed or moved away, one whose own watch
+  ended (`IN_IGNORED`, `IN_DELETE_SELF`, `IN_MOVE_SELF`, an unmount) and one
+  that could not be watched (`max_user_watches`) is a `subtrees` entry: it and
+  everything below it is read afresh, with no memory reused. A directory that
+  cannot be watched stays so at every capture until a watch succeeds.
+- Events are consumed only by `commit`: a capture takes them (`take`), and if
+  it fails or is abandoned before it commits, the next `take` returns them again
+  together with the newer ones.
+
+The scan adds the watch on a directory it opened before it lists it, through
+the descriptor it lists (`/proc/self/fd/N`), so the watch is on the very
+directory listed and nothing created in between goes unseen.
+
+What inotify cannot see at all (writes through a shared `mmap`, writes through a
+hard link from outside the tree made after the file was last looked at, other
+hosts on a network file system) is in docs/performance.md; the daemon's audit
+bounds how long such a miss can last.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import errno
 import os
 import struct
 import sys
+import time
+
+from worksnap.paths import fs_path, wire_name
 
 _IN_MODIFY = 0x002
 _IN_ATTRIB = 0x004
@@ -25,19 +49,28 @@ _IN_CREATE = 0x100
 _IN_DELETE = 0x200
 _IN_DELETE_SELF = 0x400
 _IN_MOVE_SELF = 0x800
+_IN_UNMOUNT = 0x2000
 _IN_Q_OVERFLOW = 0x4000
 _IN_IGNORED = 0x8000
 _IN_ONLYDIR = 0x01000000
-_IN_DONT_FOLLOW = 0x02000000
+_IN_ISDIR = 0x40000000
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
 
+# No IN_DONT_FOLLOW: the watch is added through /proc/self/fd/N, a link to the
+# directory the scan opened itself (with O_NOFOLLOW).
 _MASK = (
     _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE
-    | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR | _IN_DONT_FOLLOW
+    | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR
 )  # fmt: skip
 _EVENT = struct.Struct("iIII")
-_IN_IN_PLACE = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE
+_IN_PLACE = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE
+_IN_WRITTEN = _IN_MODIFY | _IN_CLOSE_WRITE
+_SELF_GONE = _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT
+_CHILD_DIR_MOVED = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
+
+HISTORY = 4096
+"""How many raw events are remembered, for the audit to say what a miss was preceded by."""
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -47,6 +80,7 @@ def _libc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
         return libc
     except (OSError, AttributeError):
         return None
@@ -55,21 +89,91 @@ def _libc() -> ctypes.CDLL | None:
 class Events:
     """What happened in one watched directory: the names touched, and whether its listing moved."""
 
-    __slots__ = ("listing", "names")
+    __slots__ = ("listing", "moved", "names", "written")
 
     def __init__(self) -> None:
         self.names: set[bytes] = set()
         """Every child named by an event (written, chmod-ed, created, removed, renamed)."""
         self.listing = False
         """True when a child was created, removed or renamed, or the directory itself changed."""
+        self.written: set[bytes] = set()
+        """Children written to (their inode may have other names elsewhere)."""
+        self.moved: dict[bytes, int] = {}
+        """Children renamed away, with the cookie that names where they went."""
+
+    def merge(self, other: Events) -> None:
+        """Adds what `other` says."""
+        self.names |= other.names
+        self.listing |= other.listing
+        self.written |= other.written
+        self.moved.update(other.moved)
+
+
+class Changes:
+    """What may have changed under the root since the last committed capture.
+
+    Any directory not named in `dirs` and not at or below one of `subtrees` is
+    exactly as that capture saw it, unless `everything` is set.
+    """
+
+    __slots__ = ("arrived", "dirs", "everything", "subtrees")
+
+    def __init__(self, *, everything: bool = False) -> None:
+        self.everything = everything
+        """Nothing is vouched for: every directory is read afresh."""
+        self.dirs: dict[str, Events] = {}
+        """Directories (relative wire paths, "" the root) with events, and what they were."""
+        self.subtrees: set[str] = set()
+        """Directories read afresh with everything below them (no memory reused)."""
+        self.arrived: set[int] = set()
+        """Cookies of renames whose new name is in a watched directory."""
+
+    def events(self, directory: str) -> Events:
+        """The events of `directory`, created empty if it had none."""
+        found = self.dirs.get(directory)
+        if found is None:
+            found = self.dirs[directory] = Events()
+        return found
+
+    def touch(self, path: str, *, subtree: bool) -> None:
+        """Notes that `path` changed (and, with `subtree`, everything below it)."""
+        if not path:
+            self.everything = True
+            return
+        parent, _, name = path.rpartition("/")
+        events = self.events(parent)
+        events.names.add(fs_path(name))
+        events.listing = True
+        if subtree:
+            self.subtrees.add(path)
+
+    def merge(self, other: Changes) -> None:
+        """Adds everything `other` says."""
+        self.everything |= other.everything
+        self.subtrees |= other.subtrees
+        self.arrived |= other.arrived
+        for directory, events in other.dirs.items():
+            self.events(directory).merge(events)
+
+    @property
+    def quiet(self) -> bool:
+        """True when nothing at all happened."""
+        return not (self.everything or self.dirs or self.subtrees)
+
+    def copy(self) -> Changes:
+        """An independent copy."""
+        fresh = Changes()
+        fresh.merge(self)
+        return fresh
 
 
 class Watcher:
-    """Directories under one root that may have changed since the last `drain`.
+    """Watches every directory a scan reads; says what changed since the last commit.
 
-    Usage: `watch` every directory a scan visits; before the next scan, `drain`
-    returns the set of directories (relative wire paths) with any event, or
-    None when the answer is unknown and everything must be scanned.
+    Usage: a capture calls `take`, scans (the scan calls `watch` on each
+    directory it lists, before listing it), and calls `commit` once what it
+    built from the changes is kept. Anything not committed comes back at the
+    next `take`.
     """
 
     def __init__(self) -> None:
@@ -79,43 +183,106 @@ class Watcher:
             self._fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         self._dirs: dict[int, str] = {}
         self._by_dir: dict[str, int] = {}
-        self._lost = self._fd < 0  # nothing is vouched for until the first full scan
+        self._pending = Changes(everything=True)  # nothing is vouched for before a full scan
+        self._taken: Changes | None = None
+        self._untidy = False  # watches may remain on directories no longer scanned
+        self.history: collections.deque[tuple[float, str, bytes, int]] = collections.deque(
+            maxlen=HISTORY
+        )
+        """The latest raw events: (time, directory, name, mask)."""
+        self.overflows = 0
+        """Queue overflows seen (each made the next capture read everything)."""
+        self.failed_watches = 0
+        """Directories that could not be watched (each is read afresh at every capture)."""
 
     @property
     def available(self) -> bool:
         """True when this platform has inotify and the watcher could start."""
         return self._fd >= 0
 
-    def watch(self, directory: str, path: bytes) -> None:
-        """Starts watching `path`, known as `directory`; a failure makes the next answer unknown."""
-        if self._fd < 0 or directory in self._by_dir:
+    @property
+    def watches(self) -> int:
+        """How many directories are watched now."""
+        return len(self._by_dir)
+
+    def watch(self, directory: str, fd: int) -> None:
+        """Watches the directory open at `fd`, known as `directory`.
+
+        Called before the directory is listed. A failure (e.g. ENOSPC: max_user_watches)
+        makes the directory and everything below it be read afresh at the next capture.
+        """
+        if self._fd < 0:
             return
         assert self._libc is not None
-        wd = self._libc.inotify_add_watch(self._fd, path, _MASK)
+        wd = self._libc.inotify_add_watch(self._fd, f"/proc/self/fd/{fd}".encode(), _MASK)
         if wd < 0:
-            self._lost = True  # e.g. ENOSPC: max_user_watches reached
+            self.failed_watches += 1
+            self._pending.touch(directory, subtree=True)
             return
+        before = self._dirs.get(wd)
+        if before is not None and before != directory:
+            # The same directory known under another name (it was moved): that name
+            # is no longer watched, so whatever is there now is read afresh.
+            if self._by_dir.get(before) == wd:
+                del self._by_dir[before]
+            self._pending.touch(before, subtree=True)
+        old = self._by_dir.get(directory)
+        if old is not None and old != wd:
+            self._untidy = True  # the watch of a directory once at this name
         self._dirs[wd] = directory
         self._by_dir[directory] = wd
 
-    def forget(self, directory: str) -> None:
-        """Stops watching `directory` (it was removed or is now ignored)."""
-        wd = self._by_dir.pop(directory, None)
-        if wd is not None and self._libc is not None:
-            self._dirs.pop(wd, None)
-            self._libc.inotify_rm_watch(self._fd, wd)
+    def take(self) -> Changes:
+        """Returns what changed since the last `commit` (anything taken and not committed too)."""
+        self._read()
+        taken = self._pending
+        if self._taken is not None:
+            self._taken.merge(taken)
+            taken = self._taken
+        self._taken = taken
+        self._pending = Changes()
+        return taken
 
-    def drain(self) -> dict[str, Events | None] | None:
-        """Returns what changed since the last call, or None if that is unknown.
+    def commit(self, alive: set[str] | None = None) -> None:
+        """Consumes what the last `take` returned: a capture built on it is kept.
 
-        Maps each directory with events to its `Events`: any child not named there
-        is as the last scan saw it. None for a directory means nothing is known
-        about it (a child directory of it was removed or moved away).
+        Args:
+            alive: the directories the committed capture scanned; watches on any
+                other are dropped (None: keep all).
         """
+        self._taken = None
+        if alive is not None and (self._untidy or len(self._by_dir) > len(alive)):
+            self._tidy(alive)
+
+    def peek(self) -> Changes:
+        """What `take` would return now, without taking it."""
+        self._read()
+        seen = self._pending.copy()
+        if self._taken is not None:
+            seen.merge(self._taken)
+        return seen
+
+    def forget_all(self) -> None:
+        """Vouches for nothing more: the next capture reads everything afresh."""
+        self._pending.everything = True
+
+    def _tidy(self, alive: set[str]) -> None:
+        assert self._libc is not None
+        for wd, directory in list(self._dirs.items()):
+            if directory not in alive or self._by_dir.get(directory) != wd:
+                del self._dirs[wd]
+                if self._by_dir.get(directory) == wd:
+                    del self._by_dir[directory]
+                self._libc.inotify_rm_watch(self._fd, wd)
+        self._untidy = False
+
+    def _read(self) -> None:
+        """Moves every queued kernel event into the pending changes."""
         if self._fd < 0:
-            return None
-        dirty: dict[str, Events | None] = {}
-        lost = self._lost
+            self._pending.everything = True
+            return
+        pending = self._pending
+        now = time.time()
         while True:
             try:
                 data = os.read(self._fd, 1 << 16)
@@ -127,27 +294,46 @@ class Watcher:
                 raise
             offset = 0
             while offset < len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                wd, mask, cookie, length = _EVENT.unpack_from(data, offset)
                 name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
                 if mask & _IN_Q_OVERFLOW:
-                    lost = True
+                    self.overflows += 1
+                    self.history.append((now, "", b"", mask))
+                    pending.everything = True
                     continue
                 directory = self._dirs.get(wd)
                 if directory is None:
+                    continue  # a watch already dropped
+                self.history.append((now, directory, name, mask))
+                if mask & _SELF_GONE:
+                    # The directory itself was removed, moved or unmounted: its watch
+                    # (and the watches below it, by path) no longer say anything.
+                    del self._dirs[wd]
+                    if self._by_dir.get(directory) == wd:
+                        del self._by_dir[directory]
+                    if not mask & _IN_IGNORED:
+                        assert self._libc is not None
+                        self._libc.inotify_rm_watch(self._fd, wd)
+                    self._untidy = True
+                    pending.touch(directory, subtree=True)
                     continue
-                events = dirty.setdefault(directory, Events())
-                if events is not None:
-                    if name:
-                        events.names.add(name)
-                    if not name or mask & ~_IN_IN_PLACE:
-                        events.listing = True  # not only written or chmod-ed in place
-                if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
-                    self._by_dir.pop(directory, None)
-                    self._dirs.pop(wd, None)
-                    dirty[directory.rpartition("/")[0]] = None
-        self._lost = False
-        return None if lost else dirty
+                events = pending.events(directory)
+                if name:
+                    events.names.add(name)
+                    if mask & _IN_WRITTEN:
+                        events.written.add(name)
+                    if mask & _IN_MOVED_FROM:
+                        events.moved[name] = cookie
+                    if mask & _IN_MOVED_TO:
+                        pending.arrived.add(cookie)
+                    if mask & _IN_ISDIR and mask & _CHILD_DIR_MOVED:
+                        # A directory created, moved in, removed or moved away: nothing
+                        # remembered of that name holds, down to its deepest file.
+                        child = wire_name(os.fsdecode(name))
+                        pending.subtrees.add(f"{directory}/{child}" if directory else child)
+                if not name or mask & ~_IN_PLACE:
+                    events.listing = True  # not only written or chmod-ed in place
 
     def close(self) -> None:
         """Releases the inotify descriptor."""

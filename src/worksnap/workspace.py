@@ -35,11 +35,12 @@ from worksnap.capture import (
 )
 from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
-from worksnap.config import Retention
+from worksnap.config import Config, Retention, load_config, set_setting
 from worksnap.diskstore import DiskStore
-from worksnap.errors import InputError, SnapshotError
+from worksnap.errors import InputError, SnapshotError, WorksnapError, api_errors
+from worksnap.extract import extract
 from worksnap.hash import Prefetch, read_file
-from worksnap.history import DEFAULT_SESSION, Sessions, check_session_name
+from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_session_name
 from worksnap.layout import store_location
 from worksnap.lock import Locks
 from worksnap.maintenance import GcReport, Maintenance
@@ -85,6 +86,7 @@ class Seams:
     open_store: Callable[[str], DiskStore] = DiskStore
 
 
+@api_errors
 class Workspace:
     """A workspace root and the store that records its snapshots.
 
@@ -97,7 +99,7 @@ class Workspace:
         root: str | os.PathLike[str],
         *,
         store: str | os.PathLike[str] | None = None,
-        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        max_file_bytes: int | None = None,
         exclude: tuple[str, ...] = (),
         force: bool = False,
         session: str = DEFAULT_SESSION,
@@ -109,8 +111,11 @@ class Workspace:
 
         Args:
             root: the directory to snapshot.
-            store: the store directory (default `<root>/.worksnap`).
-            max_file_bytes: files larger than this are listed in `large`, not stored.
+            store: the store directory (default: the root's existing store, else
+                `<git-dir>/worksnap` in a git work tree, else `<root>/.worksnap`;
+                see `layout.store_location`).
+            max_file_bytes: files larger than this are listed in `large`, not stored
+                (default: the store's setting, see `set_config`, else 2 MiB).
             exclude: paths (relative to the root, or absolute inside it) never captured
                 nor touched; a directory excludes everything below it.
             force: allow `/` or the home directory as a root.
@@ -135,10 +140,12 @@ class Workspace:
                 f"refusing to snapshot {self.root}: it is / or your home directory "
                 "(pass --force if you really mean it)"
             )
-        if max_file_bytes < 0:
+        if max_file_bytes is not None and max_file_bytes < 0:
             raise InputError("max_file_bytes must not be negative")
         self.store_dir = store_location(self.root, None if store is None else os.fspath(store))
-        self.max_file_bytes = max_file_bytes
+        self._max_file_bytes = max_file_bytes
+        self.warnings: builtins.list[str] = []
+        """Problems the last snapshot met after it was stored (its retention); it stands."""
         self.session = check_session_name(session)
         # Resolved once: every later access goes through the descriptor of this directory.
         real_store, taken = resolve_store(self.root, os.path.abspath(self.store_dir))
@@ -158,7 +165,7 @@ class Workspace:
             self._root,
             self.store,
             caches,
-            max_file_bytes=max_file_bytes,
+            max_file_bytes=DEFAULT_MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes,
             watcher=watcher if watcher is not None and watcher.available else None,
             report=self._reporter,
             read_file=seams.read_file,
@@ -224,6 +231,13 @@ class Workspace:
         """How many new objects this workspace has stored so far."""
         return self.store.added
 
+    def audit(self, *, check: Callable[[], None] | None = None) -> builtins.list[str]:
+        """Compares the watched state with a plain scan, rebuilt on a difference.
+
+        Returns a line per path missed (and its events); `check` may raise to abandon it.
+        """
+        return self._capture.audit(check=check)
+
     def use(self, *, session: str, progress: Callable[[Progress], None] | None) -> None:
         """Points a long-lived workspace at another session and progress callback."""
         self.session = check_session_name(session)
@@ -240,16 +254,46 @@ class Workspace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- settings ------------------------------------------------------------
+
+    @property
+    def max_file_bytes(self) -> int:
+        """The size cap of new snapshots: the one given, else the store's, else 2 MiB."""
+        return self._settings()[1]
+
+    def _settings(self) -> tuple[Config, int]:
+        """Reads the store's config (InputError if invalid) and sets the capture's cap."""
+        config = load_config(self.store.files)
+        cap = self._max_file_bytes
+        if cap is None:
+            cap = config.cap()
+        self._capture.max_file_bytes = DEFAULT_MAX_FILE_BYTES if cap is None else cap
+        return config, self._capture.max_file_bytes
+
+    def config(self) -> Config:
+        """Returns the store's settings (the defaults when it has none)."""
+        return load_config(self.store.files)
+
+    def set_config(self, key: str, value: str) -> Config:
+        """Sets one setting of the store (`config.SETTINGS`), creating the store if needed.
+
+        Args:
+            key: `max-file-bytes`, `daemon`, `keep-last`, `max-age` or `max-bytes`.
+            value: as a person types it (`64M`, `30d`, `true`), or `none` to clear it.
+        """
+        self.store.bind(self.root)
+        with self._locks.exclusive("config"):
+            return set_setting(self.store.files, key, value)
+
     # -- snapshot ------------------------------------------------------------
 
     def capture(self, *, store_objects: bool) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").
 
-        Args:
-            store_objects: also store every file's bytes (what a snapshot does);
-                without it only digests are computed, and nothing is written
-                except the caches.
+        `store_objects`: also store every file's bytes (what a snapshot does); without it
+        only digests are computed, and nothing is written except the caches.
         """
+        self._settings()
         return self._capture.capture(store_objects=store_objects)
 
     def snapshot(
@@ -264,11 +308,14 @@ class Workspace:
         """Captures the whole workspace and stores it as a new snapshot of this session.
 
         Every call records a new snapshot with its own id, even when nothing
-        changed (then no new object is written). A new snapshot clears the
-        session's redo stack (unless undo or redo itself took it).
+        changed (then no new object is written), and clears the session's redo
+        stack (unless undo or redo took it). An invalid store config refuses it
+        before anything is stored; if the configured retention fails after it,
+        the snapshot stands and `warnings` says why.
 
         Args:
-            kind: what the snapshot is for (`manual`, `step`, ...).
+            kind: what the snapshot is for (`manual`, `step`, ...); not one of the
+                kinds worksnap gives its own records (`history.ENGINE_KINDS`).
             step: the agent step it belongs to.
             label: a short label; its first line is kept, at most 200 bytes.
             meta: small string metadata (e.g. a conversation cut point).
@@ -276,8 +323,13 @@ class Workspace:
 
         Raises:
             SnapshotError: a file could not be read or the store not written.
+            InputError: a reserved kind, a bad step, an invalid config.
         """
         check_step(step)
+        if kind in ENGINE_KINDS or not kind.strip() or not kind.isprintable():
+            raise InputError(f"kind {kind!r} is reserved: worksnap gives it its own records")
+        config, _ = self._settings()
+        self.warnings = []
         self._restorer.recover_if_interrupted(self.session)
         try:
             self.store.bind(self.root)
@@ -301,8 +353,34 @@ class Workspace:
                 self.store.sweep_abandoned()
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
-        self._maintenance.apply_configured_retention()
+        try:
+            self._maintenance.apply_configured_retention(config.retention)
+        except (WorksnapError, OSError) as exc:
+            self.warnings.append(f"the configured retention did not run: {exc}")
         return manifest
+
+    def large_files(self, manifest: Manifest) -> builtins.list[tuple[str, int | None]]:
+        """Returns the files `manifest` left out as large, largest first, with their size now."""
+        sizes: builtins.list[tuple[str, int | None]] = []
+        for path in manifest.large:
+            try:
+                size: int | None = os.lstat(self._disk_path(path)).st_size
+            except OSError:
+                size = None
+            sizes.append((path, size))
+        sizes.sort(key=lambda item: (-(item[1] or 0), item[0]))
+        return sizes
+
+    def relative(self, path: str | os.PathLike[str]) -> str:
+        """Returns a path (relative to the root, or absolute inside it) in wire form.
+
+        Raises:
+            InputError: it is not a normal path inside the root.
+        """
+        return self._root.inside(path, "path")
+
+    def _disk_path(self, rel: str) -> str:
+        return os.path.join(self.root, os.fsdecode(fs_path(rel)))
 
     # -- reading snapshots ---------------------------------------------------
 
@@ -314,9 +392,11 @@ class Workspace:
         return self._catalog.list(None if all_sessions else self.session)
 
     def resolve(self, ref: str) -> str:
-        """Returns the snapshot id a ref names: an id, a unique id prefix, `latest`, `step:N`.
+        """Returns the snapshot id a ref names (see `catalog.Catalog.resolve`).
 
-        `latest` and `step:N` look in this session only; ids name any snapshot.
+        A full id, a unique id prefix of 4+ characters, `latest` (the newest snapshot
+        not taken automatically), `latest~N`, or `step:N`; all but ids within this
+        session.
 
         Raises:
             InputError: the ref names no snapshot, or more than one.
@@ -335,19 +415,36 @@ class Workspace:
         """Returns a snapshot's manifest exactly as stored (after the checks `load` makes)."""
         return self._catalog.show_bytes(ref, self.session)
 
+    def pinned(self) -> set[str]:
+        """Returns the ids of the pinned snapshots."""
+        return self.store.pins() if self.store.exists() else set()
+
+    def file_bytes(self, ref: str, path: str | os.PathLike[str]) -> tuple[Entry, bytes]:
+        """Returns a file (or symlink) of a snapshot and its bytes (a symlink: its target).
+
+        Raises:
+            InputError: the snapshot holds no file or symlink at `path`.
+        """
+        entry = self._catalog.entry(ref, self._root.inside(path, "path"), self.session)
+        if entry.type == "symlink":
+            return entry, fs_path(entry.target or "")
+        return entry, self.store.read(entry.hash or "")
+
     def verify(self, ref: str | None = None) -> builtins.list[str]:
         """Checks that every object the snapshot (or every snapshot) needs is present and intact.
 
         Returns:
             One line for each problem found; empty when all is well.
         """
-        return self._catalog.verify(ref, self.session)
+        return self._catalog.verify(ref, self.session, report=self._reporter)
 
     def attachment(self, ref: str, name: str) -> bytes:
         """Returns the bytes of a snapshot's named attachment."""
         return self._catalog.attachment(ref, name, self.session)
 
-    def diff(self, ref: str, ref2: str | None = None) -> tuple[builtins.list[FileChange], Reader]:
+    def diff(
+        self, ref: str = "latest", ref2: str | None = None
+    ) -> tuple[builtins.list[FileChange], Reader]:
         """Compares snapshot `ref` with `ref2` (default: the workspace now).
 
         Returns:
@@ -364,7 +461,7 @@ class Workspace:
                 return b""
             if self.store.has(entry.hash):
                 return self.store.read(entry.hash)
-            with open(os.path.join(self.root, os.fsdecode(fs_path(entry.path))), "rb") as f:
+            with open(self._disk_path(entry.path), "rb") as f:
                 return f.read()
 
         return compare(old, new), read
@@ -378,25 +475,51 @@ class Workspace:
 
         For a checkpoint, the target is every path captured in it or in a later
         checkpoint of its session, at its earliest before-image; nothing else.
+        `Plan.unprotected` lists the large files the restore leaves as they are.
 
         Args:
             target: the snapshot to restore.
             paths: restore only these paths (relative to the root, or absolute inside
                 it) and what lies below them.
+
+        Raises:
+            InputError: a path that neither the target nor the workspace has.
         """
+        self._settings()
         return self._restorer.plan(target, paths=paths, session=self.session)
 
     def restore(self, ref: str, *, paths: Sequence[str | os.PathLike[str]] | None = None) -> Result:
-        """Restores the snapshot `ref` names, with every guarantee of `apply`.
+        """Restores the snapshot `ref` names (only `paths` and below), as `apply` does.
 
-        The state captured for the pre-restore snapshot is the one planned from,
-        so the tree is walked once.
-
-        Args:
-            ref: the snapshot.
-            paths: restore only these paths and what lies below them.
+        The state captured for the pre-restore snapshot is the one planned from, so the
+        tree is walked once, with at least the target's size cap: every file the target
+        holds is restored, and kept for `undo`.
         """
+        self._settings()
         return self._restorer.restore(ref, paths=paths, session=self.session)
+
+    def restore_to(
+        self,
+        ref: str,
+        directory: str | os.PathLike[str],
+        *,
+        paths: Sequence[str | os.PathLike[str]] | None = None,
+    ) -> Result:
+        """Writes snapshot `ref` into `directory`, touching nothing in the workspace.
+
+        `directory` must be new (its parent existing) or empty, outside the root and
+        the store; it appears whole or not at all (see `extract.extract`).
+        """
+        target = self.load(ref)
+        return extract(
+            target,
+            os.fspath(directory),
+            root=self._root,
+            store_dir=self.store_dir,
+            read_object=self.store.read_chunks,
+            selected=None if paths is None else [self._root.named(p) for p in paths],
+            progress=lambda done, total: self._reporter("write", done, total),
+        )
 
     def apply(self, plan: Plan, *, kind: str = "pre-restore") -> Result:
         """Carries out a plan: all or nothing, and undoable.
@@ -410,24 +533,19 @@ class Workspace:
             ConflictError: a path the plan touches changed since the plan was made.
             ObjectError: an object the plan needs is missing or damaged.
         """
+        self._settings()
         return self._restorer.apply(plan, kind=kind, session=self.session)
 
+    def plan_recover(self) -> Plan | None:
+        """Previews what `recover` would change (None: no restore was interrupted)."""
+        return self._restorer.plan_recover(self.session)
+
     def recover(self, *, discard: bool = False) -> Result | None:
-        """Rolls back the paths an interrupted restore touched to its pre-restore snapshot.
+        """Sets the paths an interrupted restore touched back; None when none was interrupted.
 
-        The tree as it is (with any edits made since the restore was killed) is stored
-        first as a `pre-recover` snapshot, which `undo` restores: nothing is lost.
-
-        Args:
-            discard: roll nothing back: store the tree as it is as a snapshot and drop
-                the journal (for a journal that names a snapshot that is gone).
-
-        Returns:
-            The rollback's result (`pre_restore`: the `pre-recover` snapshot, if one was
-            needed), or None when no restore was interrupted.
-
-        Raises:
-            RecoveryError: the journal cannot be acted on; the message says what to run.
+        The tree as it is is stored first as a `pre-recover` snapshot (`undo` brings it
+        back; the result's `pre_restore`). `discard`: roll nothing back, keep the tree
+        (stored) and drop the journal. RecoveryError: the journal cannot be acted on.
         """
         return self._restorer.recover(self.session, discard=discard)
 
@@ -441,26 +559,42 @@ class Workspace:
         """Restores the newest snapshot (or checkpoint) of this session taken at `step`."""
         return self.restore(f"step:{step}")
 
-    def undo(self) -> Result:
+    def plan_undo(self) -> Plan:
+        """Previews what `undo` would change (pass it to `undo` to apply just that plan)."""
+        self._settings()
+        return self._restorer.plan_undo(self.session)
+
+    def undo(self, plan: Plan | None = None) -> Result:
         """Restores the newest snapshot of this session whose state differs from the current one.
 
         Right after a restore that is its pre-restore snapshot (so undo reverses
         the restore); otherwise it discards the edits made since the last
         snapshot. The state undo leaves is kept for `redo`; repeated undo walks
-        further back.
+        further back. With `plan` (from `plan_undo`), applies exactly that plan.
 
         Raises:
-            InputError: there is nothing to undo.
+            InputError: there is nothing to undo, or it would now go elsewhere than `plan`.
+            ConflictError: a path `plan` touches changed since it was made.
         """
-        return self._restorer.undo(self.session)
+        self._settings()
+        return self._restorer.undo(self.session, expected=plan)
 
-    def redo(self) -> Result:
+    def plan_redo(self) -> Plan:
+        """Previews what `redo` would change (pass it to `redo` to apply just that plan)."""
+        self._settings()
+        return self._restorer.plan_redo(self.session)
+
+    def redo(self, plan: Plan | None = None) -> Result:
         """Re-applies what the last `undo` undid (the state it left).
+
+        With `plan` (from `plan_redo`), applies exactly that plan.
 
         Raises:
             InputError: nothing was undone, or a new snapshot cleared the redo stack.
+            ConflictError: a path `plan` touches changed since it was made.
         """
-        return self._restorer.redo(self.session)
+        self._settings()
+        return self._restorer.redo(self.session, expected=plan)
 
     # -- per-file checkpoints ------------------------------------------------
 
@@ -492,6 +626,7 @@ class Workspace:
             InputError: no checkpoint is open, or a path is outside the root,
                 inside `.git` or the store, or a directory.
         """
+        self._settings()
         return self._checkpoints.capture_before(paths, self.session)
 
     # -- retention -----------------------------------------------------------
@@ -506,24 +641,33 @@ class Workspace:
         *,
         wait: bool = True,
         drop_session: str | None = None,
+        everything: bool = False,
+        dry_run: bool = False,
     ) -> GcReport:
         """Drops the snapshots a retention policy expires and sweeps unreferenced objects.
 
-        Pinned snapshots and snapshots a redo stack or open checkpoint needs are
-        kept (keep-last and max-bytes also keep each session's newest). Safe while
-        other processes snapshot: it waits for them and they wait for it.
+        See `retention.select_expired` for what is kept. Safe while other processes
+        snapshot: it waits for them and they wait for it.
 
         Args:
             policy: the limits; None uses the store's configured retention.
             wait: wait for the store lock (False: give up at once if it is busy).
             drop_session: also drop every unpinned snapshot of this session and its
                 undo/redo state, freeing what only it needed.
+            everything: a `keep_last` of 0 drops each session's newest too.
+            dry_run: only report what would go.
 
         Raises:
             ManifestError: a manifest is unreadable, so what it needs is unknown;
                 nothing was removed.
         """
-        return self._maintenance.gc(policy, wait=wait, drop_session=drop_session)
+        return self._maintenance.gc(
+            policy, wait=wait, drop_session=drop_session, everything=everything, dry_run=dry_run
+        )
+
+    def drop(self, snapshot_id: str) -> None:
+        """Removes one snapshot at once (its objects go at the next gc)."""
+        self._maintenance.drop(self.resolve(snapshot_id))
 
     def configured_retention(self) -> Retention:
         """Returns the retention policy in the store's config (none when absent)."""

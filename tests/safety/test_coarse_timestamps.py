@@ -47,7 +47,15 @@ def _digest(manifest: object, path: str) -> str | None:
     return next((e.hash for e in manifest.entries if e.path == path), None)  # type: ignore[attr-defined]
 
 
-def test_a_same_size_rewrite_in_the_snapshots_second_is_captured(coarse_tmp: Path) -> None:  # noqa: F811
+WATCHED = pytest.mark.parametrize("watch", [False, True], ids=["plain", "watched"])
+"""Also with an inotify watch (the daemon's workspaces): the tick feeds that path too."""
+
+
+@WATCHED
+def test_a_same_size_rewrite_in_the_snapshots_second_is_captured(
+    coarse_tmp: Path,  # noqa: F811
+    watch: bool,
+) -> None:
     root = coarse_tmp / "ws"
     root.mkdir()
     path = root / "a.txt"
@@ -56,7 +64,7 @@ def test_a_same_size_rewrite_in_the_snapshots_second_is_captured(coarse_tmp: Pat
     def scenario() -> None:
         taken.clear()
         path.write_bytes(b"one\n")
-        with Workspace(root) as ws:
+        with Workspace(root, watch=watch) as ws:
             taken.append(ws.snapshot())
             path.write_bytes(b"two\n")  # same size, same second: same mtime and ctime
             taken.append(ws.snapshot())
@@ -127,7 +135,12 @@ def test_a_store_on_a_fine_file_system_for_a_coarse_tree(coarse_tmp: Path, tmp_p
     assert _digest(taken[1], "a.txt") == hash_bytes(b"two\n")
 
 
-def test_a_coarse_file_system_mounted_below_a_fine_root(coarse_tmp: Path, tmp_path: Path) -> None:  # noqa: F811
+@WATCHED
+def test_a_coarse_file_system_mounted_below_a_fine_root(
+    coarse_tmp: Path,  # noqa: F811
+    tmp_path: Path,
+    watch: bool,
+) -> None:
     """The root's own times are fine: the tick is learnt from what is below, mid-capture."""
     import subprocess
 
@@ -142,7 +155,7 @@ def test_a_coarse_file_system_mounted_below_a_fine_root(coarse_tmp: Path, tmp_pa
         def scenario() -> None:
             taken.clear()
             path.write_bytes(b"one\n")
-            with Workspace(root) as ws:
+            with Workspace(root, watch=watch) as ws:
                 taken.append(ws.snapshot())
                 path.write_bytes(b"two\n")
                 taken.append(ws.snapshot())

@@ -75,7 +75,7 @@ def test_plan_never_changes_the_tree_and_points_to_recover(root: Path, command: 
     _edit_after_the_kill(root)
     edited = tree_state(root)
     code, out, err = cli("--root", str(root), *command)
-    assert (code, out) == (1, ""), err
+    assert (code, out) == (2, ""), err  # refused, nothing changed
     assert err.count("\n") == 1 and "worksnap recover" in err, err
     assert tree_state(root) == edited
     assert (root / JOURNAL).exists()
@@ -159,7 +159,7 @@ def test_a_journal_that_cannot_be_acted_on_says_how_to_clear_it(root: Path, dama
     write(root, "a.txt", "alpha\n")
     with Workspace(root) as ws:
         target = ws.snapshot().id
-        pre = ws.snapshot(kind="pre-restore").id
+        pre = ws.snapshot(kind="before").id  # stands in for a pre-restore snapshot
     if damage == "missing pre-restore":
         journal = {"target": target, "pre_restore": "0123456789ab", "pid": 1, "host": "gone"}
         (root / JOURNAL).write_text(json.dumps(journal))

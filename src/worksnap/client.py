@@ -1,0 +1,318 @@
+"""Client: hands a command to the store's daemon, importing next to nothing.
+
+`python -m worksnap` and the `worksnap` script start here (`__main__.main`). When a daemon serves
+the store, the command line, working directory, environment, umask and the three
+standard descriptors go to it over `<store>/daemon.sock` (as Mercurial's chg does)
+and this process only waits for the exit code: it imports no argparse, no msgspec
+and none of the engine (under 30 ms of client time; docs/performance.md). When
+none serves it (none running, another user's, one running other code, Windows or
+macOS, `WORKSNAP_NO_DAEMON=1`), the full command line runs here as usual.
+
+Only the options that decide which store is meant are read here (`--root`,
+`--store`, before or after the command), and the root and store are found from them
+as the full command line finds them (`layout.locate`: up to the nearest store, the
+git work tree's top, or the current directory; `<git-dir>/worksnap`), so a command
+run in a subdirectory reaches the daemon of the store it works on. Anything this
+reader cannot be sure of (an abbreviated option, a local-only command) goes to the
+full command line, which parses it properly and forwards it itself when it can.
+"""
+
+from __future__ import annotations
+
+import _socket  # the C module: `socket` itself imports enum and selectors (3 ms)
+import marshal  # built in: json would import re (10 ms)
+import os
+import struct
+import sys
+
+from worksnap.layout import StorePaths, locate, store_location
+
+TYPE_CHECKING = False  # typing costs 9 ms to import; mypy treats this name as True
+if TYPE_CHECKING:
+    from typing import Any
+
+PROTOCOL = 2
+SUPPORTED = sys.platform.startswith("linux")
+"""The daemon needs inotify (for the watch) and SO_PEERCRED: Linux."""
+
+LOCAL_ONLY = frozenset({"run", "rebind", "daemon", "completion"})
+"""Never run in the daemon: `run` would hold it for the whole command, `rebind` changes
+what the store is bound to, `daemon` manages it."""
+
+MAX_MESSAGE = 1 << 20
+HEADER = struct.Struct("!I")
+_FD = struct.Struct("i")
+_VALUE_OPTIONS = ("--root", "--store", "--session")
+
+
+class DaemonLost(Exception):
+    """The daemon accepted a command and stopped before it said how it ended."""
+
+
+def run(argv: list[str]) -> tuple[int | None, bool]:
+    """Runs a command line in the store's daemon if one serves it.
+
+    Returns the exit code (None: run it here) and whether a daemon was asked.
+    """
+    target = forwardable(argv)
+    if target is None:
+        return None, False
+    try:
+        return forward(argv, *target), True
+    except DaemonLost:
+        print(
+            "worksnap: error: the daemon stopped while running the command "
+            "(run `worksnap list` to see what was done)",
+            file=sys.stderr,
+        )
+        return 1, True
+    except KeyboardInterrupt:
+        # Closing the connection tells the daemon: it stops reading our terminal and
+        # stops the command at its next progress report, as Ctrl-C would here.
+        print("worksnap: interrupted", file=sys.stderr)
+        return 130, True
+
+
+def forwardable(argv: list[str]) -> tuple[str, str] | None:
+    """(root, store) of a command line the daemon may run; None when it must run here.
+
+    Found as the full command line finds them (`layout.locate`), from the current
+    directory, `--root`, `--store` and `$WORKSNAP_STORE`.
+    """
+    if not SUPPORTED or os.environ.get("WORKSNAP_NO_DAEMON"):
+        return None
+    parsed = parse(argv)
+    if parsed is None or parsed[0] in LOCAL_ONLY:
+        return None
+    _, root, store = parsed
+    try:
+        found = locate(os.getcwd(), root=root, store=store)
+    except OSError:
+        return None  # the current directory is gone: the full command line says so
+    return found.root, found.store
+
+
+def parse(argv: list[str]) -> tuple[str, str | None, str | None] | None:
+    """(command, root, store) of a command line; None when only argparse can tell.
+
+    `root` and `store` are None when not given.
+    """
+    root: str | None = None
+    store: str | None = None
+    command: str | None = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            break
+        name, eq, value = arg.partition("=")
+        if name in _VALUE_OPTIONS:
+            if not eq:
+                if i + 1 >= len(argv):
+                    return None
+                i += 1
+                value = argv[i]
+            if name == "--root":
+                root = value
+            elif name == "--store":
+                store = value
+        elif name in ("-h", "--help", "--version"):
+            return None
+        elif arg.startswith(("--r", "--st", "--se")):
+            return None  # an abbreviation argparse would accept: let it decide
+        elif command is None and not arg.startswith("-"):
+            command = arg
+        i += 1
+    return None if command is None else (command, root, store)
+
+
+def forward(
+    argv: list[str],
+    root: str,
+    store: str | None,
+    *,
+    owner: int | None = None,
+    fds: tuple[int, int, int] = (0, 1, 2),
+) -> int | None:
+    """Runs a command in the store's daemon, if one serves it; returns its exit code.
+
+    None: no daemon (or it declined, e.g. it runs older code); run the command here.
+    `owner` is the uid the daemon must run as (default: ours; tests name another),
+    `fds` the standard descriptors it gets (tests hand it pipes).
+
+    Raises:
+        DaemonLost: the daemon started the command and stopped before it ended.
+    """
+    if not SUPPORTED or os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
+        return None
+    try:
+        for fd in fds:
+            os.fstat(fd)  # a closed standard descriptor cannot be handed over
+    except OSError:
+        return None
+    sock = connect(store_location(os.path.realpath(root), store), owner)
+    if sock is None:
+        return None
+    try:
+        request = {
+            "op": "run",
+            "protocol": PROTOCOL,
+            "code": code_stamp(),
+            "argv": argv,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "umask": _umask(),
+            "streams": [
+                [stream.encoding, stream.errors] for stream in (sys.stdin, sys.stdout, sys.stderr)
+            ],
+        }
+        try:
+            send(sock, request, list(fds))
+            answer, _ = receive(sock)
+        except OSError:
+            return None
+        if answer is None or not answer.get("started"):
+            return None
+        try:
+            result, _ = receive(sock)
+        except OSError:
+            result = None
+    finally:
+        sock.close()
+    if result is None or not isinstance(result.get("exit"), int):
+        raise DaemonLost
+    code: int = result["exit"]
+    return code
+
+
+def request(store_dir: str, op: str, *, owner: int | None = None) -> dict[str, Any] | None:
+    """Sends `status`, `stop` or `audit` to the store's daemon; None when none is running.
+
+    `owner` is the uid the daemon must run as (default: ours; tests name another).
+    """
+    if not SUPPORTED:
+        return None
+    sock = connect(store_dir, owner)
+    if sock is None:
+        return None
+    try:
+        send(sock, {"op": op, "protocol": PROTOCOL})
+        answer, _ = receive(sock)
+    except OSError:
+        return None
+    finally:
+        sock.close()
+    return answer
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (a thread could create a file meanwhile)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def code_stamp() -> list[list[str | int]]:
+    """Names, sizes and mtimes of this package's modules: a daemon serves only its own code."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    stamp: list[list[str | int]] = []
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            st = os.stat(os.path.join(here, name))
+            stamp.append([name, st.st_size, st.st_mtime_ns])
+    return stamp
+
+
+def address(store_dir: str) -> tuple[str, int | None]:
+    """A socket address for the store's socket that fits AF_UNIX's ~107-byte limit.
+
+    Returns the address and a descriptor to close once it was used (or None).
+    """
+    path = StorePaths(store_dir).socket
+    if len(os.fsencode(path)) < 100:
+        return path, None
+    fd = os.open(store_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return f"/proc/self/fd/{fd}/{os.path.basename(path)}", fd
+
+
+def connect(store_dir: str, owner: int | None) -> _socket.socket | None:
+    """Connects to the store's daemon; None when no daemon of `owner` (default: us) listens."""
+    if not os.path.exists(StorePaths(store_dir).socket):
+        return None
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    where, fd = address(store_dir)
+    try:
+        sock.connect(where)
+    except OSError:
+        sock.close()
+        return None  # a socket left by a daemon that was killed
+    finally:
+        if fd is not None:
+            os.close(fd)
+    if peer_uid(sock) != (os.getuid() if owner is None else owner):
+        sock.close()  # not ours: never hand our terminal to another user's process
+        return None
+    return sock
+
+
+def peer_uid(sock: _socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
+    uid: int = struct.unpack("3i", creds)[1]
+    return uid
+
+
+def send(sock: _socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    """Sends one message (a length, then the message in `marshal` form), and `fds` with it."""
+    body = marshal.dumps(message)
+    head = HEADER.pack(len(body))
+    if fds:
+        rights = b"".join(_FD.pack(fd) for fd in fds)
+        sent = sock.sendmsg([head], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+        head = head[sent:]
+    sock.sendall(head + body)
+
+
+def receive(sock: _socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any] | None, list[int]]:
+    """Reads one message (and up to `max_fds` descriptors); None at end of stream or if broken."""
+    fds: list[int] = []
+    if max_fds:
+        head, ancillary, _, _ = sock.recvmsg(HEADER.size, _socket.CMSG_SPACE(max_fds * _FD.size))
+        for level, kind, data in ancillary:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                usable = len(data) - len(data) % _FD.size
+                fds += [_FD.unpack_from(data, i)[0] for i in range(0, usable, _FD.size)]
+    else:
+        head = sock.recv(HEADER.size)
+    head += _read_exactly(sock, HEADER.size - len(head)) if head else b""
+    message = None
+    if len(head) == HEADER.size:
+        (length,) = HEADER.unpack(head)
+        body = _read_exactly(sock, length) if length <= MAX_MESSAGE else b""
+        if len(body) == length:
+            try:
+                message = marshal.loads(body)
+            except (ValueError, EOFError, TypeError):
+                message = None
+    if not isinstance(message, dict):
+        for fd in fds:
+            os.close(fd)  # a broken message: nothing it handed over is kept
+        return None, []
+    return message, fds
+
+
+def _read_exactly(sock: _socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data

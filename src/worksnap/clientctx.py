@@ -1,0 +1,199 @@
+"""Client context: what each command the daemon runs sees as its own process state.
+
+The daemon runs each client's command in a thread of its own; these stand-ins make
+process-wide state per thread: `os.environ` (`ThreadEnviron`), `sys.stdin`,
+`sys.stdout`, `sys.stderr` (`ThreadStream`), and the working directory and umask
+(`private_fs`: Linux `unshare(CLONE_FS)`). `ClientInput` reads the client's stdin
+only while the client is still connected. `RWLock` lets commands that only read
+share a workspace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import os
+import select
+import socket
+import sys
+import threading
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+_CLONE_FS = 0x00000200
+
+
+class ThreadEnviron(MutableMapping[str, str]):
+    """`os.environ` in the daemon: each command thread reads and writes its client's copy."""
+
+    def __init__(self, base: MutableMapping[str, str]) -> None:
+        self._base = base
+        self._local = threading.local()
+
+    def _map(self) -> MutableMapping[str, str]:
+        env: MutableMapping[str, str] | None = getattr(self._local, "env", None)
+        return self._base if env is None else env
+
+    def use(self, env: dict[str, str] | None) -> None:
+        """Gives this thread its own environment (None: the daemon's again)."""
+        self._local.env = env
+
+    def __getitem__(self, key: str) -> str:
+        return self._map()[key]
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self._map()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._map()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._map()))
+
+    def __len__(self) -> int:
+        return len(self._map())
+
+    def copy(self) -> dict[str, str]:
+        """A plain copy, as `os.environ.copy()` gives."""
+        return dict(self._map())
+
+
+class ThreadStream:
+    """`sys.stdin`/`stdout`/`stderr` in the daemon: each command thread's client stream."""
+
+    def __init__(self, default: Any) -> None:
+        self._default = default
+        self._local = threading.local()
+
+    def use(self, stream: Any) -> None:
+        """Points this thread at `stream` (None: the daemon's own again)."""
+        self._local.stream = stream
+
+    def target(self) -> Any:
+        """The stream this thread writes to."""
+        stream = getattr(self._local, "stream", None)
+        return self._default if stream is None else stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target(), name)
+
+
+class ClientInput(io.RawIOBase):
+    """The client's stdin, read only while the client is still there.
+
+    Each read waits for the terminal (or pipe) and for the client's connection at
+    once: when the client goes away (Ctrl-C at a confirmation), the read ends
+    with KeyboardInterrupt at once, so the daemon never takes the user's next line.
+    """
+
+    def __init__(self, fd: int, conn: socket.socket) -> None:
+        super().__init__()
+        self._fd = fd
+        self._conn = conn
+
+    def readable(self) -> bool:
+        """It is."""
+        return True
+
+    def fileno(self) -> int:
+        """The client's descriptor."""
+        return self._fd
+
+    def isatty(self) -> bool:
+        """Whether the client's stdin is a terminal (`restore` asks only then)."""
+        return os.isatty(self._fd)
+
+    def readinto(self, buffer: Any) -> int:
+        """Reads what the client's stdin has; KeyboardInterrupt once the client is gone."""
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN | select.POLLHUP)
+        poller.register(self._conn.fileno(), select.POLLIN | select.POLLHUP)
+        while True:
+            ready = dict(poller.poll())
+            if self._conn.fileno() in ready and hung_up(self._conn):
+                raise KeyboardInterrupt
+            if self._fd in ready:
+                data = os.read(self._fd, len(buffer))
+                buffer[: len(data)] = data
+                return len(data)
+
+    def close(self) -> None:
+        """Closes the client's descriptor."""
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        super().close()
+
+
+def hung_up(sock: socket.socket) -> bool:
+    """True when the client closed its end (it sends nothing while its command runs)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def private_fs() -> bool:
+    """Gives the calling thread its own working directory and umask (Linux `unshare`)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.unshare(_CLONE_FS) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+class Context:
+    """The process-wide state the daemon gives each command thread a copy of."""
+
+    def __init__(self) -> None:
+        self.environ = ThreadEnviron(os.environ)
+        self.streams = tuple(ThreadStream(s) for s in (sys.stdin, sys.stdout, sys.stderr))
+        # Without a private working directory and umask per thread, commands take turns.
+        self.serial = threading.Lock()
+
+    def install(self) -> None:
+        """Puts the per-thread stand-ins in place of os.environ and sys.std*."""
+        os.environ = self.environ  # type: ignore[assignment]  # noqa: B003 - on purpose
+        sys.stdin, sys.stdout, sys.stderr = self.streams
+
+
+class RWLock:
+    """Readers side by side, one writer alone; a waiting writer keeps new readers out."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting = 0
+
+    def acquire(self, *, write: bool, blocking: bool = True) -> bool:
+        """Takes the lock to read (shared) or write (alone); False if not `blocking` and busy."""
+        with self._cond:
+            if write:
+                self._waiting += 1
+                try:
+                    while self._writer or self._readers:
+                        if not blocking:
+                            return False
+                        self._cond.wait()
+                    self._writer = True
+                finally:
+                    self._waiting -= 1
+            else:
+                while self._writer or self._waiting:
+                    if not blocking:
+                        return False
+                    self._cond.wait()
+                self._readers += 1
+            return True
+
+    def release(self, *, write: bool) -> None:
+        """Lets go of what `acquire` took."""
+        with self._cond:
+            if write:
+                self._writer = False
+            else:
+                self._readers -= 1
+            self._cond.notify_all()

@@ -1,0 +1,258 @@
+"""Inspection: the commands that look without changing anything: status, show, cat, diff.
+
+None of them creates a store, or changes the tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from worksnap import views
+from worksnap.invocation import command_paths, open_workspace
+from worksnap.output import (
+    age,
+    display,
+    emit_json,
+    human_bytes,
+    plural,
+    say,
+    styled,
+    write_bytes,
+)
+
+if TYPE_CHECKING:
+    from worksnap.manifest import Entry, Manifest
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """`status`: root, store, session, daemon, and what changed since `latest`."""
+    from worksnap import autostart
+    from worksnap.diff import compare
+    from worksnap.errors import InputError
+    from worksnap.layout import StorePaths
+
+    with open_workspace(args) as ws:
+        exists = ws.store.exists()
+        everyone = ws.list(all_sessions=True) if exists else []
+        mine = [s for s in everyone if s.session == args.session]
+        size = ws.store_size()
+        current = ws.capture(store_objects=False)
+        large = ws.large_files(current)
+        try:
+            latest: Manifest | None = ws.load("latest") if mine else None
+        except InputError:
+            latest = None  # only automatic snapshots so far
+        changes = compare(latest, current) if latest is not None else []
+        cap = ws.max_file_bytes
+        config = ws.config()
+    daemon = _daemon_state(args)
+    decision = autostart.decide(args.root, args.store)
+    pending = os.path.exists(StorePaths(args.store).journal)
+    state = views.status_view(
+        root=args.root, found=args.location.found, store=args.store, store_exists=exists,
+        session=args.session, mine=mine, everyone=everyone, store_bytes=size,
+        latest=latest, changes=changes, large=large, max_file_bytes=cap,
+        daemon=daemon, daemon_configured=config.daemon,
+        daemon_start=(decision.mode, decision.start, decision.reason), recovery_pending=pending,
+    )  # fmt: skip
+    if args.json:
+        emit_json(state)
+        return 0
+    _print_status(args, state, changes)
+    return 0
+
+
+_FOUND = {
+    "option": "given with --root",
+    "store": "the nearest directory with a store",
+    "git": "the top of the git work tree",
+    "cwd": "the current directory",
+}
+
+
+def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list[Any]) -> None:
+    lines = [f"root      {display(state['root'])} ({_FOUND[state['found']]})"]
+    if state["store_exists"]:
+        lines.append(
+            f"store     {display(state['store'])} ({plural(state['snapshots_total'], 'snapshot')}"
+            f", {human_bytes(state['store_bytes'])} on disk)"
+        )
+    else:
+        lines.append(
+            f"store     {display(state['store'])} (none yet: `worksnap snapshot` makes it)"
+        )
+    latest = state["latest"]
+    where = f"; latest {latest}" if latest else ""
+    lines.append(f"session   {state['session']} ({plural(state['snapshots'], 'snapshot')}{where})")
+    daemon = state["daemon"]
+    if daemon["running"]:
+        lines.append(f"daemon    running (pid {daemon.get('pid')})")
+    else:
+        auto = ", starts on the next command" if daemon["starts"] else ""
+        lines.append(f"daemon    not running{auto}")
+    if state["recovery_pending"]:
+        lines.append("recovery  a restore was interrupted: run `worksnap recover`")
+    cap = human_bytes(state["max_file_bytes"])
+    for item in state["large"]:
+        size = human_bytes(item["size"]) if item["size"] is not None else "?"
+        lines.append(f"large     {display(item['path'])} ({size}) is over the {cap} cap: "
+                     "not protected")  # fmt: skip
+    lines.append("")
+    if latest is None:
+        lines.append("no snapshot yet: nothing here is protected (take one: worksnap snapshot)")
+    elif not changes:
+        lines.append(f"nothing changed since latest ({latest})")
+    else:
+        lines.append(f"changes since latest ({latest}):")
+        for change in changes:
+            name = display(change.path)
+            if change.op == "R":
+                name = f"{display(change.old_path)} -> {name}"
+            lines.append(f" {styled(change.op, _STATUS_COLOURS[change.op])} {name}")
+    say(*lines)
+
+
+_STATUS_COLOURS = {"M": "33", "A": "32", "D": "31", "R": "36"}
+
+
+def _daemon_state(args: argparse.Namespace) -> dict[str, Any] | None:
+    """What the store's daemon says of itself (None: none runs). The one question asked.
+
+    Run in the daemon, the answer is the serving process's own report, read in place:
+    asking its own socket from a command it runs could wait on itself (the daemon
+    once served one command at a time, and may still be at its client limit).
+    """
+    if args.pool is not None:
+        report: dict[str, Any] = args.pool.status()
+        return report
+    from worksnap import client
+
+    return client.request(args.store, "status")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """`show REF [PATH...]`: one snapshot and its files (`--json`: the manifest)."""
+    from worksnap.errors import InputError
+
+    if args.json and args.paths:
+        raise InputError("show --json prints the whole manifest; leave out the PATHs")
+    with open_workspace(args) as ws:
+        data = ws.show_bytes(args.ref)
+        if args.json:
+            write_bytes(data)
+            return 0
+        manifest = ws.load(args.ref)
+        pinned = manifest.id in ws.pinned()
+        wanted = [ws.relative(p) for p in command_paths(args, args.paths)]
+    say(*_show_lines(manifest, pinned=pinned, wanted=wanted))
+    return 0
+
+
+def _show_lines(manifest: Manifest, *, pinned: bool, wanted: list[str]) -> list[str]:
+    """`show`: what a snapshot is, then its files like `git ls-tree -r -l` (and empty dirs)."""
+    from worksnap.errors import InputError
+    from worksnap.manifest import parse_time
+    from worksnap.paths import is_under
+
+    when = age(parse_time(manifest.time), datetime.now(timezone.utc))
+    about = [manifest.kind] + ([] if manifest.step is None else [f"step {manifest.step}"])
+    lines = [
+        f"snapshot {manifest.id}" + ("  (pinned: gc keeps it)" if pinned else ""),
+        f"kind     {', '.join(about)}; session {manifest.session}",
+        f"time     {manifest.time} ({when} ago)",
+        *([f"label    {manifest.label}"] if manifest.label else []),
+        f"root     {display(manifest.root)}",
+        *(f"meta     {key}={value}" for key, value in sorted(manifest.meta.items())),
+        *(f"attached {display(name)} (worksnap attachment {manifest.id} {name})"
+          for name in sorted(manifest.attachments)),
+        f"files    {plural(len(manifest.entries), 'file and link', 'files and links')} "
+        f"({human_bytes(sum(e.size or 0 for e in manifest.entries))}), "
+        f"{plural(len(manifest.dirs), 'directory', 'directories')}; "
+        f"size cap {human_bytes(manifest.max_file_bytes)}",
+    ]  # fmt: skip
+    for name in ("large", "ignored", "excluded", "absent"):
+        names: list[str] = getattr(manifest, name)
+        if names:
+            shown = " ".join(display(p) for p in names[:20])
+            more = f" ... ({len(names) - 20} more)" if len(names) > 20 else ""
+            lines.append(f"{name:<8} {shown}{more}")
+    parents = {p.rpartition("/")[0] for p in [*manifest.dirs, *(e.path for e in manifest.entries)]}
+    rows: list[tuple[str, Entry | None]] = [(e.path, e) for e in manifest.entries]
+    rows += [(d, None) for d in manifest.dirs if d not in parents]  # empty: restored too
+    rows.sort(key=lambda row: row[0])
+    if wanted:
+        rows = [row for row in rows if any(is_under(row[0], w) for w in wanted)]
+        if not rows:
+            raise InputError(f"{', '.join(map(repr, wanted))}: not in snapshot {manifest.id}")
+    lines.append("")
+    for path, entry in rows:
+        if entry is None:
+            lines.append(f"040000 dir   {'-':>9}  {display(path)}/")
+        elif entry.type == "symlink":
+            lines.append(f"120000 link  {'-':>9}  {display(path)} -> {display(entry.target or '')}")
+        else:
+            mode = f"100{entry.mode:03o}"
+            lines.append(f"{mode} file  {entry.size or 0:>9}  {display(path)}")
+    return lines
+
+
+def cmd_cat(args: argparse.Namespace) -> int:
+    """`cat REF PATH`: a file's bytes as the snapshot holds them."""
+    with open_workspace(args) as ws:
+        _, data = ws.file_bytes(args.ref, command_paths(args, [args.path])[0])
+    write_bytes(data)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """`diff [REF [REF2]] [-- PATH...]`: a git patch (or stats, or JSON rows)."""
+    from worksnap.diff import git_patch, select
+
+    with open_workspace(args) as ws:
+        changes, read = ws.diff(args.ref or "latest", args.ref2)
+        if args.paths_after:
+            wanted = [ws.relative(p) for p in command_paths(args, args.paths_after)]
+            changes = select(changes, wanted)
+        if args.json:
+            emit_json(views.diff_view(changes, read))
+        elif args.numstat or args.stat:
+            _print_stats(changes, read, numstat=args.numstat)
+        else:
+            for change in changes:
+                write_bytes(git_patch(change, read, binary=args.binary))
+    return 0
+
+
+def _print_stats(changes: list[Any], read: Any, *, numstat: bool) -> None:
+    from worksnap.diff import line_counts
+
+    added_total = deleted_total = 0
+    rows = []
+    for change in changes:
+        name = display(change.path)
+        if change.op == "R":
+            name = f"{display(change.old_path)} => {display(change.path)}"
+        counts = line_counts(change, read)
+        rows.append((name, counts))
+        if counts:
+            added_total += counts[0]
+            deleted_total += counts[1]
+    width = max((len(name) for name, _ in rows), default=0)
+    lines = []
+    for name, counts in rows:
+        if numstat:
+            lines.append(f"{counts[0]}\t{counts[1]}\t{name}" if counts else f"-\t-\t{name}")
+        elif counts is None:
+            lines.append(f" {name:<{width}} | Bin")
+        else:
+            bar = "+" * min(counts[0], 40) + "-" * min(counts[1], 40)
+            lines.append(f" {name:<{width}} | {counts[0] + counts[1]:>4} {bar}")
+    if not numstat:
+        lines.append(
+            f" {plural(len(rows), 'file')} changed, {plural(added_total, 'insertion')}(+), "
+            f"{plural(deleted_total, 'deletion')}(-)"
+        )
+    say(*lines)

@@ -1,0 +1,269 @@
+"""The commands that change the tree: plan, restore, rewind, undo, redo, recover.
+
+Each one (but `plan`, which only previews) shows its plan and asks when a person is at
+the terminal (stdin a terminal, no `--yes`, no `--json`), applies exactly the plan the
+person saw, takes `--dry-run` (the plan, nothing changed) and `--yes`, and says what
+it did in one line. Without a terminal (an agent, a script) it runs at once, as before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from worksnap import views
+from worksnap.invocation import command_paths, open_workspace
+from worksnap.output import age, display, emit_json, human_bytes, plural, say, styled, warn
+
+if TYPE_CHECKING:
+    from worksnap.apply import Result
+    from worksnap.manifest import Manifest
+    from worksnap.plan import Plan
+    from worksnap.workspace import Workspace
+
+Preview = Callable[["Workspace"], "Plan | None"]
+"""Makes the plan a command would carry out (None: there is nothing to do)."""
+Run = Callable[["Workspace", "Plan | None"], "Result | None"]
+"""Carries it out: exactly the plan given, or (None) planned afresh under the lock."""
+
+_COLOURS = {"M": "33", "A": "31", "D": "32", "B": "35", "!": "35"}
+_WHY = {
+    "deleted": "deleted since; the snapshot left it out as large, so it cannot come back",
+    "changed": "changed since; the snapshot left it out as large: not restored",
+    "too-large": "over the size cap now: left as it is (raise the cap to restore it)",
+    "added": "added since, over the size cap: left as it is",
+}
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """`plan REF [PATH...]`: the preview, nothing changed."""
+    with open_workspace(args) as ws:
+        plan = ws.plan_restore(ws.load(args.ref), paths=_paths(args))
+    _show_plan(args, plan)
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """`restore REF [PATH...] [--to DIR]`."""
+    if args.to is not None:
+        return _restore_to(args)
+    paths = _paths(args)
+    return _change(
+        args,
+        verb="restore",
+        preview=lambda ws: ws.plan_restore(ws.load(args.ref), paths=paths),
+        run=lambda ws, plan: ws.restore(args.ref, paths=paths) if plan is None else ws.apply(plan),
+        then="undo it with: worksnap undo",
+    )
+
+
+def cmd_rewind(args: argparse.Namespace) -> int:
+    """`rewind N`: restore the newest snapshot of step N."""
+    ref = f"step:{args.step}"
+    return _change(
+        args,
+        verb="rewind",
+        preview=lambda ws: ws.plan_restore(ws.load(ref)),
+        run=lambda ws, plan: ws.restore(ref) if plan is None else ws.apply(plan),
+        then="undo it with: worksnap undo",
+    )
+
+
+def cmd_undo(args: argparse.Namespace) -> int:
+    """`undo`: back to the newest snapshot whose state differs from the current one."""
+    return _change(
+        args,
+        verb="undo",
+        preview=lambda ws: ws.plan_undo(),
+        run=lambda ws, plan: ws.undo(plan),
+        then="redo it with: worksnap redo",
+    )
+
+
+def cmd_redo(args: argparse.Namespace) -> int:
+    """`redo`: what the last undo undid."""
+    return _change(
+        args,
+        verb="redo",
+        preview=lambda ws: ws.plan_redo(),
+        run=lambda ws, plan: ws.redo(plan),
+        then="undo it with: worksnap undo",
+    )
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    """`recover`: roll back a restore that was killed part-way (`--discard`: keep the tree)."""
+    if args.discard and not args.dry_run:
+        with open_workspace(args) as ws:
+            result = ws.recover(discard=True)
+        if result is None:
+            return _no_recovery(args)
+        if args.json:
+            emit_json(views.recover_view(result))
+        else:
+            say(
+                "dropped the journal of an interrupted restore, the tree left as it is; "
+                f"kept as snapshot {result.pre_restore} (worksnap undo)"
+            )
+        return 0
+    if args.dry_run or not (args.yes or args.json or not sys.stdin.isatty()):
+        with open_workspace(args) as ws:
+            plan = ws.plan_recover()
+        if plan is None:
+            return _no_recovery(args)
+        if args.dry_run:
+            _show_plan(args, plan, header=_heading("recover", plan))
+            return 0
+        _show_plan(args, plan, header=_heading("recover", plan))
+        if not _confirmed("recover", plan, args):
+            return 1
+    with open_workspace(args) as ws:
+        result = ws.recover()
+    if result is None:
+        return _no_recovery(args)
+    if args.json:
+        emit_json(views.recover_view(result))
+        return 0
+    kept = f"; the tree as it was: snapshot {result.pre_restore} (worksnap undo)"
+    say(
+        f"rolled back an interrupted restore: {plural(len(result.restored), 'path')} put back "
+        f"in {display(args.root)}" + (kept if result.pre_restore else "")
+    )
+    return 0
+
+
+def _no_recovery(args: argparse.Namespace) -> int:
+    if args.json:
+        emit_json(views.recover_view(None))
+    else:
+        say("no interrupted restore to recover")
+    return 0
+
+
+def _paths(args: argparse.Namespace) -> list[str] | None:
+    return command_paths(args, args.paths) or None
+
+
+def _change(args: argparse.Namespace, *, verb: str, preview: Preview, run: Run, then: str) -> int:
+    """Previews, asks (a person at a terminal), applies what was shown, and reports."""
+    asking = not (args.yes or args.json or not sys.stdin.isatty())
+    with open_workspace(args) as ws:
+        plan = preview(ws) if args.dry_run or asking else None
+        if plan is not None and args.dry_run:
+            _show_plan(args, plan, header=_heading(verb, plan))
+            return 0
+        if plan is not None:
+            _show_plan(args, plan, header=_heading(verb, plan))
+            if not plan.changes:
+                return 0
+            if not _confirmed(verb, plan, args):
+                return 1
+        result = run(ws, plan)
+    if result is None:
+        return 1
+    return _report(args, result, then=then)
+
+
+def _confirmed(verb: str, plan: Plan, args: argparse.Namespace) -> bool:
+    question = f"{verb}: make {plural(len(plan.changes), 'change')} in {display(args.root)}?"
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer in ("y", "yes"):
+        return True
+    say("nothing was changed")
+    return False
+
+
+def _heading(verb: str, plan: Plan) -> str | None:
+    """For undo, redo and recover: where they go (a person should see which snapshot)."""
+    if verb in ("restore", "rewind"):
+        return None
+    return f"{verb} goes back to {describe(plan.target)}:"
+
+
+def describe(manifest: Manifest) -> str:
+    """`snapshot 3fa9c2d1e0ab (step 3, step, 5m ago: "add parser")`."""
+    from worksnap.manifest import parse_time
+
+    parts = [] if manifest.step is None else [f"step {manifest.step}"]
+    parts += [manifest.kind, f"{age(parse_time(manifest.time), datetime.now(timezone.utc))} ago"]
+    label = f': "{manifest.label}"' if manifest.label else ""
+    return f"snapshot {manifest.id} ({', '.join(parts)}{label})"
+
+
+def _show_plan(args: argparse.Namespace, plan: Plan, *, header: str | None = None) -> None:
+    if args.json:
+        emit_json(views.plan_view(plan))
+        return
+    lines = [] if header is None else [header]
+    root = display(args.root)
+    for change in plan.changes:
+        op = change.op.value
+        is_dir = (change.entry is None and op != "A") or (op == "A" and change.was_dir)
+        lines.append(f"  {styled(op, _COLOURS[op])}  {display(change.path)}{'/' if is_dir else ''}")
+    for row in plan.unprotected:
+        size = f", {human_bytes(row.size)}" if row.size is not None else ""
+        lines.append(f"  {styled('!', _COLOURS['!'])}  {display(row.path)}  "
+                     f"(not protected{size}: {_WHY[row.why]})")  # fmt: skip
+    counts = plan.counts()
+    if not plan.changes:
+        lines.append(f"nothing to restore: {root} matches snapshot {plan.target.id}")
+    else:
+        blocked = f", {counts['B']} blocked (left as they are)" if counts["B"] else ""
+        lines.append(
+            f"restore {plan.target.id} into {root}: {counts['M']} modified (restored), "
+            f"{counts['A']} added since (removed), {counts['D']} deleted since (recreated)"
+            + blocked
+        )
+    if plan.unprotected:
+        lines.append(
+            f"{plural(len(plan.unprotected), 'large file')} not protected (see `!` above): "
+            "`worksnap config max-file-bytes SIZE` raises the cap of later snapshots"
+        )
+    say(*lines)
+
+
+def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
+    if args.json:
+        emit_json(views.result_view(result))
+    elif result.ok:
+        if result.restored or result.pre_restore or result.blocked:
+            say(
+                f"restored {plural(len(result.restored), 'path')} in {display(args.root)} "
+                f"from snapshot {result.target}" + (f" ({then})" if result.pre_restore else "")
+            )
+        else:
+            say(f"nothing to restore: {display(args.root)} matches snapshot {result.target}")
+        for path in result.blocked:
+            note = "left as it is: a directory of ignored files where the snapshot has a file"
+            warn(f"warning: {display(path)} {note}")
+    else:
+        state = (
+            "the workspace was rolled back to how it was before"
+            if result.rolled_back
+            else "the workspace may be partly restored"
+        )
+        warn(f"error: restore failed at {result.error}; {state}")
+    return 0 if result.ok else 1
+
+
+def _restore_to(args: argparse.Namespace) -> int:
+    """`restore REF --to DIR`: the snapshot written elsewhere; the workspace untouched."""
+    if args.dry_run:
+        with open_workspace(args) as ws:
+            manifest = ws.load(args.ref)
+        count = len(manifest.entries) + len(manifest.dirs)
+        say(f"would write {plural(count, 'path')} of snapshot {manifest.id} into {args.to}")
+        return 0
+    with open_workspace(args) as ws:
+        result = ws.restore_to(args.ref, args.to, paths=_paths(args))
+    if args.json:
+        emit_json(views.extract_view(result, to=args.to))
+    elif result.ok:
+        say(f"wrote {plural(len(result.restored), 'path')} of snapshot {result.target} "
+            f"into {display(args.to)}")  # fmt: skip
+    else:
+        warn(f"error: writing into {args.to} failed at {result.error}; nothing was left there")
+    return 0 if result.ok else 1

@@ -1,0 +1,329 @@
+"""What a scan finds, and what a watched workspace keeps of it between scans.
+
+`Scan` is one walk's result; `DirScan` is one directory's part of it, kept in
+memory by a long-lived capture so that a directory without events is not read
+again (`refresh` and `remembered` say what of it still holds after events).
+`differences` compares two scans of a directory (the daemon's audit).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from worksnap.caches import Stamp
+from worksnap.errors import SnapshotError
+from worksnap.fsio import file_state
+from worksnap.ignore import Rules
+from worksnap.paths import is_git_name, wire_name
+from worksnap.sources import Tracked
+
+# Kinds of child in a listing (stored in the listing cache: never change one).
+DIR, FILE, LINK, IGNORED, IGNORED_DIR, EXCLUDED = "d", "f", "l", "i", "I", "x"
+
+
+class Seen:
+    """What a scan keeps of a file's `lstat`: a third of an `os.stat_result`'s memory.
+
+    A watched workspace remembers one per file (the daemon's 47k: about 20 MB less).
+    """
+
+    __slots__ = ("st_ctime_ns", "st_ino", "st_mode", "st_mtime_ns", "st_nlink", "st_size")
+
+    def __init__(self, st: os.stat_result) -> None:
+        self.st_ino = st.st_ino
+        self.st_size = st.st_size
+        self.st_mtime_ns = st.st_mtime_ns
+        self.st_ctime_ns = st.st_ctime_ns
+        self.st_mode = st.st_mode
+        self.st_nlink = st.st_nlink
+
+
+@dataclass(slots=True)
+class Scan:
+    """What one walk found. Paths are relative wire-form paths, in walk order."""
+
+    files: list[tuple[str, Seen]] = field(default_factory=list)
+    symlinks: list[tuple[str, str, int]] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    large: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WalkStats:
+    """What a walk had to do afresh (for tests and benchmarks; pass one to `scan_tree`)."""
+
+    listed: list[str] = field(default_factory=list)
+    """Directories whose entries were read from the file system and classified."""
+    matched: list[str] = field(default_factory=list)
+    """Paths the ignore rules were asked about (not taken from an earlier decision)."""
+    reused: list[str] = field(default_factory=list)
+    """Directories taken from the watched memory (with or without files stat-ed again)."""
+
+
+@dataclass(slots=True)
+class DirScan:
+    """What one directory contributed to a scan, kept in memory for a watched workspace."""
+
+    ino: int
+    """The directory's inode: the one its watch is on."""
+    ignore_stamp: Stamp | None
+    ignore_data: bytes | None
+    """Its `.gitignore` as read (None: none read): what its children's rules came from."""
+    rules: Rules
+    reusable: bool
+    found: Scan
+    subdirs: list[tuple[str, str, bool]]
+    """(relative path, name on disk, entered for tracked files only) of each subdirectory."""
+    children: list[tuple[str, str]]
+    """The classification it was made from: (wire name, kind) in name order."""
+    linked: list[str] = field(default_factory=list)
+    """Names of its files with more than one hard link: stat-ed again at every scan."""
+    tracked_only: bool = False
+    """Entered only for the files git tracks in it (it is ignored)."""
+
+    def file_names(self) -> list[str]:
+        """The names of every file it contributed (captured or over the size cap)."""
+        return [rel.rpartition("/")[2] for rel, _ in self.found.files] + [
+            rel.rpartition("/")[2] for rel in self.found.large
+        ]
+
+
+def remembered(last: DirScan, names: set[bytes]) -> tuple[dict[str, str], dict[str, Seen]]:
+    """What a directory's memory still vouches for after events on `names`.
+
+    Returns the kinds of its children (hints for classifying it again) and the
+    stats of its files that no event named (unchanged since they were taken).
+    """
+    touched = {wire_name(os.fsdecode(raw)) for raw in names}
+    known = {
+        name: st for rel, st in last.found.files if (name := rel.rpartition("/")[2]) not in touched
+    }
+    return dict(last.children), known
+
+
+def refresh(
+    last: DirScan, dir_fd: int, path: str, names: set[bytes], *, max_file_bytes: int
+) -> tuple[DirScan | None, bool]:
+    """Returns `last` with the named files (changed in place) stat-ed and sized again.
+
+    The files are reached as `path/NAME` relative to `dir_fd`. Also returns whether
+    a file got a hard link it did not have (its other names may have changed too).
+    The DirScan is None when the directory must be read again: a named file is no
+    longer a regular file, or is not where the last listing put it.
+    """
+    prefix = f"{path}/" if path else ""
+    fresh: dict[str, Seen] = {}
+    for raw in names:
+        name = os.fsdecode(raw)
+        try:
+            now = os.lstat(prefix + name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None, False
+        if stat.S_ISREG(now.st_mode):
+            fresh[wire_name(name)] = Seen(now)
+        elif not stat.S_ISDIR(now.st_mode):
+            return None, False  # a symlink or special file now where a name changed: list again
+    if not fresh:
+        return last, False
+    listed = {rel.rpartition("/")[2] for rel, _ in last.found.files}
+    listed.update(rel.rpartition("/")[2] for rel in last.found.large)
+    listed.update(rel.rpartition("/")[2] for rel in last.found.ignored)
+    if not fresh.keys() <= listed:
+        return None, False  # not where the last listing put it: list again
+    here = Scan(
+        symlinks=last.found.symlinks,
+        dirs=last.found.dirs,
+        ignored=last.found.ignored,
+        excluded=last.found.excluded,
+    )
+    # Only the named files may have changed size; each goes to files or large again.
+    sized = [(rel, fresh.get(rel.rpartition("/")[2], st)) for rel, st in last.found.files]
+    for rel in last.found.large:
+        changed = fresh.get(rel.rpartition("/")[2])
+        if changed is None:
+            here.large.append(rel)
+        else:
+            sized.append((rel, changed))
+    linked = set(last.linked)
+    new_links = False
+    for name, seen in fresh.items():
+        if seen.st_nlink > 1:
+            new_links |= name not in linked
+            linked.add(name)
+        else:
+            linked.discard(name)
+    for rel, seen in sized:
+        if seen.st_size > max_file_bytes:
+            here.large.append(rel)
+        else:
+            here.files.append((rel, seen))
+    part = DirScan(
+        ino=last.ino,
+        ignore_stamp=last.ignore_stamp,
+        ignore_data=last.ignore_data,
+        rules=last.rules,
+        reusable=True,
+        found=here,
+        subdirs=last.subdirs,
+        children=last.children,
+        linked=sorted(linked),
+        tracked_only=last.tracked_only,
+    )
+    return part, new_links
+
+
+def merge(into: Scan, part: Scan) -> None:
+    """Adds what `part` found to `into`."""
+    into.files += part.files
+    into.symlinks += part.symlinks
+    into.dirs += part.dirs
+    into.ignored += part.ignored
+    into.large += part.large
+    into.excluded += part.excluded
+
+
+def differences(mine: Scan, theirs: Scan) -> Iterator[tuple[str, str]]:
+    """What one directory's remembered scan says that a plain scan does not."""
+    mine_files = {rel: file_state(st) for rel, st in mine.files}
+    their_files = {rel: file_state(st) for rel, st in theirs.files}
+    for rel in sorted(mine_files.keys() | their_files.keys()):
+        if mine_files.get(rel) != their_files.get(rel):
+            yield rel, f"file state {mine_files.get(rel)} remembered, {their_files.get(rel)} now"
+    for name, ours, now in (
+        ("symlinks", sorted(mine.symlinks), sorted(theirs.symlinks)),
+        ("dirs", sorted(mine.dirs), sorted(theirs.dirs)),
+        ("ignored", sorted(mine.ignored), sorted(theirs.ignored)),
+        ("large", sorted(mine.large), sorted(theirs.large)),
+        ("excluded", sorted(mine.excluded), sorted(theirs.excluded)),
+    ):
+        if ours != now:
+            for item in sorted(set(map(str, ours)) ^ set(map(str, now))):
+                yield item, f"{name}: remembered {ours != now and item in map(str, ours)}"
+
+
+def lstat_or_none(path: str, dir_fd: int) -> os.stat_result | None:
+    """`os.lstat`, or None when nothing is there."""
+    try:
+        return os.lstat(path, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+
+
+def special_names(children: list[tuple[str, str]]) -> set[str]:
+    """Which of `.git` and `.gitignore` a listing holds."""
+    return {name for name, _ in children if name in (".git", ".gitignore")}
+
+
+def classify(
+    rel_dir: str,
+    dir_fd: int,
+    dir_rules: Rules,
+    *,
+    exclude: frozenset[str],
+    stats: WalkStats | None,
+    hints: dict[str, str],
+    inodes: dict[str, int],
+) -> list[tuple[str, str]]:
+    """Lists a directory and classifies each child (dir, file, link, ignored, excluded).
+
+    `hints` holds the kinds an earlier listing under the same rules gave; a name
+    whose entry has the type its kind implies keeps it. `inodes` is filled with
+    the inode of each subdirectory.
+    """
+    try:
+        with os.scandir(dir_fd) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        raise SnapshotError(rel_dir or ".", f"cannot list directory: {exc.strerror}") from None
+    if stats is not None:
+        stats.listed.append(rel_dir)
+    children: list[tuple[str, str]] = []
+    for entry in entries:
+        name = wire_name(entry.name)
+        rel = f"{rel_dir}/{name}" if rel_dir else name
+        if is_git_name(name) or rel in exclude:
+            # git never tracks any spelling of .git; a manifest holding one is refused.
+            children.append((name, EXCLUDED))
+            continue
+        try:
+            # d_type answers these without a system call.
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if is_dir:
+                inodes[name] = entry.inode()
+            hint = hints.get(name)
+            if hint is not None and still(hint, entry, is_dir=is_dir):
+                children.append((name, hint))
+                continue
+            if stats is not None:
+                stats.matched.append(rel)
+            if dir_rules.ignored(rel, is_dir=is_dir):
+                children.append((name, IGNORED_DIR if is_dir else IGNORED))
+            elif is_dir:
+                children.append((name, DIR))
+            elif entry.is_symlink():
+                children.append((name, LINK))
+            elif entry.is_file(follow_symlinks=False):
+                children.append((name, FILE))
+            else:
+                # Sockets, FIFOs and devices are never captured, so never touched.
+                children.append((name, EXCLUDED))
+        except FileNotFoundError:
+            continue  # deleted while we walked: simply not part of this snapshot
+        except OSError as exc:
+            raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
+    return children
+
+
+def still(kind: str, entry: os.DirEntry[str], *, is_dir: bool) -> bool:
+    """True when `entry` is still of the type that `kind` was decided for."""
+    if kind in (DIR, IGNORED_DIR):
+        return is_dir
+    if kind == IGNORED:
+        return not is_dir  # for a non-directory the decision does not depend on its type
+    if kind == LINK:
+        return entry.is_symlink()
+    if kind == FILE:
+        return entry.is_file(follow_symlinks=False)
+    return False  # excluded: decided by name, or by being a special file; decide again
+
+
+def read_ignore_file(dir_fd: int, prefix: str, rel_dir: str) -> bytes:
+    """Reads `prefix.gitignore` relative to `dir_fd` (never through a symlink)."""
+    try:
+        fd = os.open(
+            prefix + ".gitignore", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+        with open(fd, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        where = f"{rel_dir}/.gitignore" if rel_dir else ".gitignore"
+        raise SnapshotError(where, f"cannot read: {exc.strerror}") from None
+
+
+TRACKED_DIR, TRACKED_FILE = "T", "t"  # never stored: what git's index makes of an ignored child
+
+
+def tracked_kind(tracked: Tracked, rel: str, kind: str) -> str:
+    """What an ignored child is once the paths git tracks are taken into account."""
+    if tracked.is_tracked(rel):
+        return DIR if kind == IGNORED_DIR else TRACKED_FILE
+    if kind == IGNORED_DIR and tracked.holds(rel):
+        return TRACKED_DIR
+    return kind
+
+
+def add_link(here: Scan, rel: str, path: str, dir_fd: int) -> None:
+    """Adds the symlink at `path` (relative to `dir_fd`) to `here`, unless it is gone."""
+    try:
+        target = wire_name(os.readlink(path, dir_fd=dir_fd))
+        mode = os.lstat(path, dir_fd=dir_fd).st_mode & 0o777
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SnapshotError(rel, f"cannot read symlink: {exc.strerror}") from None
+    here.symlinks.append((rel, target, mode))

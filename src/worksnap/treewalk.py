@@ -1,0 +1,504 @@
+"""Walks over tree objects: the flat view, flat to trees, diffs that skip equal subtrees, gc marks.
+
+Every object read is checked against its digest and decoded strictly (`tree.decode_node`);
+a split directory's parts must fall in the ranges its index gives, in order. Walks are
+iterative (no recursion limit), refuse trees deeper than `MAX_DEPTH` directories, and
+stop after `MAX_PATHS` paths: a cycle cannot exist among objects named by their digest,
+but a few shared subtrees can describe exponentially many paths.
+
+Order: v1 manifests, the planner and the diff sort by full wire path (Python string
+order). Children are stored sorted by name, which is not the same order when a name
+holds a character below `/`: `a-b` < `a/x` but `a` < `a-b`. So a walk visits a
+directory's contents where `name + "/"` sorts among its siblings (what git does with
+tree entries), and yields the directory itself where `name` sorts: full-path order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from worksnap.errors import ManifestError
+from worksnap.manifest import Entry, Manifest
+from worksnap.paths import Digest
+from worksnap.tree import (
+    Builder,
+    Child,
+    Dir,
+    Excluded,
+    File,
+    Ignored,
+    Index,
+    Large,
+    Node,
+    Part,
+    Read,
+    Symlink,
+    Write,
+    decode_node,
+    node_digest,
+)
+
+MAX_DEPTH = 2048
+"""Directories below the root (a path of 4096 bytes holds at most 2048 components)."""
+
+MAX_PATHS = 10_000_000
+"""Paths one walk yields at most (a format 1 manifest of 1 GiB, the cap, holds fewer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Loose:
+    """Left-out paths that cannot sit in a tree, kept in the snapshot record instead.
+
+    Their parent is not a captured directory (a checkpoint's `large`), or their name is
+    taken there already.
+    """
+
+    ignored: list[str] = field(default_factory=list)
+    large: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Flat:
+    """The flat view of a snapshot: exactly the path fields of a format 1 manifest."""
+
+    entries: list[Entry]
+    dirs: list[str]
+    ignored: list[str]
+    large: list[str]
+    excluded: list[str]
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> Flat:
+        """The path fields of a manifest."""
+        return cls(
+            manifest.entries, manifest.dirs, manifest.ignored, manifest.large, manifest.excluded
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """A path whose child differs between two trees (None: nothing there on that side).
+
+    A directory on both sides is never a difference itself; what differs below it is.
+    """
+
+    path: str
+    old: Child | None
+    new: Child | None
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+def _load(digest: Digest, read: Read, where: str) -> Node:
+    source = f"tree {digest} of {where!r}"
+    data = read(digest)
+    if node_digest(data) != digest:
+        raise ManifestError(source, "its bytes do not match its digest (damaged?)")
+    return decode_node(data, source)
+
+
+def _hex(raw: bytes) -> Digest:
+    return Digest(raw.hex())
+
+
+@dataclass(frozen=True, slots=True)
+class _Spot:
+    """A node of a directory still to read: the range of names it must hold, and what it is."""
+
+    lo: str | None  # its first name (None: the directory's top node)
+    hi: str | None  # every name is below this (None: no bound)
+    level: int  # 0: a Tree or an Index (the top); 1: a Part; n > 1: an Index of level n - 1
+    where: str
+
+
+def _open(digest: Digest, spot: _Spot, read: Read) -> Node:
+    """Reads one node of a directory and checks that it is what and where its parent says."""
+    node = _load(digest, read, spot.where)
+    source = f"tree {digest} of {spot.where!r}"
+    if spot.level == 0:
+        if isinstance(node, Part):
+            raise ManifestError(source, "a part where a directory was expected")
+        return node
+    if spot.level == 1 and not isinstance(node, Part):
+        raise ManifestError(source, "not a part, where its index lists one")
+    if spot.level > 1 and not (isinstance(node, Index) and node.level == spot.level - 1):
+        raise ManifestError(source, "not an index of the level below its parent's")
+    first, last = (
+        (node.children[0].name, node.children[-1].name)
+        if isinstance(node, Part)
+        else (node.spans[0].first, node.spans[-1].first)  # type: ignore[union-attr]
+    )
+    if first != spot.lo or (spot.hi is not None and last >= spot.hi):
+        raise ManifestError(source, "holds names outside the range its index gives")
+    return node
+
+
+def _spots(node: Index, spot: _Spot) -> Iterator[tuple[Digest, _Spot]]:
+    """The nodes an index lists, each with the range of names it must hold."""
+    his: list[str | None] = [s.first for s in node.spans[1:]]
+    his.append(spot.hi)
+    for span, hi in zip(node.spans, his, strict=True):
+        # Below level 1 lie parts (spot level 1); below level n, indexes of level n - 1.
+        yield _hex(span.node), _Spot(span.first, hi, node.level, spot.where)
+
+
+def children(digest: Digest, read: Read, where: str = ".") -> Iterator[Child]:
+    """Yields a directory's children in name order, reading a split one part by part.
+
+    Raises:
+        ManifestError: an object is damaged, not canonical, hostile or out of place.
+        ObjectError: `read` could not find an object.
+    """
+    yield from _children(digest, _Spot(None, None, 0, where), read)
+
+
+def _children(digest: Digest, spot: _Spot, read: Read) -> Iterator[Child]:
+    node = _open(digest, spot, read)
+    if isinstance(node, Index):
+        # Recursion is bounded: each level goes down by one, from at most MAX_LEVELS.
+        for sub, sub_spot in _spots(node, spot):
+            yield from _children(sub, sub_spot, read)
+    else:
+        yield from node.children
+
+
+def _walk_order(kids: list[Child]) -> list[Child]:
+    """Returns children in the order of full paths: a directory's contents where `name/` sorts.
+
+    Only a directory followed by a name that starts with its own and a character below
+    `/` moves (`a` before `a-b`, `a/x` after it); mostly nothing does, and the list is
+    returned as it is.
+    """
+    for i, (a, b) in enumerate(pairwise(kids)):
+        if type(a) is Dir and b.name < a.name + "/":
+            return kids[:i] + sorted(kids[i:], key=_walk_key)
+    return kids
+
+
+def _walk_key(child: Child) -> str:
+    return child.name + "/" if type(child) is Dir else child.name
+
+
+# -- the flat view -----------------------------------------------------------------
+
+
+def entry_of(path: str, child: Child) -> Entry | None:
+    """The format 1 entry of a file or symlink child (None for any other child)."""
+    if type(child) is File:
+        return Entry(path=path, type="file", mode=child.mode, hash=child.digest.hex(),
+                     size=child.size)  # fmt: skip
+    if type(child) is Symlink:
+        return Entry(path=path, type="symlink", mode=child.mode, target=child.target)
+    return None
+
+
+def flatten(
+    root: Digest, read: Read, *, loose: Loose | None = None, max_paths: int = MAX_PATHS
+) -> Flat:
+    """Returns the flat view of a snapshot's trees, sorted exactly as format 1 sorts it.
+
+    Args:
+        root: the root tree's digest.
+        read: returns an object's bytes.
+        loose: the record's left-out paths that no tree holds (merged in).
+        max_paths: refuse a tree of more paths than this.
+
+    Raises:
+        ManifestError: an object is damaged, not canonical or hostile; the tree is
+            deeper than `MAX_DEPTH` or holds more than `MAX_PATHS` paths.
+        ObjectError: `read` could not find an object.
+    """
+    entries: list[Entry] = []
+    dirs: list[str] = []
+    ignored: list[str] = []
+    large: list[str] = []
+    excluded: list[str] = []
+    leaves: dict[type, list[str]] = {Ignored: ignored, Large: large, Excluded: excluded}
+    top = _walk_order(list(children(root, read)))
+    # (prefix, depth, children in walk order, position): a frame per open directory.
+    stack: list[tuple[str, int, list[Child], int]] = [("", 0, top, 0)]
+    count = len(top)  # paths met so far (each directory's children, once)
+    while stack:
+        prefix, depth, kids, at = stack.pop()
+        if count > max_paths:
+            raise ManifestError(f"tree {root}", f"holds more than {max_paths} paths")
+        for i in range(at, len(kids)):
+            child = kids[i]
+            path = prefix + child.name
+            if isinstance(child, Dir):
+                if depth == MAX_DEPTH:
+                    raise ManifestError(f"tree {root}", f"deeper than {MAX_DEPTH} directories")
+                dirs.append(path)
+                stack.append((prefix, depth, kids, i + 1))
+                sub = _walk_order(list(children(_hex(child.tree), read, path)))
+                count += len(sub)
+                stack.append((path + "/", depth + 1, sub, 0))
+                break
+            entry = entry_of(path, child)
+            if entry is not None:
+                entries.append(entry)
+            else:
+                leaves[type(child)].append(path)
+    # Walk order puts `a-b` before the directory `a` (its contents sort after `a-b`).
+    dirs.sort()
+    if loose is not None:
+        ignored = _merged(ignored, loose.ignored)
+        large = _merged(large, loose.large)
+        excluded = _merged(excluded, loose.excluded)
+    return Flat(entries, dirs, ignored, large, excluded)
+
+
+def _merged(a: list[str], b: list[str]) -> list[str]:
+    return list(heapq.merge(a, b)) if b else a
+
+
+# -- flat to trees ---------------------------------------------------------------------
+
+
+def from_flat(flat: Flat, write: Write) -> tuple[Digest, Loose]:
+    """Builds the trees of a format 1 snapshot (the migration, and tests).
+
+    `flatten` gives back exactly `flat` for a manifest that passes
+    `manifest.check_manifest` and whose `ignored`, `large` and `excluded` are sorted
+    without repeats, as worksnap writes them (they are sets: a repeat is kept once).
+    A large file migrated from format 1 has no size (format 1 kept none).
+
+    Returns:
+        The root tree's digest, and the left-out paths no tree can hold.
+
+    Raises:
+        ManifestError: an entry's parent is not a captured directory, or a path repeats.
+    """
+    leaves: dict[str, list[Child]] = {"": [], **{d: [] for d in flat.dirs}}
+    subdirs: dict[str, list[str]] = {"": [], **{d: [] for d in flat.dirs}}
+    taken: dict[str, set[str]] = {"": set(), **{d: set() for d in flat.dirs}}
+
+    def place(path: str) -> tuple[str, str] | None:
+        parent, _, name = path.rpartition("/")
+        names = taken.get(parent)
+        if names is None or name in names:
+            return None
+        names.add(name)
+        return parent, name
+
+    for d in flat.dirs:
+        spot = place(d)
+        if spot is None:
+            raise ManifestError("flat manifest", f"directory {d!r} has no parent or repeats")
+        subdirs[spot[0]].append(spot[1])
+    for entry in flat.entries:
+        spot = place(entry.path)
+        if spot is None:
+            raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
+        leaves[spot[0]].append(_child_of(spot[1], entry))
+    loose = Loose()
+    makers: list[tuple[Callable[[str], Child], list[str], list[str]]] = [
+        (lambda name: Ignored(name=name), flat.ignored, loose.ignored),
+        (lambda name: Large(name=name, size=None), flat.large, loose.large),
+        (lambda name: Excluded(name=name), flat.excluded, loose.excluded),
+    ]
+    for make, paths, left in makers:
+        for i, path in enumerate(paths):
+            if i and paths[i - 1] == path:
+                continue
+            spot = place(path)
+            if spot is None:
+                left.append(path)
+            else:
+                leaves[spot[0]].append(make(spot[1]))
+    builder = Builder(write)
+    # Reverse path order reaches every directory after all of its subdirectories.
+    for d in sorted(flat.dirs, reverse=True):
+        builder.directory(d, leaves.pop(d), subdirs.pop(d))
+    builder.directory("", leaves[""], subdirs[""])
+    return builder.root().digest, loose
+
+
+def _child_of(name: str, entry: Entry) -> Child:
+    if entry.type == "symlink":
+        if entry.target is None:
+            raise ManifestError("flat manifest", f"symlink {entry.path!r} has no target")
+        return Symlink(name=name, mode=entry.mode, target=entry.target)
+    if entry.hash is None or entry.size is None:
+        raise ManifestError("flat manifest", f"file {entry.path!r} has no hash or size")
+    try:
+        digest = bytes.fromhex(entry.hash)
+    except ValueError:
+        raise ManifestError("flat manifest", f"file {entry.path!r} has a bad hash") from None
+    return File(name=name, mode=entry.mode, size=entry.size, digest=digest)
+
+
+# -- comparing two trees ------------------------------------------------------------------
+
+
+def diff_trees(
+    old: Digest | None, new: Digest | None, read: Read, *, max_paths: int = MAX_PATHS
+) -> Iterator[Difference]:
+    """Yields the paths whose child differs between two trees, in full-path order.
+
+    Reads only what differs: a subtree (or a part of a split directory) whose digest
+    is equal on both sides is skipped unread. A directory on one side only is walked
+    whole (each path below it is a difference). A bad object raises when it is reached,
+    after the differences before it were yielded: a caller that acts on them collects
+    them all first (as a planner does), so nothing is used before everything is checked.
+
+    Args:
+        old: the root tree digest of one side (None: an empty tree).
+        new: the other side's.
+        read: returns an object's bytes.
+        max_paths: refuse to yield more differences than this.
+
+    Raises:
+        ManifestError: an object read is damaged, not canonical or hostile.
+        ObjectError: `read` could not find an object.
+    """
+    # A stack of what is still to yield: a difference, or two directories to compare.
+    stack: list[Difference | tuple[str, Digest | None, Digest | None, int]] = []
+    if old != new:
+        stack.append(("", old, new, 0))
+    count = 0
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Difference):
+            count += 1
+            if count > max_paths:
+                raise ManifestError("tree diff", f"more than {max_paths} paths differ")
+            yield item
+            continue
+        prefix, a, b, depth = item
+        if depth > MAX_DEPTH:
+            raise ManifestError("tree diff", f"deeper than {MAX_DEPTH} directories")
+        events: list[tuple[str, Difference | tuple[str, Digest | None, Digest | None, int]]] = []
+        for name, x, y in _differing(a, b, read, prefix.rstrip("/") or "."):
+            path = prefix + name
+            x_dir, y_dir = type(x) is Dir, type(y) is Dir
+            if not (x_dir and y_dir):
+                events.append((name, Difference(path, x, y)))
+            if x_dir or y_dir:
+                events.append((name + "/", (
+                    path + "/",
+                    _hex(x.tree) if x_dir else None,  # type: ignore[union-attr]
+                    _hex(y.tree) if y_dir else None,  # type: ignore[union-attr]
+                    depth + 1,
+                )))  # fmt: skip
+        events.sort(key=lambda event: event[0])
+        stack.extend(event for _, event in reversed(events))
+
+
+def _differing(
+    a: Digest | None, b: Digest | None, read: Read, where: str
+) -> Iterator[tuple[str, Child | None, Child | None]]:
+    """Yields (name, old child, new child) for each name whose child differs, by name."""
+    old, new = _unshared(a, b, read, where)
+    i = j = 0
+    while i < len(old) or j < len(new):
+        x = old[i] if i < len(old) else None
+        y = new[j] if j < len(new) else None
+        if y is None or (x is not None and x.name < y.name):
+            yield x.name, x, None  # type: ignore[union-attr]
+            i += 1
+        elif x is None or y.name < x.name:
+            yield y.name, None, y
+            j += 1
+        else:
+            if x != y:
+                yield x.name, x, y
+            i += 1
+            j += 1
+
+
+def _unshared(
+    a: Digest | None, b: Digest | None, read: Read, where: str
+) -> tuple[list[Child], list[Child]]:
+    """Returns the children of two versions of a directory, minus the parts both share.
+
+    A part (or index node) with the same digest on both sides holds the same names
+    on both, and no other node of either side holds them: it is left out unread.
+    """
+    top = _Spot(None, None, 0, where)
+    fronts: tuple[dict[Digest, _Spot], dict[Digest, _Spot]] = (
+        {a: top} if a is not None else {},
+        {b: top} if b is not None else {},
+    )
+    leaves: tuple[dict[Digest, list[Child]], dict[Digest, list[Child]]] = ({}, {})
+    while fronts[0] or fronts[1]:
+        for digest in fronts[0].keys() & fronts[1].keys():
+            del fronts[0][digest], fronts[1][digest]
+        for front, found in zip(fronts, leaves, strict=True):
+            spots = list(front.items())
+            front.clear()
+            for digest, spot in spots:
+                node = _open(digest, spot, read)
+                if isinstance(node, Index):
+                    front.update(_spots(node, spot))
+                else:
+                    found[digest] = node.children
+    for digest in leaves[0].keys() & leaves[1].keys():
+        del leaves[0][digest], leaves[1][digest]
+    # Parts cover disjoint ranges (checked as read): in order of first name, one sorted run.
+    return tuple(  # type: ignore[return-value]
+        [c for run in sorted(filter(None, found.values()), key=lambda r: r[0].name) for c in run]
+        for found in leaves
+    )
+
+
+def count_changes(old: Digest, new: Digest, read: Read) -> int:
+    """Counts the paths (files, symlinks, directories) that differ: `list`'s CHANGED column.
+
+    Equal to `catalog.count_changes` of the two flat views, at the cost of what changed.
+    """
+    return sum(1 for d in diff_trees(old, new, read) if _counted(d.old) != _counted(d.new))
+
+
+def _counted(child: Child | None) -> object:
+    """What format 1 compared at a path: the entry, "a directory", or nothing."""
+    if type(child) in (File, Symlink):
+        return child
+    return "dir" if type(child) is Dir else None
+
+
+# -- gc ------------------------------------------------------------------------
+
+
+def reachable(roots: Iterable[Digest], read: Read) -> Iterator[Digest]:
+    """Yields every object digest reachable from root tree digests, each once (gc marking).
+
+    Tree objects and file contents alike; each tree object is read once, however many
+    snapshots and directories share it. Attachments are the record's to add.
+
+    Raises:
+        ManifestError: an object read is damaged, not canonical or hostile. A gc must
+            then stop: what an unreadable tree holds cannot be marked.
+        ObjectError: `read` could not find a tree object.
+    """
+    yielded: set[str] = set()
+    # A tree object's digest may also be some file's contents: trees are kept apart,
+    # so being yielded as a file never stops a tree from being read.
+    opened: set[str] = set()
+    stack: list[tuple[Digest, bool]] = [(root, False) for root in roots]
+    while stack:
+        digest, is_part = stack.pop()
+        if digest in opened:
+            continue
+        opened.add(digest)
+        if digest not in yielded:
+            yielded.add(digest)
+            yield digest
+        node = _load(digest, read, "gc mark")
+        if isinstance(node, Part) != is_part:
+            raise ManifestError(f"tree {digest}", "a part where a directory was expected, "
+                                "or the other way round")  # fmt: skip
+        if isinstance(node, Index):
+            stack.extend((_hex(s.node), node.level == 1) for s in node.spans)
+            continue
+        for child in node.children:
+            if type(child) is Dir:
+                stack.append((_hex(child.tree), False))
+            elif type(child) is File and (hexed := child.digest.hex()) not in yielded:
+                yielded.add(hexed)
+                yield Digest(hexed)

@@ -1,0 +1,185 @@
+"""Looking without changing: status, show, cat, list; and refs that cannot pick wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write
+from worksnap import InputError, Workspace
+from worksnap.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(["--root", str(root), *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def ok_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> object:
+    code, out, err = run(capsys, root, "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_status_says_where_and_what_changed_like_git_status_short(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "keep.txt", "k")
+    write(root, "edit.txt", "e")
+    write(root, "gone.txt", "g")
+    write(root, "move/from.txt", "moved bytes")
+    assert run(capsys, root, "snapshot", "--step", "1")[0] == 0
+    write(root, "edit.txt", "edited")
+    (root / "gone.txt").unlink()
+    write(root, "new.txt", "n")
+    os.rename(root / "move" / "from.txt", root / "move" / "to.txt")
+    write(root, "big.bin", b"\0" * (3 << 20))
+    code, out, err = run(capsys, root, "status")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"root      {root} (given with --root)"
+    assert lines[1].startswith(f"store     {root / '.worksnap'} (1 snapshot, ")
+    assert lines[2].startswith("session   default (1 snapshot; latest ")
+    assert lines[3] == "daemon    not running"
+    assert lines[4] == "large     big.bin (3.0 MiB) is over the 2.0 MiB cap: not protected"
+    assert lines[5:] == [
+        "",
+        f"changes since latest ({Workspace(root).resolve('latest')}):",
+        " M edit.txt",
+        " D gone.txt",
+        " R move/from.txt -> move/to.txt",
+        " A new.txt",
+    ]
+    state = ok_json(capsys, root, "status")
+    assert isinstance(state, dict)
+    assert {c["path"]: (c["op"], c["from"]) for c in state["changes"]} == {
+        "edit.txt": ("M", None), "gone.txt": ("D", None), "new.txt": ("A", None),
+        "move/to.txt": ("R", "move/from.txt"),
+    }  # fmt: skip
+    assert state["large"] == [{"path": "big.bin", "size": 3 << 20}]
+    assert (state["snapshots"], state["recovery_pending"], state["daemon"]["running"]) == (
+        1, False, False,
+    )  # fmt: skip
+
+
+def test_show_lists_files_meta_and_pin_state(
+    root: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    write(root, "src/app.py", "print('hi')\n")
+    write(root, "run.sh", "#!/bin/sh\n", mode=0o755)
+    write(root, "big.bin", b"\0" * (3 << 20))
+    os.symlink("src/app.py", root / "link")
+    (root / "empty").mkdir()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("n")
+    code, out, _ = run(capsys, root, "snapshot", "--meta", "k=v", "--attach", f"notes={notes}")
+    assert code == 0
+    snap_id = out.strip()
+    code, out, _ = run(capsys, root, "show", snap_id)
+    assert code == 0
+    assert "step None" not in out and "None" not in out
+    assert "pinned" not in out.splitlines()[0]
+    assert "meta     k=v" in out and f"attached notes (worksnap attachment {snap_id} notes)" in out
+    assert "large    big.bin" in out
+    files = out.split("\n\n", 1)[1].splitlines()
+    assert files == [
+        "040000 dir           -  empty/",
+        "120000 link          -  link -> src/app.py",
+        "100755 file         10  run.sh",
+        "100644 file         12  src/app.py",
+    ]
+    assert run(capsys, root, "pin", snap_id)[0] == 0
+    code, out, _ = run(capsys, root, "show", snap_id, "src")
+    assert out.splitlines()[0] == f"snapshot {snap_id}  (pinned: gc keeps it)"
+    assert out.split("\n\n", 1)[1].splitlines() == ["100644 file         12  src/app.py"]
+    code, out, err = run(capsys, root, "show", snap_id, "nowhere")
+    assert (code, out) == (2, "") and "not in snapshot" in err
+    code, out, err = run(capsys, root, "show", snap_id, "src", "--json")
+    assert code == 2 and "whole manifest" in err
+
+
+def test_cat_prints_the_captured_bytes(
+    root: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    data = bytes(range(256)) * 3
+    write(root, "data.bin", data)
+    write(root, "d/text.txt", "captured\n")
+    os.symlink("d/text.txt", root / "link")
+    assert main(["--root", str(root), "snapshot"]) == 0
+    write(root, "data.bin", b"changed since")
+    capsysbinary.readouterr()
+    assert main(["--root", str(root), "cat", "latest", "data.bin"]) == 0
+    assert capsysbinary.readouterr().out == data
+    assert main(["--root", str(root), "cat", "latest", "link"]) == 0
+    assert capsysbinary.readouterr().out == b"d/text.txt"
+    for missing in ("nope", "d"):
+        assert main(["--root", str(root), "cat", "latest", missing]) == 2
+        out, err = capsysbinary.readouterr()
+        assert out == b"" and b"is not in snapshot" in err
+
+
+def test_list_limit_kind_pins_and_changed_against_what_people_took(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "1")
+    ws = Workspace(root)
+    one = ws.snapshot(step=1, kind="step")
+    write(root, "a.txt", "2")
+    write(root, "b.txt", "2")
+    assert ws.restore(one.id).ok  # a pre-restore snapshot, taken automatically
+    write(root, "c.txt", "3")
+    three = ws.snapshot(step=3, kind="step")
+    ws.pin(three.id)
+    listed = ok_json(capsys, root, "list")
+    assert isinstance(listed, list)
+    assert [(s["kind"], s["changed"], s["automatic"], s["pinned"]) for s in listed] == [
+        ("step", 1, False, True),  # c.txt, against step 1, not against the pre-restore one
+        ("pre-restore", 2, True, False),
+        ("step", None, False, False),
+    ]
+    assert [s["id"] for s in ok_json(capsys, root, "list", "--limit", "1")] == [three.id]  # type: ignore[union-attr]
+    assert [s["kind"] for s in ok_json(capsys, root, "list", "--kind", "pre-restore")] == [  # type: ignore[union-attr]
+        "pre-restore"
+    ]
+    code, out, _ = run(capsys, root, "list")
+    assert code == 0
+    assert out.splitlines()[0] == f"snapshots of {root}, session default, newest first:"
+    assert out.splitlines()[2].startswith(f"{three.id}*")
+    assert out.splitlines()[-1] == "(* pinned: gc keeps it)"
+
+
+def test_refs_cannot_pick_the_wrong_snapshot(root: Path) -> None:
+    write(root, "a.txt", "1")
+    ws = Workspace(root)
+    one = ws.snapshot(step=1)
+    write(root, "a.txt", "2")
+    two = ws.snapshot(step=2)
+    write(root, "a.txt", "broken")
+    result = ws.restore("latest")
+    assert result.ok and result.target == two.id and result.pre_restore is not None
+    # `latest` skips the pre-restore snapshot: retrying the restore restores again.
+    assert ws.resolve("latest") == two.id
+    assert ws.resolve("latest~1") == one.id
+    with pytest.raises(InputError, match=r"has 2 snapshots taken on purpose"):
+        ws.resolve("latest~2")
+    assert ws.resolve(result.pre_restore) == result.pre_restore  # still reachable by id
+    with pytest.raises(InputError, match="bad ref 'latest~x'"):
+        ws.resolve("latest~x")
+    for short in (one.id[:1], one.id[:3]):
+        with pytest.raises(InputError):
+            ws.resolve(short)
+    if one.id[:4] != two.id[:4] and not one.id[:4].isdigit():  # digits read as a step
+        assert ws.resolve(one.id[:4]) == one.id
+    digits = "1234"
+    (root / ".worksnap" / "manifests" / f"{digits}00000000.json").write_bytes(b"")
+    with pytest.raises(InputError, match=r"did you mean step:1234, or snapshot 123400000000\?"):
+        ws.resolve(digits)
+    with pytest.raises(InputError, match=r"did you mean step:2\?"):
+        ws.resolve("2")

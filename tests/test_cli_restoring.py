@@ -1,0 +1,280 @@
+"""Every command that changes the tree previews, asks on a terminal, and says what it did.
+
+restore, rewind, undo, redo and recover: the plan is shown and a person asked (stdin a
+terminal, no --yes, no --json); "no" changes nothing; --dry-run changes nothing (not
+even the store); the plan shown is the plan applied; one line of result, with correct
+plurals. And `restore --to DIR`, which never touches the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap import Workspace
+from worksnap.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(["--root", str(root), *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def everything(root: Path) -> tuple[object, list[str]]:
+    """The tree and the store's snapshots: what a preview must leave as it was."""
+    return tree_state(root), sorted(os.listdir(root / ".worksnap" / "manifests"))
+
+
+def prepare(root: Path, command: str) -> list[str]:
+    """A workspace where `command` has something to do; returns its arguments."""
+    write(root, "a.txt", "first")
+    write(root, "b.txt", "b")
+    ws = Workspace(root)
+    ws.snapshot(step=1)
+    write(root, "a.txt", "edited")
+    if command == "redo":
+        assert ws.undo().ok
+        return ["redo"]
+    if command == "recover":
+        pre = ws.snapshot(kind="manual")  # stands in for the restore's pre-restore snapshot
+        journal = {"target": pre.id, "pre_restore": pre.id, "pid": 1, "host": "gone"}
+        (root / ".worksnap" / "journal.json").write_text(json.dumps(journal))
+        write(root, "a.txt", "half-restored")  # where the killed restore stopped
+        return ["recover"]
+    return {"restore": ["restore", "latest"], "rewind": ["rewind", "1"], "undo": ["undo"]}[command]
+
+
+COMMANDS = ["restore", "rewind", "undo", "redo", "recover"]
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Stdin is a terminal; `answers` (appended by the test) are typed in order."""
+    answers: list[str] = []
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+
+    def type_answer(prompt: str) -> str:
+        answer = answers.pop(0)
+        print(prompt + answer)  # as the terminal echoes what is typed
+        return answer
+
+    monkeypatch.setattr("builtins.input", type_answer)
+    return answers
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_at_the_prompt_changes_nothing(
+    root: Path, capsys: pytest.CaptureFixture[str], terminal: list[str], command: str
+) -> None:
+    args = prepare(root, command)
+    before = everything(root)
+    terminal.append("n")
+    code, out, _ = run(capsys, root, *args)
+    assert code == 1
+    assert "  M  a.txt" in out  # the plan came first
+    assert f"make 1 change in {root}? [y/N] n\n" in out  # one change, one question
+    assert out.rstrip().endswith("nothing was changed")
+    assert everything(root) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_dry_run_shows_the_plan_and_changes_nothing(
+    root: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    args = prepare(root, command)
+    before = everything(root)
+    code, out, err = run(capsys, root, *args, "--dry-run")
+    assert code == 0, err
+    assert "  M  a.txt" in out
+    assert everything(root) == before
+    code, out, err = run(capsys, root, "--json", *args, "--dry-run")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["changes"] == [{"op": "M", "path": "a.txt"}]
+    assert everything(root) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_yes_at_the_prompt_does_it_and_says_so_in_one_line(
+    root: Path, capsys: pytest.CaptureFixture[str], terminal: list[str], command: str
+) -> None:
+    args = prepare(root, command)
+    terminal.append("y")
+    code, out, err = run(capsys, root, *args)
+    assert code == 0, err
+    last = out.splitlines()[-1]
+    if command == "recover":
+        # The tree as the recovery found it is kept first (issue 11: nothing lost).
+        kept = f"rolled back an interrupted restore: 1 path put back in {root}; the tree as it "
+        assert last.startswith(kept + "was: snapshot ") and last.endswith(" (worksnap undo)")
+    else:
+        assert last.startswith(f"restored 1 path in {root} from snapshot "), last
+    assert (root / "a.txt").read_text() == ("edited" if command in ("redo", "recover") else "first")
+
+
+def test_the_plan_a_person_confirmed_is_the_plan_applied(
+    root: Path,
+    capsys: pytest.CaptureFixture[str],
+    terminal: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prepare(root, "undo")
+
+    def edit_then_answer(prompt: str) -> str:
+        print(prompt)
+        write(root, "b.txt", "edited while the question was open")  # not in the plan
+        return "y"
+
+    monkeypatch.setattr("builtins.input", edit_then_answer)
+    code, out, err = run(capsys, root, "undo")
+    assert code == 0, err
+    assert (root / "a.txt").read_text() == "first"  # what the plan said
+    assert (root / "b.txt").read_text() == "edited while the question was open"  # kept
+    assert "restored 1 path in" in out
+
+    # A change to a path the plan touches, made while the question was open: refused.
+    write(root, "a.txt", "edited again")
+    Workspace(root).snapshot()
+    write(root, "a.txt", "and again")
+
+    def conflict_then_answer(prompt: str) -> str:
+        write(root, "a.txt", "changed under the question")
+        return "yes"
+
+    monkeypatch.setattr("builtins.input", conflict_then_answer)
+    code, out, err = run(capsys, root, "restore", "latest")
+    assert code == 2 and "changed since the plan was made; nothing was restored" in err
+    assert (root / "a.txt").read_text() == "changed under the question"
+
+
+def test_repeated_undo_says_where_each_one_goes(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "one")
+    ws = Workspace(root)
+    first = ws.snapshot(step=1, label="one")
+    write(root, "a.txt", "two")
+    second = ws.snapshot(step=2, label="two")
+    write(root, "a.txt", "three")
+    code, out, _ = run(capsys, root, "undo", "--dry-run")
+    assert code == 0
+    assert out.startswith(f"undo goes back to snapshot {second.id} (step 2, manual, ")
+    assert run(capsys, root, "undo", "--yes")[0] == 0
+    code, out, _ = run(capsys, root, "undo", "--dry-run")
+    assert out.startswith(f"undo goes back to snapshot {first.id} (step 1, manual, ")
+    assert ': "one")' in out.splitlines()[0]
+
+
+def test_plurals_and_nothing_to_do(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(root, "a.txt", "a")
+    write(root, "b.txt", "b")
+    assert run(capsys, root, "snapshot")[0] == 0
+    code, out, _ = run(capsys, root, "restore", "latest", "--yes")
+    assert (code, out) == (0, f"nothing to restore: {root} matches snapshot "
+                              f"{Workspace(root).resolve('latest')}\n")  # fmt: skip
+    write(root, "a.txt", "A")
+    write(root, "b.txt", "B")
+    code, out, _ = run(capsys, root, "restore", "latest", "--yes")
+    assert code == 0 and out.startswith(f"restored 2 paths in {root} from snapshot ")
+
+
+WriteInto = Callable[[Path], Path]
+
+
+def test_restore_to_writes_a_copy_and_never_touches_the_workspace(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "src/app.py", "print('v1')\n")
+    write(root, "bin/run.sh", "#!/bin/sh\n", mode=0o755)
+    write(root, "secret.txt", "s", mode=0o600)
+    (root / "empty").mkdir()
+    os.symlink("src/app.py", root / "link")
+    assert run(capsys, root, "snapshot")[0] == 0
+    snapshot_state = tree_state(root)
+    write(root, "src/app.py", "print('v2, not in any snapshot')\n")
+    before = everything(root)
+    copy = tmp_path / "copy"
+    code, out, err = run(capsys, root, "restore", "latest", "--to", str(copy))
+    assert code == 0, err
+    assert out == f"wrote 7 paths of snapshot {Workspace(root).resolve('latest')} into {copy}\n"
+    assert tree_state(copy) == snapshot_state  # bytes, modes, the link, the empty dir
+    assert everything(root) == before  # the workspace and its store, untouched
+    empty = tmp_path / "empty-dir"
+    empty.mkdir()
+    result = json.loads(run(capsys, root, "--json", "restore", "latest", "src", "--to",
+                            str(empty))[1])  # fmt: skip
+    assert result["to"] == str(empty) and result["pre_restore"] is None
+    assert sorted(os.listdir(empty)) == ["src"]
+    for bad, why in [
+        (copy, "is not empty"),
+        (root / "inside", "outside the workspace"),
+        (root.parent, "outside the workspace"),
+        (root / ".worksnap" / "x", "outside the workspace"),
+        (tmp_path / "no" / "parent", "is not a directory"),
+    ]:
+        code, out, err = run(capsys, root, "restore", "latest", "--to", str(bad))
+        assert (code, out) == (2, ""), bad
+        assert why in err, (bad, err)
+    assert everything(root) == before
+
+
+def test_restore_to_refuses_a_checkpoint(root: Path, tmp_path: Path) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    ws.capture_before(["a.txt"])
+    with pytest.raises(Exception, match="is a checkpoint"):
+        ws.restore_to("step:1", tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
+
+
+@pytest.mark.parametrize("command", ["undo", "redo"])
+def test_a_preview_never_finishes_an_interrupted_restore(
+    root: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    prepare(root, command)
+    ws = Workspace(root)
+    pre = ws.snapshot()
+    journal = {"target": pre.id, "pre_restore": pre.id, "pid": 1, "host": "gone"}
+    (root / ".worksnap" / "journal.json").write_text(json.dumps(journal))
+    write(root, "a.txt", "half-restored")
+    before = everything(root)
+    code, out, err = run(capsys, root, command, "--dry-run")
+    assert (code, out) == (2, "")
+    assert "run `worksnap recover` first" in err
+    assert everything(root) == before
+    code, out, _ = run(capsys, root, "recover", "--dry-run")
+    assert code == 0 and out.startswith(f"recover goes back to snapshot {pre.id}")
+    assert everything(root) == before
+
+
+def test_restore_to_that_fails_half_way_leaves_nothing(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(20):
+        write(root, f"d/f{i}.txt", f"file {i}")
+    ws = Workspace(root)
+    ws.snapshot()
+    calls = []
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 7:
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)  # the OS boundary: a disk that fills up
+    result = ws.restore_to("latest", tmp_path / "copy")
+    assert not result.ok and "No space left on device" in (result.error or "")
+    assert not (tmp_path / "copy").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".worksnap-extract")] == []

@@ -1,0 +1,219 @@
+"""The watched workspace: each way it was found wrong on main, and what bounds a miss.
+
+Every test compares a long-lived `Workspace(watch=True)` with what a plain capture
+of the same tree says, after exactly the steps a user took.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.compat.gitrun import GIT, clean_git_env, git, init_repo
+from tests.conftest import tree_state, write
+from worksnap import Workspace
+from worksnap.errors import SnapshotError
+from worksnap.manifest import Manifest
+from worksnap.scan import Scan, scan_tree
+from worksnap.workspace import Seams
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux")
+
+
+def plain(root: Path, tmp_path: Path) -> Manifest:
+    with Workspace(root, store=tmp_path / "plain-store") as ws:
+        return ws.capture(store_objects=False)
+
+
+def files(manifest: Manifest) -> dict[str, str | None]:
+    return {e.path: e.hash for e in manifest.entries}
+
+
+# -- issue 12, 1: a directory moved away and recreated; mkdir -p ----------------
+
+
+def test_a_directory_moved_away_and_recreated_is_read_afresh(root: Path, tmp_path: Path) -> None:
+    write(root, "src/main.py", "old\n")
+    write(root, "src/util.py", "util\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.rename(root / "src", root / "src.bak")
+        (root / "src").mkdir()
+        write(root, "src/main.py", "new\n")
+        snap = ws.snapshot()
+        assert files(snap) == files(plain(root, tmp_path))
+        assert "src/util.py" not in files(snap)
+        assert {"src.bak/main.py", "src.bak/util.py"} <= files(snap).keys()
+        # Later writes in the new directory (and not in the old one) are seen.
+        write(root, "src/main.py", "newer\n")
+        write(root, "src.bak/util.py", "moved and changed\n")
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
+def test_a_directory_made_with_mkdir_p_is_watched(root: Path, tmp_path: Path) -> None:
+    write(root, "src/main.py", "x\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.rename(root / "src", root / "src.old")
+        (root / "src" / "lib" / "deep" / "er").mkdir(parents=True)
+        ws.snapshot()
+        write(root, "src/lib/a.py", "a\n")
+        write(root, "src/lib/deep/er/b.py", "b\n")
+        assert {"src/lib/a.py", "src/lib/deep/er/b.py"} <= files(ws.snapshot()).keys()
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
+def test_a_rewind_after_a_directory_swap_leaves_the_tree_right(root: Path, tmp_path: Path) -> None:
+    write(root, "src/main.py", "v1\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        target = ws.snapshot()
+        expected = tree_state(root)
+        os.rename(root / "src", root / "src.bak")
+        (root / "src").mkdir()
+        write(root, "src/main.py", "v2, in a new directory\n")
+        write(root, "src/extra.py", "new\n")
+        result = ws.restore(target.id)
+        assert result.ok
+        assert tree_state(root, skip=()) == expected
+
+
+# -- issue 12, 2: a capture that fails part-way keeps its events -----------------
+
+
+class FailOnce:
+    """A scan that fails once, before walking (as a directory vanishing under it does)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.seams = Seams(scan_tree=self._scan_tree)
+
+    def _scan_tree(self, *args: Any, **kwargs: Any) -> Scan:
+        if self.armed:
+            self.armed = False
+            raise SnapshotError("src", "vanished while it was scanned")
+        return scan_tree(*args, **kwargs)
+
+
+def test_a_failed_capture_does_not_lose_the_changes_it_took(root: Path, tmp_path: Path) -> None:
+    write(root, "src/a.py", "a1\n")
+    write(root, "docs/b.md", "b1\n")
+    fail = FailOnce()
+    with Workspace(root, store=tmp_path / "store", watch=True, seams=fail.seams) as ws:
+        ws.snapshot()
+        write(root, "src/a.py", "a2, same size?\n")
+        write(root, "docs/new.md", "new\n")
+        fail.armed = True
+        with pytest.raises(SnapshotError):
+            ws.snapshot()
+        snap = ws.snapshot()
+        assert files(snap) == files(plain(root, tmp_path))
+        assert "docs/new.md" in files(snap)
+
+
+# -- issue 12, 3: rule sources change under a long-lived workspace ---------------
+
+
+@pytest.fixture
+def repo(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    if GIT is None:
+        pytest.skip("git is not installed")
+    clean_git_env(monkeypatch, tmp_path / "home")
+    init_repo(root)
+    return root
+
+
+@pytest.mark.parametrize("source", ["info/exclude", "global excludes file", "core.excludesFile"])
+def test_a_new_exclusion_is_followed_and_a_restore_leaves_the_file_alone(
+    repo: Path, tmp_path: Path, source: str
+) -> None:
+    root = repo
+    write(root, "notes.txt", "my notes, v1\n")
+    write(root, "main.py", "v1\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        first = ws.snapshot()
+        if source == "info/exclude":
+            write(root / ".git", "info/exclude", "notes.txt\n")
+        elif source == "global excludes file":
+            write(Path(os.environ["XDG_CONFIG_HOME"]), "git/ignore", "notes.txt\n")
+        else:
+            write(tmp_path, "my-excludes", "notes.txt\n")
+            git(root, "config", "core.excludesFile", str(tmp_path / "my-excludes"))
+        write(root, "notes.txt", "my notes, v2: not in any snapshot\n")
+        write(root, "main.py", "v2\n")
+        snap = ws.snapshot()
+        assert "notes.txt" not in files(snap)
+        assert snap.ignored == plain(root, tmp_path).ignored == ["notes.txt"]
+        assert ws.restore(first.id).ok
+    # A direct command leaves an excluded file alone: so must the long-lived workspace.
+    assert (root / "notes.txt").read_text() == "my notes, v2: not in any snapshot\n"
+    assert (root / "main.py").read_text() == "v1\n"
+
+
+def test_a_gitignore_written_through_another_name_is_read_again(root: Path, tmp_path: Path) -> None:
+    write(root, "sub/.gitignore", "*.tmp\n")
+    write(root, "sub/a.log", "log\n")
+    write(root, "sub/b.tmp", "tmp\n")
+    other = tmp_path / "elsewhere"
+    os.link(root / "sub" / ".gitignore", other)  # before the watch began
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        with open(other, "r+b") as f:  # same size, in place, through the other name
+            f.write(b"*.log\n")
+        snap = ws.snapshot()
+        assert snap.ignored == plain(root, tmp_path).ignored == ["sub/a.log"]
+        assert files(snap) == files(plain(root, tmp_path))
+
+
+# -- issue 14: files git tracks ------------------------------------------------------
+
+
+def test_tracked_files_are_captured_whatever_the_rules_say(repo: Path, tmp_path: Path) -> None:
+    root = repo
+    write(root, ".gitignore", "*.log\nbuild/\n")
+    write(root, "fixtures/sample.log", "tracked\n")
+    write(root, "debug.log", "untracked\n")
+    write(root, "build/keep.txt", "tracked in an ignored directory\n")
+    write(root, "build/x.o", "untracked in an ignored directory\n")
+    write(root, "build/other/y.o", "nothing tracked here\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        git(root, "add", "-f", "fixtures/sample.log", "build/keep.txt")
+        snap = ws.snapshot()
+        assert files(snap).keys() == {".gitignore", "fixtures/sample.log", "build/keep.txt"}
+        assert snap.ignored == ["build/other", "build/x.o", "debug.log"]
+        assert (files(snap), snap.ignored) == (
+            files(plain(root, tmp_path)),
+            plain(root, tmp_path).ignored,
+        )
+        git(root, "rm", "--cached", "-q", "build/keep.txt")
+        snap = ws.snapshot()
+        assert "build/keep.txt" not in files(snap)
+        assert snap.ignored == ["build", "debug.log"]
+
+
+# -- what a watcher cannot see, and the audit that bounds it --------------------------
+
+
+def test_the_audit_finds_a_change_no_event_announced(root: Path, tmp_path: Path) -> None:
+    write(root, "src/a.py", "a1\n")
+    write(root, "src/b.py", "b1\n")
+    outside = tmp_path / "outside-link"
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        assert ws.audit() == []  # nothing missed
+        os.link(root / "src" / "a.py", outside)  # a name outside the tree, made later
+        with open(outside, "r+b") as f:
+            f.write(b"a2\n")  # no event in src/: the watcher cannot know
+        stale = ws.snapshot()
+        assert files(stale) != files(plain(root, tmp_path))  # the documented limit
+        missed = ws.audit()
+        assert len(missed) == 1
+        assert missed[0].startswith("src/a.py: file state")
+        assert "latest events there" in missed[0]
+        assert ws.audit() == []  # the state was dropped: nothing is vouched for now
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+        assert ws.audit() == []

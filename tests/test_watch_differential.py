@@ -1,0 +1,269 @@
+"""The watcher against the plain scan it replaces: after every step, the same manifest.
+
+A seeded random walk of file operations of every kind (tests/watchops.py) runs
+against a tree watched by a long-lived `Workspace(watch=True)`, by the daemon, and
+on a file system with whole-second timestamps. After each step the watched
+snapshot is compared with a plain capture of the same tree: a fresh `Workspace`
+with no watcher, no caches and no store, which reads every rule and hashes every
+file. Some captures are made to fail part-way (as a directory vanishing under a
+scan does): the events they took must not be lost.
+
+Derandomized: `WORKSNAP_WATCH_SEED` (default 1) and `WORKSNAP_WATCH_STEPS` (default
+5000 operations over the three tests; CI runs the default) choose the walk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.coarse_fs import coarse_fs, coarse_tmp  # noqa: F401
+from tests.compat.gitrun import GIT, clean_git_env, init_repo
+from tests.watchops import Ops
+from worksnap import Workspace, client, daemon
+from worksnap.errors import SnapshotError
+from worksnap.manifest import Manifest, decode_manifest
+from worksnap.scan import Scan, scan_tree
+from worksnap.workspace import Seams
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(GIT is None, reason="git is not installed"),
+]
+
+STEPS = int(os.environ.get("WORKSNAP_WATCH_STEPS", "5000"))
+SEED = int(os.environ.get("WORKSNAP_WATCH_SEED", "1"))
+
+
+def plain_capture(root: Path, store: Path, exclude: tuple[str, ...] = ()) -> Manifest:
+    """What a process that never watched would capture: no caches, rules read afresh."""
+    with Workspace(root, store=store, exclude=exclude) as ws:
+        return ws.capture(store_objects=False)
+
+
+def differences(watched: Manifest, plain: Manifest) -> list[str]:
+    """Every way two manifests of the same tree differ (empty when they agree)."""
+    found: list[str] = []
+    mine = {e.path: e for e in watched.entries}
+    theirs = {e.path: e for e in plain.entries}
+    for path in sorted(mine.keys() | theirs.keys()):
+        if mine.get(path) != theirs.get(path):
+            found.append(f"{path}: watched {mine.get(path)}, plain {theirs.get(path)}")
+    for name in ("dirs", "ignored", "large", "excluded"):
+        ours, now = set(getattr(watched, name)), set(getattr(plain, name))
+        found += [f"{name}: only watched {p}" for p in sorted(ours - now)]
+        found += [f"{name}: only plain {p}" for p in sorted(now - ours)]
+    return found
+
+
+class Flaky:
+    """A scan that, when armed, fails part-way through the walk (a directory vanishing)."""
+
+    def __init__(self, rnd: random.Random) -> None:
+        self.rnd = rnd
+        self.armed = False
+        self.failed = 0
+        self.seams = Seams(scan_tree=self._scan_tree)
+
+    def _scan_tree(self, *args: Any, **kwargs: Any) -> Scan:
+        if not self.armed:
+            return scan_tree(*args, **kwargs)
+        self.armed = False
+        budget = [self.rnd.randint(0, 6)]
+
+        def check() -> None:
+            budget[0] -= 1
+            if budget[0] < 0:
+                self.failed += 1
+                raise SnapshotError("somewhere", "vanished while it was scanned (injected)")
+
+        return scan_tree(*args, check=check, **kwargs)
+
+
+def seed_tree(root: Path, rnd: random.Random) -> None:
+    """The tree each walk starts from."""
+    for rel in ("src/main.py", "src/lib/util.py", "docs/a.log", "keep.log", "build/b.o", "README"):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(rnd.randint(0, 200)))
+    (root / ".gitignore").write_text("*.log\n!keep.log\nbuild/\n")
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    """A repository in a clean git environment: (root, its git dir, the global excludes file)."""
+    xdg = clean_git_env(monkeypatch, tmp_path / "home")
+    root = tmp_path / "ws"
+    root.mkdir()
+    init_repo(root)
+    return root, root / ".git", xdg / "git" / "ignore"
+
+
+def walk(
+    root: Path,
+    git_dir: Path | None,
+    global_excludes: Path | None,
+    outside: Path,
+    steps: int,
+    seed: int,
+    *,
+    snapshot: Callable[[], Manifest],
+    plain: Callable[[], Manifest],
+    flaky: Flaky | None,
+    label: str,
+) -> None:
+    """Runs `steps` random operations; after each batch, compares `snapshot()` with `plain()`."""
+    rnd = random.Random(seed)
+    watched = [""]
+    ops = Ops(
+        root, rnd, git_dir=git_dir, global_excludes=global_excludes, outside=outside,
+        watched=lambda: watched,
+    )  # fmt: skip
+    ops.link_outside(3)
+    history: list[str] = []
+    done = 0
+    start = time.monotonic()
+    while done < steps:
+        for _ in range(rnd.choice([1, 1, 1, 2, 3])):
+            history.append(ops.step())
+            done += 1
+        if flaky is not None and rnd.random() < 0.05:
+            flaky.armed = True
+            try:
+                snapshot()
+                history.append("(a capture the injected failure did not reach)")
+            except SnapshotError:
+                history.append("(a capture failed part-way)")
+            flaky.armed = False
+        taken = snapshot()
+        expected = plain()
+        watched[:] = ["", *expected.dirs]
+        wrong = differences(taken, expected)
+        if wrong:
+            pytest.fail(
+                f"{label}, seed {seed}, after {done} steps: the watched snapshot differs from "
+                f"a plain capture:\n  " + "\n  ".join(wrong[:20]) + "\nlast steps:\n  "
+                + "\n  ".join(history[-15:]),
+                pytrace=False,
+            )  # fmt: skip
+    print(f"{label}: {done} steps, seed {seed}, {time.monotonic() - start:.1f} s")
+
+
+def test_a_watched_workspace_matches_a_plain_capture(
+    repo: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    root, git_dir, global_excludes = repo
+    rnd = random.Random(SEED)
+    seed_tree(root, rnd)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    flaky = Flaky(random.Random(SEED + 1))
+    with Workspace(root, store=tmp_path / "store", watch=True, seams=flaky.seams) as ws:
+        assert ws.watching
+        walk(
+            root, git_dir, global_excludes, outside, STEPS * 6 // 10, SEED,
+            snapshot=ws.snapshot,
+            plain=lambda: plain_capture(root, tmp_path / "plain-store"),
+            flaky=flaky,
+            label="watched workspace",
+        )  # fmt: skip
+    assert flaky.failed > 0  # the failure path was taken
+
+
+def test_a_watched_workspace_on_a_coarse_file_system(coarse_tmp: Path, tmp_path: Path) -> None:  # noqa: F811
+    root = coarse_tmp / "ws"
+    root.mkdir()
+    rnd = random.Random(SEED + 2)
+    seed_tree(root, rnd)
+    outside = coarse_tmp / "outside"
+    outside.mkdir()
+    # Whole seconds: a cached stat or listing is trusted only once a full second old
+    # (what the capture's racy margin becomes on such a file system).
+    seams = Seams(racy_margin_ns=2_000_000_000)
+    # The store is elsewhere: the 64 MB image would fill up over a long run.
+    with Workspace(root, store=tmp_path / "store", watch=True, seams=seams) as ws:
+        walk(
+            root, None, None, outside, STEPS * 15 // 100, SEED + 2,
+            snapshot=ws.snapshot,
+            plain=lambda: plain_capture(root, tmp_path / "plain-store"),
+            flaky=None,
+            label="coarse file system",
+        )  # fmt: skip
+    shutil.rmtree(coarse_tmp)
+
+
+class Forwarded:
+    """Runs commands in a daemon from this process, as the client does, through pipes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(self, *argv: str) -> tuple[int, bytes]:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            command = ["--root", str(self.root), *argv]
+            code = client.forward(command, str(self.root), None, fds=(null, out_w, err_w))
+        finally:
+            os.close(null)
+            os.close(out_w)
+            os.close(err_w)
+        with open(out_r, "rb") as out, open(err_r, "rb") as err:
+            data, problem = out.read(), err.read()
+        assert code is not None, "the daemon did not take the command"
+        assert code == 0, problem.decode(errors="replace")
+        return code, data
+
+
+def test_the_daemon_matches_a_plain_capture(repo: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    root, git_dir, global_excludes = repo
+    rnd = random.Random(SEED + 4)
+    seed_tree(root, rnd)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = str(root / ".worksnap")
+    run = Forwarded(root)
+    last_plain: list[Manifest] = []
+    daemon.start(str(root), store, idle=600, force=False)
+    try:
+
+        def snapshot() -> Manifest:
+            _, out = run("--json", "snapshot")
+            taken = json.loads(out)
+            expected = plain_capture(root, tmp_path / "plain-store", (".worksnap",))
+            summary = {
+                "tree": expected.tree,
+                "ignored": len(expected.ignored),
+                "large": len(expected.large),
+                "excluded": len(expected.excluded),
+            }
+            last_plain[:] = [expected]
+            if {k: taken[k] for k in summary} == summary:
+                return expected  # the same tree digest: entries and directories agree
+            _, shown = run("--json", "show", taken["id"])
+            return decode_manifest(shown, "show --json")
+
+        walk(
+            root, git_dir, global_excludes, outside, STEPS * 25 // 100, SEED + 4,
+            snapshot=snapshot,
+            plain=lambda: last_plain[0],  # taken right after the daemon's snapshot
+            flaky=None,
+            label="daemon",
+        )  # fmt: skip
+        status = client.request(store, "status")
+        assert status is not None
+        assert status["requests"] > 0
+        audit = client.request(store, "audit")
+        assert audit is not None
+        assert audit["audit_differences"] == 0
+    finally:
+        daemon.stop(store)
