@@ -47,6 +47,7 @@ LEVELS: dict[str, int] = {
     "lock": 2,
     "ignore": 2,
     "sources": 2,
+    "exclusion": 2,
     "watch": 2,
     "scan": 2,
     "scanparts": 2,
@@ -65,6 +66,7 @@ LEVELS: dict[str, int] = {
     "extract": 3,
     # 4: the API
     "workspace": 4,
+    "session": 4,
     # 5: front ends
     "views": 5,
     "runwrap": 5,
@@ -79,6 +81,9 @@ LEVELS: dict[str, int] = {
     "client": 5,
     "clientctx": 5,
     "autostart": 5,
+    "hooks": 5,
+    "agentcli": 5,
+    "mcpserver": 5,
     "__main__": 5,
     "__init__": 5,
 }

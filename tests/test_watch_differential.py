@@ -6,7 +6,10 @@ on a file system with whole-second timestamps. After each step the watched
 snapshot is compared with a plain capture of the same tree: a fresh `Workspace`
 with no watcher, no caches and no store, which reads every rule and hashes every
 file. Some captures are made to fail part-way (as a directory vanishing under a
-scan does): the events they took must not be lost.
+scan does): the events they took must not be lost. The watched workspace runs under
+exclusion rules (a path, patterns, a directory-only pattern), and the daemon gets
+them from `config exclude add` half-way: what they exclude is never captured by the
+watched path either.
 
 Derandomized: `WORKSNAP_WATCH_SEED` (default 1) and `WORKSNAP_WATCH_STEPS` (default
 5000 operations over the three tests; CI runs the default) choose the walk.
@@ -41,6 +44,8 @@ pytestmark = [
 
 STEPS = int(os.environ.get("WORKSNAP_WATCH_STEPS", "5000"))
 SEED = int(os.environ.get("WORKSNAP_WATCH_SEED", "1"))
+EXCLUDE = ("src/main.py", "*.bin", "deep/", "z", "b/x*")
+"""Exclusion rules (exclusion.py) on names the random operations make."""
 
 
 def plain_capture(root: Path, store: Path, exclude: tuple[str, ...] = ()) -> Manifest:
@@ -119,6 +124,7 @@ def walk(
     plain: Callable[[], Manifest],
     flaky: Flaky | None,
     label: str,
+    links_outside: int = 3,
 ) -> None:
     """Runs `steps` random operations; after each batch, compares `snapshot()` with `plain()`."""
     rnd = random.Random(seed)
@@ -127,7 +133,7 @@ def walk(
         root, rnd, git_dir=git_dir, global_excludes=global_excludes, outside=outside,
         watched=lambda: watched,
     )  # fmt: skip
-    ops.link_outside(3)
+    ops.link_outside(links_outside)  # only before a watch: a later one raises no event
     history: list[str] = []
     done = 0
     start = time.monotonic()
@@ -166,16 +172,26 @@ def test_a_watched_workspace_matches_a_plain_capture(
     outside = tmp_path / "outside"
     outside.mkdir()
     flaky = Flaky(random.Random(SEED + 1))
-    with Workspace(root, store=tmp_path / "store", watch=True, seams=flaky.seams) as ws:
+    ruled: set[str] = set()
+
+    def plain() -> Manifest:
+        found = plain_capture(root, tmp_path / "plain-store", EXCLUDE)
+        ruled.update(p for p in found.excluded if p.endswith((".bin", "z", "main.py")))
+        return found
+
+    with Workspace(
+        root, store=tmp_path / "store", watch=True, seams=flaky.seams, exclude=EXCLUDE
+    ) as ws:
         assert ws.watching
         walk(
             root, git_dir, global_excludes, outside, STEPS * 6 // 10, SEED,
             snapshot=ws.snapshot,
-            plain=lambda: plain_capture(root, tmp_path / "plain-store"),
+            plain=plain,
             flaky=flaky,
             label="watched workspace",
         )  # fmt: skip
     assert flaky.failed > 0  # the failure path was taken
+    assert ruled  # the rules excluded something the walk made
 
 
 def test_a_watched_workspace_on_a_coarse_file_system(coarse_tmp: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -233,13 +249,14 @@ def test_the_daemon_matches_a_plain_capture(repo: tuple[Path, Path, Path], tmp_p
     store = str(root / ".worksnap")
     run = Forwarded(root)
     last_plain: list[Manifest] = []
+    excluded: list[str] = [".worksnap"]
     daemon.start(str(root), store, idle=600, force=False)
     try:
 
         def snapshot() -> Manifest:
             _, out = run("--json", "snapshot")
             taken = json.loads(out)
-            expected = plain_capture(root, tmp_path / "plain-store", (".worksnap",))
+            expected = plain_capture(root, tmp_path / "plain-store", tuple(excluded))
             summary = {
                 "tree": expected.tree,
                 "ignored": len(expected.ignored),
@@ -252,13 +269,26 @@ def test_the_daemon_matches_a_plain_capture(repo: tuple[Path, Path, Path], tmp_p
             _, shown = run("--json", "show", taken["id"])
             return decode_manifest(shown, "show --json")
 
+        half = STEPS * 25 // 100 // 2
         walk(
-            root, git_dir, global_excludes, outside, STEPS * 25 // 100, SEED + 4,
+            root, git_dir, global_excludes, outside, half, SEED + 4,
             snapshot=snapshot,
             plain=lambda: last_plain[0],  # taken right after the daemon's snapshot
             flaky=None,
             label="daemon",
         )  # fmt: skip
+        # The daemon's workspace follows the config change (config.json's rules).
+        run("config", "exclude", "add", *EXCLUDE)
+        excluded += EXCLUDE
+        walk(
+            root, git_dir, global_excludes, outside, half, SEED + 5,
+            snapshot=snapshot,
+            plain=lambda: last_plain[0],
+            flaky=None,
+            label="daemon under exclusion rules",
+            links_outside=0,
+        )  # fmt: skip
+        assert last_plain[0].exclude  # the rules were in force
         status = client.request(store, "status")
         assert status is not None
         assert status["requests"] > 0

@@ -180,6 +180,7 @@ class Ops:
         if not dirs:
             return self.mkdir_p()
         path = self.rnd.choice(dirs)
+        self.counter += 1  # a fresh name: two moves with no write between once met
         if self.outside is not None and self.rnd.random() < 0.3:
             away = self.outside / f"away{self.counter}"
             shutil.move(str(path), away)
@@ -198,6 +199,7 @@ class Ops:
         if not dirs:
             return self.mkdir_p()
         path = self.rnd.choice(dirs)
+        self.counter += 1  # a fresh name: moved{N} in the same place was ENOTEMPTY
         target = self._dir() / f"moved{self.counter}"
         if str(target).startswith(str(path) + "/"):
             return "move skipped"

@@ -9,6 +9,10 @@ The public API::
     plan = ws.plan_restore(ws.load("step:3"))
     result = ws.apply(plan)
 
+    with Session("/path/to/project", name="conv-8c1f", snapshots=True) as s:
+        s.step(label=prompt)            # numbered steps: 0 on entry, then 1, 2, ...
+        s.rewind(1)
+
 Names are imported on first use, so `worksnap --help` and other light commands
 do not pay for loading the engine.
 """
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     from worksnap.manifest import Entry, Manifest, Summary
     from worksnap.plan import Change, Op, Plan
     from worksnap.progress import Progress
+    from worksnap.session import Session
     from worksnap.workspace import Workspace
 
 _HOMES = {
@@ -66,6 +71,7 @@ _HOMES = {
     "DEFAULT_MAX_FILE_BYTES": "worksnap.capture",
     "GcReport": "worksnap.maintenance",
     "Progress": "worksnap.progress",
+    "Session": "worksnap.session",
     "Workspace": "worksnap.workspace",
 }
 
@@ -88,6 +94,7 @@ __all__ = [
     "RestoreError",
     "Result",
     "Retention",
+    "Session",
     "SnapshotError",
     "StoreError",
     "Summary",

@@ -15,6 +15,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from blake3 import blake3
 
@@ -74,6 +75,21 @@ def order(plan: Plan) -> list[Step]:
     steps += [("mkdir", c) for c in changes if c.entry is None and c.op is not Op.ADDED]
     steps += [("write", c) for c in changes if c.entry is not None]
     return steps
+
+
+class ApplyPlan(Protocol):
+    """`apply.apply_plan`: carries out a plan under a root; stops at the first failure."""
+
+    def __call__(
+        self,
+        root: str,
+        plan: Plan,
+        read_object: Callable[[str], Iterable[bytes]],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Result:
+        """Returns what was done, and where and why it stopped."""
+        ...
 
 
 def apply_plan(

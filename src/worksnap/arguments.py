@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="PATH",
-        help="never capture nor touch PATH (repeatable)",
+        help="never capture nor touch PATH, or what a .gitignore-style pattern with * ? [ "
+        "matches (repeatable; SQLite's -wal, -shm, -journal files go with it)",
     )
     _add_meta_options(snap)
     snap.add_argument(
@@ -296,11 +297,15 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. 64M), daemon (true: every command that finds no daemon starts one; false: "
         "never; none: by itself where it pays, see `worksnap daemon --help`), keep-last, "
         "max-age, max-bytes (the retention applied after each snapshot and by gc; `none` "
-        "clears one).",
-        "examples: worksnap config max-file-bytes 64M\n          worksnap config --json",
+        "clears one), hooks-block (true: a failing `worksnap hook` blocks the agent's "
+        "turn). `config exclude [add|remove RULE...]`: paths and .gitignore-style patterns "
+        "no snapshot captures and no restore touches.",
+        "examples: worksnap config max-file-bytes 64M\n          worksnap config --json\n"
+        "          worksnap config exclude add 'agent-trajectory.db' '.agent-*.json'",
     )
     config.add_argument("key", nargs="?", metavar="KEY")
     config.add_argument("value", nargs="?", metavar="VALUE")
+    config.add_argument("more", nargs="*", metavar="RULE", help=argparse.SUPPRESS)
     command(
         "rebind",
         "bind the store to the root after the project moved",
@@ -337,7 +342,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--every", type=float, metavar="SECONDS", help="check every SECONDS")
     run.add_argument("--step", type=_natural, help="agent step number for the snapshots")
+    run.add_argument(
+        "--snapshots", action="store_true",
+        help="take them as numbered steps of the session (0 before, 1, 2, ... as the tree "
+        "settles, and after), which `rewind N` and `run --rewind N` name",
+    )  # fmt: skip
+    run.add_argument(
+        "--rewind", type=_natural, metavar="N",
+        help="first rewind the session to step N (preview and question on a terminal)",
+    )  # fmt: skip
+    run.add_argument("--yes", "-y", action="store_true", help="do not ask before --rewind")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+    _add_agent_commands(command)
 
     daemon = command(
         "daemon",
@@ -378,6 +395,49 @@ def build_parser() -> argparse.ArgumentParser:
     )
     completion.add_argument("shell", choices=SHELLS)
     return parser
+
+
+def _add_agent_commands(command: Any) -> None:
+    """`hook`, `hooks` and `mcp`: worksnap driven by an agent."""
+    hook = command(
+        "hook",
+        "take the snapshot an agent's hook event asks for (reads the event on stdin)",
+        "Read one hook event as JSON on stdin and act on it: Claude Code's "
+        "UserPromptSubmit takes a step snapshot (the session is the agent's session), "
+        "PostToolUse of Write, Edit, MultiEdit, NotebookEdit or Bash a tool snapshot in "
+        "the same step, SessionStart makes the store. Prints nothing on stdout; a failure "
+        "is one line on stderr and exit 0 (exit 2 with `config hooks-block true`).",
+        "example: worksnap hooks install claude-code   (writes this into the settings)",
+    )
+    hook.add_argument("agent", choices=("claude-code",))
+    hook.add_argument("--event", help=argparse.SUPPRESS)
+    hooks = command(
+        "hooks",
+        "add worksnap's hooks to an agent's settings, or remove them",
+        "install: add `worksnap hook claude-code` for SessionStart, UserPromptSubmit and "
+        "PostToolUse to .claude/settings.json of the project (--project, the default) or "
+        "to ~/.claude/settings.json (--user), keeping every other setting; again, it "
+        "changes nothing. uninstall: remove exactly those entries.",
+        "examples: worksnap hooks install claude-code\n"
+        "          worksnap hooks uninstall claude-code --user",
+    )
+    hooks.add_argument("action", choices=("install", "uninstall"))
+    hooks.add_argument("agent", choices=("claude-code",))
+    where = hooks.add_mutually_exclusive_group()
+    where.add_argument("--project", action="store_true", help="<root>/.claude (the default)")
+    where.add_argument("--user", action="store_true", help="~/.claude/settings.json")
+    mcp = command(
+        "mcp",
+        "serve this workspace to an agent over the Model Context Protocol (stdio)",
+        "Run an MCP server on stdin/stdout with tools snapshot, list, plan, restore, "
+        "rewind, undo, redo, diff, show, cat and status; their results are the documents "
+        "`--json` prints. Needs the SDK: pip install 'worksnap[mcp]'.",
+        "example: claude mcp add worksnap -- worksnap mcp",
+    )
+    mcp.add_argument(
+        "--watch", action="store_true",
+        help="keep the tree watched (inotify, Linux): snapshots read only what changed",
+    )  # fmt: skip
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:

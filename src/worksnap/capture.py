@@ -389,6 +389,7 @@ class Capture:
             ignored=sorted(found.ignored),
             large=sorted(found.large),
             excluded=sorted(found.excluded),
+            exclude=sorted(self._root.exclude - {self._root.store_rel or ""}),
         )
         if watcher is not None and remember is not None:
             # Commit: from here on the events taken are consumed and the memory is this scan's.

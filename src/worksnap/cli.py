@@ -56,7 +56,9 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
             f"kind {args.kind!r} is reserved: worksnap gives it to the snapshots it takes "
             "on its own; choose another word"
         )
-    with open_workspace(args, exclude=tuple(command_paths(args, args.exclude))) as ws:
+    from worksnap.agentcli import exclusion_arguments
+
+    with open_workspace(args, exclude=exclusion_arguments(args, args.exclude)) as ws:
         before_cap = ws.max_file_bytes
         if args.max_file_bytes is not None:
             from worksnap.config import parse_size
@@ -286,6 +288,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
     from worksnap.config import SETTINGS, get_setting
     from worksnap.errors import InputError
 
+    if args.key == "exclude":
+        from worksnap.agentcli import cmd_config_exclude
+
+        return cmd_config_exclude(args)
+    if args.more:
+        raise InputError(f"config {args.key}: one value only")
     if args.key is not None and args.key not in SETTINGS:
         raise InputError(f"unknown setting {args.key!r}: use one of {', '.join(SETTINGS)}")
     with open_workspace(args) as ws:
@@ -319,24 +327,6 @@ def _cmd_rebind(args: argparse.Namespace) -> int:
     else:
         say(f"store bound to {root} ({plural(count, 'snapshot')} rebound)")
     return 0
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from worksnap.errors import InputError
-    from worksnap.runwrap import run_wrapped
-
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not command:
-        raise InputError("run needs a command after --, e.g. worksnap run -- make test")
-    with open_workspace(args) as ws:
-        outcome = run_wrapped(
-            ws, command, every=args.every, step=args.step, stdout=2 if args.json else None
-        )
-    if outcome.error is not None:
-        warn(f"error: {outcome.error}")
-    if args.json:
-        emit_json(views.run_view(outcome))
-    return outcome.exit_code
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
@@ -398,7 +388,7 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _commands() -> dict[str, Any]:
-    from worksnap import inspection, restoring
+    from worksnap import agentcli, inspection, restoring
 
     return {
         "snapshot": _cmd_snapshot,
@@ -423,7 +413,10 @@ def _commands() -> dict[str, Any]:
         "config": _cmd_config,
         "rebind": _cmd_rebind,
         "diff": inspection.cmd_diff,
-        "run": _cmd_run,
+        "run": agentcli.cmd_run,
+        "hook": agentcli.cmd_hook,
+        "hooks": agentcli.cmd_hooks,
+        "mcp": agentcli.cmd_mcp,
         "daemon": _cmd_daemon,
         "completion": _cmd_completion,
     }
@@ -456,7 +449,20 @@ def _main(argv: list[str], args: argparse.Namespace, *, tried_daemon: bool) -> i
     args.given_store = args.store is not None
     if args.command == "completion":
         return _run(args)
-    locate(args)
+    if args.command == "hook":
+        from worksnap import agentcli
+        from worksnap.errors import WorksnapError
+
+        prepared = agentcli.prepare_hook(args, argv)
+        if prepared is None:
+            return 0
+        argv = prepared
+        try:
+            locate(args)
+        except (OSError, ValueError, WorksnapError) as exc:
+            return agentcli.hook_failed(exc)
+    else:
+        locate(args)
     if args.command in LOCAL_ONLY:
         return _run(args)
     if not tried_daemon:

@@ -35,9 +35,15 @@ PROTOCOL = 2
 SUPPORTED = sys.platform.startswith("linux")
 """The daemon needs inotify (for the watch) and SO_PEERCRED: Linux."""
 
-LOCAL_ONLY = frozenset({"run", "rebind", "daemon", "completion"})
-"""Never run in the daemon: `run` would hold it for the whole command, `rebind` changes
-what the store is bound to, `daemon` manages it."""
+LOCAL_ONLY = frozenset({"run", "rebind", "daemon", "completion", "hooks", "mcp"})
+"""Never run in the daemon: `run` and `mcp` would hold it for the whole command, `rebind`
+changes what the store is bound to, `daemon` manages it, `completion` needs no store,
+`hooks` edits the agent's settings, not the store."""
+
+FULL_LINE_FIRST = frozenset({"hook"})
+"""Forwarded by the full command line, not from here: `hook` reads its event (stdin)
+and enters the event's `cwd` before the store is found, then hands the event on with
+`--event` (a daemon given a bare `hook` would find no event)."""
 
 MAX_MESSAGE = 1 << 20
 HEADER = struct.Struct("!I")
@@ -82,7 +88,7 @@ def forwardable(argv: list[str]) -> tuple[str, str] | None:
     if not SUPPORTED or os.environ.get("WORKSNAP_NO_DAEMON"):
         return None
     parsed = parse(argv)
-    if parsed is None or parsed[0] in LOCAL_ONLY:
+    if parsed is None or parsed[0] in LOCAL_ONLY or parsed[0] in FULL_LINE_FIRST:
         return None
     _, root, store = parsed
     try:

@@ -12,7 +12,7 @@ import re
 
 import msgspec
 
-from worksnap.errors import InputError
+from worksnap.errors import InputError, StoreError
 from worksnap.storedir import MIB, StoreDir
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z")
@@ -81,6 +81,11 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
     (autostart.py)."""
     max_file_bytes: int | str | None = None
     """The size cap of new snapshots: bytes, or a size such as "64M" (None: 2 MiB)."""
+    hooks_block: bool = False
+    """A failing `worksnap hook` blocks the agent's turn (exit 2) instead of only warning."""
+    exclude: list[str] = []
+    """Exclusion rules for every snapshot and restore (`exclusion.py`): a path relative to
+    the root, or a .gitignore-style pattern when it has `*`, `?` or `[`."""
 
     def cap(self) -> int | None:
         """The size cap in bytes (None: not set)."""
@@ -96,6 +101,9 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
         cap = self.cap()
         if cap is not None and cap < 0:
             raise InputError(f"max_file_bytes {cap} is negative")
+        for rule in self.exclude:
+            if not rule.strip() or rule.startswith("!") or any(c in rule for c in "\0\n\r"):
+                raise InputError(f"exclude {rule!r} is not a path or pattern worksnap takes")
 
 
 def load_config(store: StoreDir) -> Config:
@@ -117,7 +125,15 @@ def load_config(store: StoreDir) -> Config:
     return config
 
 
-SETTINGS = ("max-file-bytes", "daemon", "keep-last", "max-age", "max-bytes")
+def configured_exclusions(store: StoreDir) -> list[str]:
+    """The store's exclusion rules; none when config.json is damaged (`load_config` says so)."""
+    try:
+        return load_config(store).exclude
+    except (InputError, StoreError):
+        return []
+
+
+SETTINGS = ("max-file-bytes", "daemon", "keep-last", "max-age", "max-bytes", "hooks-block")
 """The keys of `worksnap config`, in the order it lists them."""
 
 
@@ -128,6 +144,8 @@ def get_setting(config: Config, key: str) -> object:
         return config.cap()
     if key == "daemon":
         return config.daemon
+    if key == "hooks-block":
+        return config.hooks_block
     value: object = getattr(config.retention, key.replace("-", "_"))
     return value
 
@@ -156,6 +174,10 @@ def set_setting(store: StoreDir, key: str, value: str) -> Config:
             raise InputError(f"daemon must be true, false or none (automatic), not {value!r}")
         daemon = None if word not in ("true", "false") else word == "true"
         config = msgspec.structs.replace(config, daemon=daemon)
+    elif key == "hooks-block":
+        if value.lower() not in ("true", "false", "none"):
+            raise InputError(f"{key} must be true or false, not {value!r}")
+        config = msgspec.structs.replace(config, hooks_block=value.lower() == "true")
     elif key == "keep-last":
         count = None if cleared else _count(value)
         retention = msgspec.structs.replace(retention, keep_last=count)
@@ -168,6 +190,29 @@ def set_setting(store: StoreDir, key: str, value: str) -> Config:
             parse_size(value)
         retention = msgspec.structs.replace(retention, max_bytes=None if cleared else value)
     config = msgspec.structs.replace(config, retention=retention)
+    config.check()
+    store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
+    return config
+
+
+def change_exclusions(store: StoreDir, *, add: list[str], remove: list[str]) -> Config:
+    """Adds and removes exclusion rules in the store's config.json; returns the new config.
+
+    A rule already there is not added twice; removing one that is not there is refused.
+    The file is rewritten atomically, keeping every other setting.
+
+    Raises:
+        InputError: a rule to remove is not there, a rule does not check, or a damaged config.
+    """
+    config = load_config(store)
+    rules = list(config.exclude)
+    for rule in remove:
+        if rule not in rules:
+            shown = ", ".join(rules) or "none"
+            raise InputError(f"exclude {rule!r} is not in this store's config (it has: {shown})")
+        rules.remove(rule)
+    rules += [rule for rule in dict.fromkeys(add) if rule not in rules]
+    config = msgspec.structs.replace(config, exclude=rules)
     config.check()
     store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
     return config

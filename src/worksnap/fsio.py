@@ -7,8 +7,10 @@ the store durable: temp file in the same directory, fsync, rename, fsync the dir
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 from collections import OrderedDict
 from typing import Protocol
 
@@ -72,6 +74,32 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replaces a file outside the store (an agent's settings) with `data`, durably.
+
+    Readers see the old or the new bytes, never a mix: a temp file beside it, fsynced,
+    renamed over it, then the directory fsynced. The store's own files never come
+    here: they go through `storedir.StoreDir`, relative to the store's descriptor.
+    """
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -24,45 +24,62 @@ from worksnap.output import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from worksnap.diff import FileChange
     from worksnap.manifest import Entry, Manifest
+    from worksnap.workspace import Workspace
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """`status`: root, store, session, daemon, and what changed since `latest`."""
-    from worksnap import autostart
-    from worksnap.diff import compare
-    from worksnap.errors import InputError
-    from worksnap.layout import StorePaths
-
     with open_workspace(args) as ws:
-        exists = ws.store.exists()
-        everyone = ws.list(all_sessions=True) if exists else []
-        mine = [s for s in everyone if s.session == args.session]
-        size = ws.store_size()
-        current = ws.capture(store_objects=False)
-        large = ws.large_files(current)
-        try:
-            latest: Manifest | None = ws.load("latest") if mine else None
-        except InputError:
-            latest = None  # only automatic snapshots so far
-        changes = compare(latest, current) if latest is not None else []
-        cap = ws.max_file_bytes
-        config = ws.config()
-    daemon = _daemon_state(args)
-    decision = autostart.decide(args.root, args.store)
-    pending = os.path.exists(StorePaths(args.store).journal)
-    state = views.status_view(
-        root=args.root, found=args.location.found, store=args.store, store_exists=exists,
-        session=args.session, mine=mine, everyone=everyone, store_bytes=size,
-        latest=latest, changes=changes, large=large, max_file_bytes=cap,
-        daemon=daemon, daemon_configured=config.daemon,
-        daemon_start=(decision.mode, decision.start, decision.reason), recovery_pending=pending,
-    )  # fmt: skip
+        state, changes = status_state(
+            ws, found=args.location.found, session=args.session, daemon=lambda: _daemon_state(args)
+        )
     if args.json:
         emit_json(state)
         return 0
     _print_status(args, state, changes)
     return 0
+
+
+def status_state(
+    ws: Workspace, *, found: str, session: str, daemon: Callable[[], dict[str, Any] | None]
+) -> tuple[dict[str, Any], list[FileChange]]:
+    """The `status` document of a workspace (and its changes since `latest`).
+
+    `found`: how the root was found (`layout.Location.found`); `daemon`: asks the
+    store's daemon about itself (None: none runs).
+    """
+    from worksnap import autostart
+    from worksnap.diff import compare
+    from worksnap.errors import InputError
+    from worksnap.layout import StorePaths
+
+    exists = ws.store.exists()
+    everyone = ws.list(all_sessions=True) if exists else []
+    mine = [s for s in everyone if s.session == session]
+    size = ws.store_size()
+    current = ws.capture(store_objects=False)
+    large = ws.large_files(current)
+    try:
+        latest: Manifest | None = ws.load("latest") if mine else None
+    except InputError:
+        latest = None  # only automatic snapshots so far
+    changes = compare(latest, current) if latest is not None else []
+    cap = ws.max_file_bytes
+    config = ws.config()
+    decision = autostart.decide(ws.root, ws.store_dir)
+    pending = os.path.exists(StorePaths(ws.store_dir).journal)
+    state = views.status_view(
+        root=ws.root, found=found, store=ws.store_dir, store_exists=exists,
+        session=session, mine=mine, everyone=everyone, store_bytes=size,
+        latest=latest, changes=changes, large=large, max_file_bytes=cap,
+        daemon=daemon(), daemon_configured=config.daemon,
+        daemon_start=(decision.mode, decision.start, decision.reason), recovery_pending=pending,
+    )  # fmt: skip
+    return state, changes
 
 
 _FOUND = {

@@ -70,6 +70,9 @@ class Manifest(
     meta: dict[str, str] = {}
     attachments: dict[str, str] = {}
     absent: list[str] = []
+    exclude: list[str] = []
+    """The exclusion rules it was taken under (`exclusion.py`; the store is not among
+    them): a restore of it never touches what they exclude."""
 
 
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
@@ -268,6 +271,12 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
     for name in ("ignored", "large", "excluded", "absent"):
         for path in getattr(manifest, name):
             _check_relpath(path, name, source, allow_git=name == "excluded")
+    for rule in manifest.exclude:
+        if rule.startswith("/"):  # a pattern (`exclusion.PATTERN`)
+            if len(rule) == 1 or any(c in rule for c in "\0\n\r"):
+                raise ManifestError(source, f"bad exclusion pattern {rule!r}")
+        else:
+            _check_relpath(rule, "exclude", source, allow_git=True)
     for name, digest in manifest.attachments.items():
         if not name or "/" in name or _NUL in name or not is_digest(digest):
             raise ManifestError(source, f"bad attachment {name!r}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NewType
 
@@ -145,13 +145,17 @@ class Root:
         path: absolute and symlink-resolved.
         wire: `path` in wire form (what manifests record).
         store_rel: the store's path inside the root (wire form), or None when outside.
-        exclude: relative wire paths never captured nor touched (the store among them).
+        exclude: relative wire paths never captured nor touched (the store among them),
+            and patterns (see `exclusion.py`).
+        covered: whether the patterns and side files of `exclude` cover a path or a
+            directory above it (None: `exclude` holds only paths).
     """
 
     path: str
     wire: str
     store_rel: str | None
     exclude: frozenset[str]
+    covered: Callable[[str], bool] | None = None
 
     def inside(self, path: str | os.PathLike[str], what: str) -> str:
         """Returns a path given relative to the root, or absolute, as a safe wire path inside it.
@@ -173,8 +177,10 @@ class Root:
         """
         rel = self.inside(path, "path")
         # Every spelling of .git the scan leaves out, not only the exact name.
-        if any(is_under(rel, excluded) for excluded in self.exclude) or any(
-            is_git_name(part) for part in rel.split("/")
+        if (
+            any(is_under(rel, excluded) for excluded in self.exclude)
+            or (self.covered is not None and self.covered(rel))
+            or any(is_git_name(part) for part in rel.split("/"))
         ):
             raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
         return rel

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from worksnap.manifest import Manifest
+from worksnap.session import STEP, Session
 from worksnap.workspace import Workspace
 
 _INTERRUPTED_GRACE_SECONDS = 0.1
@@ -46,6 +47,7 @@ def run_wrapped(
     every: float | None,
     step: int | None,
     stdout: int | None = None,
+    numbered: Session | None = None,
 ) -> Outcome:
     """Snapshots, runs `command`, snapshots again; returns how it ended.
 
@@ -61,13 +63,22 @@ def run_wrapped(
         every: seconds between checks while it runs (None: no checks).
         step: the agent step the snapshots belong to.
         stdout: where the command's standard output goes (a descriptor; None: ours).
+        numbered: take every snapshot as the next numbered step of this session
+            (kind `step`, `meta.run` saying `before`, `settled` or `after`), so that
+            a later `rewind N` can name it (`run --snapshots`); `step` is then unused.
     """
     argv = list(command)
     problem = _cannot_start(argv[0])
     if problem is not None:
         return Outcome(argv, problem[0], error=problem[1])
     label = " ".join(argv)
-    taken = [ws.snapshot(kind="run-before", step=step, label=label)]
+
+    def snapshot(when: str) -> Manifest:
+        if numbered is not None:
+            return numbered.step(kind=STEP, label=label, meta={"run": when})
+        return ws.snapshot(kind=f"run-{when}", step=step, label=label)
+
+    taken = [snapshot("before")]
     try:
         child = subprocess.Popen(argv, stdout=stdout)
     except OSError as exc:
@@ -83,12 +94,12 @@ def run_wrapped(
             # Snapshot only once the tree has stopped changing for a whole interval.
             now = ws.capture(store_objects=False).tree
             if now == seen and now != last:
-                taken.append(ws.snapshot(kind="run-settled", step=step, label=label))
+                taken.append(snapshot("settled"))
                 last = taken[-1].tree
             seen = now
         except KeyboardInterrupt:
             time.sleep(_INTERRUPTED_GRACE_SECONDS)  # the child got the same SIGINT
-    taken.append(ws.snapshot(kind="run-after", step=step, label=label))
+    taken.append(snapshot("after"))
     return Outcome(argv, code, taken)
 
 

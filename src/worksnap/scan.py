@@ -172,7 +172,8 @@ def scan_tree(
     Args:
         root: absolute path of the workspace.
         rules: the ignore rules in force at the root, before its own `.gitignore`.
-        exclude: relative wire paths never captured nor entered (the store is one).
+        exclude: the exclusion rules (`exclusion.py`: relative wire paths, the store
+            among them, and patterns): what they exclude is never captured nor entered.
         max_file_bytes: larger files are listed in `large`, not captured.
         listings: the per-directory cache, read and brought up to date (None: no cache).
         trust_before: a listing is only kept for a directory (and its `.gitignore`)

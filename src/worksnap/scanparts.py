@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from worksnap.caches import Stamp
 from worksnap.errors import SnapshotError
+from worksnap.exclusion import excluded_entry
 from worksnap.fsio import file_state
 from worksnap.ignore import Rules
 from worksnap.paths import is_git_name, wire_name
@@ -246,7 +247,7 @@ def classify(
     for entry in entries:
         name = wire_name(entry.name)
         rel = f"{rel_dir}/{name}" if rel_dir else name
-        if is_git_name(name) or rel in exclude:
+        if is_git_name(name) or excluded_entry(exclude, rel, entry):
             # git never tracks any spelling of .git; a manifest holding one is refused.
             children.append((name, EXCLUDED))
             continue

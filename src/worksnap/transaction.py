@@ -18,12 +18,11 @@ import builtins
 import dataclasses
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
 
 import msgspec
 
-from worksnap.apply import Result, apply_plan, remove_leftovers
+from worksnap.apply import ApplyPlan, Result, apply_plan, remove_leftovers
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import (
@@ -34,6 +33,7 @@ from worksnap.errors import (
     StoreError,
     WorksnapError,
 )
+from worksnap.exclusion import compile_rules
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, undo_target
 from worksnap.ignore import ignore_checker
 from worksnap.journal import DISCARD, Journal, pending, read_journal, refuse_preview
@@ -41,6 +41,7 @@ from worksnap.lock import Locks
 from worksnap.manifest import Manifest
 from worksnap.paths import Root, fs_path, is_under
 from worksnap.plan import (
+    Op,
     Plan,
     check_selected,
     check_unchanged,
@@ -56,21 +57,6 @@ from worksnap.storedir import StoreDir
 
 PRE_RECOVER = "pre-recover"
 """Kind of the snapshot a recovery takes of the tree before it rolls anything back."""
-
-
-class ApplyPlan(Protocol):
-    """`apply.apply_plan`: carries out a plan under a root; stops at the first failure."""
-
-    def __call__(
-        self,
-        root: str,
-        plan: Plan,
-        read_object: Callable[[str], Iterable[bytes]],
-        *,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> Result:
-        """Returns what was done, and where and why it stopped."""
-        ...
 
 
 def _purpose(kind: str) -> str:
@@ -167,7 +153,21 @@ class Restorer:
             if name == ".gitignore" and entry.type == "file" and entry.hash is not None:
                 gitignores[directory] = self._store.read(entry.hash)
         ignored = ignore_checker(self._capture.rules(), gitignores)
-        plan = plan_restore(current, target, ignored_by_target=ignored)
+        # Never touched: what the target's exclusions (paths that appeared since) or the
+        # current ones (paths gone since) exclude; what exists and is excluded now was
+        # never captured, so the planner leaves it alone already.
+        then, now = compile_rules(frozenset(target.exclude)), compile_rules(self._root.exclude)
+        plan = plan_restore(
+            current,
+            target,
+            ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
+        )
+        kept = [
+            c
+            for c in plan.changes
+            if c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
+        ]
+        plan = dataclasses.replace(plan, changes=kept)
         if selected is not None:
             check_selected(selected, current, target)
             plan = select_paths(plan, selected)

@@ -245,6 +245,8 @@ def config_view(config: Config, *, max_file_bytes: int, store: str) -> View:
         "keep_last": retention.keep_last,
         "max_age": retention.max_age,
         "max_bytes": retention.max_bytes,
+        "hooks_block": config.hooks_block,
+        "exclude": list(config.exclude),
     }
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from worksnap.apply import Result, apply_plan
+from worksnap.apply import ApplyPlan, Result, apply_plan
 from worksnap.caches import Caches
 from worksnap.capture import (
     DEFAULT_MAX_FILE_BYTES,
@@ -35,9 +35,10 @@ from worksnap.capture import (
 )
 from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
-from worksnap.config import Config, Retention, load_config, set_setting
+from worksnap.config import Config, Retention, configured_exclusions, load_config, set_setting
 from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, SnapshotError, WorksnapError, api_errors
+from worksnap.exclusion import exclusion_root
 from worksnap.extract import extract
 from worksnap.hash import Prefetch, read_file
 from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_session_name
@@ -45,12 +46,12 @@ from worksnap.layout import store_location
 from worksnap.lock import Locks
 from worksnap.maintenance import GcReport, Maintenance
 from worksnap.manifest import Entry, Manifest, Summary, check_step, one_line
-from worksnap.paths import Root, fs_path, relative_to, wire_name
+from worksnap.paths import fs_path, relative_to
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
 from worksnap.storedir import resolve_store
-from worksnap.transaction import ApplyPlan, Restorer
+from worksnap.transaction import Restorer
 from worksnap.watch import Watcher
 
 if TYPE_CHECKING:
@@ -117,7 +118,10 @@ class Workspace:
             max_file_bytes: files larger than this are listed in `large`, not stored
                 (default: the store's setting, see `set_config`, else 2 MiB).
             exclude: paths (relative to the root, or absolute inside it) never captured
-                nor touched; a directory excludes everything below it.
+                nor touched (a directory: everything below it), and .gitignore-style
+                patterns (a rule with `*`, `?` or `[`); the store's configured rules
+                apply too, and each rule takes SQLite's `-wal`, `-shm`, `-journal`
+                files with it (see `exclusion.py`).
             force: allow `/` or the home directory as a root.
             session: the session new snapshots belong to; list, rewind, undo and redo
                 look only at it.
@@ -148,24 +152,32 @@ class Workspace:
         """Problems the last snapshot met after it was stored (its retention); it stands."""
         self.session = check_session_name(session)
         # Resolved once: every later access goes through the descriptor of this directory.
-        real_store, taken = resolve_store(self.root, os.path.abspath(self.store_dir))
-        store_rel = relative_to(self.root, real_store)
-        partial = Root(self.root, wire_name(self.root), store_rel, frozenset())
-        excluded = {partial.inside(path, "exclusion") for path in exclude}
-        excluded.update(taken)
-        self._root = Root(self.root, partial.wire, store_rel, frozenset(excluded))
+        real_store, self._taken = resolve_store(self.root, os.path.abspath(self.store_dir))
+        self._store_rel = relative_to(self.root, real_store)
+        self._exclude = tuple(exclude)
         self._reporter = Reporter(progress)
+        self._seams, self._watch = seams, watch
         self.store = seams.open_store(real_store)
         files = self.store.files
         self._locks = Locks(files, on_wait=lambda note: self._reporter.notice("wait", note))
+        self._wire(configured_exclusions(files))
+
+    def _wire(self, configured: builtins.list[str]) -> None:
+        """Builds the parts under the exclusion rules given and configured (again on a change)."""
+        seams, files = self._seams, self.store.files
+        self._configured = list(configured)
+        self._root = exclusion_root(
+            self.root, self._store_rel, self._exclude, configured, taken=self._taken
+        )
         sessions = Sessions(files)
         caches = Caches(files, self.root, self.store.exists)
-        watcher = Watcher() if watch else None
+        watcher = Watcher() if self._watch else None
+        cap = self._max_file_bytes
         self._capture = Capture(
             self._root,
             self.store,
             caches,
-            max_file_bytes=DEFAULT_MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes,
+            max_file_bytes=DEFAULT_MAX_FILE_BYTES if cap is None else cap,
             watcher=watcher if watcher is not None and watcher.available else None,
             report=self._reporter,
             read_file=seams.read_file,
@@ -264,6 +276,9 @@ class Workspace:
     def _settings(self) -> tuple[Config, int]:
         """Reads the store's config (InputError if invalid) and sets the capture's cap."""
         config = load_config(self.store.files)
+        if config.exclude != self._configured:  # `worksnap config exclude` since we opened
+            self._capture.close()
+            self._wire(config.exclude)
         cap = self._max_file_bytes
         if cap is None:
             cap = config.cap()
@@ -349,8 +364,7 @@ class Workspace:
                 except BaseException:
                     self.store.discard()  # a full disk must not stay full of a half pack
                     raise
-                # Packs that snapshots killed (or failed) before publishing left behind.
-                self.store.sweep_abandoned()
+                self.store.sweep_abandoned()  # packs of snapshots killed before publishing
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
         try:
@@ -541,12 +555,7 @@ class Workspace:
         return self._restorer.plan_recover(self.session)
 
     def recover(self, *, discard: bool = False) -> Result | None:
-        """Sets the paths an interrupted restore touched back; None when none was interrupted.
-
-        The tree as it is is stored first as a `pre-recover` snapshot (`undo` brings it
-        back; the result's `pre_restore`). `discard`: roll nothing back, keep the tree
-        (stored) and drop the journal. RecoveryError: the journal cannot be acted on.
-        """
+        """Sets back what an interrupted restore touched, the tree kept first (`discard`: not)."""
         return self._restorer.recover(self.session, discard=discard)
 
     def recovery_pending(self) -> str | None:

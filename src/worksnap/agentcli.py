@@ -1,0 +1,234 @@
+"""The commands that plug worksnap into agents: hook, hooks, mcp, run's steps, exclusions.
+
+`hook claude-code` reads its event before the root is found (the event names the
+directory to start from) and hands it on with `--event`, so a daemon serving the store
+runs it as fast as any command. It never prints on stdout, and a failure is one line
+on stderr and exit 0 (2 with `worksnap config hooks-block true`): a worksnap problem
+never breaks the agent's turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from worksnap import views
+from worksnap.invocation import command_paths, open_workspace
+from worksnap.output import display, emit_json, say, warn
+
+BLOCK_EXIT = 2
+"""What a hook exits with to block the agent's turn (Claude Code: stderr goes to it)."""
+
+
+# -- hook ---------------------------------------------------------------------
+
+
+def prepare_hook(args: argparse.Namespace, argv: list[str]) -> list[str] | None:
+    """Reads the hook's event (stdin, once) and starts from its `cwd`; the argv to run.
+
+    None: the event is unreadable (said on stderr); the hook then exits 0.
+    """
+    if args.event is None:
+        if sys.stdin.isatty():
+            warn("hook: reads one hook event as JSON on stdin (the agent runs it so)")
+            return None
+        args.event = sys.stdin.read()
+        argv = [*argv, "--event", args.event]
+    from worksnap.errors import InputError
+    from worksnap.hooks import parse_event
+
+    try:
+        event = parse_event(args.event)
+    except InputError as exc:
+        warn(f"hook: {exc}")
+        return None
+    if args.root is None and event.cwd and os.path.isdir(event.cwd):
+        try:
+            os.chdir(event.cwd)
+        except OSError as exc:
+            warn(f"hook: cannot enter {event.cwd}: {exc.strerror}")
+            return None
+    return argv
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    """`hook claude-code`: one event, the snapshot it asks for, nothing on stdout."""
+    from worksnap.errors import WorksnapError
+    from worksnap.hooks import handle, parse_event
+
+    block = False
+    try:
+        event = parse_event(args.event or "")
+        with open_workspace(args) as ws:
+            block = ws.config().hooks_block
+            handle(event, ws)
+            for line in ws.warnings:
+                warn(f"hook: warning: {line}")
+    except (WorksnapError, OSError) as exc:
+        warn(f"hook: error: {exc}")
+        return BLOCK_EXIT if block else 0
+    return 0
+
+
+def hook_failed(exc: Exception) -> int:
+    """A hook that failed before it ran: one line, exit 0 (the config cannot be read)."""
+    warn(f"hook: error: {exc}")
+    return 0
+
+
+# -- hooks install / uninstall -----------------------------------------------
+
+
+def cmd_hooks(args: argparse.Namespace) -> int:
+    """`hooks install|uninstall claude-code [--project|--user]`."""
+    from worksnap import hooks
+
+    path = hooks.settings_path(user=args.user, root=args.root)
+    settings = hooks.read_settings(path)
+    if args.action == "install":
+        changed = hooks.install(settings, hooks.hook_command())
+    else:
+        changed = hooks.uninstall(settings)
+    if changed:
+        hooks.write_settings(path, settings)
+    if args.json:
+        emit_json({"settings": path, "action": args.action, "changed": changed})
+    elif args.action == "install":
+        say(
+            f"worksnap hooks {'added to' if changed else 'already in'} {display(path)}: "
+            f"a step snapshot at every prompt, a tool snapshot after {', '.join(hooks.FILE_TOOLS)}"
+        )
+        say("for hooks in ~0.1 s on big trees: worksnap config daemon true")
+    else:
+        say(f"worksnap hooks {'removed from' if changed else 'were not in'} {display(path)}")
+    return 0
+
+
+# -- mcp ----------------------------------------------------------------------
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """`mcp`: a Model Context Protocol server on stdio for this workspace."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        warn(
+            "error: worksnap mcp needs the MCP SDK: pip install 'worksnap[mcp]' "
+            "(or: pip install 'mcp>=2.3')"
+        )
+        return 2
+    from worksnap.mcpserver import serve
+
+    serve(
+        args.root,
+        store=args.store,
+        session=args.session,
+        watch=args.watch,
+        force=args.force,
+        found=args.location.found,
+    )
+    return 0
+
+
+# -- run --snapshots / --rewind -----------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """`run [--snapshots] [--rewind N] -- CMD`: numbered steps, or resume from one."""
+    from worksnap.errors import InputError
+    from worksnap.runwrap import run_wrapped
+    from worksnap.session import Session
+
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        raise InputError("run needs a command after --, e.g. worksnap run -- make test")
+    if args.rewind is not None and not _rewound(args):
+        return 1
+    with open_workspace(args) as ws:
+        numbered = Session(workspace=ws, name=args.session) if args.snapshots else None
+        outcome = run_wrapped(
+            ws,
+            command,
+            every=args.every,
+            step=args.step,
+            stdout=2 if args.json else None,
+            numbered=numbered,
+        )
+    if outcome.error is not None:
+        warn(f"error: {outcome.error}")
+    if args.json:
+        emit_json(views.run_view(outcome))
+    return outcome.exit_code
+
+
+def _rewound(args: argparse.Namespace) -> bool:
+    """Rewinds to step `--rewind` as `rewind N` does (preview, ask); False: not done."""
+    from worksnap.restoring import cmd_rewind
+
+    rewind = argparse.Namespace(**{**vars(args), "step": args.rewind, "dry_run": False})
+    json_output, rewind.json = args.json, False  # the one JSON document is run's
+    if json_output:
+        rewind.yes = True
+    code = cmd_rewind(rewind)
+    return code == 0
+
+
+# -- config exclude -------------------------------------------------------------
+
+
+def cmd_config_exclude(args: argparse.Namespace) -> int:
+    """`config exclude [add|remove RULE...]`: the store's exclusion rules."""
+    from worksnap.config import change_exclusions
+    from worksnap.errors import InputError
+
+    action, rules = args.value, list(args.more)
+    if action is None:
+        if rules:
+            raise InputError("config exclude: say add or remove before the rules")
+        with open_workspace(args) as ws:
+            config = ws.config()
+    elif action in ("add", "remove"):
+        if not rules:
+            raise InputError(f"config exclude {action}: name at least one path or pattern")
+        with open_workspace(args) as ws:
+            ws.store.bind(ws.root)
+            root = ws.root
+            if action == "add":
+                rules = [_rule_from_root(args, root, r) for r in rules]
+            config = change_exclusions(
+                ws.store.files,
+                add=rules if action == "add" else [],
+                remove=rules if action == "remove" else [],
+            )
+    else:
+        raise InputError(f"config exclude {action!r}: use add or remove")
+    if args.json:
+        emit_json({"store": args.store, "exclude": list(config.exclude)})
+    else:
+        say(*(config.exclude or ["no exclusions (add one: worksnap config exclude add PATTERN)"]))
+    return 0
+
+
+def _rule_from_root(args: argparse.Namespace, root: str, rule: str) -> str:
+    """A path the command line names, made relative to the root; a pattern as it is."""
+    from worksnap.exclusion import is_pattern
+
+    if is_pattern(rule):
+        return rule
+    full = command_paths(args, [rule])[0]
+    if not os.path.isabs(full):
+        return rule
+    rel = os.path.relpath(os.path.normpath(full), root)
+    from worksnap.errors import InputError
+
+    if rel == "." or rel.startswith("../") or rel == "..":
+        raise InputError(f"exclude {rule!r} is not a path inside {root}")
+    return rel
+
+
+def exclusion_arguments(args: argparse.Namespace, given: list[str]) -> tuple[str, ...]:
+    """`--exclude` rules: a path as the command line reads it, a pattern as it is."""
+    from worksnap.exclusion import is_pattern
+
+    return tuple(r if is_pattern(r) else command_paths(args, [r])[0] for r in given)

@@ -1,0 +1,264 @@
+"""MCP server: one workspace served to an agent over the Model Context Protocol (stdio).
+
+`worksnap mcp` runs it with the official SDK (`mcp` 2.x, `MCPServer`), an optional
+extra (`pip install 'worksnap[mcp]'`). One long-lived `Workspace` per server, found
+as the command line finds it, so its caches stay warm between calls. Every tool's
+structured result is the document `worksnap --json` prints for the same call, built
+by `views.py` (a JSON array, as `list` and `diff` print, comes as `{"result": [...]}`,
+the SDK's wrapping of a non-object). An error is a tool error with worksnap's one-line
+message; the server goes on. Nothing but protocol goes to stdout: the SDK points
+descriptor 1 at stderr while it serves, and worksnap prints no progress here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+
+from worksnap import views
+from worksnap.arguments import VERSION
+from worksnap.errors import InputError, WorksnapError
+from worksnap.inspection import status_state
+from worksnap.workspace import Workspace
+
+INSTRUCTIONS = """\
+worksnap keeps snapshots of this whole project directory (every file, including what
+shell commands changed) and restores any of them exactly. Take `snapshot` before a risky
+change (give it the step number of your turn), `plan` to preview a restore, then
+`restore` or `rewind`; `undo` takes a restore back. Refs: a snapshot id (or 4+ of its
+first characters), `latest`, `latest~N`, or `step:N`. Tools marked destructive change
+files in the project: preview with `dry_run` first."""
+
+_T = TypeVar("_T")
+
+_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+_RECORD = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+_CHANGE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
+_CHANGES_FILES = (
+    "CHANGES FILES in the project (deletes, overwrites and recreates them); a pre-restore "
+    "snapshot is taken first, so `undo` takes it back. With dry_run=true it only returns "
+    "the plan."
+)
+
+
+class Tools:
+    """The tools of one server: each one a call on the workspace and a view of its result.
+
+    Calls are serialized (a `Workspace` serves one call at a time).
+    """
+
+    def __init__(self, ws: Workspace, *, session: str, found: str = "cwd") -> None:
+        self.ws = ws
+        self.session = session
+        self.found = found
+        self._lock = threading.Lock()
+
+    def call(self, work: Callable[[Workspace], _T], session: str | None = None) -> _T:
+        """Runs `work` on the workspace in `session`; a worksnap error is a tool error."""
+        with self._lock:
+            try:
+                self.ws.use(session=session or self.session, progress=None)
+                return work(self.ws)
+            except WorksnapError as exc:
+                raise ToolError(str(exc)) from None
+            except OSError as exc:
+                raise ToolError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+
+    # -- recording and looking -------------------------------------------------
+
+    def snapshot(
+        self,
+        step: int | None = None,
+        label: str | None = None,
+        meta: dict[str, str] | None = None,
+        kind: str = "manual",
+    ) -> dict[str, Any]:
+        """Captures the whole project as a new snapshot; returns its id and counts.
+
+        Records; changes no file of the project. Give `step` (your turn's number) so
+        `rewind` can name it, and a short `label` (what you are about to do).
+        """
+
+        def run(ws: Workspace) -> dict[str, Any]:
+            before = ws.objects_added
+            manifest = ws.snapshot(kind=kind, step=step, label=label, meta=meta)
+            return views.snapshot_view(
+                manifest, new_objects=ws.objects_added - before, large=ws.large_files(manifest)
+            )
+
+        return self.call(run)
+
+    def list_snapshots(
+        self, limit: int | None = None, session: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Lists the session's snapshots, newest first: id, step, kind, time, label, counts.
+
+        Changes nothing. `session`: another session's snapshots (default: this server's).
+        """
+
+        def run(ws: Workspace) -> list[dict[str, Any]]:
+            summaries = ws.list()
+            pins = ws.pinned()
+            rows = [views.summary_view(s, pinned=s.id in pins) for s in summaries]
+            return rows if limit is None else rows[:limit]
+
+        return self.call(run, session)
+
+    def plan(self, ref: str, paths: list[str] | None = None) -> dict[str, Any]:
+        """Previews what restoring `ref` (only `paths`, if given) would change.
+
+        Changes nothing. `changes`: M modified, A added since (removed), D deleted
+        since (recreated); `unprotected`: large files a restore cannot bring back.
+        """
+        return self.call(lambda ws: views.plan_view(ws.plan_restore(ws.load(ref), paths=paths)))
+
+    def show(self, ref: str) -> dict[str, Any]:
+        """One snapshot's manifest: kind, step, time, label, meta, attachments, files.
+
+        Changes nothing. Every file with its size and hash, and what it left out.
+        """
+        return self.call(lambda ws: dict(json.loads(ws.show_bytes(ref))))
+
+    def cat(self, ref: str, path: str) -> dict[str, Any]:
+        """A file's content as snapshot `ref` holds it (a symlink: its target).
+
+        Changes nothing. `content` is text when the bytes are UTF-8 (`encoding`
+        "utf-8"), else base64 (`encoding` "base64").
+        """
+
+        def run(ws: Workspace) -> dict[str, Any]:
+            entry, data = ws.file_bytes(ref, path)
+            try:
+                content, encoding = data.decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                content, encoding = base64.b64encode(data).decode("ascii"), "base64"
+            return {"path": entry.path, "type": entry.type, "size": len(data),
+                    "encoding": encoding, "content": content}  # fmt: skip
+
+        return self.call(run)
+
+    def diff(
+        self,
+        ref: str | None = None,
+        ref2: str | None = None,
+        paths: list[str] | None = None,
+        stat: bool = False,
+    ) -> dict[str, Any]:
+        """What changed from snapshot `ref` (default latest) to `ref2` (default: now).
+
+        Changes nothing. `result`: one row per changed path with line counts; without
+        `stat`, `patch` also holds the changes as a git patch (`git apply` takes it).
+        """
+        from worksnap.diff import git_patch, select
+
+        def run(ws: Workspace) -> dict[str, Any]:
+            changes, read = ws.diff(ref or "latest", ref2)
+            if paths:
+                changes = select(changes, [ws.relative(p) for p in paths])
+            document: dict[str, Any] = {"result": views.diff_view(changes, read)}
+            if not stat:
+                patch = b"".join(git_patch(c, read, binary=False) for c in changes)
+                document["patch"] = patch.decode("utf-8", "replace")
+            return document
+
+        return self.call(run)
+
+    def status(self) -> dict[str, Any]:
+        """Where worksnap works, how many snapshots, and what changed since `latest`.
+
+        Changes nothing. Root, store, session, daemon; `changes` like `git status --short`.
+        """
+        from worksnap import client
+
+        def run(ws: Workspace) -> dict[str, Any]:
+            state, _ = status_state(
+                ws,
+                found=self.found,
+                session=ws.session,
+                daemon=lambda: client.request(ws.store_dir, "status"),
+            )
+            return state
+
+        return self.call(run)
+
+    # -- changing the tree ---------------------------------------------------
+
+    def restore(
+        self, ref: str, paths: list[str] | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Restores the project (or only `paths`) to snapshot `ref`."""
+
+        def run(ws: Workspace) -> dict[str, Any]:
+            plan = ws.plan_restore(ws.load(ref), paths=paths)
+            return views.plan_view(plan) if dry_run else views.result_view(ws.apply(plan))
+
+        return self.call(run)
+
+    def rewind(self, step: int, dry_run: bool = False) -> dict[str, Any]:
+        """Restores the newest snapshot of step `step` of this session."""
+        return self.restore(f"step:{step}", dry_run=dry_run)
+
+    def undo(self, dry_run: bool = False) -> dict[str, Any]:
+        """Takes back the last restore (or, with none, the edits since the last snapshot)."""
+
+        def run(ws: Workspace) -> dict[str, Any]:
+            plan = ws.plan_undo()
+            return views.plan_view(plan) if dry_run else views.result_view(ws.undo(plan))
+
+        return self.call(run)
+
+    def redo(self, dry_run: bool = False) -> dict[str, Any]:
+        """Re-applies what the last undo took back."""
+
+        def run(ws: Workspace) -> dict[str, Any]:
+            plan = ws.plan_redo()
+            return views.plan_view(plan) if dry_run else views.result_view(ws.redo(plan))
+
+        return self.call(run)
+
+
+def build_server(tools: Tools) -> MCPServer:
+    """The MCP server with every tool of `tools`, described for an agent to act on."""
+    server = MCPServer(name="worksnap", instructions=INSTRUCTIONS, version=VERSION)
+    for name, hints in (
+        ("snapshot", _RECORD), ("list", _READ), ("plan", _READ), ("show", _READ),
+        ("cat", _READ), ("diff", _READ), ("status", _READ),
+        ("restore", _CHANGE), ("rewind", _CHANGE), ("undo", _CHANGE), ("redo", _CHANGE),
+    ):  # fmt: skip
+        method = getattr(tools, "list_snapshots" if name == "list" else name)
+        description = " ".join((method.__doc__ or "").split())
+        if hints is _CHANGE:
+            description = f"{description} {_CHANGES_FILES}"
+        server.add_tool(
+            method,
+            name=name,
+            description=description,
+            annotations=hints,
+            structured_output=True,
+        )
+    return server
+
+
+def serve(
+    root: str, *, store: str | None, session: str, watch: bool, force: bool, found: str = "cwd"
+) -> None:
+    """Serves the workspace at `root` on stdin/stdout until the client goes away."""
+    try:
+        ws = Workspace(root, store=store, session=session, watch=watch, force=force)
+    except WorksnapError:
+        raise
+    except OSError as exc:
+        raise InputError(f"cannot open the workspace {root}: {exc}") from None
+    with ws:
+        build_server(Tools(ws, session=session, found=found)).run("stdio")

@@ -1,0 +1,306 @@
+"""`worksnap hook claude-code` on the documented event shapes, and `hooks install|uninstall`.
+
+The events and the settings file are fixtures in tests/fixtures/claude_code (SOURCES.md
+says where their shapes come from); the Claude Code binary is not needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write
+from worksnap import Workspace
+from worksnap.hooks import install, session_name, uninstall
+
+FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
+AGENT_SESSION = "9ecf22fa-edf8-4332-ae85-b6d5456eda64"
+
+
+def event(name: str, root: Path) -> str:
+    return (FIXTURES / f"{name}.json").read_text().replace("@ROOT@", str(root))
+
+
+def hook(root: Path, name: str, *, cwd: Path | None = None, text: str | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Runs the hook as Claude Code does: a process, the event on stdin, in the project."""
+    return subprocess.run(
+        [sys.executable, "-m", "worksnap", "hook", "claude-code"],
+        input=event(name, root) if text is None else text,
+        capture_output=True,
+        text=True,
+        cwd=cwd or root,
+        env={**os.environ, "WORKSNAP_NO_DAEMON": "1", **(env or {})},
+        check=False,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    write(root, "README.md", "hello\n")
+    write(root, "src/app.py", "print(1)\n")
+    return root
+
+
+def snapshots(root: Path) -> list[dict[str, object]]:
+    out = subprocess.run(
+        [sys.executable, "-m", "worksnap", "--root", str(root), "--session", AGENT_SESSION,
+         "--json", "list"],
+        capture_output=True, text=True, check=True, env={**os.environ, "WORKSNAP_NO_DAEMON": "1"},
+    ).stdout  # fmt: skip
+    rows: list[dict[str, object]] = json.loads(out)
+    return rows
+
+
+def test_a_prompt_is_a_step_and_a_file_tool_a_snapshot_in_the_same_step(project: Path) -> None:
+    first = hook(project, "user_prompt_submit", cwd=project / "src")
+    assert (first.returncode, first.stdout, first.stderr) == (0, "", "")
+    write(project, "src/flags.py", "VERBOSE = False\n")
+    tool = hook(project, "post_tool_use_write")
+    assert (tool.returncode, tool.stdout) == (0, "")
+    second = hook(project, "user_prompt_submit")
+    assert (second.returncode, second.stdout) == (0, "")
+    rows = snapshots(project)
+    assert [(r["step"], r["kind"]) for r in rows] == [(1, "step"), (0, "tool"), (0, "step")]
+    assert rows[2]["label"] == "Add a --verbose flag to the CLI"
+    assert rows[1]["label"] == f"Write {project}/src/flags.py"
+    with Workspace(project, session=AGENT_SESSION) as ws:
+        step0 = ws.load("step:0")
+        assert step0.kind == "tool"  # the newest snapshot of step 0
+        prompt = ws.load(str(rows[2]["id"]))
+    assert prompt.meta == {
+        "agent": "claude-code",
+        "session_id": AGENT_SESSION,
+        "hook_event": "UserPromptSubmit",
+        "transcript_path": json.loads(event("user_prompt_submit", project))["transcript_path"],
+        "prompt_id": "p-0001",
+    }
+    assert {e.path for e in step0.entries} == {"README.md", "src/app.py", "src/flags.py"}
+
+
+def test_a_rewind_to_a_prompt_s_step_takes_the_tree_back(project: Path) -> None:
+    assert hook(project, "user_prompt_submit").returncode == 0
+    write(project, "src/app.py", "print(2)\n")
+    write(project, "junk.txt", "made by the agent")
+    with Workspace(project, session=AGENT_SESSION) as ws:
+        prompt = next(s for s in ws.list() if s.kind == "step")
+        assert ws.restore(prompt.id).ok
+    assert (project / "src/app.py").read_text() == "print(1)\n"
+    assert not (project / "junk.txt").exists()
+
+
+def test_a_tool_that_changes_nothing_and_an_unknown_event_record_nothing(project: Path) -> None:
+    assert hook(project, "user_prompt_submit").returncode == 0
+    read = hook(project, "post_tool_use_read")
+    other = hook(project, "", text=json.dumps(
+        {"session_id": AGENT_SESSION, "hook_event_name": "Stop", "cwd": str(project)}
+    ))  # fmt: skip
+    assert (read.returncode, read.stdout, read.stderr) == (0, "", "")
+    assert (other.returncode, other.stdout, other.stderr) == (0, "", "")
+    assert len(snapshots(project)) == 1
+
+
+def test_bash_is_a_file_tool(project: Path) -> None:
+    assert hook(project, "post_tool_use_bash").returncode == 0
+    [row] = snapshots(project)
+    assert (row["kind"], row["step"], row["label"]) == ("tool", 0, "Bash rm -rf build && make")
+
+
+def test_session_start_makes_the_store_and_records_nothing(project: Path) -> None:
+    result = hook(project, "session_start")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert (project / ".worksnap").is_dir()
+    assert snapshots(project) == []
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"hook_event_name": "Stop"}', ""])
+def test_an_unreadable_event_is_one_line_and_exit_0(project: Path, text: str) -> None:
+    result = hook(project, "", text=text)
+    assert (result.returncode, result.stdout) == (0, "")
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith("worksnap: hook: ")
+
+
+def test_a_failure_is_one_line_and_exit_0_unless_configured_to_block(project: Path) -> None:
+    write(project, ".worksnap/config.json", "{}")
+    os.mkfifo(project / ".worksnap" / "manifests")  # the store cannot be written
+    result = hook(project, "user_prompt_submit")
+    assert (result.returncode, result.stdout) == (0, "")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("worksnap: hook: error: ")
+    write(project, ".worksnap/config.json", '{"hooks_block": true}')
+    blocked = hook(project, "user_prompt_submit")
+    assert (blocked.returncode, blocked.stdout) == (2, "")
+    assert len(blocked.stderr.splitlines()) == 1
+
+
+def test_the_store_s_exclusions_apply_to_the_hooks(project: Path) -> None:
+    write(project, ".agent-state.json", "{}")
+    write(project, "trajectory.db", "db")
+    write(project, "trajectory.db-wal", "wal")
+    with Workspace(project) as ws:
+        ws.set_config("max-file-bytes", "1M")
+    subprocess.run(
+        [sys.executable, "-m", "worksnap", "--root", str(project), "config", "exclude", "add",
+         ".agent-*.json", "trajectory.db"], check=True, capture_output=True,
+    )  # fmt: skip
+    assert hook(project, "user_prompt_submit").returncode == 0
+    with Workspace(project, session=AGENT_SESSION) as ws:
+        paths = {e.path for e in ws.load("step:0").entries}
+    assert paths == {"README.md", "src/app.py"}
+
+
+@pytest.mark.parametrize(
+    ("agent_id", "expected"),
+    [
+        (AGENT_SESSION, AGENT_SESSION),
+        ("abc/def ghi", "abc-def-ghi-"),
+        ("x" * 80, "x" * 55 + "-"),
+        ("///", "claude-"),
+    ],
+)
+def test_an_agent_session_becomes_a_valid_session_name(agent_id: str, expected: str) -> None:
+    name = session_name(agent_id)
+    assert name.startswith(expected)
+    assert name == session_name(agent_id)
+    assert len(name) <= 64
+    if agent_id != AGENT_SESSION:
+        assert name != session_name(agent_id + "!")  # a digest of the whole id
+
+
+# -- hooks install / uninstall ---------------------------------------------------
+
+
+def worksnap(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "worksnap", *args],
+        capture_output=True, text=True, cwd=cwd, check=False,
+        env={**os.environ, "HOME": str(home), "WORKSNAP_NO_DAEMON": "1"},
+    )  # fmt: skip
+
+
+def test_install_keeps_other_settings_is_idempotent_and_uninstall_restores(
+    project: Path, tmp_path: Path
+) -> None:
+    settings_file = project / ".claude" / "settings.json"
+    original = (FIXTURES / "settings.json").read_text()
+    write(project, ".claude/settings.json", original)
+    first = worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path)
+    assert first.returncode == 0, first.stderr
+    installed = settings_file.read_text()
+    settings = json.loads(installed)
+    assert list(settings) == ["permissions", "env", "hooks", "model"]  # key order kept
+    assert settings["permissions"] == json.loads(original)["permissions"]
+    post = settings["hooks"]["PostToolUse"]
+    assert post[0] == json.loads(original)["hooks"]["PostToolUse"][0]  # theirs, first
+    assert post[1]["matcher"] == "Write|Edit|MultiEdit|NotebookEdit|Bash"
+    for name in ("SessionStart", "UserPromptSubmit", "PostToolUse"):
+        [ours] = [
+            h for g in settings["hooks"][name] for h in g["hooks"] if "worksnap" in h["command"]
+        ]
+        assert ours["command"].endswith("hook claude-code")
+    again = worksnap("hooks", "install", "claude-code", "--json", cwd=project, home=tmp_path)
+    assert json.loads(again.stdout)["changed"] is False
+    assert settings_file.read_text() == installed
+    gone = worksnap("hooks", "uninstall", "claude-code", cwd=project, home=tmp_path)
+    assert gone.returncode == 0
+    assert json.loads(settings_file.read_text()) == json.loads(original)
+    assert list(json.loads(settings_file.read_text())) == list(json.loads(original))
+
+
+def test_user_settings_go_to_the_home_directory(project: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    result = worksnap("hooks", "install", "claude-code", "--user", cwd=project, home=home)
+    assert result.returncode == 0, result.stderr
+    assert "UserPromptSubmit" in json.loads((home / ".claude/settings.json").read_text())["hooks"]
+    assert not (project / ".claude").exists()
+    worksnap("hooks", "uninstall", "claude-code", "--user", cwd=project, home=home)
+    assert json.loads((home / ".claude/settings.json").read_text()) == {}
+
+
+def test_an_unparseable_settings_file_is_refused_and_left_alone(
+    project: Path, tmp_path: Path
+) -> None:
+    text = '{\n  // a comment Claude Code would not take either\n  "model": "x"\n}\n'
+    write(project, ".claude/settings.json", text)
+    result = worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path)
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1
+    assert "not valid JSON" in result.stderr
+    assert (project / ".claude/settings.json").read_text() == text
+
+
+def test_uninstall_removes_only_our_hook_from_a_group_someone_edited() -> None:
+    settings = {"hooks": {"UserPromptSubmit": [{"hooks": [
+        {"type": "command", "command": "/opt/bin/worksnap hook claude-code"},
+        {"type": "command", "command": "echo mine"},
+    ]}]}}  # fmt: skip
+    assert uninstall(settings)
+    assert settings == {
+        "hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "echo mine"}]}]}
+    }
+    assert not uninstall(settings)
+    assert install(settings, "worksnap hook claude-code")
+    assert not install(settings, "worksnap hook claude-code")
+
+
+def test_a_symlinked_settings_file_is_edited_where_it_points(project: Path, tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    write(dotfiles, "claude-settings.json", (FIXTURES / "settings.json").read_text())
+    (project / ".claude").mkdir()
+    (project / ".claude/settings.json").symlink_to(dotfiles / "claude-settings.json")
+    assert worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path).returncode == 0
+    assert (project / ".claude/settings.json").is_symlink()
+    assert (
+        "UserPromptSubmit" in json.loads((dotfiles / "claude-settings.json").read_text())["hooks"]
+    )
+
+
+def test_a_fifo_for_a_settings_file_is_refused_without_blocking(
+    project: Path, tmp_path: Path
+) -> None:
+    (project / ".claude").mkdir()
+    os.mkfifo(project / ".claude/settings.json")
+    result = worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path)
+    assert result.returncode == 2
+    assert "not a regular file" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("from_project", [False, True], ids=["elsewhere", "in-the-project"])
+def test_with_a_daemon_the_hook_runs_in_it(
+    project: Path, tmp_path: Path, *, from_project: bool
+) -> None:
+    """Run from the project, the fast client must not hand the daemon a bare `hook`:
+    the event is read (and its cwd entered) first, then forwarded with `--event`."""
+    env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+
+    def daemon(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "worksnap", "--root", str(project), *args],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+
+    assert daemon("daemon", "start").returncode == 0
+    try:
+        before = json.loads(daemon("--json", "daemon", "status").stdout)["requests"]
+        result = subprocess.run(
+            [sys.executable, "-m", "worksnap", "hook", "claude-code"],
+            input=event("user_prompt_submit", project), capture_output=True, text=True,
+            cwd=project if from_project else tmp_path,  # the event's cwd names the project
+            env=env, timeout=60, check=False,
+        )  # fmt: skip
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+        after = json.loads(daemon("--json", "daemon", "status").stdout)["requests"]
+        assert after == before + 1
+    finally:
+        daemon("daemon", "stop")
+    [row] = snapshots(project)
+    assert (row["kind"], row["step"]) == ("step", 0)

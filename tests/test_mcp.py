@@ -1,0 +1,259 @@
+"""`worksnap mcp`: the tools in-process with the SDK's client, compared with the CLI's
+`--json` for the same store in real processes, and one server over stdio end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.conftest import write
+from worksnap.layout import locate
+from worksnap.mcpserver import Tools, build_server
+from worksnap.workspace import Workspace
+
+ENV = {**os.environ, "WORKSNAP_NO_DAEMON": "1"}
+TOOLS = {"snapshot", "list", "plan", "restore", "rewind", "undo", "redo", "diff", "show",
+         "cat", "status"}  # fmt: skip
+CHANGING = {"restore", "rewind", "undo", "redo"}
+
+
+def cli(root: Path, *args: str) -> Any:
+    """The CLI's `--json` document for the same store, from a real process."""
+    result = subprocess.run(
+        [sys.executable, "-m", "worksnap", "--json", *args],
+        capture_output=True, cwd=root, env=ENV, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def cli_bytes(root: Path, *args: str) -> bytes:
+    return subprocess.run(
+        [sys.executable, "-m", "worksnap", *args], capture_output=True, cwd=root, env=ENV,
+        check=True,
+    ).stdout  # fmt: skip
+
+
+def in_server(root: Path, body: Callable[[Client], Awaitable[None]]) -> None:
+    """Runs `body` with a client connected in-process to a server on `root`."""
+
+    async def main() -> None:
+        with Workspace(root) as ws:
+            tools = Tools(ws, session="default", found=locate(str(root)).found)
+            async with Client(build_server(tools)) as client:
+                await body(client)
+
+    asyncio.run(main())
+
+
+async def call(client: Client, name: str, **arguments: Any) -> Any:
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, result.content
+    structured = result.structured_content
+    assert structured is not None
+    return structured
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    write(root, "README.md", "hello\n")
+    write(root, "src/app.py", "print(1)\n")
+    write(root, "data.bin", b"\x00\xff\xfe")
+    return root
+
+
+def test_the_tools_are_listed_with_descriptions_schemas_and_hints(project: Path) -> None:
+    async def body(client: Client) -> None:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) == TOOLS
+        for name, tool in listed.items():
+            assert tool.description and len(tool.description) > 40, name
+            assert tool.annotations is not None
+            assert tool.annotations.destructive_hint is (name in CHANGING), name
+            assert ("CHANGES FILES" in tool.description) is (name in CHANGING), name
+            assert tool.annotations.read_only_hint is (name not in CHANGING | {"snapshot"})
+        assert listed["rewind"].input_schema["properties"]["step"]["type"] == "integer"
+        assert listed["plan"].input_schema["required"] == ["ref"]
+
+    in_server(project, body)
+
+
+def test_every_tool_returns_what_the_cli_prints_for_the_same_store(project: Path) -> None:
+    cli(project, "snapshot", "--step", "1", "--label", "first")
+    write(project, "src/app.py", "print(2)\n")
+    write(project, "new.txt", "new\n")
+
+    async def body(client: Client) -> None:
+        # recording: the same document, but for its own id, time and count of new objects
+        taken = await call(client, "snapshot", step=2, label="second", meta={"k": "v"})
+        shown = cli(project, "show", taken["id"])
+        assert (shown["step"], shown["label"], shown["meta"]) == (2, "second", {"k": "v"})
+        assert taken["tree"] == shown["tree"] and taken["files"] == len(shown["entries"])
+        assert set(taken) == set(cli(project, "snapshot", "--step", "3"))
+        # looking: equal to the CLI's documents
+        assert (await call(client, "list"))["result"] == cli(project, "list")
+        assert (await call(client, "list", limit=1))["result"] == cli(
+            project, "list", "--limit", "1"
+        )
+        assert await call(client, "show", ref="step:1") == cli(project, "show", "step:1")
+        assert await call(client, "plan", ref="step:1") == cli(project, "plan", "step:1")
+        assert await call(client, "plan", ref="step:1", paths=["src"]) == cli(
+            project, "plan", "step:1", "src"
+        )
+        write(project, "src/app.py", "print(3)\n")
+        # store_bytes counts the stat cache, which each capture (this status's too) rewrites
+        mine, theirs = await call(client, "status"), cli(project, "status")
+        assert mine.pop("store_bytes") > 0 and theirs.pop("store_bytes") > 0
+        assert mine == theirs and mine["changes"] == [
+            {"op": "M", "path": "src/app.py", "from": None}
+        ]
+        diff = await call(client, "diff", ref="step:1")
+        assert diff["result"] == cli(project, "diff", "step:1")
+        assert diff["patch"].encode() == cli_bytes(project, "diff", "step:1")
+        assert (await call(client, "diff", ref="step:1", ref2="step:2", stat=True)) == {
+            "result": cli(project, "diff", "step:1", "step:2")
+        }
+        text = await call(client, "cat", ref="step:1", path="src/app.py")
+        assert (text["encoding"], text["content"]) == ("utf-8", "print(1)\n")
+        binary = await call(client, "cat", ref="step:1", path="data.bin")
+        assert binary["encoding"] == "base64"
+        assert base64.b64decode(binary["content"]) == cli_bytes(
+            project, "cat", "step:1", "data.bin"
+        )
+        # changing: a dry run is the CLI's plan; the real run its result document
+        assert await call(client, "restore", ref="step:1", dry_run=True) == cli(
+            project, "restore", "step:1", "--dry-run"
+        )
+        assert await call(client, "rewind", step=1, dry_run=True) == cli(
+            project, "rewind", "1", "--dry-run"
+        )
+        done = await call(client, "rewind", step=1)
+        assert set(done) == {"target", "restored", "not_restored", "error", "rolled_back",
+                             "pre_restore", "blocked"}  # fmt: skip
+        assert done["error"] is None and "new.txt" in done["restored"]
+        assert (project / "src/app.py").read_text() == "print(1)\n"
+        assert await call(client, "undo", dry_run=True) == cli(project, "undo", "--dry-run")
+        undone = await call(client, "undo")
+        assert undone["target"] == done["pre_restore"]
+        assert (project / "src/app.py").read_text() == "print(3)\n"
+        assert await call(client, "redo", dry_run=True) == cli(project, "redo", "--dry-run")
+        assert (await call(client, "redo"))["error"] is None
+        assert (project / "src/app.py").read_text() == "print(1)\n"
+        assert (await call(client, "list"))["result"] == cli(project, "list")
+
+    in_server(project, body)
+
+
+def test_an_error_is_a_tool_error_with_the_one_line_message_and_the_server_goes_on(
+    project: Path,
+) -> None:
+    cli(project, "snapshot")
+    expected = subprocess.run(
+        [sys.executable, "-m", "worksnap", "plan", "nope"], capture_output=True, text=True,
+        cwd=project, env=ENV, check=False,
+    ).stderr.strip().removeprefix("worksnap: error: ")  # fmt: skip
+
+    async def body(client: Client) -> None:
+        for name, arguments in (
+            ("plan", {"ref": "nope"}),
+            ("cat", {"ref": "latest", "path": "../outside"}),
+            ("rewind", {"step": 99}),
+            ("redo", {}),
+            ("snapshot", {"kind": "pre-restore"}),
+        ):
+            result = await client.call_tool(name, arguments)
+            assert result.is_error, name
+            [content] = result.content
+            message = getattr(content, "text", "")
+            assert len(message.splitlines()) == 1, message
+            if name == "plan":
+                assert message.endswith(expected)
+        assert len((await call(client, "list"))["result"]) == 1  # still serving
+
+    in_server(project, body)
+
+
+def test_over_stdio_a_real_server_answers_and_writes_only_protocol(project: Path) -> None:
+    write(project, "big/" + "x" * 10, "y")
+    for i in range(300):
+        write(project, f"many/f{i}.txt", str(i))
+
+    async def main() -> None:
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "worksnap", "mcp"], cwd=str(project), env=ENV
+        )
+        async with Client(params) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            taken = await call(client, "snapshot", step=0, label="over stdio")
+            rows = (await call(client, "list"))["result"]
+            assert [r["id"] for r in rows] == [taken["id"]]
+            assert (await client.call_tool("plan", {"ref": "zzzz"})).is_error
+
+    asyncio.run(main())
+    assert cli(project, "list")[0]["label"] == "over stdio"
+
+
+def test_stdout_carries_nothing_but_json_rpc(project: Path) -> None:
+    """Raw lines on the server's stdout: each one a JSON-RPC message, nothing else."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "snapshot", "arguments": {"label": "raw"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "plan", "arguments": {"ref": "nope"}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+         "params": {"name": "status", "arguments": {}}},
+    ]  # fmt: skip
+    # One request at a time, each answer read before the next is sent (as a client does).
+    with subprocess.Popen(
+        [sys.executable, "-m", "worksnap", "mcp"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=project, env=ENV,
+    ) as server:  # fmt: skip
+        assert server.stdin is not None and server.stdout is not None
+        lines = []
+        for request in requests:
+            server.stdin.write(json.dumps(request) + "\n")
+            server.stdin.flush()
+            if "id" in request:
+                lines.append(server.stdout.readline())
+        server.stdin.close()
+        lines += server.stdout.read().splitlines()  # whatever else it wrote before it ended
+        assert server.wait(timeout=60) == 0
+    messages = [json.loads(line) for line in lines]
+    assert all(m.get("jsonrpc") == "2.0" for m in messages), lines
+    answers = {m["id"]: m for m in messages if "id" in m}
+    assert set(answers) == {1, 2, 3, 4}
+    assert answers[2]["result"]["structuredContent"]["label"] == "raw"
+    assert answers[3]["result"]["isError"] is True
+    assert answers[4]["result"]["structuredContent"]["snapshots"] == 1
+
+
+def test_without_the_sdk_mcp_says_what_to_install_and_exits_2(project: Path) -> None:
+    script = (
+        "import sys\nsys.modules['mcp'] = None\n"
+        "from worksnap.cli import main\nsys.exit(main(['mcp']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=project, env=ENV,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "worksnap: error: worksnap mcp needs the MCP SDK: pip install 'worksnap[mcp]' "
+        "(or: pip install 'mcp>=2.3')"
+    ]

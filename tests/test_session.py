@@ -1,0 +1,164 @@
+"""`Session` (numbered steps, rewind) and `run --snapshots` / `run --rewind N`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import worksnap
+from tests.conftest import write
+from worksnap import Workspace
+from worksnap.cli import main
+
+
+def test_session_numbers_steps_and_rewinds(tmp_path: Path) -> None:
+    write(tmp_path, "a.txt", "start")
+    with worksnap.Session(tmp_path, name="conv-1", snapshots=True) as s:
+        write(tmp_path, "a.txt", "one")
+        first = s.step(label="turn 1\nmore", meta={"cut_len": "3"})
+        write(tmp_path, "a.txt", "two")
+        write(tmp_path, "b.txt", "new")
+        s.step(label="turn 2")
+        assert (first.step, first.kind, first.label, first.meta) == (
+            1,
+            "step",
+            "turn 1",
+            {"cut_len": "3"},
+        )
+        assert s.next_step() == 3
+        assert s.rewind(1).ok
+        assert (tmp_path / "a.txt").read_text() == "one"
+        assert not (tmp_path / "b.txt").exists()
+        plan = s.plan_rewind(0)
+        assert [c.path for c in plan.changes] == ["a.txt"]
+        assert s.rewind(0, plan=plan).ok
+    assert (tmp_path / "a.txt").read_text() == "start"
+    with Workspace(tmp_path, session="conv-1") as ws:
+        steps = [(m.step, m.label) for m in ws.list() if m.kind == "step"]
+    # the pre-restore snapshots of the rewinds do not count as steps; leaving took step 3
+    assert steps == [(3, "session end"), (2, "turn 2"), (1, "turn 1"), (0, "session start")]
+    assert "Session" in worksnap.__all__
+
+
+def test_sessions_do_not_share_step_numbers(tmp_path: Path) -> None:
+    write(tmp_path, "a.txt", "x")
+    with Workspace(tmp_path) as ws:
+        a = worksnap.Session(workspace=ws, name="a")
+        b = worksnap.Session(workspace=ws, name="b")
+        assert [a.step().step, a.step().step, b.step().step] == [0, 1, 0]
+        a.close()  # a workspace handed in stays open
+        assert ws.snapshot().session == "default"
+
+
+def test_a_bad_session_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(worksnap.InputError):
+        worksnap.Session(tmp_path, name="no spaces")
+
+
+EDITOR = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    for i in range(3):
+        pathlib.Path("work.txt").write_text(f"version {i}")
+        time.sleep(float(sys.argv[1]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_run_snapshots_numbers_before_settled_and_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "editor.py", EDITOR)
+    monkeypatch.chdir(tmp_path)
+    code = main([
+        "--root", str(tmp_path), "--session", "agent-7", "--json", "run", "--snapshots",
+        "--every", "0.25", "--", sys.executable, "editor.py", "1.2",
+    ])  # fmt: skip
+    assert code == 0
+    outcome = json.loads(capsys.readouterr().out)
+    with Workspace(tmp_path, session="agent-7") as ws:
+        rows = list(reversed(ws.list()))
+        texts = [ws.file_bytes(s.id, "work.txt")[1] if s.step else b"" for s in rows]
+        metas = [ws.load(s.id).meta["run"] for s in rows]
+    assert [s.step for s in rows] == list(range(len(rows)))
+    assert {s.kind for s in rows} == {"step"}
+    assert metas[0] == "before" and metas[-1] == "after"
+    assert set(metas[1:-1]) == {"settled"}
+    assert len(rows) >= 4  # settled at least twice between three versions 1.2 s apart
+    assert texts[-1] == b"version 2"
+    assert [s["id"] for s in outcome["snapshots"]] == [s.id for s in rows]
+
+
+def test_plain_run_keeps_its_kinds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--root", str(tmp_path), "--json", "run", "--", "true"])
+    assert code == 0
+    kinds = [s["kind"] for s in json.loads(capsys.readouterr().out)["snapshots"]]
+    assert kinds == ["run-before", "run-after"]
+
+
+def test_run_rewind_resumes_from_a_step_and_exits_with_the_command_s_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    root = str(tmp_path)
+    write(tmp_path, "state.txt", "step one")
+    with worksnap.Session(tmp_path, name="agent") as s:
+        s.step()  # step 0
+        write(tmp_path, "state.txt", "step two")
+        write(tmp_path, "extra.txt", "later")
+        s.step()  # step 1
+    script = "import pathlib, sys; sys.exit(len(pathlib.Path('state.txt').read_text()))"
+    code = main(["--root", root, "--session", "agent", "run", "--rewind", "0", "--yes", "--",
+                 sys.executable, "-c", script])  # fmt: skip
+    assert code == len("step one")
+    assert not (tmp_path / "extra.txt").exists()
+    assert "restored" in capsys.readouterr().out
+    code = main(["--root", root, "--session", "agent", "--json", "run", "--rewind", "7", "--",
+                 "true"])  # fmt: skip
+    assert code == 2  # no step 7: nothing was run
+    assert json.loads(capsys.readouterr().out or "null") is None
+
+
+def test_run_rewind_asks_on_a_terminal_and_a_no_runs_nothing(tmp_path: Path) -> None:
+    write(tmp_path, "a.txt", "0")
+    with worksnap.Session(tmp_path, name="s") as s:
+        s.step()
+    write(tmp_path, "a.txt", "changed")
+    marker = tmp_path / "ran"
+    script = (
+        "import os, pty, sys\n"
+        "pid, fd = pty.fork()\n"
+        "if pid == 0:\n"
+        "    os.execv(sys.executable, [sys.executable, '-m', 'worksnap',"
+        f" '--root', {str(tmp_path)!r}, '--session', 's', 'run', '--rewind', '0', '--',"
+        f" 'touch', {str(marker)!r}])\n"
+        "out = b''\n"
+        "while b'[y/N]' not in out:\n"
+        "    out += os.read(fd, 1024)\n"
+        "os.write(fd, b'n\\n')\n"
+        "while True:\n"
+        "    try:\n"
+        "        chunk = os.read(fd, 1024)\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if not chunk:\n"
+        "        break\n"
+        "    out += chunk\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print(os.waitstatus_to_exitcode(status))\n"
+        "sys.stdout.write(out.decode())\n"
+    )
+    env = {**os.environ, "WORKSNAP_NO_DAEMON": "1", "NO_COLOR": "1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, env=env, check=True)  # fmt: skip
+    assert result.stdout.splitlines()[0] == "1"
+    assert "M  a.txt" in result.stdout
+    assert not marker.exists()
+    assert (tmp_path / "a.txt").read_text() == "changed"
