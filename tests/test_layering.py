@@ -25,6 +25,7 @@ LEVELS: dict[str, int] = {
     "frames": 0,
     "progress": 0,
     "gitindex": 0,
+    "storedir": 0,
     # the remote's transports: bytes under keys, conditional writes; nothing of snapshots
     "remote": 0,
     "remote.transport": 0,
@@ -42,6 +43,7 @@ LEVELS: dict[str, int] = {
     # 2: one mechanism each
     "store": 2,
     "diskstore": 2,
+    "diskformat1": 2,
     "memstore": 2,
     "caches": 2,
     "lock": 2,
@@ -52,6 +54,7 @@ LEVELS: dict[str, int] = {
     "scan": 2,
     "scanparts": 2,
     "plan": 2,
+    "journal": 2,
     "apply": 2,
     "retention": 2,
     "history": 2,

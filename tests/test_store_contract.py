@@ -8,7 +8,6 @@ the files themselves) stays in test_store.py.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.layout import StorePaths
 from worksnap.manifest import (
     VERSION,
     Entry,
@@ -361,42 +359,3 @@ def test_pins_round_trip(store: Store) -> None:
     assert store.pins() == {"0123456789ab", "ba9876543210"}
     store.set_pins(set())
     assert store.pins() == set()
-
-
-# -- a fault only a fake file system can give on demand ---------------------------
-
-
-def test_a_full_disk_leaves_no_half_written_pack_visible(fs: object) -> None:
-    """ENOSPC while a pack is flushed: the pack never gets its index, so it stays invisible.
-
-    pyfakefs gives a file system with a size limit, which a test cannot ask of the
-    real one without root; reads (`os.pread`) are not faked, so only writes and
-    listings are checked.
-    """
-    from pyfakefs.fake_filesystem import FakeFilesystem
-
-    assert isinstance(fs, FakeFilesystem)
-    fs.create_dir("/store")
-    store = DiskStore("/store")
-    store.create()
-    kept = b"k" * 1000
-    store.add(hash_bytes(kept), kept)
-    store.flush()
-    fs.set_disk_usage(200_000)
-    writer = DiskStore("/store")
-    for size in (150_000, 100_000):
-        blob = os.urandom(size)
-        writer.add(hash_bytes(blob), blob)
-    with pytest.raises(OSError, match="No space left") as full:
-        writer.flush()
-    assert full.value.errno == errno.ENOSPC
-    packs = os.listdir(StorePaths("/store").packs)
-    assert sum(name.endswith(".pack") for name in packs) == 2  # the failed one, unpublished
-    assert sum(name.endswith(".idx") for name in packs) == 1
-    assert set(DiskStore("/store").digests()) == {hash_bytes(kept)}
-    fs.set_disk_usage(10_000_000)
-    DiskStore("/store").sweep({hash_bytes(kept)})  # gc removes what the failed flush left
-    assert sorted(name.rsplit(".", 1)[1] for name in os.listdir(StorePaths("/store").packs)) == [
-        "idx",
-        "pack",
-    ]

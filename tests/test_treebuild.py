@@ -8,7 +8,7 @@ gc runs that sweep objects, and failed captures, its root tree must be exactly
 object of the stored snapshot must be there (its trees flatten to that scan).
 
 Derandomized: `WORKSNAP_TREEBUILD_SEED` (default 1) and `WORKSNAP_TREEBUILD_STEPS`
-(default 400; CI runs the default) choose the walk.
+(default 200; CI runs the default) choose the walk.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from worksnap.tree import Child, File
 from worksnap.treebuild import TreeMemo
 from worksnap.treewalk import Flat, flatten, from_flat
 
-STEPS = int(os.environ.get("WORKSNAP_TREEBUILD_STEPS", "400"))
+STEPS = int(os.environ.get("WORKSNAP_TREEBUILD_STEPS", "200"))
 SEED = int(os.environ.get("WORKSNAP_TREEBUILD_SEED", "1"))
 
 
@@ -65,6 +65,7 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
     ops = Ops(root, rnd, outside=outside, hard_links=False)
     start = time.monotonic()
     encoded: list[int] = []
+    directories: list[int] = []
     with Workspace(root, store=tmp_path / "store", watch=watch) as ws:
         for step in range(STEPS):
             last = ops.step()
@@ -74,15 +75,16 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
             elif roll < 0.2:
                 ws.gc(Retention(keep_last=1))  # sweeps what only older snapshots had
             taken = ws.snapshot()
-            encoded.append(ws._capture._trees.encoded)
+            encoded.append(ws._capture.trees.memo.encoded)
             expected = cold(root, tmp_path / "cold-store")
             assert Flat.of(taken) == Flat.of(expected), (step, last)
             assert taken.tree == slow_tree(expected), (step, last)
             stored = flatten(Digest(taken.tree), ws.store.read)  # every object is there
             assert stored == Flat.of(expected), (step, last)
+            directories.append(len(expected.dirs) + 1)  # and the root
     assert ws.verify() == []
     # It is a fast path: most snapshots encode a few directories, not all of them.
-    assert sorted(encoded)[len(encoded) // 2] < len(expected.dirs) / 2
+    assert sum(encoded) < sum(directories) / 2
     print(f"treebuild {'watched' if watch else 'plain'}: {STEPS} steps, seed {SEED}, "
           f"{time.monotonic() - start:.1f} s")  # fmt: skip
 

@@ -15,6 +15,7 @@ from worksnap import (
     ManifestError,
     ObjectError,
     Op,
+    RecoveryError,
     Workspace,
 )
 from worksnap.diskstore import DiskStore
@@ -403,7 +404,7 @@ def test_failure_mid_apply_stops_and_reports_not_restored(
         real_rename(src, dst, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "rename", failing_rename)  # the OS boundary
-    result = apply_plan(str(root), plan, ws.store.read)
+    result = apply_plan(str(root), plan, ws.store.read_chunks)
     assert result.restored == ["a.txt"]
     assert result.not_restored == ["b.txt", "c.txt"]
     assert result.error == "b.txt: No space left on device"
@@ -489,25 +490,25 @@ def test_plan_is_sorted_and_counts(root: Path) -> None:
     plan = ws.plan_restore(ws.load(snap.id))
     assert [c.path for c in plan.changes] == ["a.txt", "b.txt", "c.txt"]
     assert [c.op for c in plan.changes] == [Op.ADDED, Op.DELETED, Op.ADDED]
-    assert plan.counts() == {"M": 0, "A": 2, "D": 1}
+    assert plan.counts() == {"M": 0, "A": 2, "D": 1, "B": 0}
 
 
-def test_plan_finishes_an_interrupted_restore_first(root: Path) -> None:
+def test_plan_never_changes_a_tree_with_a_restore_pending(root: Path) -> None:
     import json
 
     write(root, "a.txt", "target state")
     ws = Workspace(root)
     target = ws.snapshot()
     write(root, "a.txt", "edited")
-    before_restore = tree_state(root)
     pre = ws.snapshot(kind="before")  # stands in for the pre-restore snapshot
     journal = {"target": target.id, "pre_restore": pre.id, "pid": 1, "host": "gone"}
     (root / ".worksnap" / "journal.json").write_text(json.dumps(journal))
     write(root, "a.txt", "half-restored")  # where the killed restore stopped
-    plan = ws.plan_restore(ws.load(target.id))
-    assert tree_state(root) == before_restore
-    assert [(c.op.value, c.path) for c in plan.changes] == [("M", "a.txt")]
-    assert not (root / ".worksnap" / "journal.json").exists()
+    before = tree_state(root)
+    with pytest.raises(RecoveryError, match="worksnap recover"):
+        ws.plan_restore(ws.load(target.id))
+    assert tree_state(root) == before
+    assert (root / ".worksnap" / "journal.json").exists()
 
 
 def test_restore_of_selected_paths_only(root: Path) -> None:

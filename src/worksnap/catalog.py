@@ -18,8 +18,15 @@ import msgspec
 from worksnap.errors import InputError, ManifestError, ObjectError
 from worksnap.hash import hash_bytes
 from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, is_automatic
-from worksnap.lock import StoreLock
-from worksnap.manifest import Entry, Manifest, Summary, check_manifest, encode_manifest
+from worksnap.lock import Locks
+from worksnap.manifest import (
+    Entry,
+    Manifest,
+    Summary,
+    check_manifest,
+    encode_manifest,
+    tree_digest,
+)
 from worksnap.migration import UpgradeReport, migrate
 from worksnap.paths import Digest, Root, is_under
 from worksnap.plan import differing
@@ -46,14 +53,14 @@ class Catalog:
 
     Args:
         store: where records, format 1 manifests and objects are.
-        store_dir: its directory (for the lock a migration takes).
+        locks: the store's locks (a migration takes the exclusive one).
         root: the root every loaded manifest must belong to.
         sessions: session state (a new snapshot clears its session's redo stack).
     """
 
-    def __init__(self, store: Store, root: Root, sessions: Sessions, *, store_dir: str) -> None:
+    def __init__(self, store: Store, root: Root, sessions: Sessions, *, locks: Locks) -> None:
         self._store = store
-        self._store_dir = store_dir
+        self._locks = locks
         self._root = root
         self._sessions = sessions
         self.problems: builtins.list[str] = []
@@ -172,10 +179,14 @@ class Catalog:
                 del self._checked[next(iter(self._checked))]
         return manifest
 
-    def root_tree(self, ref: str, session: str) -> Digest | None:
-        """The root tree of a snapshot's checked record (None: a format 1 snapshot)."""
-        record = self.record(self.resolve(ref, session))
-        return None if record is None else Digest(record.tree)
+    def root_trees(self, ref: str, ref2: str | None, session: str) -> tuple[Digest, Digest] | None:
+        """The root trees of two snapshots' checked records (None: no `ref2`, or format 1)."""
+        if ref2 is None:
+            return None
+        first, second = (self.record(self.resolve(r, session)) for r in (ref, ref2))
+        if first is None or second is None:
+            return None
+        return Digest(first.tree), Digest(second.tree)
 
     def record(self, snapshot_id: str) -> Record | None:
         """Returns a snapshot's checked record (None: a format 1 snapshot).
@@ -215,11 +226,19 @@ class Catalog:
         """True while the store holds a format 1 manifest (it is not fully migrated)."""
         return bool(self._store.legacy_ids())
 
+    def legacy_digest(self, manifest: Manifest) -> str | None:
+        """The format 1 digest of a manifest while the store holds format 1 snapshots.
+
+        Their summaries hold that form of `tree`, so an undo compares in both.
+        """
+        return tree_digest(manifest.entries, manifest.dirs) if self.has_legacy() else None
+
     def upgrade(self, *, dry_run: bool, report: Reporter | None = None) -> UpgradeReport:
         """Migrates a format 1 store to format 2 in place (migration.py), under the lock."""
         if not self._store.exists():
             return UpgradeReport(dry_run=dry_run)
-        with StoreLock(self._store_dir, exclusive=not dry_run, purpose="upgrade"):
+        locks = self._locks
+        with locks.shared("upgrade --dry-run") if dry_run else locks.exclusive("upgrade"):
             upgraded = migrate(self._store, report=report, dry_run=dry_run)
         self._last_full = None
         return upgraded
@@ -282,7 +301,7 @@ class Catalog:
         Returns:
             One line for each problem found; empty when all is well.
         """
-        problems: builtins.list[str] = []
+        problems = self._store.problems()  # damage that commands work around (pack indexes)
         ids = [self.resolve(ref, session)] if ref is not None else self._store.ids()
         loaded: builtins.list[Manifest] = []
         for snapshot_id in ids:
@@ -294,7 +313,7 @@ class Catalog:
         checked: dict[str, str | None] = {}
         for done, digest in enumerate(needed, 1):
             try:
-                self._store.read(digest)
+                self._store.check(digest)  # a piece at a time: any size
                 checked[digest] = None
             except ObjectError as exc:
                 checked[digest] = exc.reason

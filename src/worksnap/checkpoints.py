@@ -18,8 +18,7 @@ from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import InputError
 from worksnap.history import CHECKPOINT, Sessions
-from worksnap.layout import StorePaths
-from worksnap.lock import StoreLock
+from worksnap.lock import Locks
 from worksnap.manifest import (
     VERSION,
     Manifest,
@@ -31,6 +30,7 @@ from worksnap.manifest import (
 )
 from worksnap.paths import Root, ancestors
 from worksnap.store import Store
+from worksnap.storedir import StoreDir
 
 
 class Checkpoints:
@@ -41,14 +41,17 @@ class Checkpoints:
         root: Root,
         store: Store,
         *,
-        paths: StorePaths,
+        files: StoreDir,
+        locks: Locks,
         capture: Capture,
         catalog: Catalog,
         sessions: Sessions,
     ) -> None:
         self._root = root
         self._store = store
-        self._paths = paths
+        self._files = files
+        self._locks = locks
+        self._paths = files.paths
         self._capture = capture
         self._catalog = catalog
         self._sessions = sessions
@@ -66,7 +69,7 @@ class Checkpoints:
         check_step(step)
         self._store.bind(self._root.path)
         self._catalog.upgrade_if_needed()
-        with StoreLock(self._paths.dir, exclusive=False):
+        with self._locks.shared("begin"):
             checkpoint = Manifest(
                 version=VERSION,
                 id=new_id(),
@@ -107,7 +110,7 @@ class Checkpoints:
         self._catalog.upgrade_if_needed()
         # Exclusive: captures from parallel tool calls (threads or processes) each
         # rewrite the checkpoint, and none may lose another's before-images.
-        with StoreLock(self._paths.dir, exclusive=True):
+        with self._locks.exclusive("capture"):
             checkpoint = self._catalog.load(state.checkpoint, session)
             entries = {e.path: e for e in checkpoint.entries}
             absent = set(checkpoint.absent)

@@ -16,6 +16,7 @@ read, and changed, in one place:
                                  prints); only in a store not migrated yet
       summaries/<id>.json        the few fields `list` shows (format 1, beside its manifest)
       cache/stat, cache/dirs     the stat and listing caches (may be deleted at any time)
+      cache/timestamps           present when the file system keeps coarse (whole-second) times
       generation                 rewritten by every gc sweep
       journal.json               present only while a restore runs
       sessions/<name>.json       a session's redo stack and open checkpoint
@@ -305,6 +306,7 @@ class StorePaths:
         "socket",
         "stat_cache",
         "summaries",
+        "timestamps",
     )
 
     def __init__(self, directory: str) -> None:
@@ -323,6 +325,8 @@ class StorePaths:
         self.cache = os.path.join(directory, "cache")
         self.stat_cache = os.path.join(self.cache, "stat")
         self.listing_cache = os.path.join(self.cache, "dirs")
+        self.timestamps = os.path.join(self.cache, "timestamps")
+        """The file system's timestamp tick in ns, once times without a fraction were seen."""
         self.generation = os.path.join(directory, "generation")
         """Rewritten by every gc sweep, so long-lived processes drop their index."""
         self.journal = os.path.join(directory, "journal.json")
@@ -393,5 +397,5 @@ class StorePaths:
 
     @staticmethod
     def is_temp(file_name: str) -> bool:
-        """True for a temp file an interrupted write left (`fsio.write_atomic`, large objects)."""
+        """True for a temp file an interrupted write left (`StoreDir.write`, large objects)."""
         return TEMP_MARK in file_name

@@ -19,12 +19,13 @@ from worksnap.catalog import Catalog
 from worksnap.config import Retention, load_config
 from worksnap.errors import InputError, LockError, ManifestError, ObjectError
 from worksnap.history import Sessions, SessionState, check_session_name
-from worksnap.layout import StorePaths
-from worksnap.lock import StoreLock
+from worksnap.journal import journal_snapshots
+from worksnap.lock import Locks
 from worksnap.paths import Digest, Root
 from worksnap.record import loose_of
 from worksnap.retention import select_expired
 from worksnap.store import Store
+from worksnap.storedir import StoreDir
 from worksnap.treewalk import flatten, reachable
 
 
@@ -56,14 +57,17 @@ class Maintenance:
         root: Root,
         store: Store,
         *,
-        paths: StorePaths,
+        files: StoreDir,
+        locks: Locks,
         catalog: Catalog,
         sessions: Sessions,
         caches: Caches,
     ) -> None:
         self._root = root
         self._store = store
-        self._paths = paths
+        self._files = files
+        self._locks = locks
+        self._paths = files.paths
         self._catalog = catalog
         self._sessions = sessions
         self._caches = caches
@@ -73,7 +77,7 @@ class Maintenance:
         snapshot_id = self._catalog.resolve(ref, session)
         self._store.bind(self._root.path)
         self._catalog.upgrade_if_needed()
-        with StoreLock(self._paths.dir, exclusive=True):
+        with self._locks.exclusive("pin"):
             pins = self._store.pins()
             if pinned:
                 pins.add(snapshot_id)
@@ -84,7 +88,7 @@ class Maintenance:
 
     def configured_retention(self) -> Retention:
         """Returns the retention policy in the store's config (none when absent)."""
-        return load_config(self._paths).retention
+        return load_config(self._files).retention
 
     def gc(
         self,
@@ -108,12 +112,19 @@ class Maintenance:
             return GcReport(dry_run=dry_run)
         if not dry_run:
             self._catalog.upgrade_if_needed()
-        with StoreLock(self._paths.dir, exclusive=not dry_run, timeout=60.0 if wait else 0.0):
+        timeout = 60.0 if wait else 0.0
+        with (
+            self._locks.shared("gc --dry-run", timeout=timeout)
+            if dry_run
+            else self._locks.exclusive("gc", timeout=timeout)
+        ):
             summaries, _ = self._store.summaries()
             pins = self._store.pins()
             keep = pins | self._sessions.referenced(
                 without=check_session_name(drop_session) if drop_session is not None else None
             )
+            # A pending recovery rolls back to its pre-restore snapshot: it must stay.
+            keep |= journal_snapshots(self._files)
             dropped = select_expired(
                 summaries,
                 policy,
@@ -156,7 +167,7 @@ class Maintenance:
     def drop(self, snapshot_id: str) -> None:
         """Removes one snapshot now (its objects stay until the next gc sweeps them)."""
         self._catalog.upgrade_if_needed()
-        with StoreLock(self._paths.dir, exclusive=True):
+        with self._locks.exclusive("drop"):
             self._store.delete_snapshot(snapshot_id)
         self._catalog.forget_last()
 
@@ -248,7 +259,7 @@ class Maintenance:
         if not self._store.exists():
             raise InputError(f"no store at {self._paths.dir} to rebind")
         self._catalog.upgrade_if_needed()
-        with StoreLock(self._paths.dir, exclusive=True):
+        with self._locks.exclusive("rebind"):
             count = 0
             for snapshot_id in self._store.ids():
                 try:

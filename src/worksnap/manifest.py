@@ -17,7 +17,7 @@ from typing import Literal
 import msgspec
 from blake3 import blake3
 
-from worksnap.errors import InputError, ManifestError
+from worksnap.errors import InputError, ManifestError, shown
 from worksnap.paths import (
     check_path,
     is_canonical,
@@ -213,7 +213,7 @@ def _check_relpath(path: str, what: str, source: str, *, allow_git: bool = False
         and may_hold_git_name(path)
         and any(is_git_name(c) for c in path.split("/"))
     ):
-        reason = f"{what} {path!r} is inside a .git directory"
+        reason = f"{what} {shown(path)!r} is inside a .git directory"
     if reason is not None:
         raise ManifestError(source, reason)
 
@@ -258,20 +258,20 @@ def check_manifest(
     for d in manifest.dirs:
         _check_relpath(d, "dir", source)
         if d in kinds:
-            raise ManifestError(source, f"path {d!r} appears twice")
+            raise ManifestError(source, f"path {shown(d)!r} appears twice")
         kinds[d] = "dir"
     for entry in manifest.entries:
         _check_entry(entry, source)
         if entry.path in kinds:
-            raise ManifestError(source, f"path {entry.path!r} appears twice")
+            raise ManifestError(source, f"path {shown(entry.path)!r} appears twice")
         kinds[entry.path] = entry.type
     for path, kind in kinds.items():
         if store_rel is not None and is_under(path, store_rel):
-            raise ManifestError(source, f"path {path!r} is inside the store")
+            raise ManifestError(source, f"path {shown(path)!r} is inside the store")
         parent, _, _ = path.rpartition("/")
         if parent and kinds.get(parent) != "dir":
             raise ManifestError(
-                source, f"{kind} {path!r} has a parent that is not a captured directory"
+                source, f"{kind} {shown(path)!r} has a parent that is not a captured directory"
             )
     for name in ("ignored", "large", "excluded", "absent"):
         for path in getattr(manifest, name):
@@ -290,16 +290,16 @@ def check_manifest(
 def _check_entry(entry: Entry, source: str) -> None:
     _check_relpath(entry.path, entry.type, source)
     if not 0 <= entry.mode <= 0o777:
-        raise ManifestError(source, f"{entry.path!r} has mode {entry.mode:o} outside 0o777")
+        raise ManifestError(source, f"{shown(entry.path)!r} has mode {entry.mode:o} outside 0o777")
     if entry.type == "file":
         if entry.hash is None or not is_digest(entry.hash):
-            raise ManifestError(source, f"{entry.path!r} has a bad hash {entry.hash!r}")
+            raise ManifestError(source, f"{shown(entry.path)!r} has a bad hash {entry.hash!r}")
         if entry.size is None or entry.size < 0:
-            raise ManifestError(source, f"{entry.path!r} has a bad size {entry.size!r}")
+            raise ManifestError(source, f"{shown(entry.path)!r} has a bad size {entry.size!r}")
         if entry.target is not None:
-            raise ManifestError(source, f"file {entry.path!r} has a symlink target")
+            raise ManifestError(source, f"file {shown(entry.path)!r} has a symlink target")
     else:
         if not entry.target or not is_canonical(entry.target):
-            raise ManifestError(source, f"symlink {entry.path!r} has a bad target")
+            raise ManifestError(source, f"symlink {shown(entry.path)!r} has a bad target")
         if entry.hash is not None or entry.size is not None:
-            raise ManifestError(source, f"symlink {entry.path!r} has a hash or size")
+            raise ManifestError(source, f"symlink {shown(entry.path)!r} has a hash or size")

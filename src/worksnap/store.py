@@ -64,8 +64,42 @@ class ObjectStore(Protocol):
         """
         ...
 
+    def read_chunks(self, digest: str) -> Iterator[bytes]:
+        """Yields an object's bytes a bounded piece at a time, and checks them at the end.
+
+        Memory does not grow with the object's size. The bytes may be used only once
+        the iteration ends without an error.
+
+        Raises:
+            ObjectError: the object is missing or damaged.
+        """
+        ...
+
+    def check(self, digest: str) -> None:
+        """Reads an object through and checks it against its digest, in bounded memory.
+
+        Raises:
+            ObjectError: the object is missing or damaged.
+        """
+        ...
+
     def flush(self) -> None:
-        """Makes every object added so far durable and visible to other processes."""
+        """Makes every object added so far durable and visible to other processes.
+
+        On a failure nothing unpublished is left behind.
+        """
+        ...
+
+    def discard(self) -> None:
+        """Drops what was added and not yet flushed (a snapshot failed)."""
+        ...
+
+    def sweep_abandoned(self) -> int:
+        """Removes what writers that died left behind; returns the bytes freed."""
+        ...
+
+    def problems(self) -> list[str]:
+        """One line for each damaged part of the store that commands work around."""
         ...
 
     def digests(self) -> Iterator[str]:

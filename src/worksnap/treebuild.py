@@ -16,7 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 
 from worksnap.errors import ManifestError
+from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
+from worksnap.scanparts import Scan
+from worksnap.store import ObjectStore
 from worksnap.tree import (
     Built,
     Child,
@@ -151,3 +154,47 @@ def _all_in(digests: tuple[str, ...], stored: Container[str]) -> bool:
 
 def _name(child: Child) -> str:
     return child.name
+
+
+class CaptureTrees:
+    """A capture engine's trees: each capture's built from the last one's (`TreeMemo`).
+
+    Remembers what the last capture that stored its trees left out of them, so that
+    saving that snapshot does not build them again (`stored`).
+    """
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        self.memo = TreeMemo()
+        self._built: tuple[str, Loose] | None = None
+
+    def build(
+        self, entries: list[Entry], dirs: list[str], found: Scan, store_objects: bool,
+        swept: bool,
+    ) -> Digest:  # fmt: skip
+        """Builds a capture's trees (stored when `store_objects`); returns the root's digest.
+
+        `swept`: a gc swept objects since the last capture (nothing remembered is trusted).
+        """
+        if swept:
+            self.memo.forget()
+        left_out = (sorted(found.ignored), sorted(found.large), sorted(found.excluded))
+        flat = Flat(entries, dirs, *left_out)
+        write = self._store.add_tree if store_objects else _discard
+        stored = self._store.indexed() if store_objects else None
+        root, loose = self.memo.build(flat, write, stored=stored)
+        if store_objects:
+            self._built = (root, loose)
+        return root
+
+    def stored(self, manifest: Manifest) -> Loose | None:
+        """What a captured manifest's stored trees leave out (None: not known to be stored).
+
+        Given to `Catalog.save`, it spares building the trees again.
+        """
+        built = self._built
+        return built[1] if built is not None and built[0] == manifest.tree else None
+
+
+def _discard(digest: Digest, data: bytes) -> None:
+    """A tree object's `write` when nothing is stored (a capture that only compares)."""

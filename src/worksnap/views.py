@@ -88,6 +88,7 @@ def result_view(result: Result) -> View:
         "error": result.error,
         "rolled_back": result.rolled_back,
         "pre_restore": result.pre_restore,
+        "blocked": result.blocked,
     }
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from worksnap.apply import Result, apply_plan
+from worksnap.apply import ApplyPlan, Result, apply_plan
 from worksnap.caches import Caches
 from worksnap.capture import (
     DEFAULT_MAX_FILE_BYTES,
@@ -37,18 +37,13 @@ from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
 from worksnap.config import Config, Retention, configured_exclusions, load_config, set_setting
 from worksnap.diskstore import DiskStore
-from worksnap.errors import (
-    InputError,
-    SnapshotError,
-    WorksnapError,
-    api_errors,
-)
+from worksnap.errors import InputError, SnapshotError, WorksnapError, api_errors
 from worksnap.exclusion import exclusion_root
 from worksnap.extract import extract
 from worksnap.hash import Prefetch, read_file
 from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_session_name
 from worksnap.layout import store_location
-from worksnap.lock import StoreLock
+from worksnap.lock import Locks
 from worksnap.maintenance import GcReport, Maintenance
 from worksnap.manifest import Entry, Manifest, Summary, check_step, one_line
 from worksnap.migration import UpgradeReport
@@ -56,7 +51,8 @@ from worksnap.paths import fs_path, relative_to
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
-from worksnap.transaction import ApplyPlan, Restorer
+from worksnap.storedir import resolve_store
+from worksnap.transaction import Restorer
 from worksnap.watch import Watcher
 
 if TYPE_CHECKING:
@@ -156,24 +152,26 @@ class Workspace:
         self.warnings: builtins.list[str] = []
         """Problems the last snapshot met after it was stored (its retention); it stands."""
         self.session = check_session_name(session)
-        real_store = os.path.realpath(self.store_dir)
-        if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
-            # A restore would treat the store's own files as workspace files.
-            raise InputError(f"store {self.store_dir} must not be the root or contain it")
+        # Resolved once: every later access goes through the descriptor of this directory.
+        real_store, self._taken = resolve_store(self.root, os.path.abspath(self.store_dir))
         self._store_rel = relative_to(self.root, real_store)
         self._exclude = tuple(exclude)
         self._reporter = Reporter(progress)
         self._seams, self._watch = seams, watch
-        self.store = seams.open_store(self.store_dir)
-        self._wire(configured_exclusions(self.store.paths))
+        self.store = seams.open_store(real_store)
+        files = self.store.files
+        self._locks = Locks(files, on_wait=lambda note: self._reporter.notice("wait", note))
+        self._wire(configured_exclusions(files))
 
     def _wire(self, configured: builtins.list[str]) -> None:
         """Builds the parts under the exclusion rules given and configured (again on a change)."""
-        seams, paths = self._seams, self.store.paths
+        seams, files = self._seams, self.store.files
         self._configured = list(configured)
-        self._root = exclusion_root(self.root, self._store_rel, self._exclude, configured)
-        sessions = Sessions(paths)
-        caches = Caches(paths, self.root, self.store.exists)
+        self._root = exclusion_root(
+            self.root, self._store_rel, self._exclude, configured, taken=self._taken
+        )
+        sessions = Sessions(files)
+        caches = Caches(files, self.root, self.store.exists)
         watcher = Watcher() if self._watch else None
         cap = self._max_file_bytes
         self._capture = Capture(
@@ -189,11 +187,12 @@ class Workspace:
             slow_read_seconds=seams.slow_read_seconds,
             racy_margin_ns=seams.racy_margin_ns,
         )
-        self._catalog = Catalog(self.store, self._root, sessions, store_dir=self.store_dir)
+        self._catalog = Catalog(self.store, self._root, sessions, locks=self._locks)
         self._restorer = Restorer(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
+            locks=self._locks,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -203,7 +202,8 @@ class Workspace:
         self._checkpoints = Checkpoints(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
+            locks=self._locks,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -211,7 +211,8 @@ class Workspace:
         self._maintenance = Maintenance(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
+            locks=self._locks,
             catalog=self._catalog,
             sessions=sessions,
             caches=caches,
@@ -275,7 +276,7 @@ class Workspace:
 
     def _settings(self) -> tuple[Config, int]:
         """Reads the store's config (InputError if invalid) and sets the capture's cap."""
-        config = load_config(self.store.paths)
+        config = load_config(self.store.files)
         if config.exclude != self._configured:  # `worksnap config exclude` since we opened
             self._capture.close()
             self._wire(config.exclude)
@@ -287,7 +288,7 @@ class Workspace:
 
     def config(self) -> Config:
         """Returns the store's settings (the defaults when it has none)."""
-        return load_config(self.store.paths)
+        return load_config(self.store.files)
 
     def set_config(self, key: str, value: str) -> Config:
         """Sets one setting of the store (`config.SETTINGS`), creating the store if needed.
@@ -297,8 +298,8 @@ class Workspace:
             value: as a person types it (`64M`, `30d`, `true`), or `none` to clear it.
         """
         self.store.bind(self.root)
-        with StoreLock(self.store_dir, exclusive=True):
-            return set_setting(self.store.paths, key, value)
+        with self._locks.exclusive("config"):
+            return set_setting(self.store.files, key, value)
 
     # -- snapshot ------------------------------------------------------------
 
@@ -345,23 +346,27 @@ class Workspace:
             raise InputError(f"kind {kind!r} is reserved: worksnap gives it its own records")
         config, _ = self._settings()
         self.warnings = []
-        self._catalog.upgrade_if_needed(self._reporter)
         self._restorer.recover_if_interrupted(self.session)
         try:
             self.store.bind(self.root)
-            with StoreLock(self.store_dir, exclusive=False):
-                current = self._capture.capture(store_objects=True)
-                manifest = msgspec.structs.replace(
-                    current,
-                    kind=kind,
-                    step=step,
-                    label=one_line(label),
-                    session=self.session,
-                    meta=dict(meta or {}),
-                    attachments=self._catalog.store_attachments(attach),
-                )
-                trees = self._capture.stored_trees(current)  # none to build again
-                manifest = self._catalog.save(manifest, self.session, built=trees)
+            with self._locks.shared("snapshot"):
+                try:
+                    current = self._capture.capture(store_objects=True)
+                    manifest = msgspec.structs.replace(
+                        current,
+                        kind=kind,
+                        step=step,
+                        label=one_line(label),
+                        session=self.session,
+                        meta=dict(meta or {}),
+                        attachments=self._catalog.store_attachments(attach),
+                    )
+                    trees = self._capture.trees.stored(current)  # none to build again
+                    manifest = self._catalog.save(manifest, self.session, built=trees)
+                except BaseException:
+                    self.store.discard()  # a full disk must not stay full of a half pack
+                    raise
+                self.store.sweep_abandoned()  # packs of snapshots killed before publishing
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
         try:
@@ -465,9 +470,8 @@ class Workspace:
             with open(self._disk_path(entry.path), "rb") as f:
                 return f.read()
 
-        trees = [self._catalog.root_tree(r, self.session) for r in (ref, ref2) if r is not None]
-        if len(trees) == 2 and trees[0] is not None and trees[1] is not None:
-            return compare_trees(trees[0], trees[1], self.store.read), read  # skips equal subtrees
+        if (trees := self._catalog.root_trees(ref, ref2, self.session)) is not None:
+            return compare_trees(*trees, self.store.read), read  # skips equal subtrees
         old = self.load(ref)
         new = self.load(ref2) if ref2 is not None else self.capture(store_objects=False)
         return compare(old, new), read
@@ -522,7 +526,7 @@ class Workspace:
             os.fspath(directory),
             root=self._root,
             store_dir=self.store_dir,
-            read_object=self.store.read,
+            read_object=self.store.read_chunks,
             selected=None if paths is None else [self._root.named(p) for p in paths],
             progress=lambda done, total: self._reporter("write", done, total),
         )
@@ -546,9 +550,13 @@ class Workspace:
         """Previews what `recover` would change (None: no restore was interrupted)."""
         return self._restorer.plan_recover(self.session)
 
-    def recover(self) -> Result | None:
-        """Rolls back an interrupted restore; returns what it did (None: none was)."""
-        return self._restorer.recover(self.session)
+    def recover(self, *, discard: bool = False) -> Result | None:
+        """Sets back what an interrupted restore touched, the tree kept first (`discard`: not)."""
+        return self._restorer.recover(self.session, discard=discard)
+
+    def recovery_pending(self) -> str | None:
+        """One line saying that an interrupted restore awaits `recover`, or None."""
+        return self._restorer.pending()
 
     # -- steps, undo and redo ------------------------------------------------
 

@@ -24,11 +24,23 @@ __all__ = ["STORE", "tree_state", "write"]
 
 
 def cli(*args: str, seams: Seams | None = None) -> tuple[int, str, str]:
-    """Runs the command line in this process; returns (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
+    """Runs the command line in this process; returns (exit code, stdout, stderr).
+
+    The streams have a `buffer`, as real ones do: `diff` and `cat` write bytes.
+    """
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(args), seams=seams)
-    return code, out.getvalue(), err.getvalue()
+    out.flush()
+    err.flush()
+    return code, *(_text(stream) for stream in (out, err))  # type: ignore[return-value]
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    raw = stream.buffer
+    assert isinstance(raw, io.BytesIO)
+    return raw.getvalue().decode("utf-8", "replace")
 
 
 def store_files(root: Path) -> set[str]:
