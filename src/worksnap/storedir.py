@@ -229,6 +229,21 @@ class StoreDir:
         with self._parent(path, create=True) as (parent, name):
             os.close(self._open_dir(parent, name, path, create=True))
 
+    def _open_regular(self, path: str, flags: int, *, create: bool) -> int:
+        """Opens a regular store file with `flags` (which hold O_NOFOLLOW); refuses all else."""
+        with self._parent(path, create=create) as (parent, name):
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                    raise self._wrong(path, "a regular file") from None
+                raise
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise _refuse(path, mode, "a regular file")
+        return fd
+
     # -- reading -----------------------------------------------------------------
 
     def open_file(self, path: str) -> int:
@@ -240,18 +255,7 @@ class StoreDir:
             FileNotFoundError: it does not exist (or a folder above it does not).
             StoreError: it, or a folder above it, is not what the layout says.
         """
-        with self._parent(path) as (parent, name):
-            try:
-                fd = os.open(name, _READ, dir_fd=parent)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-                    raise self._wrong(path, "a regular file") from None
-                raise
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            raise _refuse(path, mode, "a regular file")
-        return fd
+        return self._open_regular(path, _READ, create=False)
 
     def read(self, path: str, *, limit: int) -> bytes:
         """Returns a store file's bytes, at most `limit` of them.
@@ -373,18 +377,7 @@ class StoreDir:
         Raises:
             StoreError: something other than a regular file is there.
         """
-        with self._parent(path, create=True) as (parent, name):
-            try:
-                fd = os.open(name, _LOCK, 0o644, dir_fd=parent)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-                    raise self._wrong(path, "a regular file") from None
-                raise
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            raise _refuse(path, mode, "a regular file")
-        return fd
+        return self._open_regular(path, _LOCK, create=True)
 
     def rename(self, src: str, dst: str) -> None:
         """Renames a store file within one folder of the store, then makes it durable."""
