@@ -467,11 +467,18 @@ class Terminal:
 
     def run(self, root: Path, *args: str) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
-        return subprocess.Popen(
-            [sys.executable, "-m", "worksnap", "--root", str(root), *args],
-            stdin=self.slave, stdout=self.slave, stderr=self.slave,
-            env={**env, "PYTHONPATH": SRC},
-        )  # fmt: skip
+        # As a person's shell starts a foreground job: with Ctrl-C not ignored, even when
+        # the tests themselves run in the background, which inherits SIGINT as ignored
+        # (a handled signal is reset to its default in the child; an ignored one is not).
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "worksnap", "--root", str(root), *args],
+                stdin=self.slave, stdout=self.slave, stderr=self.slave,
+                env={**env, "PYTHONPATH": SRC},
+            )  # fmt: skip
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def read_until(self, text: bytes, timeout: float = 30) -> bytes:
         import select
