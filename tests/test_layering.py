@@ -38,6 +38,7 @@ LEVELS: dict[str, int] = {
     "tree": 1,
     "treewalk": 1,
     "record": 1,
+    "remote.formats": 1,
     # 2: one mechanism each
     "store": 2,
     "diskstore": 2,
@@ -55,6 +56,7 @@ LEVELS: dict[str, int] = {
     "retention": 2,
     "history": 2,
     "diff": 2,
+    "remote.repository": 2,
     # 3: one responsibility each, built from the mechanisms
     "capture": 3,
     "catalog": 3,
@@ -62,6 +64,8 @@ LEVELS: dict[str, int] = {
     "checkpoints": 3,
     "maintenance": 3,
     "extract": 3,
+    "remote.sync": 3,
+    "remote.gc": 3,
     # 4: the API
     "workspace": 4,
     "session": 4,

@@ -1,0 +1,544 @@
+"""Push, pull, gc and verify of a remote repository, on `file://` and on S3 (moto on 127.0.0.1).
+
+Each test body runs against both backends. Snapshots are real: captured by a
+`Workspace`, their trees built by `treewalk.from_flat` into a real `DiskStore`
+(`remote_local.py`). Kills are real `SIGKILL`s of a pushing subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import worksnap
+from worksnap.errors import RemoteError
+from worksnap.paths import Digest
+from worksnap.record import Record
+from worksnap.remote import RefusedStoreError, Transport, open_transport
+from worksnap.remote.gc import collect, verify
+from worksnap.remote.repository import CONFIG_KEY, Repository, index_key, pack_key, ref_key
+from worksnap.remote.sync import pull, push
+from worksnap.treewalk import Flat
+from worksnap.workspace import Workspace
+
+from .conftest import write
+from .remote_local import Counting, DirLocal, capture
+from .s3server import MotoServer
+
+SRC = str(Path(worksnap.__file__).resolve().parents[1])
+TESTS_PARENT = str(Path(__file__).resolve().parents[1])
+BUCKET = "worksnap-sync"
+
+for _name in [n for n in os.environ if n.startswith("AWS_")]:
+    os.environ.pop(_name, None)
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[MotoServer]:
+    server = MotoServer()
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+@dataclass
+class Remote:
+    """One empty remote: its URL and the environment that reaches it."""
+
+    url: str
+    env: dict[str, str]
+
+    def transport(self) -> Transport:
+        return open_transport(self.url, environ=self.env)
+
+    def repo(self, transport: Transport | None = None, cache: Path | None = None) -> Repository:
+        cache_dir = str(cache) if cache is not None else None
+        return Repository.open(transport or self.transport(), cache=cache_dir, create=True)
+
+
+@pytest.fixture(params=["file", "s3"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
+    if request.param == "file":
+        (tmp_path / "remote").mkdir()
+        return Remote(f"file://{tmp_path}/remote", {})
+    server: MotoServer = request.getfixturevalue("moto")
+    return Remote(f"s3://{BUCKET}/r-{secrets.token_hex(6)}", server.environ())
+
+
+def project(root: Path, seed: int = 0) -> None:
+    """A tree with what a restore must keep: modes, symlinks, empty dirs, odd names, big files."""
+    write(root, "src/main.py", f"print({seed})\n")
+    write(root, "src/run.sh", "#!/bin/sh\n", mode=0o755)
+    write(root, "docs/readme.md", "read me\n" * 50)
+    write(root, b"caf\xe9/\xff-name.txt", b"not utf-8 names")
+    (root / "empty" / "deeper").mkdir(parents=True)
+    os.symlink("../src/main.py", root / "docs" / "link")
+    write(root, "big.bin", secrets.token_bytes(1_200_000))  # loose locally: above 1 MiB
+    for i in range(40):
+        write(root, f"many/f{i:03d}.txt", f"{seed} {i} " * 30)
+
+
+@dataclass
+class Machine:
+    """A project root with its workspace and a local side (its store plus records)."""
+
+    root: Path
+    ws: Workspace
+    local: DirLocal
+
+    def snap(self, **options: object) -> Record:
+        return capture(self.ws, self.local, **options)
+
+
+def machine(tmp_path: Path, name: str, seed: int = 0) -> Machine:
+    root = tmp_path / name
+    root.mkdir()
+    project(root, seed)
+    ws = Workspace(root)
+    return Machine(root, ws, DirLocal(Path(ws.store_dir), tmp_path / f"{name}-records"))
+
+
+def empty_local(tmp_path: Path, name: str) -> DirLocal:
+    return DirLocal(tmp_path / f"{name}-store", tmp_path / f"{name}-records")
+
+
+def assert_same_snapshots(source: DirLocal, target: DirLocal, ids: list[str]) -> None:
+    """Records byte-equal, flat views equal, every file's bytes equal."""
+    got = target.record_bytes()
+    want = source.record_bytes()
+    for i in ids:
+        assert got[i] == want[i]
+        flat: Flat = target.flat(i)
+        assert flat == source.flat(i)
+        for entry in flat.entries:
+            if entry.hash is not None:
+                assert target.read(Digest(entry.hash)) == source.read(Digest(entry.hash))
+
+
+def local_state(local: DirLocal) -> tuple[dict[str, bytes], set[str]]:
+    local.store.close()
+    local.store._index = None  # read the store's packs again, as a new process would
+    return local.record_bytes(), set(local.store.digests())
+
+
+# ------------------------------------------------------------------ round trip
+
+
+def test_push_then_pull_round_trips_objects_and_records(remote: Remote, tmp_path: Path) -> None:
+    a = machine(tmp_path, "a")
+    first = a.snap(kind="step", step=1, label="one")
+    write(a.root, "src/main.py", "changed\n")
+    (a.root / "many" / "f003.txt").unlink()
+    second = a.snap(kind="step", step=2)
+    sent: list[tuple[int, int]] = []
+    pushed = push(
+        a.local, a_repo := remote.repo(), "default", progress=lambda b, o: sent.append((b, o))
+    )
+    assert sorted(pushed.snapshots) == sorted([first.id, second.id])
+    assert pushed.objects > 40 and sent and sent[-1][0] == pushed.bytes
+    assert push(a.local, a_repo, "default").snapshots == []  # nothing new: nothing sent
+
+    b = empty_local(tmp_path, "b")
+    pulled = pull(b, remote.repo(), "default")
+    assert sorted(pulled.snapshots) == sorted([first.id, second.id])
+    assert_same_snapshots(a.local, b, [first.id, second.id])
+    assert pull(b, remote.repo(), "default").snapshots == []
+    report = verify(remote.repo())
+    assert report.problems == [] and report.snapshots == 2
+
+
+def test_a_push_after_five_changed_files_costs_ten_requests(remote: Remote, tmp_path: Path) -> None:
+    a = machine(tmp_path, "a")
+    a.snap()
+    cache = tmp_path / "index-cache"
+    push(a.local, remote.repo(cache=cache), "default")
+    for i in range(5):
+        write(a.root, f"many/f{i * 7:03d}.txt", f"changed {i}\n" * 100)
+    record = a.snap()
+    counted = Counting(remote.transport())
+    result = push(a.local, remote.repo(counted, cache=cache), "default")
+    assert result.snapshots == [record.id]
+    assert counted.requests <= 10, counted.requests
+    assert result.bytes <= 64_000 + 5 * 1_100
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(a.local, b, [record.id])
+
+
+# ------------------------------------------------------------------ concurrency
+
+
+def test_two_pushers_in_threads_lose_nothing(remote: Remote, tmp_path: Path) -> None:
+    machines = [machine(tmp_path, f"m{i}", seed=i) for i in range(2)]
+    ids = []
+    for m in machines:
+        for step in range(3):
+            write(m.root, "src/main.py", f"step {step}\n")
+            ids.append(m.snap(kind="step", step=step).id)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run(m: Machine) -> None:
+        try:
+            barrier.wait()
+            push(m.local, remote.repo(), "default")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(m,)) for m in machines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    ref, _ = remote.repo().get_ref("default")
+    assert ref is not None and sorted(s.id for s in ref.snapshots) == sorted(ids)
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    for m in machines:
+        assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
+def push_process(
+    remote: Remote, m: Machine, *, kill_at: int = 0, pack_bytes: int = 8 << 20
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **remote.env, "PYTHONPATH": f"{SRC}:{TESTS_PARENT}"}
+    args = [sys.executable, "-m", "tests.remote_local", "push", remote.url, m.local.store.dir,
+            str(m.local.dir), "default", str(kill_at), str(pack_bytes)]  # fmt: skip
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, cwd=TESTS_PARENT)
+
+
+def test_two_pushers_in_processes_lose_nothing(remote: Remote, tmp_path: Path) -> None:
+    machines = [machine(tmp_path, f"m{i}", seed=i) for i in range(2)]
+    for m in machines:
+        for step in range(2):
+            write(m.root, "src/main.py", f"step {step}\n")
+            m.snap(kind="step", step=step)
+    procs = [push_process(remote, m, pack_bytes=16 << 10) for m in machines]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    b = empty_local(tmp_path, "b")
+    pulled = pull(b, remote.repo(), "default")
+    assert len(pulled.snapshots) == 4
+    for m in machines:
+        assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+    assert verify(remote.repo()).problems == []
+
+
+def sibling(remote: Remote, tmp_path: Path) -> Remote:
+    """Another empty remote on the same backend."""
+    if remote.url.startswith("file://"):
+        (tmp_path / "sibling").mkdir()
+        return Remote(f"file://{tmp_path}/sibling", {})
+    return Remote(f"s3://{BUCKET}/r-{secrets.token_hex(6)}", remote.env)
+
+
+def count_writes(remote: Remote, tmp_path: Path) -> int:
+    """How many writes a whole push of the kill tests' project makes (on a throwaway remote)."""
+    m = machine(tmp_path, "count")
+    m.snap()
+    counting = Counting(remote.transport())
+    push(m.local, Repository.open(counting, create=True), "default", pack_bytes=16 << 10)
+    return counting.writes
+
+
+@pytest.mark.parametrize("when", [1, 2, 3, 0.5, -2, -1])
+def test_a_push_killed_at_any_write_is_completed_by_the_next(
+    remote: Remote, tmp_path: Path, when: float
+) -> None:
+    m = machine(tmp_path, "m")
+    m.snap()
+    write(m.root, "src/main.py", "second\n")
+    m.snap()
+    fresh = Remote(remote.url, remote.env)
+    writes = count_writes(sibling(remote, tmp_path), tmp_path)
+    kill_at = int(when * writes) if isinstance(when, float) else int(when) % (writes + 1)
+    kill_at = kill_at or writes
+    assert 0 < kill_at <= writes
+    proc = push_process(fresh, m, kill_at=kill_at, pack_bytes=16 << 10)
+    assert proc.wait(timeout=120) == -9
+    repo = fresh.repo()
+    assert verify(repo).problems == []  # what a pull can see is whole, even now
+    push(m.local, repo, "default", pack_bytes=16 << 10)
+    assert verify(repo).problems == []
+    b = empty_local(tmp_path, "b")
+    assert len(pull(b, repo, "default").snapshots) == 2
+    assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
+# ------------------------------------------------------------------ untrusted remote
+
+
+def replace(transport: Transport, key: str, data: bytes) -> None:
+    transport.delete(key)
+    assert transport.put_if_absent(key, data)
+
+
+def flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+
+def tamper_pack(repo: Repository) -> str:
+    index = max(repo.load_indexes().values(), key=lambda i: i.size)
+    biggest = max(index.entries, key=lambda e: e.length)
+    key = pack_key(index.pack)
+    data = repo.transport.get(key, max_bytes=index.size)
+    replace(repo.transport, key, flip(data, biggest.offset + biggest.length // 2))
+    return key
+
+
+def tamper_index(repo: Repository) -> str:
+    digest = sorted(repo.index_digests())[0]
+    key = index_key(digest)
+    data = repo.transport.get(key, max_bytes=1 << 24)
+    replace(repo.transport, key, flip(data, len(data) // 2))
+    return key
+
+
+def tamper_record(repo: Repository) -> str:
+    ref, _ = repo.get_ref("default")
+    assert ref is not None
+    key = f"snapshots/{ref.snapshots[0].id}"
+    data = repo.transport.get(key, max_bytes=1 << 20)
+    replace(repo.transport, key, data.replace(b'"kind":"manual"', b'"kind":"step"'))
+    return key
+
+
+def tamper_ref(repo: Repository) -> str:
+    key = ref_key("default")
+    found = repo.transport.get_ref(key)
+    assert found is not None
+    assert repo.transport.swap_ref(
+        key, found.data.replace(b'"version":1', b'"version":1 '), found.etag
+    )
+    return key
+
+
+def tamper_config(repo: Repository) -> str:
+    data = repo.transport.get(CONFIG_KEY, max_bytes=4096)
+    replace(repo.transport, CONFIG_KEY, data.replace(b'"id":"', b'"id":"x'))
+    return CONFIG_KEY
+
+
+def newer_config(repo: Repository) -> str:
+    data = repo.transport.get(CONFIG_KEY, max_bytes=4096)
+    replace(repo.transport, CONFIG_KEY, data.replace(b'"version":1', b'"version":2'))
+    return CONFIG_KEY
+
+
+@pytest.mark.parametrize(
+    "tamper", [tamper_pack, tamper_index, tamper_record, tamper_ref, tamper_config, newer_config]
+)
+def test_a_tampered_remote_is_refused_and_the_local_store_untouched(
+    remote: Remote, tmp_path: Path, tamper: Callable[[Repository], str]
+) -> None:
+    a = machine(tmp_path, "a")
+    a.snap()
+    push(a.local, remote.repo(), "default")
+    b = empty_local(tmp_path, "b")
+    before = local_state(b)
+    key = tamper(remote.repo())
+    with pytest.raises(RemoteError) as caught:
+        pull(b, remote.repo(), "default")
+    message = str(caught.value)
+    assert "\n" not in message and key in message, message
+    if tamper is newer_config:
+        assert "upgrade worksnap" in message
+    assert local_state(b) == before
+    assert b.saved == []
+
+
+def test_a_hostile_tree_is_refused_by_the_codec(remote: Remote, tmp_path: Path) -> None:
+    from worksnap.hash import hash_bytes
+    from worksnap.record import encode_record
+    from worksnap.remote.repository import PackBuilder
+    from worksnap.tree import File, Tree, encode_node
+
+    a = machine(tmp_path, "a")
+    good = a.snap()
+    content = b"payload"
+    hostile = encode_node(
+        Tree(
+            version=2,
+            children=[
+                File(name="..", mode=0o644, size=7, digest=bytes.fromhex(hash_bytes(content)))
+            ],
+        )
+    )
+    repo = remote.repo()
+    builder = PackBuilder(trees=True)
+    builder.add(hash_bytes(hostile), hostile)
+    builder.add(hash_bytes(content), content)
+    repo.put_pack(builder)
+    import msgspec
+
+    record = msgspec.structs.replace(good, tree=hash_bytes(hostile))
+    listed = repo.put_record(record)
+    repo.add_to_ref("default", [listed])
+    assert encode_record(record) != encode_record(good)
+    b = empty_local(tmp_path, "b")
+    before = local_state(b)
+    with pytest.raises(RemoteError, match="refused"):
+        pull(b, remote.repo(), "default")
+    assert local_state(b) == before
+
+
+def test_a_store_without_conditional_writes_is_refused_on_add(
+    remote: Remote, tmp_path: Path
+) -> None:
+    if remote.url.startswith("s3://"):
+        server = MotoServer(ignore_conditions=True)
+        try:
+            server.create_bucket(BUCKET)
+            transport = open_transport(f"s3://{BUCKET}/x", environ=server.environ())
+            with pytest.raises(RefusedStoreError, match="conditional writes"):
+                Repository.add(transport)
+            assert list(transport.list_keys()) == []
+        finally:
+            server.stop()
+        return
+    transport = Overwriting(remote.transport())
+    with pytest.raises(RefusedStoreError, match="conditional writes"):
+        Repository.add(transport)  # type: ignore[arg-type]
+    assert list(transport.list_keys()) == []
+    Repository.add(remote.transport())  # the same directory, honestly served: accepted
+
+
+class Overwriting(Counting):
+    """A store that ignores If-None-Match: every create overwrites."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self.inner.delete(key)
+        return self.inner.put_if_absent(key, data)
+
+    def probe(self) -> None:
+        from worksnap.remote.transport import probe_transport
+
+        probe_transport(self)  # type: ignore[arg-type]
+
+
+def test_wrong_credentials_give_one_line(moto: MotoServer) -> None:
+    transport = open_transport(
+        f"s3://{BUCKET}/creds", environ=moto.environ(AWS_SECRET_ACCESS_KEY="not-the-secret")
+    )
+    moto.require_auth(True)
+    try:
+        with pytest.raises(RemoteError) as caught:
+            Repository.open(transport, create=True)
+    finally:
+        moto.require_auth(False)
+    assert "\n" not in str(caught.value)
+    assert "not-the-secret" not in str(caught.value)
+
+
+# ------------------------------------------------------------------ gc
+
+
+class FailingRef(Counting):
+    """A transport whose ref writes fail: a push that dies just before its last step."""
+
+    def swap_ref(self, key: str, data: bytes, expected_etag: str | None) -> bool:
+        if key.startswith("refs/"):
+            raise RemoteError(self.url, "injected failure", key=key)
+        return self.inner.swap_ref(key, data, expected_etag)
+
+
+def leave_a_dead_push(remote: Remote, m: Machine) -> None:
+    with pytest.raises(RemoteError, match="injected"):
+        push(m.local, remote.repo(FailingRef(remote.transport())), "default")
+
+
+def keys(remote: Remote, prefix: str) -> set[str]:
+    return {e.key for e in remote.transport().list_keys(prefix)}
+
+
+def test_gc_sweeps_a_dead_push_only_after_the_grace_period(remote: Remote, tmp_path: Path) -> None:
+    import time
+
+    from worksnap.remote.repository import GRACE
+
+    m = machine(tmp_path, "m")
+    m.snap()
+    leave_a_dead_push(remote, m)
+    packs, records = keys(remote, "data"), keys(remote, "snapshots")
+    assert packs and records
+    t = time.time()
+    result = collect(remote.repo(), now=lambda: t)
+    assert (result.condemned, result.deleted_packs, result.deleted_records) == (0, 0, 0)
+    result = collect(remote.repo(), now=lambda: t + 2 * GRACE)
+    assert result.condemned == len(keys(remote, "index")) and result.deleted_records == 1
+    assert keys(remote, "data") == packs
+    result = collect(remote.repo(), now=lambda: t + 4 * GRACE)
+    assert result.deleted_packs == len(packs)
+    assert keys(remote, "data") == set() and keys(remote, "index") == set()
+    push(m.local, remote.repo(), "default")
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
+@pytest.mark.parametrize("race", ["fast", "slow", "condemned"])
+def test_gc_racing_a_push_loses_nothing(remote: Remote, tmp_path: Path, race: str) -> None:
+    """A push needs the objects of a dead push's pack while gc condemns and deletes it.
+
+    fast: gc condemns the pack after the push looked, the push ends within the grace.
+    slow: gc condemns it and, a grace period later, deletes it while the push still runs.
+    condemned: gc condemned it before the push looked; it is deleted while the push runs.
+    """
+    import time
+
+    from worksnap.remote.repository import GRACE
+
+    m = machine(tmp_path, "m")
+    m.snap()
+    leave_a_dead_push(remote, m)
+    t = time.time()
+    calls: list[float] = []
+    if race == "condemned":
+        assert collect(remote.repo(), now=lambda: t + 2 * GRACE).condemned > 0
+
+    def clock() -> float:
+        # The push's clock: read when it surveys the remote, then before writing records.
+        calls.append(0)
+        if len(calls) == 2:  # between the survey and the records: gc runs
+            if race != "condemned":
+                collect(remote.repo(), now=lambda: t + 2 * GRACE)
+            if race != "fast":
+                collect(remote.repo(), now=lambda: t + 4 * GRACE)
+                assert not keys(remote, "data") & dead  # the dead push's packs are gone
+            return 1000.0 + (GRACE if race == "slow" else 0)
+        return 1000.0
+
+    dead = keys(remote, "data")
+    result = push(m.local, remote.repo(), "default", clock=clock)
+    assert result.objects == 0 if race == "fast" else result.objects > 0
+    collect(remote.repo(), now=lambda: t + 6 * GRACE)
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
+def test_two_gcs_never_run_at_once(remote: Remote) -> None:
+    import time
+
+    from worksnap.remote.gc import LEASE_SECONDS, GcLease
+
+    repo = remote.repo()
+    holder = GcLease(repo, time.time)
+    holder.acquire()
+    with pytest.raises(RemoteError, match="another gc"):
+        collect(remote.repo())
+    later = time.time() + LEASE_SECONDS + 1
+    collect(remote.repo(), now=lambda: later)  # an expired lease is taken over
+    with pytest.raises(RemoteError, match="lost its lease"):
+        holder.renew()
