@@ -250,7 +250,13 @@ def count_writes(remote: Remote, tmp_path: Path) -> int:
     return counting.writes
 
 
-@pytest.mark.parametrize("when", [1, 2, 3, 0.5, -2, -1])
+# The kill points: before the 1st, 2nd, 3rd, middle, second-to-last and last write; with
+# WORKSNAP_REMOTE_KILL_POINTS=N, before each of N evenly spread writes instead.
+_POINTS = int(os.environ.get("WORKSNAP_REMOTE_KILL_POINTS", "0"))
+KILL_POINTS = [(i + 1) / _POINTS for i in range(_POINTS)] if _POINTS else [1, 2, 3, 0.5, -2, -1]
+
+
+@pytest.mark.parametrize("when", KILL_POINTS)
 def test_a_push_killed_at_any_write_is_completed_by_the_next(
     remote: Remote, tmp_path: Path, when: float
 ) -> None:
@@ -260,7 +266,7 @@ def test_a_push_killed_at_any_write_is_completed_by_the_next(
     m.snap()
     fresh = Remote(remote.url, remote.env)
     writes = count_writes(sibling(remote, tmp_path), tmp_path)
-    kill_at = int(when * writes) if isinstance(when, float) else int(when) % (writes + 1)
+    kill_at = round(when * writes) if isinstance(when, float) else int(when) % (writes + 1)
     kill_at = kill_at or writes
     assert 0 < kill_at <= writes
     proc = push_process(fresh, m, kill_at=kill_at, pack_bytes=16 << 10)
@@ -542,3 +548,27 @@ def test_two_gcs_never_run_at_once(remote: Remote) -> None:
     collect(remote.repo(), now=lambda: later)  # an expired lease is taken over
     with pytest.raises(RemoteError, match="lost its lease"):
         holder.renew()
+
+
+def test_a_fifo_or_symlink_in_the_index_cache_is_passed_over(
+    remote: Remote, tmp_path: Path
+) -> None:
+    a = machine(tmp_path, "a")
+    a.snap()
+    cache = tmp_path / "cache"
+    repo = remote.repo(cache=cache)
+    push(a.local, repo, "default")
+    write(a.root, "src/main.py", "second\n")
+    a.snap()
+    push(a.local, repo, "default")
+    planted = sorted(p for p in (cache / repo.config.id).iterdir())
+    assert len(planted) >= 2
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not an index")
+    planted[0].unlink()
+    os.mkfifo(planted[0])  # a reader that opens it would wait forever
+    planted[1].unlink()
+    planted[1].symlink_to(secret)
+    b = empty_local(tmp_path, "b")
+    assert pull(b, remote.repo(cache=cache), "default").snapshots
+    assert_same_snapshots(a.local, b, [r.id for r in a.local.records("default")])

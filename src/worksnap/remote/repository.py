@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -256,11 +257,21 @@ class Repository:
     def _cached(self, digest: str) -> PackIndex | None:
         if self._cache is None:
             return None
+        # Never through a symlink, never waiting on a FIFO: anything odd is fetched again.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            with open(os.path.join(self._cache, digest), "rb") as f:
+            fd = os.open(os.path.join(self._cache, digest), flags)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            with open(fd, "rb", closefd=False) as f:
                 data = f.read(formats.MAX_INDEX_BYTES + 1)
         except OSError:
             return None
+        finally:
+            os.close(fd)
         if blake3(data).hexdigest() != digest:
             return None  # a damaged cache entry is fetched again
         return formats.decode_index(data, self.url, index_key(digest))
