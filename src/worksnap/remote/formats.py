@@ -32,6 +32,8 @@ MAX_INDEX_BYTES = 16 << 20
 """An index lists at most a few hundred thousand objects (about 50 bytes each)."""
 MAX_STATE_BYTES = 16 << 20
 SALT_BYTES = 16
+MAX_OBJECT_BYTES = 1 << 30
+"""The largest object an index may list (unpacked): decompression allocates that much."""
 
 _T = TypeVar("_T")
 
@@ -206,6 +208,10 @@ def decode_index(data: bytes, remote: str, key: str) -> PackIndex:
             raise refuse("an object digest is not 32 bytes")
         if entry.offset != offset or entry.length <= 0 or entry.raw < 0:
             raise refuse("its objects do not lie end to end")
+        if entry.raw > MAX_OBJECT_BYTES:
+            raise refuse(
+                f"an object of {entry.raw} bytes, more than the {MAX_OBJECT_BYTES} allowed"
+            )
         offset += entry.length
     if offset != index.size or not index.entries:
         raise refuse(f"its objects add up to {offset} bytes, not the pack's {index.size}")
