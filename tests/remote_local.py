@@ -3,7 +3,7 @@
 Snapshots are captured by a real `Workspace` (format 1 manifests, real packs); their
 trees are built with `treewalk.from_flat` into the same store, and their records
 (`record.record_of`) kept as files. Also a script for the push killed with kill -9:
-`python -m tests.remote_local push URL STORE RECORDS SESSION KILL_AT PACK_BYTES`.
+`python -m tests.remote_local push|pull URL STORE RECORDS SESSION KILL_AT PACK_BYTES`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from worksnap.workspace import Workspace
 class DirLocal:
     """The local side: objects in a `DiskStore` at `store`, records as files in `records`."""
 
-    def __init__(self, store: Path, records: Path) -> None:
+    def __init__(self, store: Path, records: Path, *, kill_at_add: int = 0) -> None:
+        self.kill_at_add = kill_at_add
         self.store = DiskStore(str(store))
         self.store.create()
         self.dir = records
@@ -51,6 +52,9 @@ class DirLocal:
         return self.store.has(digest)
 
     def add(self, digest: Digest, data: bytes) -> None:
+        self.kill_at_add -= 1
+        if self.kill_at_add == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
         self.store.add(digest, data)
 
     def flush(self) -> None:
@@ -132,9 +136,13 @@ class Counting:
 
 def _main(argv: list[str]) -> None:
     from worksnap.remote.repository import Repository
-    from worksnap.remote.sync import push
+    from worksnap.remote.sync import pull, push
 
     command, url, store, records, session, kill_at, pack_bytes = argv
+    if command == "pull":  # killed at the kill_at-th object added locally
+        local = DirLocal(Path(store), Path(records), kill_at_add=int(kill_at))
+        pull(local, Repository.open(open_transport(url)), session)
+        return
     assert command == "push"
     transport = Counting(open_transport(url), kill_at=int(kill_at))
     local = DirLocal(Path(store), Path(records))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import worksnap
-from worksnap.errors import RemoteError
+from worksnap.errors import InputError, RemoteError
 from worksnap.paths import Digest
 from worksnap.record import Record
 from worksnap.remote import RefusedStoreError, Transport, open_transport
@@ -208,11 +208,18 @@ def test_two_pushers_in_threads_lose_nothing(remote: Remote, tmp_path: Path) -> 
 
 
 def push_process(
-    remote: Remote, m: Machine, *, kill_at: int = 0, pack_bytes: int = 8 << 20
+    remote: Remote,
+    m: Machine | DirLocal,
+    *,
+    kill_at: int = 0,
+    pack_bytes: int = 8 << 20,
+    command: str = "push",
 ) -> subprocess.Popen[bytes]:
+    """A `push` (or `pull`) in a process of its own, killed at its `kill_at`-th write (or add)."""
     env = {**os.environ, **remote.env, "PYTHONPATH": f"{SRC}:{TESTS_PARENT}"}
-    args = [sys.executable, "-m", "tests.remote_local", "push", remote.url, m.local.store.dir,
-            str(m.local.dir), "default", str(kill_at), str(pack_bytes)]  # fmt: skip
+    local = m.local if isinstance(m, Machine) else m
+    args = [sys.executable, "-m", "tests.remote_local", command, remote.url, local.store.dir,
+            str(local.dir), "default", str(kill_at), str(pack_bytes)]  # fmt: skip
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, cwd=TESTS_PARENT)
 
 
@@ -572,3 +579,28 @@ def test_a_fifo_or_symlink_in_the_index_cache_is_passed_over(
     b = empty_local(tmp_path, "b")
     assert pull(b, remote.repo(cache=cache), "default").snapshots
     assert_same_snapshots(a.local, b, [r.id for r in a.local.records("default")])
+
+
+@pytest.mark.parametrize("kill_at", [1, 5, 30])
+def test_a_pull_killed_half_way_leaves_no_record_and_the_next_completes(
+    remote: Remote, tmp_path: Path, kill_at: int
+) -> None:
+    m = machine(tmp_path, "m")
+    m.snap()
+    push(m.local, remote.repo(), "default", pack_bytes=16 << 10)
+    b = empty_local(tmp_path, "b")
+    proc = push_process(remote, b, kill_at=kill_at, command="pull")
+    assert proc.wait(timeout=120) == -9
+    b = empty_local(tmp_path, "b")
+    assert b.record_bytes() == {}
+    for digest in b.store.digests():  # whatever the killed pull left is whole
+        b.read(Digest(digest))
+    assert len(pull(b, remote.repo(), "default").snapshots) == 1
+    assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
+def test_pushing_an_unknown_snapshot_is_refused(remote: Remote, tmp_path: Path) -> None:
+    m = machine(tmp_path, "m")
+    m.snap()
+    with pytest.raises(InputError, match="no snapshot 0123456789ab"):
+        push(m.local, remote.repo(), "default", ids=["0123456789ab"])

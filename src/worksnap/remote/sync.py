@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from worksnap.errors import ManifestError, RemoteError
+from worksnap.errors import InputError, ManifestError, RemoteError
 from worksnap.paths import Digest
 from worksnap.record import Record
 from worksnap.remote.formats import PackIndex
@@ -143,12 +143,16 @@ def push(
     Raises:
         RemoteError: the remote failed (nothing a pull could see is half-written).
         ObjectError: a local object is missing or damaged.
+        InputError: one of `ids` is no snapshot of the session.
     """
     ref, etag = repo.get_ref(session)
     on_remote = {s.id for s in ref.snapshots} if ref is not None else set()
     mine = {r.id: r for r in local.records(session)}
     wanted = set(mine) - on_remote if ids is None else set(ids)
-    records = sorted((mine[i] for i in wanted if i in mine), key=lambda r: (r.time, r.id))
+    unknown = sorted(wanted - mine.keys())
+    if unknown:
+        raise InputError(f"session {session!r} has no snapshot {unknown[0]} to push")
+    records = sorted((mine[i] for i in wanted), key=lambda r: (r.time, r.id))
     result = Result(snapshots=[r.id for r in records])
     if not records:
         return result
