@@ -82,7 +82,9 @@ def main() -> None:
             repo_env["RESTIC_REPOSITORY"] = repository
             restic(["init"], repo_env)
             started = time.perf_counter()
-            restic(["backup", "--exclude", ".worksnap", "-q", str(root)], repo_env)
+            # The same files as worksnap captures: the tree's ignore rules, spelled for restic.
+            excludes = [".worksnap", "node_modules", "__pycache__", ".venv", "*.tmp", "generated"]
+            restic(["backup", "-q", *(f"--exclude={e}" for e in excludes), str(root)], repo_env)
             note("restic first backup s", time.perf_counter() - started)
             note("restic MB stored", stored_bytes(f"s3://{BUCKET}/restic-{run}", env) / 1e6)
 
