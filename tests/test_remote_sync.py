@@ -621,3 +621,40 @@ def test_pushing_an_unknown_snapshot_is_refused(remote: Remote, tmp_path: Path) 
     m.snap()
     with pytest.raises(InputError, match="no snapshot 0123456789ab"):
         push(m.local, remote.repo(), "default", ids=["0123456789ab"])
+
+
+def test_a_different_snapshot_under_a_taken_id_is_refused_not_overwritten(
+    remote: Remote, tmp_path: Path
+) -> None:
+    import msgspec
+
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b", seed=1)
+    first = a.snap()
+    push(a.local, remote.repo(), "default")
+    own = b.snap()
+    (b.local.dir / own.id).unlink()
+    b.local.save_record(msgspec.structs.replace(own, id=first.id))  # 48 random bits, equal
+    with pytest.raises(RemoteError, match="a different snapshot with this id"):
+        push(b.local, remote.repo(), "default", ids=[first.id])
+    c = empty_local(tmp_path, "c")
+    pull(c, remote.repo(), "default")
+    assert c.record_bytes() == {first.id: a.local.record_bytes()[first.id]}
+
+
+def test_a_second_pull_fetches_only_what_changed(remote: Remote, tmp_path: Path) -> None:
+    a = machine(tmp_path, "a")
+    a.snap()
+    push(a.local, remote.repo(), "default")
+    b = empty_local(tmp_path, "b")
+    seen: list[tuple[int, int]] = []
+    first = pull(b, remote.repo(), "default", progress=lambda n, o: seen.append((n, o)))
+    assert seen and seen == sorted(seen) and seen[-1] == (first.bytes, first.objects)
+    for i in range(3):
+        write(a.root, f"many/f{i:03d}.txt", f"new {i}\n")
+    second_id = a.snap().id
+    push(a.local, remote.repo(), "default")
+    second = pull(b, remote.repo(), "default")
+    assert second.snapshots == [second_id]
+    assert second.objects <= 3 + 3  # 3 files, the root tree and the `many` tree (+ slack)
+    assert second.bytes < first.bytes / 20
+    assert_same_snapshots(a.local, b, [second_id])

@@ -296,6 +296,7 @@ def pull(
         if digest in fetched:
             local.add(Digest(digest), fetched[digest])
             result.objects += 1
+    progress(result.bytes, result.objects)
     for digest, data in repo.read_objects(data_places.items()):
         local.add(Digest(digest), data)
         result.objects += 1
