@@ -658,3 +658,52 @@ def test_a_second_pull_fetches_only_what_changed(remote: Remote, tmp_path: Path)
     assert second.objects <= 3 + 3  # 3 files, the root tree and the `many` tree (+ slack)
     assert second.bytes < first.bytes / 20
     assert_same_snapshots(a.local, b, [second_id])
+
+
+def test_remote_gc_with_retention_drops_old_snapshots_and_later_their_objects(
+    remote: Remote, tmp_path: Path
+) -> None:
+    import time
+
+    from worksnap.config import Retention
+    from worksnap.remote.repository import GRACE
+
+    m = machine(tmp_path, "m")
+    old = m.snap(kind="step", step=1)
+    push(m.local, remote.repo(), "default", pack_bytes=16 << 10)  # big.bin: a pack alone
+    write(m.root, "only-in-the-new.txt", "new\n")
+    (m.root / "big.bin").unlink()  # the old snapshot's 1.2 MB, in no other snapshot
+    new = [m.snap(kind="step", step=2), m.snap(kind="step", step=3)]
+    push(m.local, remote.repo(), "default")
+    t = time.time()
+    result = collect(remote.repo(), retention=Retention(keep_last=2), now=lambda: t)
+    assert result.forgotten == [old.id]
+    ref, _ = remote.repo().get_ref("default")
+    assert ref is not None and sorted(s.id for s in ref.snapshots) == sorted(r.id for r in new)
+    before = sum(e.size for e in remote.transport().list_keys("data"))
+    assert collect(remote.repo(), now=lambda: t + 2 * GRACE).deleted_records == 1
+    assert collect(remote.repo(), now=lambda: t + 4 * GRACE).deleted_packs >= 1
+    after = sum(e.size for e in remote.transport().list_keys("data"))
+    assert before - after > 1_000_000  # the big file went with the old snapshot's pack
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    assert sorted(pull(b, remote.repo(), "default").snapshots) == sorted(r.id for r in new)
+    assert_same_snapshots(m.local, b, [r.id for r in new])
+
+
+def test_remote_retention_by_size_counts_the_remote_s_objects(
+    remote: Remote, tmp_path: Path
+) -> None:
+    from worksnap.config import Retention
+
+    m = machine(tmp_path, "m")
+    ids = []
+    for step in range(3):
+        write(m.root, "src/main.py", f"step {step}\n")
+        ids.append(m.snap(kind="step", step=step).id)
+    push(m.local, remote.repo(), "default")
+    # The newest stays whatever its size; each older one adds its own main.py: no room.
+    result = collect(remote.repo(), retention=Retention(max_bytes="1KB"))
+    assert result.forgotten == sorted(ids[:2])
+    ref, _ = remote.repo().get_ref("default")
+    assert ref is not None and [s.id for s in ref.snapshots] == [ids[2]]

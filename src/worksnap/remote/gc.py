@@ -28,17 +28,21 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from blake3 import blake3
 
+from worksnap.config import Retention
 from worksnap.errors import ManifestError, ObjectError, RemoteError
 from worksnap.paths import Digest
+from worksnap.record import Record, summary_of
 from worksnap.remote import formats
 from worksnap.remote.formats import Condemned, GcState, Lease, Listed
 from worksnap.remote.repository import (
     GRACE,
     LEASE_KEY,
     STATE_KEY,
+    Location,
     Repository,
     TreeReader,
     index_key,
@@ -47,6 +51,7 @@ from worksnap.remote.repository import (
     record_key,
     unpack_object,
 )
+from worksnap.retention import select_expired
 from worksnap.treewalk import reachable
 
 LEASE_SECONDS = 900.0
@@ -62,6 +67,8 @@ class GcResult:
     deleted_packs: int = 0
     deleted_bytes: int = 0
     deleted_records: int = 0
+    forgotten: list[str] = field(default_factory=list)
+    """Snapshots the retention policy dropped from the refs."""
 
 
 class GcLease:
@@ -118,9 +125,22 @@ class GcLease:
 
 
 def collect(
-    repo: Repository, *, grace: float = GRACE, now: Callable[[], float] = time.time
+    repo: Repository,
+    *,
+    retention: Retention | None = None,
+    keep: set[str] | None = None,
+    grace: float = GRACE,
+    now: Callable[[], float] = time.time,
 ) -> GcResult:
     """Runs one remote gc (see the module's docstring).
+
+    Args:
+        repo: the repository.
+        retention: first drop from the refs the snapshots this policy expires (the
+            local gc's policy, counted over the remote's snapshots).
+        keep: snapshot ids the policy must not drop.
+        grace: nothing younger is deleted, and a condemned pack only this long after.
+        now: the wall clock (seconds since the epoch).
 
     Raises:
         RemoteError: another gc runs, the lease was lost, or the remote is damaged (a
@@ -129,9 +149,51 @@ def collect(
     lease = GcLease(repo, now)
     lease.acquire()
     try:
-        return _collect(repo, lease, grace, now)
+        dropped = []
+        if retention is not None and not retention.is_empty():
+            dropped = forget(repo, retention, keep=keep or set(), now=now())
+        result = _collect(repo, lease, grace, now)
+        result.forgotten = dropped
+        return result
     finally:
         lease.release()
+
+
+def forget(repo: Repository, policy: Retention, *, keep: set[str], now: float) -> list[str]:
+    """Drops from the refs the snapshots `policy` expires; their objects go with later sweeps.
+
+    Returns:
+        The ids dropped.
+    """
+    records: dict[str, Record] = {}
+    by_session: dict[str, list[str]] = {}
+    for session in repo.sessions():
+        ref, _ = repo.get_ref(session)
+        for listed in ref.snapshots if ref is not None else ():
+            records[listed.id] = repo.get_record(listed)
+            by_session.setdefault(session, []).append(listed.id)
+    places: dict[str, Location] | None = None
+
+    def object_sizes(snapshot_id: str) -> dict[str, int]:
+        nonlocal places
+        if places is None:
+            places = locations(repo.load_indexes())
+        record = records[snapshot_id]
+        found = reachable([Digest(record.tree)], TreeReader(repo, places))
+        return {d: places[d].raw if d in places else 0 for d in found}
+
+    expired = select_expired(
+        [summary_of(r) for r in records.values()],
+        policy,
+        keep=keep,
+        now=datetime.fromtimestamp(now, timezone.utc),
+        object_sizes=object_sizes,
+    )
+    dropping = set(expired)
+    for session, ids in sorted(by_session.items()):
+        if dropping & set(ids):
+            repo.remove_from_ref(session, dropping)
+    return sorted(dropping)
 
 
 def _collect(repo: Repository, lease: GcLease, grace: float, now: Callable[[], float]) -> GcResult:

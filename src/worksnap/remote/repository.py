@@ -459,6 +459,30 @@ class Repository:
                 return new
         raise RemoteError(self.url, "the ref kept changing; try again", key=ref_key(session))
 
+    def remove_from_ref(self, session: str, ids: Iterable[str]) -> SessionRef | None:
+        """Drops snapshots from a session's ref by compare-and-swap (remote retention).
+
+        Whatever another pusher added meanwhile is kept: each try starts from the ref
+        as it is now.
+
+        Raises:
+            RemoteError: the ref kept changing (`MAX_REF_UPDATES` lost swaps).
+        """
+        dropping = set(ids)
+        for _ in range(MAX_REF_UPDATES):
+            ref, etag = self.get_ref(session)
+            if ref is None or not dropping & {s.id for s in ref.snapshots}:
+                return ref
+            new = SessionRef(
+                version=formats.VERSION,
+                session=session,
+                snapshots=[s for s in ref.snapshots if s.id not in dropping],
+                nonce=secrets.token_hex(8),
+            )
+            if self.transport.swap_ref(ref_key(session), formats.encode_ref(new), etag):
+                return new
+        raise RemoteError(self.url, "the ref kept changing; try again", key=ref_key(session))
+
     # -- gc's objects --------------------------------------------------------------------
 
     def gc_state(self) -> tuple[GcState, str | None]:
