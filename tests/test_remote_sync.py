@@ -150,7 +150,8 @@ def test_push_then_pull_round_trips_objects_and_records(remote: Remote, tmp_path
     first = a.snap(kind="step", step=1, label="one")
     write(a.root, "src/main.py", "changed\n")
     (a.root / "many" / "f003.txt").unlink()
-    second = a.snap(kind="step", step=2)
+    second = a.snap(kind="step", step=2, attach={"transcript": b"the agent said" * 100})
+    assert second.attachments
     sent: list[tuple[int, int]] = []
     pushed = push(
         a.local, a_repo := remote.repo(), "default", progress=lambda b, o: sent.append((b, o))
@@ -163,6 +164,8 @@ def test_push_then_pull_round_trips_objects_and_records(remote: Remote, tmp_path
     pulled = pull(b, remote.repo(), "default")
     assert sorted(pulled.snapshots) == sorted([first.id, second.id])
     assert_same_snapshots(a.local, b, [first.id, second.id])
+    for digest in second.attachments.values():
+        assert b.read(Digest(digest)) == b"the agent said" * 100
     assert pull(b, remote.repo(), "default").snapshots == []
     report = verify(remote.repo())
     assert report.problems == [] and report.snapshots == 2
