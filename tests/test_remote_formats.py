@@ -18,6 +18,7 @@ from worksnap.remote.formats import (
 )
 
 D = "ab" * 32
+N = "0123456789abcdef"
 E = "cd" * 32
 
 
@@ -31,7 +32,7 @@ def index(**changes: object) -> PackIndex:
 
 def ref(**changes: object) -> SessionRef:
     fields: dict[str, object] = {"version": 1, "session": "default", "nonce": "n"}
-    fields["snapshots"] = [Listed("000000000001", D), Listed("00000000000a", E)]
+    fields["snapshots"] = [Listed("000000000001", D, N), Listed("00000000000a", E, N)]
     fields.update(changes)
     return SessionRef(**fields)  # type: ignore[arg-type]
 
@@ -94,13 +95,14 @@ def test_a_bad_index_is_refused(data: bytes, reason: str) -> None:
         (formats.encode_ref(ref(session="../x")), "bad session"),
         (
             formats.encode_ref(
-                ref(snapshots=[Listed("00000000000a", D), Listed("000000000001", D)])
+                ref(snapshots=[Listed("00000000000a", D, N), Listed("000000000001", D, N)])
             ),
             "unsorted",
         ),
-        (formats.encode_ref(ref(snapshots=[Listed("000000000001", D)] * 2)), "repeated"),
-        (formats.encode_ref(ref(snapshots=[Listed("ZZ", D)])), "bad"),
-        (formats.encode_ref(ref(snapshots=[Listed("000000000001", "x")])), "bad"),
+        (formats.encode_ref(ref(snapshots=[Listed("000000000001", D, N)] * 2)), "repeated"),
+        (formats.encode_ref(ref(snapshots=[Listed("ZZ", D, N)])), "bad"),
+        (formats.encode_ref(ref(snapshots=[Listed("000000000001", "x", N)])), "bad"),
+        (formats.encode_ref(ref(snapshots=[Listed("000000000001", D, "../x")])), "bad"),
         (formats.encode_ref(ref()).replace(b"\n", b" \n"), "canonical"),
         (formats.encode_ref(ref(version=9)), "upgrade worksnap"),
         (b'{"version":1}', "not a valid"),

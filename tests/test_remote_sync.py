@@ -24,7 +24,14 @@ from worksnap.paths import Digest
 from worksnap.record import Record
 from worksnap.remote import RefusedStoreError, Transport, open_transport
 from worksnap.remote.gc import collect, verify
-from worksnap.remote.repository import CONFIG_KEY, Repository, index_key, pack_key, ref_key
+from worksnap.remote.repository import (
+    CONFIG_KEY,
+    Repository,
+    index_key,
+    pack_key,
+    record_key,
+    ref_key,
+)
 from worksnap.remote.sync import pull, push
 from worksnap.treewalk import Flat
 from worksnap.workspace import Workspace
@@ -335,7 +342,7 @@ def tamper_index(repo: Repository) -> str:
 def tamper_record(repo: Repository) -> str:
     ref, _ = repo.get_ref("default")
     assert ref is not None
-    key = f"snapshots/{ref.snapshots[0].id}"
+    key = record_key(ref.snapshots[0].id, ref.snapshots[0].nonce)
     data = repo.transport.get(key, max_bytes=1 << 20)
     replace(repo.transport, key, data.replace(b'"kind":"manual"', b'"kind":"step"'))
     return key
@@ -637,7 +644,7 @@ def test_a_different_snapshot_under_a_taken_id_is_refused_not_overwritten(
     own = b.snap()
     (b.local.dir / own.id).unlink()
     b.local.save_record(msgspec.structs.replace(own, id=first.id))  # 48 random bits, equal
-    with pytest.raises(RemoteError, match="a different snapshot with this id"):
+    with pytest.raises(RemoteError, match=r"lists snapshot .* with another record"):
         push(b.local, remote.repo(), "default", ids=[first.id])
     c = empty_local(tmp_path, "c")
     pull(c, remote.repo(), "default")
@@ -710,3 +717,116 @@ def test_remote_retention_by_size_counts_the_remote_s_objects(
     assert result.forgotten == sorted(ids[:2])
     ref, _ = remote.repo().get_ref("default")
     assert ref is not None and [s.id for s in ref.snapshots] == [ids[2]]
+
+
+@pytest.mark.slow
+def test_gc_in_a_loop_beside_pushers_and_dying_pushes_loses_nothing(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """Real threads on real time: gc (grace 2 s) sweeps dying pushes while two pushers push."""
+    grace = 2.0
+    pushers = [machine(tmp_path, f"p{i}", seed=i) for i in range(2)]
+    dying = machine(tmp_path, "dying", seed=9)
+    swept: list[int] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def guarded(body: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                done.set()
+
+        return run
+
+    def push_loop(m: Machine) -> None:
+        step = 0
+        while not done.is_set() and step < 200:
+            write(m.root, "src/main.py", f"step {step}\n")
+            write(m.root, f"notes/{step}.txt", secrets.token_hex(200))
+            m.snap(kind="step", step=step)
+            push(m.local, remote.repo(), "default", grace=grace)
+            step += 1
+
+    def die_loop() -> None:
+        step = 0
+        while not done.is_set():
+            if step:
+                (dying.root / "junk" / f"{step - 1}.bin").unlink()
+            write(dying.root, f"junk/{step}.bin", secrets.token_bytes(3000))
+            new = dying.snap().id
+            # Its own snapshot only: what the dead pushes before it sent is dead for good.
+            repo = remote.repo(FailingRef(remote.transport()))
+            with pytest.raises(RemoteError, match="injected"):
+                push(dying.local, repo, "default", ids=[new], grace=grace)
+            step += 1
+            done.wait(0.3)
+
+    def gc_loop() -> None:
+        while not done.is_set():
+            swept.append(collect(remote.repo(), grace=grace).deleted_packs)
+            if sum(swept) >= 3:
+                done.set()
+            done.wait(0.2)
+
+    threads = [threading.Thread(target=guarded(lambda m=m: push_loop(m))) for m in pushers]
+    threads += [
+        threading.Thread(target=guarded(die_loop)),
+        threading.Thread(target=guarded(gc_loop)),
+    ]
+    for t in threads:
+        t.start()
+    done.wait(60)
+    done.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(swept) >= 3  # gc did delete packs while the pushers ran
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    for m in pushers:
+        assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
+class GcBeforeRef(Counting):
+    """Runs `gc` just before the push's ref write (after its records are written)."""
+
+    def __init__(self, inner: Transport, gc: Callable[[], object]) -> None:
+        super().__init__(inner)
+        self.gc = gc
+
+    def swap_ref(self, key: str, data: bytes, expected_etag: str | None) -> bool:
+        if key.startswith("refs/") and self.gc is not None:
+            gc, self.gc = self.gc, None  # type: ignore[assignment]
+            gc()
+        return self.inner.swap_ref(key, data, expected_etag)
+
+
+@pytest.mark.slow
+def test_a_push_never_relies_on_a_record_a_dead_push_left(remote: Remote, tmp_path: Path) -> None:
+    """The dead push's record is old and no ref lists it: gc deletes it as the next push ends.
+
+    Real time (the store dates objects; 1 s on S3): the dead push's record must be older
+    than the grace period and the new push's younger, at once.
+    """
+    import time
+
+    grace = 3.0
+    m = machine(tmp_path, "m")
+    m.snap()
+    leave_a_dead_push(remote, m)
+    time.sleep(grace + 1.5)
+
+    def gc() -> None:
+        assert collect(remote.repo(), grace=grace).deleted_records == 1
+
+    transport = GcBeforeRef(remote.transport(), gc)
+    push(m.local, remote.repo(transport), "default", grace=grace)
+    assert transport.gc is None  # it ran
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])

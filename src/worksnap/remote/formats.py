@@ -24,6 +24,7 @@ VERSION = 1
 """The repository format this worksnap writes and the newest it reads."""
 
 SNAPSHOT_ID = re.compile(r"[0-9a-f]{12}\Z")
+NONCE = re.compile(r"[0-9a-f]{16}\Z")
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 """What `history.check_session_name` accepts: each is a valid key segment as it is."""
 
@@ -74,10 +75,15 @@ class PackIndex(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 class Listed(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
-    """A snapshot of a ref: its id, and the digest of its record's bytes (checked on pull)."""
+    """A snapshot of a ref: its id, its record's digest (checked on pull), and which copy.
+
+    Each push writes a record under a new name (`nonce`): a push never relies on a
+    record already there, which gc may be deleting (an earlier, killed push's).
+    """
 
     id: str
     record: str
+    nonce: str
 
 
 class SessionRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -229,7 +235,7 @@ def decode_ref(data: bytes, remote: str, key: str) -> SessionRef:
     if (
         any(not SNAPSHOT_ID.match(i) for i in ids)
         or any(a >= b for a, b in pairwise(ids))
-        or any(not is_digest(s.record) for s in ref.snapshots)
+        or any(not is_digest(s.record) or not NONCE.match(s.nonce) for s in ref.snapshots)
     ):
         raise RemoteError(remote, "its snapshots are bad, unsorted or repeated", key=key)
     return ref

@@ -200,24 +200,24 @@ def _collect(repo: Repository, lease: GcLease, grace: float, now: Callable[[], f
     result = GcResult()
     started = now()
     state, state_etag = repo.gc_state()
-    records = repo.record_listing()
-    listed: dict[str, Listed] = {}
+    listed: list[Listed] = []
     for session in repo.sessions():
         ref, _ = repo.get_ref(session)
-        listed.update((s.id, s) for s in (ref.snapshots if ref is not None else ()))
-    absent = listed.keys() - records.keys()
+        listed.extend(ref.snapshots if ref is not None else ())
+    # Listed after the refs were read: a record a ref names was written before the ref.
+    records = repo.record_listing()
+    keys = {(s.id, s.nonce) for s in listed}
+    absent = keys - records.keys()
     if absent:
         raise RemoteError(repo.url, f"refs name snapshots with no record: {sorted(absent)[:3]}")
-    # A young record no ref lists yet is a push under way: its record is read by id.
-    young = {
-        i: None
-        for i, e in records.items()
-        if i not in listed and e.modified.timestamp() > started - grace
-    }
+    # A young record no ref lists yet is a push under way: its record is read by key.
+    young = [
+        k for k, e in records.items() if k not in keys and e.modified.timestamp() > started - grace
+    ]
     index_times = repo.index_listing()
     packs = repo.pack_listing()
     indexes = repo.load_indexes(index_times)
-    marked = _mark(repo, indexes, {**listed, **young})
+    marked = _mark(repo, indexes, listed, young)
 
     since = {c.index: c.since for c in state.condemned}
     keep: dict[str, float] = {}
@@ -259,21 +259,24 @@ def _collect(repo: Repository, lease: GcLease, grace: float, now: Callable[[], f
             repo.transport.delete(pack_key(pack))  # a killed push's, never indexed
             result.deleted_packs += 1
             result.deleted_bytes += entry.size
-    for snapshot_id, entry in sorted(records.items()):
-        if snapshot_id not in listed and entry.modified.timestamp() <= started - grace:
-            repo.transport.delete(record_key(snapshot_id))
+    for (snapshot_id, nonce), entry in sorted(records.items()):
+        if (snapshot_id, nonce) not in keys and entry.modified.timestamp() <= started - grace:
+            repo.transport.delete(record_key(snapshot_id, nonce))
             result.deleted_records += 1
     return result
 
 
 def _mark(
-    repo: Repository, indexes: dict[str, formats.PackIndex], snapshots: dict[str, Listed | None]
+    repo: Repository,
+    indexes: dict[str, formats.PackIndex],
+    listed: list[Listed],
+    young: list[tuple[str, str]],
 ) -> set[str]:
     """Every object the snapshots need (their trees are read from the remote)."""
     roots: list[Digest] = []
     marked: set[str] = set()
-    for snapshot_id, listed in sorted(snapshots.items()):
-        record = repo.get_record(listed) if listed else repo.read_record(snapshot_id)
+    records = [repo.get_record(s) for s in listed] + [repo.read_record(*k) for k in young]
+    for record in records:
         roots.append(Digest(record.tree))
         marked.update(record.attachments.values())
     read = TreeReader(repo, locations(indexes))

@@ -5,13 +5,14 @@ Layout (keys; learned from restic and kopia):
     config                  format tag and version (created once, if absent)
     data/<d[:2]>/<d>        a pack: zstd frames of objects end to end; <d> = BLAKE3 of the pack
     index/<i>               what one pack holds; <i> = BLAKE3 of the index's own bytes
-    snapshots/<id>          a snapshot record (format 2's canonical JSON, `record.py`)
+    snapshots/<id>.<nonce>  a snapshot record (format 2's canonical JSON, `record.py`); a new
+                            nonce each time one is pushed
     refs/<session>          one session's snapshots: ids and record digests (compare-and-swap only)
     gc/lease                who runs gc, until when
     gc/state                packs a gc condemned, and since when
 
 Everything but refs and `gc/*` is immutable, named by its content (records by their
-id, whose content never changes), created with `put_if_absent`. Reading trusts
+id and a nonce), created with `put_if_absent`. Reading trusts
 nothing: every object is checked against its digest after decompression, every size
 is bounded before a byte is read, and every small object is decoded strictly (see
 `formats.py`). Knows nothing of the local store: objects come and go as bytes.
@@ -67,9 +68,9 @@ def index_key(digest: str) -> str:
     return f"{INDEX}/{digest}"
 
 
-def record_key(snapshot_id: str) -> str:
-    """The key of a snapshot record."""
-    return f"{SNAPSHOTS}/{snapshot_id}"
+def record_key(snapshot_id: str, nonce: str) -> str:
+    """The key of one pushed copy of a snapshot record."""
+    return f"{SNAPSHOTS}/{snapshot_id}.{nonce}"
 
 
 def ref_key(session: str) -> str:
@@ -251,7 +252,8 @@ class Repository:
                 for digest, index in zip(
                     missing, pool.map(self._fetch_index, missing), strict=True
                 ):
-                    found[digest] = index
+                    if index is not None:
+                        found[digest] = index
         return found
 
     def _cached(self, digest: str) -> PackIndex | None:
@@ -276,9 +278,16 @@ class Repository:
             return None  # a damaged cache entry is fetched again
         return formats.decode_index(data, self.url, index_key(digest))
 
-    def _fetch_index(self, digest: str) -> PackIndex:
+    def _fetch_index(self, digest: str) -> PackIndex | None:
         key = index_key(digest)
-        data = self.transport.get(key, max_bytes=formats.MAX_INDEX_BYTES)
+        try:
+            data = self.transport.get(key, max_bytes=formats.MAX_INDEX_BYTES)
+        except RemoteError as exc:
+            if exc.reason == "missing":
+                # Listed, then deleted by a gc: it had condemned the pack a grace period
+                # earlier, so no push may use it, and no listed snapshot needs it.
+                return None
+            raise
         if blake3(data).hexdigest() != digest:
             raise RemoteError(self.url, "does not match its digest (damaged?)", key=key)
         index = formats.decode_index(data, self.url, key)
@@ -352,15 +361,15 @@ class Repository:
         Raises:
             RemoteError: missing, not the bytes the ref names, or not a valid record.
         """
-        return self.read_record(listed.id, digest=listed.record)
+        return self.read_record(listed.id, listed.nonce, digest=listed.record)
 
-    def read_record(self, snapshot_id: str, *, digest: str | None = None) -> Record:
-        """Reads and checks a snapshot record by id (gc: one no ref lists yet).
+    def read_record(self, snapshot_id: str, nonce: str, *, digest: str | None = None) -> Record:
+        """Reads and checks a snapshot record by key (gc: one no ref lists yet).
 
         Raises:
             RemoteError: missing, not of `digest` (if given), or not a valid record.
         """
-        key = record_key(snapshot_id)
+        key = record_key(snapshot_id, nonce)
         data = self.transport.get(key, max_bytes=MAX_RECORD_BYTES)
         if digest is not None and blake3(data).hexdigest() != digest:
             raise RemoteError(self.url, "is not the record its session's ref names", key=key)
@@ -374,29 +383,28 @@ class Repository:
         return record
 
     def put_record(self, record: Record) -> Listed:
-        """Creates a snapshot record; one already there must be the same bytes.
+        """Writes a snapshot record under a new name (never relying on one already there).
 
         Returns:
             Its entry for the session's ref.
-
-        Raises:
-            RemoteError: a different snapshot has the same id on the remote.
         """
-        key = record_key(record.id)
         data = encode_record(record)
-        if not self.transport.put_if_absent(key, data):
-            there = self.transport.get(key, max_bytes=MAX_RECORD_BYTES)
-            if there != data:
-                raise RemoteError(self.url, "a different snapshot with this id is there", key=key)
-        return Listed(record.id, blake3(data).hexdigest())
+        while True:
+            nonce = secrets.token_hex(8)
+            if self.transport.put_if_absent(record_key(record.id, nonce), data):
+                return Listed(record.id, blake3(data).hexdigest(), nonce)
 
-    def record_listing(self) -> dict[str, ListEntry]:
-        """Every record on the remote, by snapshot id."""
+    def record_listing(self) -> dict[tuple[str, str], ListEntry]:
+        """Every record on the remote, by (snapshot id, nonce)."""
         found = {}
         for entry in self.transport.list_keys(SNAPSHOTS):
-            name = entry.key.rpartition("/")[2]
-            if formats.SNAPSHOT_ID.match(name) and entry.key == record_key(name):
-                found[name] = entry
+            snapshot_id, _, nonce = entry.key.rpartition("/")[2].partition(".")
+            if (
+                formats.SNAPSHOT_ID.match(snapshot_id)
+                and formats.NONCE.match(nonce)
+                and entry.key == record_key(snapshot_id, nonce)
+            ):
+                found[snapshot_id, nonce] = entry
         return found
 
     # -- refs ------------------------------------------------------------------------
@@ -442,7 +450,7 @@ class Repository:
             ref, etag = read if read is not None else self.get_ref(session)
             read = None
             have = {s.id: s for s in ref.snapshots} if ref is not None else {}
-            clash = [i for i, s in new_ones.items() if have.get(i, s) != s]
+            clash = [i for i, s in new_ones.items() if have.get(i, s).record != s.record]
             if clash:
                 raise RemoteError(
                     self.url, f"lists snapshot {clash[0]} with another record", key=ref_key(session)
@@ -452,7 +460,8 @@ class Repository:
             new = SessionRef(
                 version=formats.VERSION,
                 session=session,
-                snapshots=sorted({**have, **new_ones}.values(), key=lambda s: s.id),
+                # A snapshot listed already keeps its entry (its copy is the one listed).
+                snapshots=sorted({**new_ones, **have}.values(), key=lambda s: s.id),
                 nonce=secrets.token_hex(8),
             )
             if self.transport.swap_ref(ref_key(session), formats.encode_ref(new), etag):

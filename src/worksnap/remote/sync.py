@@ -268,7 +268,9 @@ def pull(
     for record in records:
         if record.session != session:
             raise RemoteError(
-                repo.url, f"belongs to session {record.session!r}", key=record_key(record.id)
+                repo.url,
+                f"belongs to session {record.session!r}",
+                key=record_key(record.id, listed[record.id].nonce),
             )
     if not records:
         return result
