@@ -275,6 +275,8 @@ def count_writes(remote: Remote, tmp_path: Path) -> int:
     """How many writes a whole push of the kill tests' project makes (on a throwaway remote)."""
     m = machine(tmp_path, "count")
     m.snap()
+    write(m.root, "src/main.py", "second\n")
+    m.snap()  # as the kill test does
     counting = Counting(remote.transport())
     push(m.local, Repository.open(counting, create=True), "default", pack_bytes=16 << 10)
     return counting.writes
