@@ -832,3 +832,31 @@ def test_a_push_never_relies_on_a_record_a_dead_push_left(remote: Remote, tmp_pa
     b = empty_local(tmp_path, "b")
     pull(b, remote.repo(), "default")
     assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
+@pytest.mark.parametrize("plant", ["fifo", "symlink"])
+def test_a_fifo_or_symlink_planted_in_a_directory_remote_is_refused(
+    tmp_path: Path, plant: str
+) -> None:
+    (tmp_path / "remote").mkdir()
+    remote = Remote(f"file://{tmp_path}/remote", {})
+    a = machine(tmp_path, "a")
+    a.snap()
+    push(a.local, remote.repo(), "default")
+    index = max(remote.repo().load_indexes().values(), key=lambda i: i.size)
+    path = tmp_path / "remote" / pack_key(index.pack)
+    outside = tmp_path / "outside"
+    outside.write_bytes(path.read_bytes())  # the same bytes, but not the remote's file
+    path.unlink()
+    if plant == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(outside)
+    b = empty_local(tmp_path, "b")
+    before = local_state(b)
+    with pytest.raises(RemoteError, match=r"symlink|not a regular file") as caught:
+        pull(b, remote.repo(), "default")
+    assert pack_key(index.pack) in str(caught.value)
+    assert local_state(b) == before
+    assert any(f"pack {index.pack}" in p or "symlink" in p or "regular" in p
+               for p in verify(remote.repo()).problems)  # fmt: skip
