@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -42,6 +43,9 @@ from worksnap.remote.repository import (
     record_key,
 )
 from worksnap.treewalk import reachable
+
+_UPLOADS = 3
+"""Packs uploaded at once by a push."""
 
 Progress = Callable[[int, int], None]
 """Called with (bytes, objects) sent or received so far."""
@@ -206,38 +210,58 @@ def _upload(
     progress: Progress,
     pack_bytes: int,
 ) -> None:
-    """Sends the objects of `needed` that `known` lacks, trees and file contents in apart packs."""
+    """Sends the objects of `needed` that `known` lacks, trees and file contents in apart packs.
+
+    Up to `_UPLOADS` packs are in flight at once (each followed by its index in the same
+    task); all have landed when this returns, before any record is written.
+    """
     builders = {True: PackBuilder(trees=True), False: PackBuilder(trees=False)}
     sent: set[str] = set()
+    pending: list[Future[tuple[str, PackIndex]]] = []
 
-    def send(builder: PackBuilder) -> None:
-        digest, index = repo.put_pack(builder)
+    def landed(future: Future[tuple[str, PackIndex]]) -> None:
+        digest, index = future.result()
         known.indexes[digest] = index
         known.places.update(locations({digest: index}))
         result.packs += 1
         result.bytes += index.size
         progress(result.bytes, result.objects)
 
-    for digest in needed:
-        if digest in known.places or digest in sent:
-            continue
-        sent.add(digest)
-        is_tree = digest in trees
-        builder = builders[is_tree]
-        builder.add(digest, local.read(Digest(digest)))
-        result.objects += 1
-        if builder.size >= pack_bytes:
-            send(builder)
-            builders[is_tree] = PackBuilder(trees=is_tree)
-    trees_left, data_left = builders[True], builders[False]
-    if trees_left.size + data_left.size <= pack_bytes:
-        # One small pack (the usual push of a few changes): one request fewer, and a pull
-        # that fetches it whole for its trees gets the contents it needs with them.
-        trees_left.absorb(data_left)
-        data_left = PackBuilder(trees=False)
-    for builder in (trees_left, data_left):
-        if len(builder):
-            send(builder)
+    with ThreadPoolExecutor(_UPLOADS) as pool:
+
+        def send(builder: PackBuilder) -> None:
+            while len(pending) >= _UPLOADS:  # bounds memory: packs wait whole in memory
+                landed(pending.pop(0))
+            pending.append(pool.submit(repo.put_pack, builder))
+
+        try:
+            for digest in needed:
+                if digest in known.places or digest in sent:
+                    continue
+                sent.add(digest)
+                is_tree = digest in trees
+                builder = builders[is_tree]
+                builder.add(digest, local.read(Digest(digest)))
+                result.objects += 1
+                if builder.size >= pack_bytes:
+                    send(builder)
+                    builders[is_tree] = PackBuilder(trees=is_tree)
+            trees_left, data_left = builders[True], builders[False]
+            if trees_left.size + data_left.size <= pack_bytes:
+                # One small pack (the usual push of a few changes): one request fewer, and
+                # a pull that fetches it whole for its trees gets the contents with them.
+                trees_left.absorb(data_left)
+                data_left = PackBuilder(trees=False)
+            for builder in (trees_left, data_left):
+                if len(builder):
+                    send(builder)
+        except BaseException:
+            # Every upload ends before this returns; the first failure is what is raised.
+            for future in pending:
+                future.exception()
+            raise
+        while pending:
+            landed(pending.pop(0))  # the pool waits for the rest if one raises
 
 
 def pull(
