@@ -125,10 +125,10 @@ class Hashes:
         self.seams = Seams(read_file=self._read_file, racy_margin_ns=racy_margin_ns)
 
     def _read_file(
-        self, path: str | bytes, rel: str, *, keep: bool, dir_fd: int | None = None
+        self, path: str | bytes, rel: str, *, keep: bool, dir_fd: int | None = None, **kw: Any
     ) -> tuple[Digest, bytes | None, os.stat_result]:
         self.paths.append(rel)
-        return read_file(path, rel, keep=keep, dir_fd=dir_fd)
+        return read_file(path, rel, keep=keep, dir_fd=dir_fd, **kw)
 
     def counted(self) -> list[str]:
         """Forgets what was hashed so far; returns the list the next reads go to."""

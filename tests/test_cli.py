@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tree_state, unpacked, write
+from tests.conftest import tree_state, write
 from worksnap.cli import display, main
+from worksnap.diskstore import DiskStore
+from worksnap.hash import hash_bytes
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -44,8 +46,11 @@ def test_snapshot_list_show_plan_restore_round_trip(
     assert [(s["id"], s["step"], s["label"]) for s in listed] == [(snap["id"], 1, "start")]
 
     shown = run_json(capsys, root, "show", snap["id"])
-    stored = root / ".worksnap" / "manifests" / f"{snap['id']}.json"
-    assert shown == json.loads(unpacked(stored.read_bytes()))
+    stored = root / ".worksnap" / "snapshots" / f"{snap['id']}.json"
+    record = json.loads(stored.read_bytes())
+    assert isinstance(shown, dict)
+    assert (shown["version"], shown["tree"], shown["dirs"]) == (1, record["tree"], [])
+    assert [e["path"] for e in shown["entries"]] == ["a.txt"]
 
     before = tree_state(root)
     write(root, "a.txt", "changed")
@@ -106,7 +111,7 @@ def test_corrupt_manifest_is_exit_2_and_one_line(
     write(root, "a.txt", "a")
     snap = run_json(capsys, root, "snapshot")
     assert isinstance(snap, dict)
-    path = root / ".worksnap" / "manifests" / f"{snap['id']}.json"
+    path = root / ".worksnap" / "snapshots" / f"{snap['id']}.json"
     path.write_bytes(path.read_bytes()[:40])
     code, out, err = run(capsys, "--root", str(root), "restore", snap["id"], "--yes")
     assert code == 2
@@ -117,12 +122,21 @@ def test_verify_reports_damage_with_exit_1(root: Path, capsys: pytest.CaptureFix
     write(root, "a.txt", "a" * 100)
     run_json(capsys, root, "snapshot")
     assert run_json(capsys, root, "verify") == {"ok": True, "problems": []}
-    pack = next((root / ".worksnap" / "packs").glob("*.pack"))
-    pack.write_bytes(b"b" * 100)
+    store = DiskStore(str(root / ".worksnap"))
+    pack, offset, size = store._load_index()[hash_bytes(b"a" * 100)]
+    with open(store.paths.pack(pack), "r+b") as f:  # the file's bytes, not its tree's
+        f.seek(offset)
+        f.write(b"b" * size)
     code, out, _ = run(capsys, "--root", str(root), "--json", "verify")
     assert code == 1
     report = json.loads(out)
     assert report["ok"] is False and "a.txt" in report["problems"][0]
+    pack_file = next((root / ".worksnap" / "packs").glob("*.pack"))
+    pack_file.write_bytes(b"b" * pack_file.stat().st_size)  # the trees too
+    code, out, _ = run(capsys, "--root", str(root), "--json", "verify")
+    assert code == 1
+    report = json.loads(out)
+    assert report["ok"] is False and "tree object" in report["problems"][0]
 
 
 def test_failed_restore_json_printed_with_exit_1(

@@ -101,14 +101,15 @@ def test_gc_pin_du_from_the_command_line(root: Path, capsys: pytest.CaptureFixtu
         ids.append(snap["id"])
     assert ok_json(capsys, root, "pin", ids[0]) == {"id": ids[0], "pinned": True}
     report = ok_json(capsys, root, "gc", "--keep-last", "1")
+    tree = 68  # each snapshot's root tree: ["wstree", 2, [[0, "a.txt", 420, 2, <32 bytes>]]]
     assert report == {
-        "snapshots": 1, "objects": 1, "bytes": 2, "dropped": [ids[1]], "dry_run": False,
+        "snapshots": 1, "objects": 2, "bytes": 2 + tree, "dropped": [ids[1]], "dry_run": False,
     }  # fmt: skip
     listed = ok_json(capsys, root, "list")
     assert isinstance(listed, list) and [s["id"] for s in listed] == [ids[2], ids[0]]
     usage = ok_json(capsys, root, "du")
     assert isinstance(usage, dict)
-    assert usage["sessions"] == {"default": {"snapshots": 2, "bytes": 4}}
+    assert usage["sessions"] == {"default": {"snapshots": 2, "bytes": 2 * (2 + tree)}}
     assert usage["store_bytes"] > 0
     code, _, err = call(capsys, root, "gc", "--max-age", "forever")
     assert code == 2 and "bad duration" in err

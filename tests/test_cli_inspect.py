@@ -175,7 +175,7 @@ def test_refs_cannot_pick_the_wrong_snapshot(root: Path) -> None:
     for short in (one.id[:1], one.id[:3]):
         with pytest.raises(InputError):
             ws.resolve(short)
-    if one.id[:4] != two.id[:4]:
+    if one.id[:4] != two.id[:4] and not one.id[:4].isdigit():  # digits read as a step
         assert ws.resolve(one.id[:4]) == one.id
     digits = "1234"
     (root / ".worksnap" / "manifests" / f"{digits}00000000.json").write_bytes(b"")

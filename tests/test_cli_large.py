@@ -194,7 +194,7 @@ def test_a_stored_snapshot_exits_0_when_its_retention_fails(
     first = ok_json(capsys, root, "snapshot")
     assert isinstance(first, dict)
     ok_json(capsys, root, "pin", first["id"])  # kept: gc must read it, and cannot
-    (root / ".worksnap" / "manifests" / f"{first['id']}.json").write_bytes(b"damaged")
+    (root / ".worksnap" / "snapshots" / f"{first['id']}.json").write_bytes(b"damaged")
     (root / ".worksnap" / "config.json").write_text('{"retention": {"keep_last": 1}}')
     code, out, err = run(capsys, root, "snapshot")
     assert code == 0
@@ -221,9 +221,21 @@ def test_every_error_of_the_api_is_a_worksnap_error(
     real = getattr(os, failing)
 
     def refuse(*args: object, **kwargs: object) -> object:
-        where = os.fspath(args[0]) if args and isinstance(args[0], (str, os.PathLike)) else ""
+        # The store is reached through its descriptor: a call names a folder's descriptor
+        # and a name in it (or only a descriptor); the system's error names what it was given.
+        first = args[0] if args else None
+        folder = kwargs.get("dir_fd", kwargs.get("src_dir_fd"))
+        if isinstance(first, int):
+            where, given = os.readlink(f"/proc/self/fd/{first}"), None
+        elif isinstance(first, (str, os.PathLike)):
+            given = os.fspath(first)
+            where = given
+            if isinstance(folder, int):
+                where = os.path.join(os.readlink(f"/proc/self/fd/{folder}"), given)
+        else:
+            where, given = "", None
         if ".worksnap" in str(where):
-            raise PermissionError(13, "Permission denied", where)
+            raise PermissionError(13, "Permission denied", given)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(os, failing, refuse)  # the OS boundary: a store we may not touch

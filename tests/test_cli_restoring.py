@@ -31,7 +31,7 @@ def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int
 
 def everything(root: Path) -> tuple[object, list[str]]:
     """The tree and the store's snapshots: what a preview must leave as it was."""
-    return tree_state(root), sorted(os.listdir(root / ".worksnap" / "manifests"))
+    return tree_state(root), sorted(os.listdir(root / ".worksnap" / "snapshots"))
 
 
 def prepare(root: Path, command: str) -> list[str]:
@@ -113,7 +113,9 @@ def test_yes_at_the_prompt_does_it_and_says_so_in_one_line(
     assert code == 0, err
     last = out.splitlines()[-1]
     if command == "recover":
-        assert last == f"rolled back an interrupted restore: 1 path put back in {root}"
+        # The tree as the recovery found it is kept first (issue 11: nothing lost).
+        kept = f"rolled back an interrupted restore: 1 path put back in {root}; the tree as it "
+        assert last.startswith(kept + "was: snapshot ") and last.endswith(" (worksnap undo)")
     else:
         assert last.startswith(f"restored 1 path in {root} from snapshot "), last
     assert (root / "a.txt").read_text() == ("edited" if command in ("redo", "recover") else "first")

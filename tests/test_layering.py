@@ -25,6 +25,7 @@ LEVELS: dict[str, int] = {
     "frames": 0,
     "progress": 0,
     "gitindex": 0,
+    "storedir": 0,
     # the remote's transports: bytes under keys, conditional writes; nothing of snapshots
     "remote": 0,
     "remote.transport": 0,
@@ -37,11 +38,13 @@ LEVELS: dict[str, int] = {
     "config": 1,
     "tree": 1,
     "treewalk": 1,
+    "treebuild": 2,
     "record": 1,
     "remote.formats": 1,
     # 2: one mechanism each
     "store": 2,
     "diskstore": 2,
+    "diskformat1": 2,
     "memstore": 2,
     "caches": 2,
     "lock": 2,
@@ -52,6 +55,7 @@ LEVELS: dict[str, int] = {
     "scan": 2,
     "scanparts": 2,
     "plan": 2,
+    "journal": 2,
     "apply": 2,
     "retention": 2,
     "history": 2,
@@ -60,6 +64,7 @@ LEVELS: dict[str, int] = {
     # 3: one responsibility each, built from the mechanisms
     "capture": 3,
     "catalog": 3,
+    "migration": 3,
     "transaction": 3,
     "checkpoints": 3,
     "maintenance": 3,

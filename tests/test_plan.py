@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.trees import Spec, tree
-from worksnap.plan import Op, Plan, plan_restore, select_paths
+from worksnap.plan import Op, Plan, plan_restore, rollback_target, select_paths
 
 Changes = list[tuple[str, str, bool]]
 
@@ -65,6 +65,18 @@ PLANS: dict[str, tuple[dict[str, Spec], dict[str, Spec], dict[str, object], Chan
         {"excluded": ("secret",)},
         [],
     ),
+    "a dir of ignored files where a file was is blocked": (
+        {"build/main.o": "o", "build/notes": "n"},
+        {"build": "file"},
+        {"ignored": ("build/main.o",)},
+        [("B", "build", True), ("A", "build/notes", False)],
+    ),
+    "a dir holding a large file where a link was is blocked": (
+        {"l/big": "b"},
+        {"l": ("link", "x")},
+        {"large": ("l/big",)},
+        [("B", "l", True)],
+    ),
     "a dir keeps what is protected below it": (
         {"d/a": "1", "d/b.log": "log"},
         {},
@@ -107,7 +119,7 @@ def test_plan_restore_entries_are_the_target_s() -> None:
     assert by_path["a"].entry == then.entries[0]
     assert by_path["b"].entry is None
     assert by_path["c"].entry == then.entries[1]
-    assert plan.counts() == {"M": 1, "A": 1, "D": 1}
+    assert plan.counts() == {"M": 1, "A": 1, "D": 1, "B": 0}
 
 
 # -- select_paths ----------------------------------------------------------------
@@ -143,3 +155,73 @@ def test_select_paths(case: str) -> None:
     assert changes(selected) == expected
     assert (selected.target, selected.current) == (plan.target, plan.current)
     assert all(c.op in Op for c in selected.changes)
+
+
+def test_select_paths_never_replaces_a_directory_above_the_selection() -> None:
+    """The snapshot has a file where a directory now holds more than what was selected.
+
+    The file is not a parent to make: replacing the directory would remove what was
+    not selected (the chaos test found `rmdir: Directory not empty`).
+    """
+    plan = plan_restore(
+        tree({"x/a": "1", "x/b": "2"}), tree({"x": "file"}), ignored_by_target=never_ignored
+    )
+    assert changes(plan) == [("M", "x", True), ("A", "x/a", False), ("A", "x/b", False)]
+    assert changes(select_paths(plan, ["x/a"])) == [("A", "x/a", False)]
+    assert changes(select_paths(plan, ["x"])) == changes(plan)
+
+
+# -- rollback_target ---------------------------------------------------------------
+
+# (now, pre, touched, expected): the state a rollback of a restore that touched those
+# paths aims at. What the restore did not touch stays as it is now.
+ROLLBACKS: dict[str, tuple[dict[str, Spec], dict[str, Spec], list[str], dict[str, Spec]]] = {
+    "untouched edits stay": (
+        {"a": "restored", "b": "edited later"},
+        {"a": "before", "b": "before"},
+        ["a"],
+        {"a": "before", "b": "edited later"},
+    ),
+    "what the restore made goes": ({"x": "made"}, {}, ["x"], {}),
+    "a dir the restore made stays for what was added in it later": (
+        {"d/x": "made", "d/later": "new"},
+        {},
+        ["d", "d/x"],
+        {"d/later": "new"},
+    ),
+    "a dir the restore made goes when nothing else is in it": (
+        {"d/x": "made", "d/e": "/"},
+        {},
+        ["d", "d/e", "d/x"],
+        {},
+    ),
+    "a file where a dir was": ({"p": "file"}, {"p/x": "x"}, ["p", "p/x"], {"p/x": "x"}),
+    "a dir where a file was: what is in the way goes": (
+        {"p/x": "made", "p/later": "new"},
+        {"p": "file"},
+        ["p", "p/x"],
+        {"p": "file"},
+    ),
+    "a parent replaced by a file later is made a dir again": (
+        {"d": "a file, later"},
+        {"d/a": "a"},
+        ["d/a"],
+        {"d/a": "a"},
+    ),
+    "a link set back": (
+        {"l": ("link", "new")},
+        {"l": ("link", "old")},
+        ["l"],
+        {"l": ("link", "old")},
+    ),
+    "nothing touched": ({"a": "now"}, {"a": "before"}, [], {"a": "now"}),
+}
+
+
+@pytest.mark.parametrize("case", ROLLBACKS)
+def test_rollback_target(case: str) -> None:
+    now, pre, touched, expected = ROLLBACKS[case]
+    aim = rollback_target(tree(now), tree(pre, snapshot_id="222222222222"), touched)
+    wanted = tree(expected)
+    assert (aim.entries, aim.dirs, aim.tree) == (wanted.entries, wanted.dirs, wanted.tree)
+    assert aim.id == "222222222222"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -11,7 +10,9 @@ import msgspec
 import pytest
 
 from tests.conftest import tree_state, write
+from tests.legacy import downgrade
 from worksnap import InputError, Summary, Workspace
+from worksnap.diskstore import DiskStore
 from worksnap.retention import Retention, parse_duration, parse_size, select_expired
 
 
@@ -78,7 +79,7 @@ def test_gc_drops_snapshots_and_sweeps_objects(root: Path) -> None:
     store_before = ws.store.size()
     report = ws.gc(Retention(keep_last=1))
     assert report.snapshots == 4
-    assert report.objects == 4
+    assert report.objects == 8  # 4 versions of data.txt, and the 4 root trees naming them
     assert report.bytes > 0
     assert [s.id for s in ws.list()] == [final.id]
     assert ws.store.size() < store_before
@@ -142,11 +143,13 @@ def test_configured_retention_runs_after_each_snapshot(root: Path) -> None:
 
 def test_du_reports_per_session(root: Path) -> None:
     write(root, "a.txt", "x" * 1000)
-    Workspace(root, session="one").snapshot()
+    one = Workspace(root, session="one").snapshot()
     write(root, "b.txt", "y" * 500)
-    Workspace(root, session="two").snapshot()
-    usage = Workspace(root).du()
-    assert usage == {"one": (1, 1000), "two": (1, 1500)}
+    two = Workspace(root, session="two").snapshot()
+    ws = Workspace(root)
+    usage = ws.du()
+    trees = [len(ws.store.read(snap.tree)) for snap in (one, two)]  # each a one-level tree
+    assert usage == {"one": (1, 1000 + trees[0]), "two": (1, 1500 + trees[1])}
 
 
 def test_rebind_after_the_project_moved(root: Path, tmp_path: Path) -> None:
@@ -185,20 +188,35 @@ def test_drop_session_frees_what_only_it_needed(root: Path) -> None:
     assert Workspace(root).verify() == []
 
 
-def test_gc_with_a_damaged_manifest_removes_nothing(root: Path) -> None:
+@pytest.mark.parametrize("damaged", ["record", "root tree", "format 1 manifest"])
+def test_gc_with_a_damaged_snapshot_removes_nothing(root: Path, damaged: str) -> None:
     from worksnap import ManifestError
 
     ws = Workspace(root)
     for i in range(3):
         write(root, "a.txt", str(i) * 50)
         ws.snapshot(step=i)
-    damaged = ws.list()[0].id  # kept by keep-last: what it needs must be known
-    (root / ".worksnap" / "manifests" / f"{damaged}.json").write_bytes(b"{not json")
-    before = sorted(os.listdir(root / ".worksnap" / "packs"))
+    newest = ws.list()[0]  # kept by keep-last: what it needs must be known
+    ws.close()
+    store = root / ".worksnap"
+    if damaged == "record":
+        (store / "snapshots" / f"{newest.id}.json").write_bytes(b"{not json")
+    elif damaged == "root tree":
+        disk = DiskStore(str(store))
+        pack, offset, size = disk._load_index()[newest.tree]
+        with open(disk.paths.pack(pack), "r+b") as f:
+            f.seek(offset + size // 2)
+            f.write(b"\xff")
+    else:
+        downgrade(store)
+        (store / "manifests" / f"{newest.id}.json").write_bytes(b"{not json")
+    before = {p: p.read_bytes() for p in (store / "packs").iterdir()}
+    ws = Workspace(root)
+    listed = len(ws.list())
     with pytest.raises(ManifestError):
         ws.gc(Retention(keep_last=1))
-    assert len(ws.list()) == 3
-    assert sorted(os.listdir(root / ".worksnap" / "packs")) == before
+    assert len(ws.list()) == listed
+    assert {p: p.read_bytes() for p in (store / "packs").iterdir()} == before
 
 
 def kinded(snapshot_id: str, minutes_ago: float, kind: str, session: str = "default") -> Summary:

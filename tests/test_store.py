@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 import zstandard
 
 from tests.conftest import ZSTD_MAGIC, unpacked, write
+from tests.legacy import downgrade
 from worksnap import Workspace
 from worksnap.cli import main
 from worksnap.diskstore import DiskStore
-from worksnap.errors import ObjectError, SnapshotError
+from worksnap.errors import ObjectError
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.workspace import Seams
+from worksnap.manifest import encode_manifest
 
 
 def test_objects_stored_once_and_read_back_across_instances(tmp_path: Path) -> None:
@@ -67,25 +68,51 @@ def test_sweep_keeps_live_objects_and_repacks(tmp_path: Path) -> None:
     assert set(fresh.digests()) == {hash_bytes(live)}
 
 
-# -- manifests on disk: zstd frames, plain JSON still read ------------------------
+# -- records on disk: plain JSON; format 1 manifests (zstd frames, plain JSON) still read ----
 
 
 def _manifest_file(root: Path, snapshot_id: str) -> Path:
     return root / ".worksnap" / "manifests" / f"{snapshot_id}.json"
 
 
-def test_manifest_is_stored_as_a_checksummed_zstd_frame(
+def _record_file(root: Path, snapshot_id: str) -> Path:
+    return root / ".worksnap" / "snapshots" / f"{snapshot_id}.json"
+
+
+def test_a_snapshot_is_a_plain_json_record_naming_its_trees(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(300):
+        write(root, f"src/pkg{i % 7}/module_{i}.py", f"x = {i}\n")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    raw = _record_file(root, snap.id).read_bytes()
+    record = msgspec.json.decode(raw)  # what the name says: JSON, readable with jq
+    assert (record["version"], record["id"], record["tree"]) == (2, snap.id, snap.tree)
+    assert (record["files"], record["bytes"]) == (300, sum(e.size or 0 for e in snap.entries))
+    assert len(raw) < 1024
+    assert not _manifest_file(root, snap.id).exists()
+    assert main(["--root", str(root), "--json", "show", snap.id]) == 0
+    shown = capsys.readouterr().out.encode()
+    assert shown == encode_manifest(snap)  # `show --json` prints the flat manifest
+    assert msgspec.json.decode(shown)["version"] == 1
+    again = ws.snapshot()
+    assert again.tree == snap.tree
+    assert len(_record_file(root, again.id).read_bytes()) < 1024
+
+
+def test_format_1_manifest_is_read_as_a_checksummed_zstd_frame(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for i in range(300):
         write(root, f"src/pkg{i % 7}/module_{i}.py", f"x = {i}\n")
     snap = Workspace(root).snapshot()
+    downgrade(root / ".worksnap")
     raw = _manifest_file(root, snap.id).read_bytes()
     assert raw.startswith(ZSTD_MAGIC)
     params = zstandard.get_frame_parameters(raw)
     assert params.has_checksum
     assert params.content_size == len(unpacked(raw))
-    assert len(raw) * 2 < len(unpacked(raw))  # 300 entries: well under half
     assert main(["--root", str(root), "--json", "show", snap.id]) == 0
     assert capsys.readouterr().out.encode() == unpacked(raw)  # `show --json` prints the JSON
     assert Workspace(root).show_bytes(snap.id) == unpacked(raw)
@@ -98,52 +125,36 @@ def test_plain_json_manifest_from_before_compression_is_read(
     write(root, "sub/b.txt", "b\n")
     ws = Workspace(root)
     old = ws.snapshot()
+    ws.close()
+    downgrade(root / ".worksnap")
     path = _manifest_file(root, old.id)
     plain = unpacked(path.read_bytes())
     path.write_bytes(plain)  # as a store written before compression holds it
-    ws.close()
 
     ws = Workspace(root)
-    assert ws.load(old.id) == old
+    loaded = ws.load(old.id)
+    assert loaded == msgspec.structs.replace(old, tree=loaded.tree)
     assert ws.show_bytes(old.id) == plain
     assert main(["--root", str(root), "--json", "show", old.id]) == 0
     assert capsys.readouterr().out.encode() == plain
     assert ws.verify() == []
-    write(root, "a.txt", "new\n")
-    assert ws.restore(old.id).ok
-    assert (root / "a.txt").read_text() == "old\n"
     assert path.read_bytes() == plain  # read, never rewritten
 
 
-def test_rebind_rewrites_manifests_compressed_and_leaves_misfiled_ones(
-    root: Path, tmp_path: Path
-) -> None:
+def test_rebind_rewrites_records_and_leaves_misfiled_ones(root: Path, tmp_path: Path) -> None:
     write(root, "a.txt", "a")
     ws = Workspace(root)
     first, second = ws.snapshot(), ws.snapshot(label="second")
     ws.close()
-    plain = _manifest_file(root, first.id)
-    plain.write_bytes(unpacked(plain.read_bytes()))
-    misfiled = _manifest_file(root, "0123456789ab")
-    misfiled.write_bytes(_manifest_file(root, second.id).read_bytes())  # holds `second`
+    misfiled = _record_file(root, "0123456789ab")
+    misfiled.write_bytes(_record_file(root, second.id).read_bytes())  # holds `second`
     moved = tmp_path / "moved"
     root.rename(moved)
     misfiled_before = (moved / misfiled.relative_to(root)).read_bytes()
 
     assert Workspace(moved).rebind() == 2
     for snap in (first, second):
-        raw = _manifest_file(moved, snap.id).read_bytes()
-        assert raw.startswith(ZSTD_MAGIC)
+        record = msgspec.json.decode(_record_file(moved, snap.id).read_bytes())
+        assert record["root"] == str(moved)
         assert Workspace(moved).load(snap.id).root == str(moved)
     assert (moved / misfiled.relative_to(root)).read_bytes() == misfiled_before
-
-
-def test_manifest_over_the_bound_is_not_written(root: Path) -> None:
-    write(root, "a.txt", "a")
-    ws = Workspace(root)
-    ws.snapshot()
-    bounded = Seams(open_store=functools.partial(DiskStore, max_unpacked=100))
-    with pytest.raises(SnapshotError, match=r"manifest of \d+ bytes is over 100"):
-        Workspace(root, seams=bounded).snapshot()  # no reader would accept it: refused
-    assert len(Workspace(root).list()) == 1
-    assert len(list((root / ".worksnap" / "manifests").iterdir())) == 1

@@ -8,7 +8,6 @@ the files themselves) stays in test_store.py.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.layout import StorePaths
 from worksnap.manifest import (
     VERSION,
     Entry,
@@ -34,7 +32,9 @@ from worksnap.manifest import (
     tree_digest,
 )
 from worksnap.memstore import MemoryStore
+from worksnap.record import Record, record_of, summary_of
 from worksnap.store import Store
+from worksnap.treewalk import Flat, from_flat
 
 
 @dataclass(frozen=True)
@@ -301,48 +301,61 @@ def test_a_deleted_snapshot_is_gone(store: Store) -> None:
     assert [s.id for s in store.summaries()[0]] == [kept.id]
 
 
+# -- records (format 2) ------------------------------------------------------------
+
+
+def record(made: Manifest, store: Store) -> Record:
+    """The record of `made`, its trees stored."""
+    tree, loose = from_flat(Flat.of(made), store.add_tree)
+    return record_of(msgspec.structs.replace(made, tree=tree), tree, loose)
+
+
+def test_records_round_trip_and_list_without_counting_trees(store: Store) -> None:
+    first, second = manifest({"a.txt": b"a"}, label="first"), manifest({"b": b"b"})
+    added = store.added
+    made = [record(first, store), record(second, store)]
+    assert store.added == added  # trees are not counted as new objects
+    for r in made:
+        store.save_record(r)
+        assert store.has(r.tree)
+    assert sorted(store.ids()) == sorted([first.id, second.id])
+    assert store.load_record(first.id) == made[0]
+    assert store.load_record("0123456789ab") is None
+    assert store.legacy_ids() == []
+    summaries, problems = store.summaries()
+    assert problems == []
+    assert sorted(summaries, key=lambda s: s.id) == sorted(
+        map(summary_of, made), key=lambda s: s.id
+    )
+
+
+def test_a_record_wins_over_a_manifest_of_its_id(store: Store) -> None:
+    old = manifest({"a.txt": b"a"})
+    store.save_manifest(old, summarize(old))
+    assert store.legacy_ids() == [old.id]
+    new = record(old, store)
+    store.save_record(new)
+    assert store.ids() == [old.id]
+    assert store.summaries() == ([summary_of(new)], [])
+    store.delete_legacy(old.id)
+    assert store.legacy_ids() == []
+    assert store.load_record(old.id) == new
+    store.delete_snapshot(old.id)
+    assert store.ids() == []
+
+
+def test_a_rewritten_record_changes_its_stamp(store: Store) -> None:
+    made = record(manifest({"a.txt": b"a"}), store)
+    store.save_record(made)
+    stamp = store.manifest_stamp(made.id)
+    assert stamp is not None and store.manifest_stamp(made.id) == stamp
+    store.save_record(msgspec.structs.replace(made, root="/elsewhere"))
+    assert store.manifest_stamp(made.id) != stamp
+
+
 def test_pins_round_trip(store: Store) -> None:
     assert store.pins() == set()
     store.set_pins({"0123456789ab", "ba9876543210"})
     assert store.pins() == {"0123456789ab", "ba9876543210"}
     store.set_pins(set())
     assert store.pins() == set()
-
-
-# -- a fault only a fake file system can give on demand ---------------------------
-
-
-def test_a_full_disk_leaves_no_half_written_pack_visible(fs: object) -> None:
-    """ENOSPC while a pack is flushed: the pack never gets its index, so it stays invisible.
-
-    pyfakefs gives a file system with a size limit, which a test cannot ask of the
-    real one without root; reads (`os.pread`) are not faked, so only writes and
-    listings are checked.
-    """
-    from pyfakefs.fake_filesystem import FakeFilesystem
-
-    assert isinstance(fs, FakeFilesystem)
-    fs.create_dir("/store")
-    store = DiskStore("/store")
-    store.create()
-    kept = b"k" * 1000
-    store.add(hash_bytes(kept), kept)
-    store.flush()
-    fs.set_disk_usage(200_000)
-    writer = DiskStore("/store")
-    for size in (150_000, 100_000):
-        blob = os.urandom(size)
-        writer.add(hash_bytes(blob), blob)
-    with pytest.raises(OSError, match="No space left") as full:
-        writer.flush()
-    assert full.value.errno == errno.ENOSPC
-    packs = os.listdir(StorePaths("/store").packs)
-    assert sum(name.endswith(".pack") for name in packs) == 2  # the failed one, unpublished
-    assert sum(name.endswith(".idx") for name in packs) == 1
-    assert set(DiskStore("/store").digests()) == {hash_bytes(kept)}
-    fs.set_disk_usage(10_000_000)
-    DiskStore("/store").sweep({hash_bytes(kept)})  # gc removes what the failed flush left
-    assert sorted(name.rsplit(".", 1)[1] for name in os.listdir(StorePaths("/store").packs)) == [
-        "idx",
-        "pack",
-    ]

@@ -5,11 +5,12 @@ against a tree watched by a long-lived `Workspace(watch=True)`, by the daemon, a
 on a file system with whole-second timestamps. After each step the watched
 snapshot is compared with a plain capture of the same tree: a fresh `Workspace`
 with no watcher, no caches and no store, which reads every rule and hashes every
-file. Some captures are made to fail part-way (as a directory vanishing under a
-scan does): the events they took must not be lost. The watched workspace runs under
-exclusion rules (a path, patterns, a directory-only pattern), and the daemon gets
-them from `config exclude add` half-way: what they exclude is never captured by the
-watched path either.
+file; and its root tree (built from the last capture's, treebuild.py) with
+`treewalk.from_flat` of that plain capture. Some captures are made to fail part-way
+(as a directory vanishing under a scan does): the events they took must not be lost.
+The watched workspace runs under exclusion rules (a path, patterns, a directory-only
+pattern), and the daemon gets them from `config exclude add` half-way: what they
+exclude is never captured by the watched path either.
 
 Derandomized: `WORKSNAP_WATCH_SEED` (default 1) and `WORKSNAP_WATCH_STEPS` (default
 5000 operations over the three tests; CI runs the default) choose the walk.
@@ -35,6 +36,7 @@ from worksnap import Workspace, client, daemon
 from worksnap.errors import SnapshotError
 from worksnap.manifest import Manifest, decode_manifest
 from worksnap.scan import Scan, scan_tree
+from worksnap.treewalk import Flat, from_flat
 from worksnap.workspace import Seams
 
 pytestmark = [
@@ -153,6 +155,9 @@ def walk(
         expected = plain()
         watched[:] = ["", *expected.dirs]
         wrong = differences(taken, expected)
+        slow = from_flat(Flat.of(expected), lambda digest, data: None)[0]
+        if not wrong and taken.tree != slow:  # the trees built from the last capture's
+            wrong = [f"root tree {taken.tree}, but from_flat of the plain capture: {slow}"]
         if wrong:
             pytest.fail(
                 f"{label}, seed {seed}, after {done} steps: the watched snapshot differs from "

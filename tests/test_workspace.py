@@ -5,16 +5,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import packed, tree_state, unpacked, write
+from tests.legacy import downgrade
 from worksnap import (
     InputError,
     ManifestError,
     ObjectError,
     Op,
+    RecoveryError,
     Workspace,
 )
+from worksnap.diskstore import DiskStore
+from worksnap.manifest import encode_manifest
 from worksnap.paths import fs_path
 
 
@@ -54,8 +59,10 @@ def test_snapshot_records_entries_dirs_and_metadata(root: Path) -> None:
     link = by_path["x/link"]
     assert (link.type, link.target, link.hash, link.size) == ("symlink", "y.txt", None, None)
     assert m.time.endswith("Z") and "T" in m.time
-    stored = root / ".worksnap" / "manifests" / f"{m.id}.json"
-    assert unpacked(stored.read_bytes()) == ws.show_bytes(m.id)
+    # Stored as a record naming its trees; `show --json` is the flat manifest.
+    record = msgspec.json.decode((root / ".worksnap" / "snapshots" / f"{m.id}.json").read_bytes())
+    assert (record["version"], record["id"], record["tree"]) == (2, m.id, m.tree)
+    assert ws.show_bytes(m.id) == encode_manifest(m)
 
 
 def test_every_snapshot_gets_an_id_and_unchanged_writes_no_objects(root: Path) -> None:
@@ -339,24 +346,42 @@ def test_missing_object_refused_with_nothing_changed(root: Path) -> None:
     snap = ws.snapshot()
     write(root, "a.txt", "edited")
     ws.close()
-    for pack in (root / ".worksnap" / "packs").glob("*.pack"):
-        pack.write_bytes(b"")
+    store = DiskStore(str(root / ".worksnap"))
+    file_digest = snap.entries[0].hash
+    assert file_digest is not None
+    pack, offset, size = store._load_index()[file_digest]
+    with open(store.paths.pack(pack), "r+b") as f:  # only the file's bytes, not the trees
+        f.seek(offset)
+        f.write(b"\0" * size)
     ws = Workspace(root)
     before = tree_state(root)
     with pytest.raises(ObjectError):
         ws.restore(snap.id)
     assert tree_state(root) == before
+    for pack_file in (root / ".worksnap" / "packs").glob("*.pack"):
+        pack_file.write_bytes(b"")  # the trees too: the snapshot itself is unreadable
+    ws = Workspace(root)
+    with pytest.raises(ManifestError, match="tree object"):
+        ws.restore(snap.id)
+    assert tree_state(root) == before
 
 
-def test_too_new_version_refused(root: Path) -> None:
+@pytest.mark.parametrize("stored", ["record", "format 1 manifest"])
+def test_too_new_version_refused(root: Path, stored: str) -> None:
     write(root, "a.txt", "a")
     ws = Workspace(root)
     snap = ws.snapshot()
-    path = root / ".worksnap" / "manifests" / f"{snap.id}.json"
-    data = unpacked(path.read_bytes())
-    path.write_bytes(packed(data.replace(b'"version":1', b'"version":99', 1)))
+    ws.close()
+    if stored == "record":
+        path = root / ".worksnap" / "snapshots" / f"{snap.id}.json"
+        path.write_bytes(path.read_bytes().replace(b'"version":2', b'"version":99', 1))
+    else:
+        downgrade(root / ".worksnap")
+        path = root / ".worksnap" / "manifests" / f"{snap.id}.json"
+        data = unpacked(path.read_bytes())
+        path.write_bytes(packed(data.replace(b'"version":1', b'"version":99', 1)))
     with pytest.raises(ManifestError, match="newer"):
-        ws.load(snap.id)
+        Workspace(root).load(snap.id)
 
 
 def test_failure_mid_apply_stops_and_reports_not_restored(
@@ -379,7 +404,7 @@ def test_failure_mid_apply_stops_and_reports_not_restored(
         real_rename(src, dst, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "rename", failing_rename)  # the OS boundary
-    result = apply_plan(str(root), plan, ws.store.read)
+    result = apply_plan(str(root), plan, ws.store.read_chunks)
     assert result.restored == ["a.txt"]
     assert result.not_restored == ["b.txt", "c.txt"]
     assert result.error == "b.txt: No space left on device"
@@ -465,25 +490,25 @@ def test_plan_is_sorted_and_counts(root: Path) -> None:
     plan = ws.plan_restore(ws.load(snap.id))
     assert [c.path for c in plan.changes] == ["a.txt", "b.txt", "c.txt"]
     assert [c.op for c in plan.changes] == [Op.ADDED, Op.DELETED, Op.ADDED]
-    assert plan.counts() == {"M": 0, "A": 2, "D": 1}
+    assert plan.counts() == {"M": 0, "A": 2, "D": 1, "B": 0}
 
 
-def test_plan_finishes_an_interrupted_restore_first(root: Path) -> None:
+def test_plan_never_changes_a_tree_with_a_restore_pending(root: Path) -> None:
     import json
 
     write(root, "a.txt", "target state")
     ws = Workspace(root)
     target = ws.snapshot()
     write(root, "a.txt", "edited")
-    before_restore = tree_state(root)
     pre = ws.snapshot(kind="before")  # stands in for the pre-restore snapshot
     journal = {"target": target.id, "pre_restore": pre.id, "pid": 1, "host": "gone"}
     (root / ".worksnap" / "journal.json").write_text(json.dumps(journal))
     write(root, "a.txt", "half-restored")  # where the killed restore stopped
-    plan = ws.plan_restore(ws.load(target.id))
-    assert tree_state(root) == before_restore
-    assert [(c.op.value, c.path) for c in plan.changes] == [("M", "a.txt")]
-    assert not (root / ".worksnap" / "journal.json").exists()
+    before = tree_state(root)
+    with pytest.raises(RecoveryError, match="worksnap recover"):
+        ws.plan_restore(ws.load(target.id))
+    assert tree_state(root) == before
+    assert (root / ".worksnap" / "journal.json").exists()
 
 
 def test_restore_of_selected_paths_only(root: Path) -> None:

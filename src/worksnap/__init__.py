@@ -29,13 +29,16 @@ if TYPE_CHECKING:
     from worksnap.capture import DEFAULT_MAX_FILE_BYTES
     from worksnap.config import Retention
     from worksnap.errors import (
+        ChangedError,
         ConflictError,
         InputError,
         LockError,
         ManifestError,
         ObjectError,
+        RecoveryError,
         RestoreError,
         SnapshotError,
+        StoreError,
         WorksnapError,
     )
     from worksnap.maintenance import GcReport
@@ -47,13 +50,16 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "Result": "worksnap.apply",
+    "ChangedError": "worksnap.errors",
     "ConflictError": "worksnap.errors",
     "InputError": "worksnap.errors",
     "LockError": "worksnap.errors",
     "ManifestError": "worksnap.errors",
     "ObjectError": "worksnap.errors",
+    "RecoveryError": "worksnap.errors",
     "RestoreError": "worksnap.errors",
     "SnapshotError": "worksnap.errors",
+    "StoreError": "worksnap.errors",
     "WorksnapError": "worksnap.errors",
     "Entry": "worksnap.manifest",
     "Manifest": "worksnap.manifest",
@@ -72,6 +78,7 @@ _HOMES = {
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "Change",
+    "ChangedError",
     "ConflictError",
     "Entry",
     "GcReport",
@@ -83,11 +90,13 @@ __all__ = [
     "Op",
     "Plan",
     "Progress",
+    "RecoveryError",
     "RestoreError",
     "Result",
     "Retention",
     "Session",
     "SnapshotError",
+    "StoreError",
     "Summary",
     "WorksnapError",
     "Workspace",

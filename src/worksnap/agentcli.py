@@ -197,7 +197,7 @@ def cmd_config_exclude(args: argparse.Namespace) -> int:
             if action == "add":
                 rules = [_rule_from_root(args, root, r) for r in rules]
             config = change_exclusions(
-                ws.store.paths,
+                ws.store.files,
                 add=rules if action == "add" else [],
                 remove=rules if action == "remove" else [],
             )

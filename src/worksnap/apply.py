@@ -15,10 +15,12 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from worksnap.errors import ObjectError
+from blake3 import blake3
+
+from worksnap.errors import ObjectError, shown
 from worksnap.fsio import DirTree
-from worksnap.hash import hash_bytes
 from worksnap.paths import fs_path
 from worksnap.plan import Change, Op, Plan
 
@@ -31,6 +33,8 @@ class Result:
         target: id of the snapshot restored.
         restored: paths changed, in the order they were changed.
         not_restored: the path that failed first and every planned path after it.
+        blocked: paths the plan marked `Op.BLOCKED`: left as they are (a directory
+            holding ignored, large or excluded files where the snapshot has a file).
         error: why it stopped, or None when every change was made.
         rolled_back: a failed restore was undone (the workspace is as before).
         pre_restore: id of the snapshot of the state before the restore (restore it to undo).
@@ -39,6 +43,7 @@ class Result:
     target: str
     restored: list[str] = field(default_factory=list)
     not_restored: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
     error: str | None = None
     rolled_back: bool = False
     pre_restore: str | None = None
@@ -57,23 +62,40 @@ def order(plan: Plan) -> list[Step]:
     """Returns the steps `apply_plan` runs: removals, then directories, then writes.
 
     A change between a directory and a file or symlink takes two steps: the
-    removal of what is there, then the making of what the snapshot has.
+    removal of what is there, then the making of what the snapshot has. A
+    blocked change takes none.
     """
+    changes = [c for c in plan.changes if c.op is not Op.BLOCKED]
     removals = [
-        c for c in plan.changes
+        c for c in changes
         if c.op is Op.ADDED or (c.op is Op.MODIFIED and (c.was_dir or c.entry is None))
     ]  # fmt: skip
     removals.sort(key=lambda c: c.path, reverse=True)
     steps: list[Step] = [("remove", c) for c in removals]
-    steps += [("mkdir", c) for c in plan.changes if c.entry is None and c.op is not Op.ADDED]
-    steps += [("write", c) for c in plan.changes if c.entry is not None]
+    steps += [("mkdir", c) for c in changes if c.entry is None and c.op is not Op.ADDED]
+    steps += [("write", c) for c in changes if c.entry is not None]
     return steps
+
+
+class ApplyPlan(Protocol):
+    """`apply.apply_plan`: carries out a plan under a root; stops at the first failure."""
+
+    def __call__(
+        self,
+        root: str,
+        plan: Plan,
+        read_object: Callable[[str], Iterable[bytes]],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Result:
+        """Returns what was done, and where and why it stopped."""
+        ...
 
 
 def apply_plan(
     root: str,
     plan: Plan,
-    read_object: Callable[[str], bytes],
+    read_object: Callable[[str], Iterable[bytes]],
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> Result:
@@ -82,16 +104,17 @@ def apply_plan(
     Args:
         root: absolute path of the workspace.
         plan: what to change.
-        read_object: returns an object's verified bytes by digest.
+        read_object: yields an object's bytes by digest, a bounded piece at a time
+            (`Store.read_chunks`); what is written is hashed and checked anyway.
         progress: called with (done, total) after each step.
     """
     steps = order(plan)
-    result = Result(target=plan.target.id)
+    result = Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
     failed_at = len(steps)
     try:
         tree = DirTree(root)
     except OSError as exc:
-        result.error = f"{root}: {_describe(exc)}"
+        result.error = f"{shown(root)}: {_describe(exc)}"
         result.not_restored = _unique_paths(steps)
         return result
     touched_dirs: set[str] = set()
@@ -113,7 +136,7 @@ def apply_plan(
                     _write(fd, raw, change, read_object)
                 touched_dirs.add(parent)
             except (OSError, ObjectError) as exc:
-                result.error = f"{change.path}: {_describe(exc)}"
+                result.error = f"{shown(change.path)}: {_describe(exc)}"
                 failed_at = done
                 break
             if progress is not None:
@@ -127,7 +150,7 @@ def apply_plan(
                 # fsync itself never fails with these: the directory is gone.
                 gone = exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
                 if not gone and result.error is None:
-                    where = directory or "."
+                    where = shown(directory or ".")
                     result.error = f"{where}: cannot make changes durable: {_describe(exc)}"
     finally:
         tree.close()
@@ -181,7 +204,9 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
-def _write(fd: int, name: bytes, change: Change, read_object: Callable[[str], bytes]) -> None:
+def _write(
+    fd: int, name: bytes, change: Change, read_object: Callable[[str], Iterable[bytes]]
+) -> None:
     """Writes a file or symlink to a temp name in its directory, then renames it over `name`."""
     entry = change.entry
     assert entry is not None
@@ -191,7 +216,6 @@ def _write(fd: int, name: bytes, change: Change, read_object: Callable[[str], by
         os.symlink(fs_path(entry.target), tmp, dir_fd=fd)
     else:
         assert entry.hash is not None
-        data = read_object(entry.hash)
         out = os.open(
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -200,11 +224,15 @@ def _write(fd: int, name: bytes, change: Change, read_object: Callable[[str], by
         )
         try:
             # Hash what is written, not what was meant to be: the two must agree.
-            if hash_bytes(data) != entry.hash:
+            # A piece at a time, so a large file never sits in memory whole.
+            hasher = blake3(max_threads=blake3.AUTO)
+            for chunk in read_object(entry.hash):
+                hasher.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+            if hasher.hexdigest() != entry.hash:
                 raise ObjectError(entry.hash, "damaged: its bytes do not match its digest")
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
             os.fchmod(out, entry.mode)
             os.fsync(out)
         except BaseException:

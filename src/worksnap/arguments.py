@@ -183,9 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
     recover = command(
         "recover",
         "roll back a restore that was interrupted",
-        "Roll back a restore that was killed part-way, to the state before it (commands "
-        "that change the tree do this on their own when they find one).",
+        "Roll back the paths a restore that was killed part-way had touched. The tree as "
+        "it is (with any edits made since) is kept first as a snapshot that `worksnap undo` "
+        "brings back. snapshot, restore, rewind, undo and redo do this on their own when "
+        "they find one; previews (plan, --dry-run) refuse to show a half-restored tree.",
         "example: worksnap recover --dry-run",
+    )
+    recover.add_argument(
+        "--discard",
+        action="store_true",
+        help="roll nothing back: keep the tree as it is (stored as a snapshot first) and "
+        "drop the journal (for a journal that names a snapshot that is gone)",
     )
     _add_confirm_options(recover)
 
@@ -305,6 +313,16 @@ def build_parser() -> argparse.ArgumentParser:
         "directory was moved or copied.",
         "example: worksnap --root ~/src/newplace rebind",
     )
+    upgrade = command(
+        "upgrade",
+        "migrate a store written by an older worksnap to the current format",
+        "Turn each snapshot of a format 1 store (one manifest file per snapshot) into "
+        "per-directory trees and a small record (format 2), in place. Safe to interrupt: "
+        "the next command finishes it. Every command that writes does this first on its "
+        "own; a damaged snapshot is left as it is and reported.",
+        "example: worksnap upgrade --dry-run",
+    )
+    upgrade.add_argument("--dry-run", action="store_true", help="show what would be migrated")
 
     diff = command(
         "diff",

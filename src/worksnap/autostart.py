@@ -69,14 +69,18 @@ def decide(root: str, store_dir: str) -> Decision:
         return Decision("off", False, "WORKSNAP_NO_DAEMON is set")
     paths = StorePaths(store_dir)
     configured = None
-    if os.path.exists(paths.config):
+    if os.path.lexists(paths.config):
         from worksnap.config import load_config
-        from worksnap.errors import InputError
+        from worksnap.errors import InputError, StoreError
+        from worksnap.storedir import StoreDir
 
+        store = StoreDir(store_dir)  # never through a link, never a FIFO
         try:
-            configured = load_config(paths).daemon
-        except InputError as exc:
+            configured = load_config(store).daemon
+        except (InputError, StoreError) as exc:
             return Decision("off", False, f"config.json is not valid ({exc})")
+        finally:
+            store.close()
     if configured is False:
         return Decision("off", False, 'config.json says "daemon": false')
     if configured is True:

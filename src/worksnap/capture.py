@@ -7,7 +7,9 @@ a plan compares one with its target (see transaction.py).
 A cached digest is trusted only for a file whose times are older than the scan
 that recorded it by more than a file system timestamp tick: a file changed again
 within the same tick would otherwise keep its stat and its stale digest ("racy
-git"). The margin is `RACY_MARGIN_NS`; tests may shrink it instead of sleeping.
+git"). The margin is `RACY_MARGIN_NS` (tests may shrink it), plus the tick of a
+file system seen to be coarse (`fsio.is_coarse`, recorded by `Caches.record_tick`);
+it also guards the listing cache's stamps and `hash.read_file`'s double read.
 """
 
 from __future__ import annotations
@@ -24,17 +26,25 @@ from typing import Literal, Protocol
 import msgspec
 
 from worksnap.caches import Caches, Listings, StatTable
-from worksnap.errors import InputError, SnapshotError
-from worksnap.fsio import DirTree, StatLike, file_state
+from worksnap.errors import InputError, SnapshotError, shown
+from worksnap.fsio import (
+    COARSE_TICK_NS,
+    DirTree,
+    StatLike,
+    file_state,
+    is_coarse,
+    is_coarse_stamp,
+)
 from worksnap.hash import SMALL, Prefetch, read_file
 from worksnap.ignore import Rules, base_rules
-from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339, tree_digest
+from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339
 from worksnap.paths import Digest, Root, fs_path, wire_name
 from worksnap.progress import Reporter
 from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
 from worksnap.scanparts import Seen, differences
 from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
+from worksnap.treebuild import CaptureTrees
 from worksnap.watch import Changes, Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -60,7 +70,13 @@ class ReadFile(Protocol):
     """`hash.read_file`: reads and hashes one file safely against concurrent writes."""
 
     def __call__(
-        self, path: str | bytes, rel: str, *, keep: bool, dir_fd: int | None = None
+        self,
+        path: str | bytes,
+        rel: str,
+        *,
+        keep: bool,
+        dir_fd: int | None = None,
+        recent_ns: int = RACY_MARGIN_NS,
     ) -> tuple[Digest, bytes | None, os.stat_result]:
         """Returns the digest, the bytes (if kept) and the stat the file had while read."""
         ...
@@ -146,6 +162,7 @@ class Capture:
         self._entries: dict[str, tuple[Seen, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
+        self.trees = CaptureTrees(store)  # the root tree, as a snapshot stores it (undo compares)
         self._last_cap = max_file_bytes
 
     @property
@@ -230,8 +247,29 @@ class Capture:
                 cyclic_gc.enable()
 
     def _capture(self, *, store_objects: bool, cap: int) -> Manifest:
+        tick = self._caches.tick()
+        if not tick and is_coarse(os.stat(self._root.path)):
+            tick = self._learn_tick()  # the root's own times: known before anything is trusted
+        current = self._capture_with(store_objects=store_objects, cap=cap, tick=tick)
+        if self._caches.tick() != tick:
+            # Coarse times below the root (another file system mounted there) after this
+            # capture trusted stamps within a tick: forget them, and capture again.
+            tick = self._learn_tick()
+            current = self._capture_with(store_objects=store_objects, cap=cap, tick=tick)
+        return current
+
+    def _learn_tick(self) -> int:
+        """Records that the tree ticks in seconds; trusts no cache, nor watched memory, before."""
+        self._caches.record_tick(COARSE_TICK_NS)
+        self._caches.forget_all()
+        self.forget_memory()
+        self._entries = {}
+        return COARSE_TICK_NS
+
+    def _capture_with(self, *, store_objects: bool, cap: int, tick: int) -> Manifest:
         scan_start = time.time_ns()
-        trust_before = scan_start - self._racy_margin_ns
+        margin = self._racy_margin_ns + tick
+        trust_before = scan_start - margin
         swept = self._store.sync() if store_objects else False
         rules = self.rules()
         tracked = self.tracked(rules)
@@ -271,6 +309,9 @@ class Capture:
         )
         if listings.dirs != listed:
             self._caches.listings_changed()
+            fresh_stamps = (d.stamp for n, d in listings.dirs.items() if listed.get(n) is not d)
+            if not tick and any(is_coarse_stamp(stamp) for stamp in fresh_stamps):
+                self._caches.record_tick(COARSE_TICK_NS)  # the caller captures again
         cache = self._caches.stat_table()
         fresh: StatTable = {}
         packed = self._store.indexed()
@@ -312,7 +353,12 @@ class Capture:
                     ):
                         # Many files to read, and the disk is serving them: read ahead.
                         prefetch.start(_unhashed(self._root.path, found.files[done + 1 :], cache))
-                    digest, st = self.hash_and_store(rel, store_objects=store_objects, tree=tree)
+                    digest, st = self.hash_and_store(
+                        rel, store_objects=store_objects, tree=tree, recent_ns=margin
+                    )
+                    if not tick and is_coarse(st):
+                        tick = COARSE_TICK_NS
+                        self._caches.record_tick(tick)  # the caller captures again
                     if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
                         fresh[rel] = (file_state(st), digest)
                 entry = Entry(
@@ -339,7 +385,7 @@ class Capture:
             step=None,
             time=now_rfc3339(),
             max_file_bytes=cap,
-            tree=tree_digest(entries, dirs),
+            tree=self.trees.build(entries, dirs, found, store_objects, swept),
             entries=entries,
             dirs=dirs,
             ignored=sorted(found.ignored),
@@ -453,16 +499,19 @@ class Capture:
             self._watcher.forget_all()
 
     def hash_and_store(
-        self, rel: str, *, store_objects: bool, tree: DirTree
+        self, rel: str, *, store_objects: bool, tree: DirTree, recent_ns: int | None = None
     ) -> tuple[str, os.stat_result]:
-        """Hashes (and stores) one file, reached from the root without crossing a symlink."""
+        """Hashes (and stores) one file reached without a symlink; read twice if recent."""
         parent, _, name = rel.rpartition("/")
         try:
             dir_fd = tree.dir_fd(parent)
         except OSError as exc:
             raise SnapshotError(rel, f"changed while the snapshot ran ({exc.strerror})") from None
         raw = fs_path(name)
-        digest, data, st = self._read_file(raw, rel, keep=store_objects, dir_fd=dir_fd)
+        recent = recent_ns if recent_ns is not None else self._racy_margin_ns + self._caches.tick()
+        digest, data, st = self._read_file(
+            raw, rel, keep=store_objects, dir_fd=dir_fd, recent_ns=max(recent, RACY_MARGIN_NS)
+        )
         if store_objects:
             if data is not None:
                 self._store.add(digest, data)
@@ -478,23 +527,27 @@ class Capture:
         Raises:
             InputError: something other than a file or symlink is there.
         """
-        path = os.path.join(self._root.path, os.fsdecode(fs_path(rel)))
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError:
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            return Entry(
-                path=rel, type="symlink", mode=st.st_mode & 0o777,
-                target=wire_name(os.readlink(path)),
-            )  # fmt: skip
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{rel!r} is not a file or symlink")
-        if st.st_size > self.max_file_bytes:
-            return "large"
+        parent, _, name = rel.rpartition("/")
+        raw = fs_path(name)
         with DirTree(self._root.path) as tree:
+            # Through a descriptor walked down from the root: never through a symlinked
+            # parent, and no depth is too deep (no absolute path is built).
+            try:
+                dir_fd = tree.dir_fd(parent)
+                st = os.stat(raw, dir_fd=dir_fd, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except OSError as exc:
+                raise InputError(f"{shown(rel)!r}: {exc.strerror}") from None
+            if stat.S_ISLNK(st.st_mode):
+                return Entry(
+                    path=rel, type="symlink", mode=st.st_mode & 0o777,
+                    target=wire_name(os.fsdecode(os.readlink(raw, dir_fd=dir_fd))),
+                )  # fmt: skip
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"{shown(rel)!r} is not a file or symlink")
+            if st.st_size > self.max_file_bytes:
+                return "large"
             digest, st = self.hash_and_store(rel, store_objects=True, tree=tree)
         self._store.flush()
         return Entry(path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size)

@@ -2,8 +2,10 @@
 
 A ref is a full id, a unique id prefix (4 characters or more), `latest`, `latest~N`
 or `step:N` (those within a session; `latest` skips snapshots taken automatically).
-`load` is the only way a stored manifest reaches the rest of worksnap: it refuses one
-that is damaged, hostile, misfiled or of another root.
+`load` is the only way a stored snapshot reaches the rest of worksnap: it refuses one
+that is damaged, hostile, misfiled or of another root. A snapshot is a record naming
+its root tree (format 2; `load` flattens the trees into the format 1 `Manifest`, which
+stays the API), or, in a store not migrated yet, a format 1 manifest read as it is.
 """
 
 from __future__ import annotations
@@ -11,14 +13,28 @@ from __future__ import annotations
 import builtins
 from collections.abc import Hashable
 
+import msgspec
+
 from worksnap.errors import InputError, ManifestError, ObjectError
 from worksnap.hash import hash_bytes
 from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, is_automatic
-from worksnap.manifest import Entry, Manifest, Summary, check_manifest, summarize
-from worksnap.paths import Root, is_under
+from worksnap.lock import Locks
+from worksnap.manifest import (
+    Entry,
+    Manifest,
+    Summary,
+    check_manifest,
+    encode_manifest,
+    tree_digest,
+)
+from worksnap.migration import UpgradeReport, migrate
+from worksnap.paths import Digest, Root, is_under
 from worksnap.plan import differing
 from worksnap.progress import Reporter
+from worksnap.record import Record, check_record, loose_of, manifest_of, record_of
 from worksnap.store import Store
+from worksnap.treewalk import Flat, Loose, flatten, from_flat
+from worksnap.treewalk import count_changes as count_tree_changes
 
 MIN_PREFIX = 4
 """The fewest characters of an id a ref may give: `show 1` must not pick some snapshot."""
@@ -36,18 +52,21 @@ class Catalog:
     """The snapshots in `store` of the workspace at `root`.
 
     Args:
-        store: where manifests, summaries and objects are.
+        store: where records, format 1 manifests and objects are.
+        locks: the store's locks (a migration takes the exclusive one).
         root: the root every loaded manifest must belong to.
         sessions: session state (a new snapshot clears its session's redo stack).
     """
 
-    def __init__(self, store: Store, root: Root, sessions: Sessions) -> None:
+    def __init__(self, store: Store, root: Root, sessions: Sessions, *, locks: Locks) -> None:
         self._store = store
+        self._locks = locks
         self._root = root
         self._sessions = sessions
         self.problems: builtins.list[str] = []
         """One line for each damaged snapshot the last `list` skipped."""
-        self._last_full: Manifest | None = None
+        self._last_full: tuple[str, str, str] | None = None
+        """(session, id, root tree) of the last full snapshot saved."""
         self._checked: dict[tuple[str, Hashable], Manifest] = {}
 
     # -- finding --------------------------------------------------------------
@@ -129,19 +148,30 @@ class Catalog:
         Raises:
             InputError: unknown ref; ManifestError: unreadable, hostile or for another root.
         """
-        snapshot_id = self.resolve(ref, session)
+        return self.load_id(self.resolve(ref, session))
+
+    def load_id(self, snapshot_id: str) -> Manifest:
+        """Loads and checks the snapshot of a full id (see `load`)."""
         # Remember the last few checked ones, keyed by what the store says changes with
-        # the stored manifest, so an edited file is checked again.
+        # the stored snapshot, so an edited file is checked again.
         stamp = self._store.manifest_stamp(snapshot_id)
         identity = None if stamp is None else (snapshot_id, stamp)
         checked = self._checked.get(identity) if identity is not None else None
         if checked is not None:
             return checked
-        manifest = self._store.load_manifest(snapshot_id)
+        record = self._store.load_record(snapshot_id)
+        if record is not None:
+            manifest = self._flatten(record, snapshot_id)
+        else:
+            manifest = self._store.load_manifest(snapshot_id)
         if manifest.id != snapshot_id:
             raise ManifestError(snapshot_id, f"file holds snapshot {manifest.id!r}")
         check_manifest(
-            manifest, root=self._root.wire, store_rel=self._root.store_rel, source=snapshot_id
+            manifest,
+            root=self._root.wire,
+            store_rel=self._root.store_rel,
+            source=snapshot_id,
+            check_digest=record is None,
         )
         if identity is not None:
             self._checked[identity] = manifest
@@ -149,10 +179,78 @@ class Catalog:
                 del self._checked[next(iter(self._checked))]
         return manifest
 
+    def root_trees(self, ref: str, ref2: str | None, session: str) -> tuple[Digest, Digest] | None:
+        """The root trees of two snapshots' checked records (None: no `ref2`, or format 1)."""
+        if ref2 is None:
+            return None
+        first, second = (self.record(self.resolve(r, session)) for r in (ref, ref2))
+        if first is None or second is None:
+            return None
+        return Digest(first.tree), Digest(second.tree)
+
+    def record(self, snapshot_id: str) -> Record | None:
+        """Returns a snapshot's checked record (None: a format 1 snapshot).
+
+        Raises:
+            ManifestError: the record is unreadable, hostile or for another root.
+        """
+        record = self._store.load_record(snapshot_id)
+        if record is not None:
+            if record.id != snapshot_id:
+                raise ManifestError(snapshot_id, f"file holds snapshot {record.id!r}")
+            check_record(record, root=self._root.wire, source=snapshot_id)
+        return record
+
+    def _flatten(self, record: Record, snapshot_id: str) -> Manifest:
+        """The flat view of a format 2 snapshot, every tree object checked as it is read."""
+        if record.id != snapshot_id:
+            raise ManifestError(snapshot_id, f"file holds snapshot {record.id!r}")
+        check_record(record, root=self._root.wire, source=snapshot_id)
+        try:
+            flat = flatten(Digest(record.tree), self._store.read, loose=loose_of(record))
+        except ObjectError as exc:
+            raise ManifestError(snapshot_id, f"tree object {exc.digest} {exc.reason}") from None
+        except ManifestError as exc:  # named after the snapshot, as every refusal of one is
+            raise ManifestError(snapshot_id, f"{exc.source}: {exc.reason}") from None
+        return manifest_of(record, flat)
+
     def show_bytes(self, ref: str, session: str) -> bytes:
-        """Returns a snapshot's manifest exactly as stored (after the checks `load` makes)."""
-        self.load(ref, session)
-        return self._store.manifest_bytes(self.resolve(ref, session))
+        """Returns a snapshot's format 1 manifest JSON (after the checks `load` makes)."""
+        snapshot_id = self.resolve(ref, session)
+        manifest = self.load_id(snapshot_id)
+        if self._store.load_record(snapshot_id) is not None:
+            return encode_manifest(manifest)
+        return self._store.manifest_bytes(snapshot_id)
+
+    def has_legacy(self) -> bool:
+        """True while the store holds a format 1 manifest (it is not fully migrated)."""
+        return bool(self._store.legacy_ids())
+
+    def legacy_digest(self, manifest: Manifest) -> str | None:
+        """The format 1 digest of a manifest while the store holds format 1 snapshots.
+
+        Their summaries hold that form of `tree`, so an undo compares in both.
+        """
+        return tree_digest(manifest.entries, manifest.dirs) if self.has_legacy() else None
+
+    def upgrade(self, *, dry_run: bool, report: Reporter | None = None) -> UpgradeReport:
+        """Migrates a format 1 store to format 2 in place (migration.py), under the lock."""
+        if not self._store.exists():
+            return UpgradeReport(dry_run=dry_run)
+        locks = self._locks
+        with locks.shared("upgrade --dry-run") if dry_run else locks.exclusive("upgrade"):
+            upgraded = migrate(self._store, report=report, dry_run=dry_run)
+        self._last_full = None
+        return upgraded
+
+    def upgrade_if_needed(self, report: Reporter | None = None) -> None:
+        """Before a command writes: a format 1 store is migrated first.
+
+        One `listdir` when there is nothing to do. A damaged format 1 manifest is left
+        as it is (and tried again next time); the command goes on.
+        """
+        if self._store.exists() and self._store.legacy_ids():
+            self.upgrade(dry_run=False, report=report)
 
     def entry(self, ref: str, path: str, session: str) -> Entry:
         """Returns the file or symlink a snapshot holds at `path` (a relative wire path).
@@ -203,7 +301,7 @@ class Catalog:
         Returns:
             One line for each problem found; empty when all is well.
         """
-        problems: builtins.list[str] = []
+        problems = self._store.problems()  # damage that commands work around (pack indexes)
         ids = [self.resolve(ref, session)] if ref is not None else self._store.ids()
         loaded: builtins.list[Manifest] = []
         for snapshot_id in ids:
@@ -215,7 +313,7 @@ class Catalog:
         checked: dict[str, str | None] = {}
         for done, digest in enumerate(needed, 1):
             try:
-                self._store.read(digest)
+                self._store.check(digest)  # a piece at a time: any size
                 checked[digest] = None
             except ObjectError as exc:
                 checked[digest] = exc.reason
@@ -245,43 +343,76 @@ class Catalog:
             stored[name] = digest
         return stored
 
-    def save(self, manifest: Manifest, session: str) -> None:
-        """Stores a new snapshot of `session`, with the count of paths changed since the last.
+    def save(self, manifest: Manifest, session: str, *, built: Loose | None = None) -> Manifest:
+        """Stores a new snapshot of `session`: its trees, then its record.
 
-        A new snapshot clears the session's redo stack, unless undo or redo took it.
+        The record holds the count of paths changed since the session's previous full
+        snapshot (its `parent`). A new snapshot clears the session's redo stack, unless
+        undo or redo took it.
+
+        Args:
+            manifest: the snapshot.
+            session: the session it belongs to.
+            built: its left-out paths no tree holds, when the capture stored its trees
+                (`manifest.tree` is then the root tree's digest); None: build them here.
+
+        Returns:
+            The snapshot as stored: `manifest` with `tree` its root tree's digest.
         """
-        changed = self._changed(manifest, session)
-        self._store.save_manifest(manifest, summarize(manifest, changed=changed))
-        if _counts_as_previous(manifest.kind):
-            self._last_full = manifest
-        if manifest.kind not in UNDO_KINDS:
+        if built is not None:
+            tree, loose = Digest(manifest.tree), built
+        else:
+            tree, loose = from_flat(Flat.of(manifest), self._store.add_tree)
+        stored = manifest if manifest.tree == tree else msgspec.structs.replace(manifest, tree=tree)
+        parent, changed = self._changed(stored, session)
+        self._store.save_record(record_of(stored, tree, loose, parent=parent, changed=changed))
+        if _counts_as_previous(stored.kind):
+            self._last_full = (stored.session, stored.id, stored.tree)
+        if stored.kind not in UNDO_KINDS:
             self._sessions.clear_redo(session)
+        return stored
+
+    def replace(self, manifest: Manifest) -> Manifest:
+        """Stores a snapshot over the one with its id (a checkpoint's new before-images).
+
+        Its trees are written and then its record, without a parent or a changed count.
+
+        Returns:
+            The snapshot as stored (`tree` its root tree's digest).
+        """
+        tree, loose = from_flat(Flat.of(manifest), self._store.add_tree)
+        stored = manifest if manifest.tree == tree else msgspec.structs.replace(manifest, tree=tree)
+        self._store.save_record(record_of(stored, tree, loose))
+        return stored
 
     def forget_last(self) -> None:
         """Forgets the last full snapshot saved (a gc may have dropped it)."""
         self._last_full = None
 
-    def _changed(self, manifest: Manifest, session: str) -> int | None:
-        """Counts the paths changed since the session's previous snapshot (None: no such).
+    def _changed(self, manifest: Manifest, session: str) -> tuple[str | None, int | None]:
+        """The session's previous full snapshot, and the paths changed since (None: no such).
 
-        That is its previous full snapshot that was not taken automatically.
+        That is its previous full snapshot that was not taken automatically. Its trees
+        are compared with the new ones, skipping every subtree they share.
         """
         if manifest.kind == CHECKPOINT:
-            return None
+            return None, None
         previous = self._last_full
-        if previous is None or previous.session != session:
+        if previous is None or previous[0] != session:
             summary = next((s for s in self.list(session) if _counts_as_previous(s.kind)), None)
             if summary is None:
-                return None
-            if summary.tree == manifest.tree:
-                return 0  # the summary says enough: no manifest to read
-            try:
-                previous = self._store.load_manifest(summary.id)
-            except ManifestError:
-                return None
-        if previous.tree == manifest.tree:
-            return 0
-        return count_changes(previous, manifest)
+                return None, None
+            previous = (session, summary.id, summary.tree)
+        _, parent, tree = previous
+        if tree == manifest.tree:
+            return parent, 0  # equal root trees: nothing to read
+        try:
+            if self._store.load_record(parent) is not None:
+                read = self._store.read
+                return parent, count_tree_changes(Digest(tree), Digest(manifest.tree), read)
+            return parent, count_changes(self._store.load_manifest(parent), manifest)
+        except (ManifestError, ObjectError):
+            return parent, None
 
 
 def _counts_as_previous(kind: str) -> bool:

@@ -18,8 +18,7 @@ from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import InputError
 from worksnap.history import CHECKPOINT, Sessions
-from worksnap.layout import StorePaths
-from worksnap.lock import StoreLock
+from worksnap.lock import Locks
 from worksnap.manifest import (
     VERSION,
     Manifest,
@@ -27,11 +26,11 @@ from worksnap.manifest import (
     new_id,
     now_rfc3339,
     one_line,
-    summarize,
     tree_digest,
 )
 from worksnap.paths import Root, ancestors
 from worksnap.store import Store
+from worksnap.storedir import StoreDir
 
 
 class Checkpoints:
@@ -42,14 +41,17 @@ class Checkpoints:
         root: Root,
         store: Store,
         *,
-        paths: StorePaths,
+        files: StoreDir,
+        locks: Locks,
         capture: Capture,
         catalog: Catalog,
         sessions: Sessions,
     ) -> None:
         self._root = root
         self._store = store
-        self._paths = paths
+        self._files = files
+        self._locks = locks
+        self._paths = files.paths
         self._capture = capture
         self._catalog = catalog
         self._sessions = sessions
@@ -66,7 +68,8 @@ class Checkpoints:
         """Opens a checkpoint for a turn of `session` (see `Workspace.begin`)."""
         check_step(step)
         self._store.bind(self._root.path)
-        with StoreLock(self._paths.dir, exclusive=False):
+        self._catalog.upgrade_if_needed()
+        with self._locks.shared("begin"):
             checkpoint = Manifest(
                 version=VERSION,
                 id=new_id(),
@@ -86,7 +89,7 @@ class Checkpoints:
                 meta=dict(meta or {}),
                 attachments=self._catalog.store_attachments(attach),
             )
-            self._catalog.save(checkpoint, session)
+            checkpoint = self._catalog.save(checkpoint, session)
             state = self._sessions.load(session)
             state.checkpoint = checkpoint.id
             self._sessions.save(session, state)
@@ -104,9 +107,10 @@ class Checkpoints:
             raise InputError(
                 f"no open checkpoint in session {session!r}: run `worksnap begin` first"
             )
+        self._catalog.upgrade_if_needed()
         # Exclusive: captures from parallel tool calls (threads or processes) each
         # rewrite the checkpoint, and none may lose another's before-images.
-        with StoreLock(self._paths.dir, exclusive=True):
+        with self._locks.exclusive("capture"):
             checkpoint = self._catalog.load(state.checkpoint, session)
             entries = {e.path: e for e in checkpoint.entries}
             absent = set(checkpoint.absent)
@@ -133,5 +137,4 @@ class Checkpoints:
                 large=sorted(large),
                 tree=tree_digest(ordered, sorted(dirs)),
             )
-            self._store.save_manifest(updated, summarize(updated))
-        return updated
+            return self._catalog.replace(updated)

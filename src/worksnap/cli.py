@@ -329,6 +329,20 @@ def _cmd_rebind(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_upgrade(args: argparse.Namespace) -> int:
+    with open_workspace(args) as ws:
+        report = ws.upgrade(dry_run=args.dry_run)
+    if args.json:
+        emit_json(views.upgrade_view(report))
+    else:
+        done = "would migrate" if report.dry_run else "migrated"
+        rest = f", finished {len(report.finished)} an interrupted run left" * bool(report.finished)
+        say(f"{done} {plural(len(report.migrated), 'snapshot')} to format 2{rest}")
+    for line in report.left:
+        warn(f"warning: {line}")
+    return 1 if report.left else 0
+
+
 def _cmd_daemon(args: argparse.Namespace) -> int:
     from worksnap import autostart, client, daemon
     from worksnap.errors import InputError
@@ -412,6 +426,7 @@ def _commands() -> dict[str, Any]:
         "du": _cmd_du,
         "config": _cmd_config,
         "rebind": _cmd_rebind,
+        "upgrade": _cmd_upgrade,
         "diff": inspection.cmd_diff,
         "run": agentcli.cmd_run,
         "hook": agentcli.cmd_hook,

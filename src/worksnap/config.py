@@ -12,9 +12,8 @@ import re
 
 import msgspec
 
-from worksnap.errors import InputError
-from worksnap.fsio import write_atomic
-from worksnap.layout import StorePaths
+from worksnap.errors import InputError, StoreError
+from worksnap.storedir import MIB, StoreDir
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\Z")
@@ -107,28 +106,30 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
                 raise InputError(f"exclude {rule!r} is not a path or pattern worksnap takes")
 
 
-def load_config(paths: StorePaths) -> Config:
+def load_config(store: StoreDir) -> Config:
     """Returns the store's config (the defaults when it has none).
 
     Raises:
         InputError: the file is unreadable, not JSON, or holds an unknown field or value.
+        StoreError: it is not a regular file (a symlink, a FIFO...).
     """
+    path = store.paths.config
     try:
-        with open(paths.config, "rb") as f:
-            config = msgspec.json.decode(f.read(), type=Config)
+        data = store.read_optional(path, limit=MIB)
+        if data is None:
+            return Config()
+        config = msgspec.json.decode(data, type=Config)
         config.check()
-    except FileNotFoundError:
-        return Config()
     except (OSError, msgspec.DecodeError, InputError) as exc:
-        raise InputError(f"config {paths.config} is not valid ({exc})") from None
+        raise InputError(f"config {path} is not valid ({exc})") from None
     return config
 
 
-def configured_exclusions(paths: StorePaths) -> list[str]:
+def configured_exclusions(store: StoreDir) -> list[str]:
     """The store's exclusion rules; none when config.json is damaged (`load_config` says so)."""
     try:
-        return load_config(paths).exclude
-    except InputError:
+        return load_config(store).exclude
+    except (InputError, StoreError):
         return []
 
 
@@ -149,7 +150,7 @@ def get_setting(config: Config, key: str) -> object:
     return value
 
 
-def set_setting(paths: StorePaths, key: str, value: str) -> Config:
+def set_setting(store: StoreDir, key: str, value: str) -> Config:
     """Sets one `worksnap config` key in the store's config.json; returns the new config.
 
     `value` is what a person types: a size (`64M`), a duration (`30d`), a count,
@@ -160,7 +161,7 @@ def set_setting(paths: StorePaths, key: str, value: str) -> Config:
         InputError: unknown key, a value that does not parse, or a damaged config.
     """
     _check_key(key)
-    config = load_config(paths)
+    config = load_config(store)
     cleared = value.strip().lower() in ("none", "null", "")
     retention = config.retention
     if key == "max-file-bytes":
@@ -190,11 +191,11 @@ def set_setting(paths: StorePaths, key: str, value: str) -> Config:
         retention = msgspec.structs.replace(retention, max_bytes=None if cleared else value)
     config = msgspec.structs.replace(config, retention=retention)
     config.check()
-    write_atomic(paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
+    store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
     return config
 
 
-def change_exclusions(paths: StorePaths, *, add: list[str], remove: list[str]) -> Config:
+def change_exclusions(store: StoreDir, *, add: list[str], remove: list[str]) -> Config:
     """Adds and removes exclusion rules in the store's config.json; returns the new config.
 
     A rule already there is not added twice; removing one that is not there is refused.
@@ -203,7 +204,7 @@ def change_exclusions(paths: StorePaths, *, add: list[str], remove: list[str]) -
     Raises:
         InputError: a rule to remove is not there, a rule does not check, or a damaged config.
     """
-    config = load_config(paths)
+    config = load_config(store)
     rules = list(config.exclude)
     for rule in remove:
         if rule not in rules:
@@ -213,7 +214,7 @@ def change_exclusions(paths: StorePaths, *, add: list[str], remove: list[str]) -
     rules += [rule for rule in dict.fromkeys(add) if rule not in rules]
     config = msgspec.structs.replace(config, exclude=rules)
     config.check()
-    write_atomic(paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
+    store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
     return config
 
 

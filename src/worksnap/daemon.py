@@ -94,9 +94,15 @@ def start(root: str, store_dir: str, *, idle: float, force: bool) -> dict[str, A
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             break  # it exited
         time.sleep(0.02)
-    log_path = StorePaths(store_dir).daemon_log
-    with open(log_path, "rb") as log:
-        lines = log.read().decode(errors="replace").strip().splitlines()
+    from worksnap.storedir import MIB, StoreDir
+
+    files = StoreDir(store_dir)
+    log_path = files.paths.daemon_log
+    try:
+        log = files.read(log_path, limit=MIB)  # never through a link, never a FIFO
+    finally:
+        files.close()
+    lines = log.decode(errors="replace").strip().splitlines()
     reason = lines[-1] if lines else "no output"
     raise OSError(f"the daemon did not start: {reason} (see {log_path})")
 
@@ -110,19 +116,32 @@ def spawn(root: str, store_dir: str, *, idle: float, force: bool, why: str = "")
     argv = [sys.executable, "-m", "worksnap", "--root", root, "--store", store_dir]
     argv += ["--force"] if force else []
     argv += ["daemon", "serve", "--idle", str(idle)]
-    log_path = StorePaths(store_dir).daemon_log
+    from worksnap.storedir import StoreDir
+
+    # Opened here, through the store's descriptor: a `daemon.log` that is a link or a
+    # FIFO is refused, never followed (a link would truncate what it points to).
+    files = StoreDir(store_dir)
+    try:
+        log = files.open_shared(files.paths.daemon_log)
+    finally:
+        files.close()
     env = dict(os.environ, WORKSNAP_NO_DAEMON="1", WORKSNAP_DAEMON_WHY=why or "started")
-    return os.posix_spawn(
-        sys.executable,
-        argv,
-        env,
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-            (os.POSIX_SPAWN_DUP2, 1, 2),
-        ],
-        setsid=True,  # not killed with the shell (or agent) that started it
-    )
+    try:
+        os.fchmod(log, 0o600)  # the commands it logs are the owner's business
+        os.ftruncate(log, 0)
+        return os.posix_spawn(
+            sys.executable,
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log, 1),
+                (os.POSIX_SPAWN_DUP2, log, 2),
+            ],
+            setsid=True,  # not killed with the shell (or agent) that started it
+        )
+    finally:
+        os.close(log)
 
 
 def stop(store_dir: str) -> bool:

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from worksnap.manifest import Entry, Manifest
-from worksnap.paths import fs_path, is_under
+from worksnap.paths import Digest, fs_path, is_under
+from worksnap.tree import Dir, Read
+from worksnap.treewalk import diff_trees, entry_of
 
 _BINARY_SNIFF = 8000  # as git: a NUL in the first 8000 bytes means binary
 
@@ -35,10 +37,38 @@ def compare(old: Manifest, new: Manifest) -> list[FileChange]:
     """Lists the files and symlinks that differ from `old` to `new`, sorted by path."""
     before = {e.path: e for e in old.entries}
     after = {e.path: e for e in new.entries}
+    return _compare(before, after, set(new.dirs))
+
+
+def compare_trees(old: Digest, new: Digest, read: Read) -> list[FileChange]:
+    """`compare` of two snapshots' root trees, reading only the subtrees that differ.
+
+    Equal to `compare` of their flat views: an entry on both sides unchanged is never a
+    change nor a rename's source, and the only directories `compare` asks about are
+    paths that held an entry before, which `diff_trees` yields when they are one now.
+
+    Raises:
+        ManifestError: a tree object read is damaged or hostile; ObjectError: missing.
+    """
+    before: dict[str, Entry] = {}
+    after: dict[str, Entry] = {}
+    now_dirs: set[str] = set()
+    for difference in diff_trees(old, new, read):  # all collected before any is used
+        if difference.old is not None and (entry := entry_of(difference.path, difference.old)):
+            before[difference.path] = entry
+        if difference.new is not None and (entry := entry_of(difference.path, difference.new)):
+            after[difference.path] = entry
+        if isinstance(difference.new, Dir):
+            now_dirs.add(difference.path)
+    return _compare(before, after, now_dirs)
+
+
+def _compare(
+    before: dict[str, Entry], after: dict[str, Entry], now_dirs: set[str]
+) -> list[FileChange]:
     changes: list[FileChange] = []
     # A path that is a directory now is never the source of a rename: git applies a
     # rename after what its patch creates below that path, which its link or file blocks.
-    now_dirs = set(new.dirs)
     gone = {p: e for p, e in before.items() if p not in after}
     by_content: dict[tuple[str, str | None, str | None], list[str]] = {}
     for path in sorted(gone):

@@ -4,46 +4,62 @@ Objects under 1 MiB are appended to packs, larger ones are one file each; every
 read checks the bytes against their digest. Each pack is written by one process
 only and published by writing its index last, so snapshots running side by side
 never see each other's half-written objects and need no lock between them.
-Manifests are stored as zstd frames (frames.py), then their summaries: a summary's
-presence means the snapshot is complete.
+A snapshot (format 2) is its tree objects, stored like any object, and then its
+record (`snapshots/<id>.json`, plain JSON) once they are flushed: a record's presence
+means the snapshot is complete. A store written by an older worksnap holds format 1
+manifests (zstd frames, frames.py) and their summaries instead, read as they are until
+the migration (migration.py) turns each into trees and a record; when both exist for
+one id, the record wins.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 from collections.abc import Container, Hashable, Iterator
 
 import msgspec
 from blake3 import blake3
 
-from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError
-from worksnap.frames import MAX_UNPACKED, pack, unpack
-from worksnap.fsio import file_state, fsync_dir, write_atomic
-from worksnap.hash import SMALL, hash_bytes
+from worksnap.diskformat1 import FormatOneFiles
+from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError, StoreError
+from worksnap.frames import MAX_UNPACKED
+from worksnap.fsio import file_state
+from worksnap.hash import SMALL
 from worksnap.layout import TEMP_MARK, StorePaths
-from worksnap.manifest import Manifest, Summary, decode_manifest, encode_manifest
+from worksnap.manifest import Summary
 from worksnap.paths import Digest, is_digest
+from worksnap.record import Record, decode_record, encode_record, summary_of
+from worksnap.storedir import KIB, MIB, StoreDir
 
 _idx_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
-_summary_decoder = msgspec.json.Decoder(Summary)
 _encoder = msgspec.msgpack.Encoder()
+
+CHUNK = MIB
+"""Objects are read, checked and written this many bytes at a time: memory never grows
+with the size of a file (a 3 GB file once cost a 3.1 GB peak)."""
+
+# The most each kind of store file may hold: a hostile store cannot make a read eat memory.
+_MAX_INDEX = 256 * MIB  # 80 bytes per object: over 3 million objects in one pack
+_MAX_ROOT = 64 * KIB
+_MAX_PINS = 16 * MIB
+_MAX_RECORD = 16 * MIB  # a few hundred bytes, unless it holds many loose paths
 
 
 class _PackWriter:
     """Appends objects to one new pack file owned by this process.
 
     Small objects are gathered in memory and written 1 MiB at a time: one
-    `write` per object cost a third of a cold snapshot.
+    `write` per object cost a third of a cold snapshot. The pack stays locked
+    (`StoreDir.create`) until its index is published, so a sweep by another
+    process never takes it for the leftover of a writer that died.
     """
 
     _BUFFER = 1 << 20
 
-    def __init__(self, paths: StorePaths) -> None:
-        self.name = secrets.token_hex(8)
-        self.path = paths.pack(self.name)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    def __init__(self, store: StoreDir) -> None:
+        self.name = store.new_name()
+        self.path = store.paths.pack(self.name)
+        self.fd = store.create(self.path)
         self.offset = 0
         self.pending = bytearray()
         self.records: list[tuple[str, int, int]] = []
@@ -66,20 +82,25 @@ class _PackWriter:
         self.pending.clear()
 
 
-class DiskStore:
+class DiskStore(FormatOneFiles):
     """One store directory. Cheap to create; reads its index on first use.
 
+    Every file of the store is reached through one `storedir.StoreDir`: never
+    through a link, never a FIFO or a device, every read bounded.
+
     Args:
-        directory: the store directory.
+        directory: the store directory (resolved: no symlink is followed inside it).
         max_unpacked: the largest manifest written or read (`frames.MAX_UNPACKED`;
             smaller only in tests).
     """
 
     def __init__(self, directory: str, *, max_unpacked: int = MAX_UNPACKED) -> None:
         self.dir = directory
-        self.paths = StorePaths(directory)
+        self.files = StoreDir(directory)
+        self.paths: StorePaths = self.files.paths
         self.max_unpacked = max_unpacked
         self._index: dict[str, tuple[str, int, int]] | None = None
+        self._damaged: dict[str, str] = {}
         self._writer: _PackWriter | None = None
         self._read_fds: dict[str, int] = {}
         self.added = 0
@@ -91,16 +112,16 @@ class DiskStore:
     def create(self) -> None:
         """Creates the store's directories (idempotent)."""
         paths = self.paths
-        for path in (paths.packs, paths.objects, paths.manifests, paths.summaries):
-            os.makedirs(path, exist_ok=True)
-        os.makedirs(paths.cache, exist_ok=True)
-        fsync_dir(self.dir)  # the new directories survive a crash with what goes in them
-        if not os.path.exists(paths.gitignore):
-            write_atomic(paths.gitignore, b"*\n")
+        for path in (paths.packs, paths.objects, paths.snapshots, paths.manifests, paths.cache):
+            self.files.makedirs(path)
+        self.files.fsync(self.dir)  # the new directories survive a crash with what goes in them
+        if self.files.lstat(paths.gitignore) is None:
+            self.files.write(paths.gitignore, b"*\n")
 
     def exists(self) -> bool:
         """True when a store has been created here."""
-        return os.path.isdir(self.paths.manifests)
+        self.files.refresh()
+        return self.files.is_dir(self.paths.snapshots) or self.files.is_dir(self.paths.manifests)
 
     def bind(self, root: str) -> None:
         """Creates the store if needed and binds it to `root`, the one root it serves.
@@ -110,12 +131,11 @@ class DiskStore:
         """
         if not self.exists():
             self.create()
-        try:
-            with open(self.paths.root, encoding="utf-8", errors="surrogateescape") as f:
-                bound = f.read().rstrip("\n")
-        except FileNotFoundError:
+        data = self.files.read_optional(self.paths.root, limit=_MAX_ROOT)
+        if data is None:
             self.rebind(root)
             return
+        bound = os.fsdecode(data).rstrip("\n")
         if bound != root:
             raise InputError(
                 f"store {self.dir} belongs to {bound}, not {root} "
@@ -124,16 +144,29 @@ class DiskStore:
 
     def rebind(self, root: str) -> None:
         """Records `root` as the root this store belongs to."""
-        write_atomic(self.paths.root, os.fsencode(root) + b"\n")
+        self.files.write(self.paths.root, os.fsencode(root) + b"\n")
 
     def close(self) -> None:
-        """Closes open pack files (an unflushed pack is left for gc to sweep)."""
+        """Closes open files; an unpublished pack is removed (see `discard`)."""
         for fd in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
-        if self._writer is not None:
-            os.close(self._writer.fd)
-            self._writer = None
+        self.discard()
+        self.files.close()
+
+    def discard(self) -> None:
+        """Removes what this instance wrote and has not published: its pack, if any.
+
+        A snapshot that failed (a full disk) calls it, so that its half-written pack
+        does not keep the disk full until a gc. Published objects stay: another
+        process may already rely on them.
+        """
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        os.close(writer.fd)
+        self.files.unlink(writer.path)
+        self._index = None  # it held this pack's records
 
     # -- objects -------------------------------------------------------------
 
@@ -145,19 +178,51 @@ class DiskStore:
     def _load_index(self) -> dict[str, tuple[str, int, int]]:
         if self._index is None:
             index: dict[str, tuple[str, int, int]] = {}
-            try:
-                names = os.listdir(self.paths.packs)
-            except FileNotFoundError:
-                names = []
-            for name in sorted(names):
-                pack, kind = self.paths.pack_file(name)
-                if kind == "index":
-                    with open(self.paths.pack_index(pack), "rb") as f:
-                        records = _idx_decoder.decode(f.read())
-                    for digest, offset, size in records:
-                        index[digest] = (pack, offset, size)
-            self._index = index
+            damaged: dict[str, str] = {}
+            for name in sorted(self.files.listdir(self.paths.packs)):
+                pack_name, kind = self.paths.pack_file(name)
+                if kind != "index":
+                    continue
+                records = self._read_index(pack_name, damaged)
+                for digest, offset, size in records:
+                    index[digest] = (pack_name, offset, size)
+            self._index, self._damaged = index, damaged
         return self._index
+
+    def _read_index(self, pack_name: str, damaged: dict[str, str]) -> list[tuple[str, int, int]]:
+        """A pack's index; [] (and a note in `damaged`) when it cannot be decoded."""
+        path = self.paths.pack_index(pack_name)
+        try:
+            data = self.files.read(path, limit=_MAX_INDEX)
+        except FileNotFoundError:
+            return []  # swept by a gc since the listing
+        try:
+            records = _idx_decoder.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            damaged[pack_name] = f"does not decode ({exc})"
+            return []
+        # Packs hold objects under 1 MiB only: a bigger size is damage, not an allocation.
+        if not all(
+            is_digest(d) and offset >= 0 and 0 <= size < SMALL for d, offset, size in records
+        ):
+            damaged[pack_name] = "holds a record that is not [digest, offset, size]"
+            return []
+        return records
+
+    def problems(self) -> list[str]:
+        """One line for each damaged part of the store that commands work around.
+
+        A pack index that does not decode: its pack's objects cannot be read, so the
+        snapshots that need them fail to restore (verify names them); snapshots store
+        the files still on disk again, and everything else works.
+        """
+        self._load_index()
+        return [
+            f"pack index {self.paths.pack_index(name)} is damaged ({reason}): the objects "
+            f"of {self.paths.pack(name)} cannot be read; move both files out of the store "
+            "(a snapshot stores again what is still on disk)"
+            for name, reason in sorted(self._damaged.items())
+        ]
 
     def sync(self) -> bool:
         """Forgets the remembered index if a gc has swept objects since it was read.
@@ -168,11 +233,8 @@ class DiskStore:
         Returns:
             True when a sweep happened since the last call.
         """
-        try:
-            st = os.stat(self.paths.generation)
-            generation: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
-        except FileNotFoundError:
-            generation = None
+        st = self.files.lstat(self.paths.generation)
+        generation = (st.st_ino, st.st_mtime_ns) if st is not None else None
         if generation == self._generation:
             return False
         self._generation = generation
@@ -188,29 +250,31 @@ class DiskStore:
 
     def has(self, digest: str) -> bool:
         """True when the object is stored (not checked against its digest; see `read`)."""
-        return digest in self._load_index() or os.path.exists(self._loose_path(digest))
+        if digest in self._load_index():
+            return True
+        st = self.files.lstat(self._loose_path(digest))
+        return st is not None
 
     def add(self, digest: Digest, data: bytes) -> bool:
         """Stores `data` under `digest` unless it is already there; True when it was new."""
+        if self.add_tree(digest, data):
+            self.added += 1
+            return True
+        return False
+
+    def add_tree(self, digest: Digest, data: bytes) -> bool:
+        """Stores a tree object as `add` does, without counting it in `added`."""
         # A small object is never stored loose: the index alone answers for it.
         if digest in self._load_index() or (len(data) >= SMALL and self.has(digest)):
             return False
-        self.added += 1
         if len(data) >= SMALL:
-            write_atomic(self._loose_path_dir(digest), data)
+            self.files.write(self._loose_path(digest), data)
             return True
         if self._writer is None:
-            self._writer = _PackWriter(self.paths)
+            self._writer = _PackWriter(self.files)
         offset, size = self._writer.append(digest, data)
         self._load_index()[digest] = (self._writer.name, offset, size)
         return True
-
-    def _loose_path_dir(self, digest: str) -> str:
-        path = self._loose_path(digest)
-        if not os.path.isdir(os.path.dirname(path)):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fsync_dir(self.paths.objects)
-        return path
 
     def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
         """Stores a large file by streaming it; True when it was new.
@@ -227,241 +291,288 @@ class DiskStore:
         if self.has(digest):
             return False
         self.added += 1
-        target = self._loose_path_dir(digest)
-        tmp = f"{target}{TEMP_MARK}{secrets.token_hex(4)}"
+        target = self._loose_path(digest)
+        tmp = f"{target}{TEMP_MARK}{self.files.new_name()}"
         hasher = blake3(max_threads=blake3.AUTO)
         try:
             source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            with open(source, "rb") as src, open(tmp, "wb") as dst:
-                while chunk := src.read(1 << 20):
-                    hasher.update(chunk)
-                    dst.write(chunk)
-                dst.flush()
-                os.fsync(dst.fileno())
+            try:
+                out = self.files.create(tmp)
+                try:
+                    while chunk := os.read(source, CHUNK):
+                        hasher.update(chunk)
+                        _write_all(out, chunk)
+                    os.fsync(out)
+                finally:
+                    os.close(out)
+            finally:
+                os.close(source)
             if hasher.hexdigest() != digest:
                 raise SnapshotError(rel, "changed while it was being stored")
-            os.replace(tmp, target)
+            self.files.rename(tmp, target)
         except OSError as exc:
             raise SnapshotError(rel, f"cannot store: {exc.strerror}") from None
         finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        fsync_dir(os.path.dirname(target))
+            self.files.unlink(tmp)
         return True
 
     def flush(self) -> None:
-        """Makes every object added so far durable and visible to other processes."""
-        writer, self._writer = self._writer, None
+        """Makes every object added so far durable and visible to other processes.
+
+        On a failure (a full disk) the pack is removed: nothing of it was visible.
+        """
+        writer = self._writer
         if writer is None:
             return
         try:
             writer.drain()
             os.fsync(writer.fd)
-        finally:
-            os.close(writer.fd)
-        # The index is written last: a pack without one is invisible and swept by gc.
-        write_atomic(self.paths.pack_index(writer.name), _encoder.encode(writer.records))
+            # The index is written last: a pack without one is invisible, and swept
+            # once its writer is gone.
+            self.files.write(self.paths.pack_index(writer.name), _encoder.encode(writer.records))
+        except BaseException:
+            self.discard()
+            raise
+        self._writer = None
+        os.close(writer.fd)  # unlocks it: published, it is no longer a leftover
 
     def read(self, digest: str) -> bytes:
         """Returns an object's bytes after checking them against the digest.
 
+        For large objects prefer `read_chunks`, which never holds more than `CHUNK`.
+
         Raises:
             ObjectError: the object is missing or damaged.
         """
+        return b"".join(self.read_chunks(digest))
+
+    def read_chunks(self, digest: str) -> Iterator[bytes]:
+        """Yields an object's bytes `CHUNK` at a time; checks them once all are read.
+
+        A caller may use the bytes only after the iteration ended without an error
+        (apply writes them to a temp file and renames it only then).
+
+        Raises:
+            ObjectError: the object is missing, unreadable or damaged (at the end).
+        """
         located = self._load_index().get(digest)
         loose = self._loose_path(digest)
-        if located is None and self._writer is None and not os.path.exists(loose):
+        if located is None and self._writer is None and not self.has(digest):
             self._index = None  # another process may have published a pack since we looked
             located = self._load_index().get(digest)
+        hasher = blake3(max_threads=blake3.AUTO)
         try:
             if located is None:
-                with open(loose, "rb") as f:
-                    data = f.read()
+                fd = self.files.open_file(loose)
+                try:
+                    while chunk := os.read(fd, CHUNK):
+                        hasher.update(chunk)
+                        yield chunk
+                finally:
+                    os.close(fd)
             else:
-                pack, offset, size = located
-                if self._writer is not None and pack == self._writer.name:
-                    self._writer.drain()  # it may still be in the write buffer
-                fd = self._read_fds.get(pack)
-                if fd is None:
-                    fd = os.open(self.paths.pack(pack), os.O_RDONLY)
-                    self._read_fds[pack] = fd
-                data = os.pread(fd, size, offset)
+                data = self._read_packed(*located)
+                hasher.update(data)
+                yield data
         except FileNotFoundError:
-            raise ObjectError(digest, "missing from the store") from None
+            raise ObjectError(digest, self._missing()) from None
         except OSError as exc:
             raise ObjectError(digest, f"unreadable: {exc.strerror}") from None
-        if hash_bytes(data) != digest:
+        if hasher.hexdigest() != digest:
             raise ObjectError(digest, "damaged: its bytes do not match its digest")
-        return data
+
+    def _read_packed(self, pack_name: str, offset: int, size: int) -> bytes:
+        if self._writer is not None and pack_name == self._writer.name:
+            self._writer.drain()  # it may still be in the write buffer
+        fd = self._read_fds.get(pack_name)
+        if fd is None:
+            fd = self.files.open_file(self.paths.pack(pack_name))
+            self._read_fds[pack_name] = fd
+        return os.pread(fd, size, offset)
+
+    def _missing(self) -> str:
+        if not self._damaged:
+            return "missing from the store"
+        names = ", ".join(self.paths.pack_index(n) for n in sorted(self._damaged))
+        return f"missing from the store (the damaged pack index {names} may have held it)"
+
+    def check(self, digest: str) -> None:
+        """Reads an object through and checks it, holding at most `CHUNK` of it.
+
+        Raises:
+            ObjectError: the object is missing or damaged.
+        """
+        for _ in self.read_chunks(digest):
+            pass
 
     def digests(self) -> Iterator[str]:
         """Yields the digest of every stored object."""
         yield from self._load_index()
-        if os.path.isdir(self.paths.objects):
-            for sub in os.listdir(self.paths.objects):
-                for rest in os.listdir(os.path.join(self.paths.objects, sub)):
-                    if not self.paths.is_temp(rest):
-                        yield sub + rest
+        for sub in self.files.listdir(self.paths.objects):
+            for rest in self.files.listdir(os.path.join(self.paths.objects, sub)):
+                if not self.paths.is_temp(rest):
+                    yield sub + rest
 
-    # -- manifests -----------------------------------------------------------
+    # -- snapshots -----------------------------------------------------------
 
     def manifest_stamp(self, snapshot_id: str) -> Hashable | None:
-        """Returns what changes whenever the stored manifest changes (None: unknown)."""
-        try:
-            return file_state(os.stat(self.paths.manifest(snapshot_id)))
-        except OSError:
-            return None
+        """Returns what changes whenever the stored snapshot changes (None: unknown)."""
+        for path in (self.paths.record(snapshot_id), self.paths.manifest(snapshot_id)):
+            try:
+                st = self.files.lstat(path)
+            except OSError:
+                return None
+            if st is not None:
+                return (path, file_state(st))
+        return None
 
-    def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
-        """Stores a manifest and then its summary (a summary means a complete snapshot)."""
+    def save_record(self, record: Record) -> None:
+        """Stores a snapshot's record once its objects are durable (a record means complete)."""
         self.flush()
-        self.replace_manifest(manifest)
-        write_atomic(self.paths.summary(manifest.id), msgspec.json.encode(summary))
+        self.files.makedirs(self.paths.snapshots)
+        self.files.write(self.paths.record(record.id), encode_record(record))
 
-    def replace_manifest(self, manifest: Manifest) -> None:
-        """Writes a manifest (compressed) over any stored one with its id; not its summary.
-
-        Raises:
-            SnapshotError: the manifest is larger than a reader accepts.
-        """
-        data = encode_manifest(manifest)
-        if len(data) > self.max_unpacked:
-            raise SnapshotError("", f"manifest of {len(data)} bytes is over {self.max_unpacked}")
-        write_atomic(self.paths.manifest(manifest.id), pack(data))
-
-    def manifest_bytes(self, snapshot_id: str) -> bytes:
-        """Returns a stored manifest's JSON (decompressed), what `show --json` prints.
+    def load_record(self, snapshot_id: str) -> Record | None:
+        """Reads and decodes a snapshot's record (None: it has none; checked by the caller).
 
         Raises:
-            ManifestError: there is no readable manifest with that id.
+            ManifestError: the record is unreadable, not canonical, or of a newer version.
         """
         try:
-            with open(self.paths.manifest(snapshot_id), "rb") as f:
-                data = f.read()
+            data = self.files.read_optional(self.paths.record(snapshot_id), limit=_MAX_RECORD)
+        except StoreError as exc:
+            raise ManifestError(snapshot_id, exc.reason) from None
         except OSError as exc:
-            raise ManifestError(snapshot_id, f"cannot read: {exc.strerror}") from None
-        try:
-            return unpack(data, limit=self.max_unpacked)
-        except ValueError as exc:
-            raise ManifestError(snapshot_id, str(exc)) from None
+            raise ManifestError(snapshot_id, f"cannot read its record: {exc.strerror}") from None
+        return None if data is None else decode_record(data, snapshot_id)
 
-    def load_manifest(self, snapshot_id: str) -> Manifest:
-        """Reads and decodes a stored manifest (paths are checked by the caller)."""
-        return decode_manifest(self.manifest_bytes(snapshot_id), snapshot_id)
+    def _named(self, directory: str) -> list[str]:
+        names = self.files.listdir(directory)
+        return [i for name in names if (i := self.paths.snapshot_id(name)) is not None]
 
     def ids(self) -> list[str]:
-        """Returns the ids of every stored manifest."""
-        try:
-            names = os.listdir(self.paths.manifests)
-        except FileNotFoundError:
-            return []
-        return [i for name in names if (i := self.paths.snapshot_id(name)) is not None]
+        """Returns the ids of every stored snapshot (records and format 1 manifests)."""
+        return list(dict.fromkeys(self._named(self.paths.snapshots) + self.legacy_ids()))
 
     def summaries(self) -> tuple[list[Summary], list[str]]:
         """Returns the readable summaries, and one line for each damaged snapshot skipped."""
         found: list[Summary] = []
         problems: list[str] = []
-        for snapshot_id in self.ids():
+        recorded = self._named(self.paths.snapshots)
+        for snapshot_id in recorded:
             try:
-                with open(self.paths.summary(snapshot_id), "rb") as f:
-                    summary = _summary_decoder.decode(f.read())
-            except FileNotFoundError:
-                continue  # still being written, or its snapshot failed half-way
-            except (OSError, msgspec.DecodeError, RecursionError) as exc:
-                problems.append(f"snapshot {snapshot_id}: unreadable summary ({exc}); skipped")
+                record = self.load_record(snapshot_id)
+            except ManifestError as exc:
+                problems.append(f"snapshot {snapshot_id}: unreadable record ({exc}); skipped")
                 continue
-            if summary.id != snapshot_id:
-                problems.append(f"snapshot {snapshot_id}: summary names {summary.id}; skipped")
+            if record is None:
+                continue  # dropped since the listing
+            if record.id != snapshot_id:
+                problems.append(f"snapshot {snapshot_id}: record names {record.id}; skipped")
                 continue
-            found.append(summary)
+            found.append(summary_of(record))
+        legacy = sorted(set(self.legacy_ids()).difference(recorded))
+        found += self.legacy_summaries(legacy, problems)
         return found, problems
 
     def delete_snapshot(self, snapshot_id: str) -> None:
-        """Removes a snapshot: its summary first (so `list` stops showing it), then its manifest."""
-        for path in (self.paths.summary(snapshot_id), self.paths.manifest(snapshot_id)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        """Removes a snapshot: its record, then any format 1 summary and manifest."""
+        self.files.unlink(self.paths.record(snapshot_id))
+        self.delete_legacy(snapshot_id)
+
+    def sweep_abandoned(self) -> int:
+        """Removes the packs and temp files of writers that died; returns the bytes freed.
+
+        Safe beside running snapshots: a writer holds its pack locked until the pack's
+        index is published, so only a pack nobody holds and that has no index is a
+        leftover (of a snapshot killed, or failed, before it could remove it).
+        """
+        names = self.files.listdir(self.paths.packs)
+        indexed = {p for p, kind in map(self.paths.pack_file, names) if kind == "index"}
+        freed = 0
+        for name in names:
+            pack_name, kind = self.paths.pack_file(name)
+            if (kind == "pack" and pack_name not in indexed) or self.paths.is_temp(name):
+                path = os.path.join(self.paths.packs, name)
+                index = self.paths.pack_index(pack_name)
+
+                def published(index: str = index) -> bool:
+                    return self.files.lstat(index) is not None
+
+                size = self.files.remove_abandoned(path, unless=published)
+                freed += size or 0
+        return freed
 
     def sweep(self, live: set[str]) -> tuple[int, int]:
         """Deletes every object not in `live`, and leftovers of interrupted writes.
 
         Packs holding dead objects are rewritten with only their live ones. The
-        caller holds the exclusive lock, so no pack is being written.
+        caller holds the exclusive lock, so no pack is being written. A pack whose
+        index is damaged is left as it is (what it holds is unknown; see `problems`).
 
         Returns:
             How many objects were removed and how many bytes that freed.
         """
         self.close()
-        removed = freed = 0
-        packs = self.paths.packs
-        names = set(os.listdir(packs)) if os.path.isdir(packs) else set()
-        indexed = set()
-        for name in sorted(names):
+        removed = 0
+        freed = self.sweep_abandoned()
+        self._load_index()
+        for name in sorted(self.files.listdir(self.paths.packs)):
             pack_name, kind = self.paths.pack_file(name)
-            if kind == "index":
-                indexed.add(pack_name)
-        for name in sorted(names):
-            path = os.path.join(packs, name)
-            pack_name, kind = self.paths.pack_file(name)
-            if kind == "pack" and pack_name not in indexed:
-                freed += os.path.getsize(path)  # never published: a writer died before its idx
-                os.unlink(path)
-            elif kind == "other":
-                os.unlink(path)  # a temp file of an interrupted idx write
-        for pack_name in sorted(indexed):
-            with open(self.paths.pack_index(pack_name), "rb") as f:
-                records = _idx_decoder.decode(f.read())
+            if kind != "index" or pack_name in self._damaged:
+                continue
+            records = self._read_index(pack_name, {})
             dead = [r for r in records if r[0] not in live]
             if not dead:
                 continue
             kept = [r for r in records if r[0] in live]
             if kept:
-                with open(self.paths.pack(pack_name), "rb") as f:
+                fd = self.files.open_file(self.paths.pack(pack_name))
+                try:
                     for digest, offset, size in kept:
-                        f.seek(offset)
-                        self._writer = self._writer or _PackWriter(self.paths)
-                        self._writer.append(digest, f.read(size))
+                        self._writer = self._writer or _PackWriter(self.files)
+                        self._writer.append(digest, os.pread(fd, size, offset))
+                finally:
+                    os.close(fd)
                 self.flush()  # the live copies are durable before the old pack goes
-            os.unlink(self.paths.pack_index(pack_name))
-            os.unlink(self.paths.pack(pack_name))
+            self.files.unlink(self.paths.pack_index(pack_name))
+            self.files.unlink(self.paths.pack(pack_name))
             removed += len(dead)
             freed += sum(size for _, _, size in dead)
-        if os.path.isdir(self.paths.objects):
-            for sub in os.listdir(self.paths.objects):
-                directory = os.path.join(self.paths.objects, sub)
-                for rest in os.listdir(directory):
-                    temp = self.paths.is_temp(rest)
-                    if temp or sub + rest not in live:
-                        path = os.path.join(directory, rest)
-                        freed += os.path.getsize(path)
-                        os.unlink(path)
-                        removed += not temp
+        for sub in self.files.listdir(self.paths.objects):
+            directory = os.path.join(self.paths.objects, sub)
+            for rest in self.files.listdir(directory):
+                path = os.path.join(directory, rest)
+                if self.paths.is_temp(rest):
+                    freed += self.files.remove_abandoned(path) or 0
+                elif sub + rest not in live:
+                    st = self.files.lstat(path)
+                    if st is not None and self.files.unlink(path):
+                        freed += st.st_size
+                        removed += 1
         self._index = None
         # Other processes may remember objects that are now gone: tell them.
-        write_atomic(self.paths.generation, secrets.token_hex(8).encode())
+        self.files.write(self.paths.generation, self.files.new_name().encode())
         return removed, freed
 
     def size(self) -> int:
         """Returns the bytes the store takes on disk."""
-        total = 0
-        for directory, _, files in os.walk(self.dir):
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(directory, name)).st_size
-                except FileNotFoundError:
-                    continue
-        return total
+        return self.files.walk_sizes()
 
     def pins(self) -> set[str]:
         """Returns the ids of pinned snapshots (never dropped by gc)."""
         try:
-            with open(self.paths.pins, "rb") as f:
-                return set(msgspec.json.decode(f.read(), type=list[str]))
-        except FileNotFoundError:
-            return set()
+            data = self.files.read_optional(self.paths.pins, limit=_MAX_PINS)
+            return set() if data is None else set(msgspec.json.decode(data, type=list[str]))
         except (OSError, msgspec.DecodeError) as exc:
             raise ManifestError(os.path.basename(self.paths.pins), f"damaged ({exc})") from None
 
     def set_pins(self, pins: set[str]) -> None:
         """Stores the set of pinned snapshot ids."""
-        write_atomic(self.paths.pins, msgspec.json.encode(sorted(pins)))
+        self.files.write(self.paths.pins, msgspec.json.encode(sorted(pins)))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,10 +1,29 @@
-"""The one error hierarchy of worksnap; each class maps to one exit code of the CLI."""
+"""The one error hierarchy of worksnap; each class maps to one exit code of the CLI.
+
+Every path an error names goes through `shown`, so a path deeper than anyone can
+read (a tree nested past PATH_MAX) still makes a one-line message.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
+
+SHOWN_PATH_CHARS = 160
+"""The longest path an error message spells out; the middle of a longer one is elided."""
+
+
+def shown(path: str) -> str:
+    """Returns `path` as an error message may print it: at most `SHOWN_PATH_CHARS` long.
+
+    A longer path keeps its start and its end (where the name is) around a note of how
+    much was left out, so the message stays one readable line.
+    """
+    if len(path) <= SHOWN_PATH_CHARS:
+        return path
+    keep = (SHOWN_PATH_CHARS - 30) // 2
+    return f"{path[:keep]}...[{len(path) - 2 * keep} characters]...{path[-keep:]}"
 
 
 class WorksnapError(Exception):
@@ -30,7 +49,7 @@ class ManifestError(InputError):
     """
 
     def __init__(self, source: str, reason: str) -> None:
-        super().__init__(f"manifest {source}: {reason}")
+        super().__init__(f"manifest {shown(source)}: {reason}")
         self.source = source
         self.reason = reason
 
@@ -61,7 +80,7 @@ class SnapshotError(WorksnapError):
     exit_code = 1
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}" if path else reason)
+        super().__init__(f"{shown(path)}: {reason}" if path else reason)
         self.path = path
         self.reason = reason
 
@@ -75,9 +94,56 @@ class ConflictError(InputError):
 
     def __init__(self, path: str) -> None:
         super().__init__(
-            f"{path} changed since the plan was made; nothing was restored (plan again)"
+            f"{shown(path)} changed since the plan was made; nothing was restored (plan again)"
         )
         self.path = path
+
+
+class StoreError(InputError):
+    """A file or folder of the store is not what the store's layout says it is.
+
+    A symlink, FIFO, socket or device where a file or folder is expected, a file too
+    large for its kind, or damage that no command can work around. The store may have
+    arrived with a cloned tree, so it is input like any other: it is refused, never
+    followed.
+
+    Attributes:
+        path: the store file or folder (absolute).
+        reason: one line that says what is wrong, and what to do.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"store file {shown(path)} {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class RecoveryError(WorksnapError):
+    """An interrupted restore is pending and this command cannot go on until it is settled.
+
+    Raised by commands that must not change the tree themselves (`plan`), and when the
+    journal cannot be acted on (it names a snapshot that is gone, or is damaged). The
+    message says what to run.
+    """
+
+    exit_code = 1
+
+
+class RecoveryPending(RecoveryError):
+    """A preview refused: an interrupted restore must be recovered first.
+
+    The tree may be half-restored, and a preview must neither show that nor change it.
+    Nothing was changed (exit 2, as any refusal that changes nothing).
+    """
+
+    exit_code = 2
+
+
+class ChangedError(InputError):
+    """The store changed underneath a command (a gc ran while it waited); nothing was changed.
+
+    Running the command again is the remedy: the message says so.
+    """
 
 
 class LockError(WorksnapError):

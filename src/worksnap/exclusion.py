@@ -144,7 +144,12 @@ def rule_set(paths: Iterable[str], patterns: Iterable[str]) -> frozenset[str]:
 
 
 def exclusion_root(
-    root: str, store_rel: str | None, given: Iterable[str], configured: Iterable[str]
+    root: str,
+    store_rel: str | None,
+    given: Iterable[str],
+    configured: Iterable[str],
+    *,
+    taken: Iterable[str] = (),
 ) -> Root:
     """The `Root` of a workspace: its path, its store, and every exclusion rule in force.
 
@@ -154,6 +159,8 @@ def exclusion_root(
         given: rules of the caller: paths relative to the root (or absolute inside it),
             and patterns.
         configured: rules of the store's config: paths relative to the root, and patterns.
+        taken: paths (wire form, never patterns) that the store takes up besides
+            `store_rel`: a link on the way to it (`storedir.resolve_store`).
 
     Raises:
         InputError: a path outside the root, or a pattern worksnap does not take.
@@ -166,6 +173,7 @@ def exclusion_root(
     )
     if store_rel is not None:
         rules.add(store_rel)
+    rules.update(taken)
     frozen = frozenset(rules)
     compiled = compile_rules(frozen)
     extra = compiled.matcher is not None or len(compiled.exact) > len(frozen)

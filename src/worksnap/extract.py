@@ -13,7 +13,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from worksnap.apply import Result, apply_plan
 from worksnap.errors import InputError
@@ -32,7 +32,7 @@ def extract(
     *,
     root: Root,
     store_dir: str,
-    read_object: Callable[[str], bytes],
+    read_object: Callable[[str], Iterable[bytes]],
     selected: list[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Result:
@@ -44,7 +44,7 @@ def extract(
             empty one; outside the root and the store.
         root: the workspace, never touched.
         store_dir: the store, never written into.
-        read_object: returns an object's verified bytes.
+        read_object: yields an object's bytes a piece at a time (checked at the end).
         selected: only these paths (relative wire paths) and what lies below them.
         progress: called with (done, total) as files are written.
 

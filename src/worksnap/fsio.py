@@ -1,17 +1,20 @@
-"""File system helpers: durable writes, and directory descriptors that never cross a symlink.
+"""File system helpers for the workspace: what "unchanged" means, and a descriptor walk.
 
-Durable write: temp file in the same directory, fsync, rename, fsync the directory.
+`DirTree` holds directory descriptors under a root that never cross a symlink; the
+store's files have their own (`storedir.StoreDir`, which also makes every write of
+the store durable: temp file in the same directory, fsync, rename, fsync the directory).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
 from collections import OrderedDict
 from typing import Protocol
 
-from worksnap.layout import TEMP_MARK
+from worksnap.errors import shown
 from worksnap.paths import fs_path, is_under
 
 FileState = tuple[int, int, int, int, int]
@@ -45,44 +48,58 @@ def file_state(st: StatLike) -> FileState:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
+COARSE_TICK_NS = 1_000_000_000
+"""The tick of a file system whose times have no fraction of a second (FAT's mtime ticks in
+2 s, but its ctime in 10 ms: a change moves one of them, so a second is enough)."""
+
+
+def is_coarse(st: StatLike) -> bool:
+    """True when both of a file's times are whole seconds: its file system ticks in seconds.
+
+    Both, because a write moves ctime even where mtime is coarse (or was set by a tool
+    such as `tar`): only when neither can move within a second does a change hide.
+    """
+    return st.st_mtime_ns % COARSE_TICK_NS == 0 and st.st_ctime_ns % COARSE_TICK_NS == 0
+
+
+def is_coarse_stamp(stamp: tuple[int, int, int, int]) -> bool:
+    """True when a listing's stamp (inode, size, mtime, ctime) has whole-second times."""
+    return stamp[2] % COARSE_TICK_NS == 0 and stamp[3] % COARSE_TICK_NS == 0
+
+
 def fsync_dir(path: str) -> None:
-    """Makes a rename or unlink inside `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    """Makes a rename or unlink inside `path` durable (a directory outside the store)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes, *, durable: bool = True) -> None:
-    """Replaces `path` with `data` so that readers see the old or the new bytes, never a mix.
+def write_atomic(path: str, data: bytes) -> None:
+    """Replaces a file outside the store (an agent's settings) with `data`, durably.
 
-    Args:
-        path: the file to write.
-        data: its new content.
-        durable: fsync the file and its directory (off only for caches that may be lost).
+    Readers see the old or the new bytes, never a mix: a temp file beside it, fsynced,
+    renamed over it, then the directory fsynced. The store's own files never come
+    here: they go through `storedir.StoreDir`, relative to the store's descriptor.
     """
     directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f"{TEMP_MARK}{secrets.token_hex(8)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if durable:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    try:
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
-    if durable:
-        fsync_dir(directory)
+    fsync_dir(directory)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -123,7 +140,7 @@ class DirTree:
                 fd = os.open(fs_path(parts[depth]), _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    where = "/".join(parts[: depth + 1])
+                    where = shown("/".join(parts[: depth + 1]))
                     raise OSError(exc.errno, f"{where} is not a directory (a symlink?)") from None
                 raise
             self._fds["/".join(parts[: depth + 1])] = fd

@@ -21,7 +21,8 @@ _CHUNK = 1 << 20
 _RETRIES = 4
 # A file changed within this long before it is read may change again without its
 # size or times moving (timestamps tick coarsely): it is read twice and must agree.
-_RECENT_NS = 100_000_000
+# On a file system whose times tick in seconds, the caller passes a second more.
+RECENT_NS = 100_000_000
 
 
 class Prefetch:
@@ -87,6 +88,7 @@ def read_file(
     keep: bool,
     dir_fd: int | None = None,
     chunk_size: int = _CHUNK,
+    recent_ns: int = RECENT_NS,
 ) -> tuple[Digest, bytes | None, os.stat_result]:
     """Reads and hashes one regular file, re-reading it if it changes while it is read.
 
@@ -98,6 +100,8 @@ def read_file(
         rel: its path relative to the root, for errors.
         keep: return the bytes too (for storing them); only honoured below `SMALL`.
         chunk_size: bytes per `read` (1 MiB; tests make it small to write between reads).
+        recent_ns: a file whose times are this recent is read twice, and the two reads
+            must agree (the capture's racy margin: a tick of the file system more).
 
     Returns:
         The digest, the bytes (or None), and the file's stat while it was read.
@@ -139,7 +143,7 @@ def read_file(
             continue
         # Within one timestamp tick a write need not move the times: a file changed
         # that recently is trusted only when two reads in a row agree.
-        recent = time.time_ns() - max(after.st_mtime_ns, after.st_ctime_ns) < _RECENT_NS
+        recent = time.time_ns() - max(after.st_mtime_ns, after.st_ctime_ns) < recent_ns
         if not recent or digest == previous:
             return digest, data if keep else None, after
         previous = digest

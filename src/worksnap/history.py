@@ -6,20 +6,20 @@ their session in the manifest; that file only holds what cannot be derived from 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 
 import msgspec
 
 from worksnap.errors import InputError
-from worksnap.fsio import write_atomic
-from worksnap.layout import StorePaths
 from worksnap.manifest import Entry, Manifest, Summary, tree_digest
 from worksnap.paths import ancestors
+from worksnap.storedir import MIB, StoreDir
 
 DEFAULT_SESSION = "default"
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+
+_MAX_STATE = 16 * MIB
+"""The most a session's state file may hold (a redo stack of 100,000 undos)."""
 
 UNDO_KINDS = frozenset({"undo", "redo"})
 """Kinds of the snapshots undo and redo take of the state they leave: redo-stack only."""
@@ -69,8 +69,9 @@ def check_session_name(name: str) -> str:
 class Sessions:
     """The state of every session of one store (one small JSON file each)."""
 
-    def __init__(self, paths: StorePaths) -> None:
-        self._paths = paths
+    def __init__(self, store: StoreDir) -> None:
+        self._store = store
+        self._paths = store.paths
 
     def load(self, session: str) -> SessionState:
         """Returns a session's state (empty when it has none yet).
@@ -79,10 +80,8 @@ class Sessions:
             InputError: the session's file is damaged.
         """
         try:
-            with open(self._paths.session(session), "rb") as f:
-                return msgspec.json.decode(f.read(), type=SessionState)
-        except FileNotFoundError:
-            return SessionState()
+            data = self._store.read_optional(self._paths.session(session), limit=_MAX_STATE)
+            return SessionState() if data is None else msgspec.json.decode(data, type=SessionState)
         except (OSError, msgspec.DecodeError) as exc:
             raise InputError(f"session {session!r} state is damaged ({exc})") from None
 
@@ -90,11 +89,9 @@ class Sessions:
         """Stores a session's state atomically (removes the file when there is nothing to keep)."""
         path = self._paths.session(session)
         if not state.redo and state.checkpoint is None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            self._store.unlink(path)
             return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomic(path, msgspec.json.encode(state))
+        self._store.write(path, msgspec.json.encode(state))
 
     def clear_redo(self, session: str) -> None:
         """Empties a session's redo stack (a new snapshot was taken)."""
@@ -109,8 +106,7 @@ class Sessions:
         `without`: a session whose state does not count (it is about to be dropped).
         """
         needed: set[str] = set()
-        directory = self._paths.sessions
-        for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        for name in self._store.listdir(self._paths.sessions):
             session = self._paths.session_name(name)
             if session is not None and session != without:
                 state = self.load(session)
@@ -121,7 +117,9 @@ class Sessions:
         return needed
 
 
-def undo_target(history: list[Summary], current_tree: str, state: SessionState) -> str | None:
+def undo_target(
+    history: list[Summary], current_tree: str, state: SessionState, *, flat_tree: str | None = None
+) -> str | None:
     """Picks what `undo` restores.
 
     That is the newest snapshot older than the last undo's target whose tree
@@ -131,6 +129,8 @@ def undo_target(history: list[Summary], current_tree: str, state: SessionState) 
         history: the session's snapshots, newest first.
         current_tree: the tree digest of the workspace now.
         state: the session's redo stack (its top frame is where the last undo went).
+        flat_tree: the format 1 digest of the workspace now, for the summaries of a
+            store not migrated yet (they hold format 1 digests).
     """
     before = None
     if state.redo:
@@ -141,7 +141,7 @@ def undo_target(history: list[Summary], current_tree: str, state: SessionState) 
             continue
         if before is not None and (summary.time, summary.id) >= before:
             continue
-        if summary.tree != current_tree:
+        if summary.tree not in (current_tree, flat_tree):
             return summary.id
     return None
 

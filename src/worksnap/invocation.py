@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from worksnap.output import PROGRESS
+from worksnap.output import PROGRESS, warn
 
 if TYPE_CHECKING:
     from worksnap.workspace import Workspace
@@ -38,7 +38,7 @@ def open_workspace(args: argparse.Namespace, **options: Any) -> Iterator[Workspa
     try:
         if args.pool is not None:
             options.update(force=args.force, session=args.session, progress=progress)
-            yield args.pool.open(args.root, args.store, options)
+            yield _noting_recovery(args, args.pool.open(args.root, args.store, options))
         else:
             from worksnap.workspace import Workspace
 
@@ -51,9 +51,20 @@ def open_workspace(args: argparse.Namespace, **options: Any) -> Iterator[Workspa
                 seams=args.seams,
                 **options,
             ) as ws:
-                yield ws
+                yield _noting_recovery(args, ws)
     finally:
         PROGRESS.clear()
+
+
+def _noting_recovery(args: argparse.Namespace, ws: Workspace) -> Workspace:
+    """Says a restore was interrupted, for the commands that neither recover nor refuse."""
+    if args.command not in _RECOVERING and (pending := ws.recovery_pending()) is not None:
+        warn(f"warning: {pending}")
+    return ws
+
+
+_RECOVERING = {"snapshot", "restore", "rewind", "undo", "redo", "recover", "plan", "run"}
+"""Commands that recover first, or refuse to preview a half-restored tree."""
 
 
 def command_paths(args: argparse.Namespace, paths: Sequence[str]) -> list[str]:

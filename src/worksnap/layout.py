@@ -11,9 +11,12 @@ read, and changed, in one place:
       packs/<name>.pack          small objects appended back to back
       packs/<name>.idx           msgpack [[digest, offset, size], ...]; written last
       objects/<aa>/<62 hex>      objects of 1 MiB or more, one file each
-      manifests/<id>.json        a manifest (a zstd frame of what `show --json` prints)
-      summaries/<id>.json        the few fields `list` shows
+      snapshots/<id>.json        a snapshot record (format 2: JSON naming its root tree)
+      manifests/<id>.json        a format 1 manifest (a zstd frame of what `show --json`
+                                 prints); only in a store not migrated yet
+      summaries/<id>.json        the few fields `list` shows (format 1, beside its manifest)
       cache/stat, cache/dirs     the stat and listing caches (may be deleted at any time)
+      cache/timestamps           present when the file system keeps coarse (whole-second) times
       generation                 rewritten by every gc sweep
       journal.json               present only while a restore runs
       sessions/<name>.json       a session's redo stack and open checkpoint
@@ -224,7 +227,8 @@ def _path_tag(rel: str) -> str:
 
 
 def _is_store(directory: str) -> bool:
-    return os.path.isdir(StorePaths(directory).manifests)
+    paths = StorePaths(directory)
+    return os.path.isdir(paths.snapshots) or os.path.isdir(paths.manifests)
 
 
 def _existing_store(root: str, top: str | None) -> str | None:
@@ -298,9 +302,11 @@ class StorePaths:
         "pins",
         "root",
         "sessions",
+        "snapshots",
         "socket",
         "stat_cache",
         "summaries",
+        "timestamps",
     )
 
     def __init__(self, directory: str) -> None:
@@ -311,11 +317,16 @@ class StorePaths:
         """The root this store is bound to, one line."""
         self.packs = os.path.join(directory, "packs")
         self.objects = os.path.join(directory, "objects")
+        self.snapshots = os.path.join(directory, "snapshots")
+        """Format 2 snapshot records (plain JSON, as the name says)."""
         self.manifests = os.path.join(directory, "manifests")
+        """Format 1 manifests (zstd frames); emptied by the migration to format 2."""
         self.summaries = os.path.join(directory, "summaries")
         self.cache = os.path.join(directory, "cache")
         self.stat_cache = os.path.join(self.cache, "stat")
         self.listing_cache = os.path.join(self.cache, "dirs")
+        self.timestamps = os.path.join(self.cache, "timestamps")
+        """The file system's timestamp tick in ns, once times without a fraction were seen."""
         self.generation = os.path.join(directory, "generation")
         """Rewritten by every gc sweep, so long-lived processes drop their index."""
         self.journal = os.path.join(directory, "journal.json")
@@ -332,8 +343,12 @@ class StorePaths:
 
     # -- snapshots ------------------------------------------------------------
 
+    def record(self, snapshot_id: str) -> str:
+        """Where the record of a format 2 snapshot is stored."""
+        return os.path.join(self.snapshots, snapshot_id + _JSON)
+
     def manifest(self, snapshot_id: str) -> str:
-        """Where the manifest of a snapshot is stored."""
+        """Where the manifest of a format 1 snapshot is stored."""
         return os.path.join(self.manifests, snapshot_id + _JSON)
 
     def summary(self, snapshot_id: str) -> str:
@@ -342,7 +357,7 @@ class StorePaths:
 
     @staticmethod
     def snapshot_id(file_name: str) -> str | None:
-        """The snapshot id a file in `manifests` is named after (None: not a manifest)."""
+        """The snapshot id a file in `snapshots` or `manifests` is named after (None: none)."""
         stem = file_name[: -len(_JSON)] if file_name.endswith(_JSON) else ""
         return stem if len(stem) == 12 and _HEX.issuperset(stem) else None
 
@@ -382,5 +397,5 @@ class StorePaths:
 
     @staticmethod
     def is_temp(file_name: str) -> bool:
-        """True for a temp file an interrupted write left (`fsio.write_atomic`, large objects)."""
+        """True for a temp file an interrupted write left (`StoreDir.write`, large objects)."""
         return TEMP_MARK in file_name

@@ -32,14 +32,12 @@ import contextlib
 import fcntl
 import os
 import socket
-import stat
 import time
 from collections.abc import Callable
 from types import TracebackType
 
-from worksnap.errors import LockError
-from worksnap.fsio import write_atomic
-from worksnap.layout import StorePaths
+from worksnap.errors import LockError, StoreError
+from worksnap.storedir import StoreDir
 
 # Polling rather than a blocking flock, for the timeout: the first retries are
 # quick (most waits are short), then every 50 ms.
@@ -52,7 +50,7 @@ class StoreLock:
 
     def __init__(
         self,
-        store_dir: str,
+        store_dir: str | StoreDir,
         *,
         exclusive: bool,
         timeout: float = 60.0,
@@ -65,7 +63,8 @@ class StoreLock:
         """Prepares the lock; nothing is taken until `with`.
 
         Args:
-            store_dir: the store whose lock this is.
+            store_dir: the store whose lock this is (its files are opened through a
+                `StoreDir`: never through a link).
             exclusive: a writer (restore, gc...) rather than a reader (snapshot).
             timeout: seconds to wait before giving up with LockError.
             purpose: what the holder does ("restore"), shown to processes waiting
@@ -77,8 +76,9 @@ class StoreLock:
                 needs no real waiting).
             sleep: waits between attempts.
         """
-        self._store = store_dir
-        paths = StorePaths(store_dir)
+        self._files = store_dir if isinstance(store_dir, StoreDir) else StoreDir(store_dir)
+        self._store = self._files.path
+        paths = self._files.paths
         self._path = paths.lock
         self._holder = paths.lock_holder
         self._gate = paths.lock_gate
@@ -99,7 +99,7 @@ class StoreLock:
         self._deadline = start + self._timeout
         self._notice_at = start + self._notice_after
         self._noticed = self._on_wait is None
-        gate = _open(self._gate)
+        gate = self._files.open_shared(self._gate)
         fd: int | None = None
         noted = False
         try:
@@ -108,11 +108,11 @@ class StoreLock:
                 self._wait(lambda: _try(gate, fcntl.LOCK_EX), self._who)
                 self._write_note()
                 noted = True
-                fd = lock = _open(self._path)
+                fd = lock = self._files.open_shared(self._path)
                 self._wait(lambda: _try(lock, fcntl.LOCK_EX), _readers_inside)
                 self._gate_fd = gate
             else:
-                fd = lock = _open(self._path)
+                fd = lock = self._files.open_shared(self._path)
 
                 def attempt() -> bool:
                     if not _try(gate, fcntl.LOCK_SH):
@@ -172,7 +172,7 @@ class StoreLock:
         # Atomic, so a waiting process never reads half a note; not fsynced,
         # as it only helps a waiting process explain itself.
         with contextlib.suppress(OSError):
-            write_atomic(
+            self._files.write(
                 self._holder,
                 f"pid {os.getpid()} on {socket.gethostname()}{doing}\n".encode(),
                 durable=False,
@@ -181,21 +181,16 @@ class StoreLock:
     def _remove_note(self) -> None:
         # A stale note would name a process that no longer holds the lock.
         with contextlib.suppress(OSError):
-            os.unlink(self._holder)
+            self._files.unlink(self._holder)
 
     def _who(self) -> str:
         """Who holds the gate (or the lock), from its note: never blocks, reads 200 bytes."""
         try:
-            fd = os.open(self._holder, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+            note = self._files.read(self._holder, limit=200).strip()
+        except (OSError, StoreError):
             return "held by another process"
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode) and (note := os.read(fd, 200).strip()):
-                return "held by " + note.decode("utf-8", "replace")
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        if note:
+            return "held by " + note.decode("utf-8", "replace")
         return "held by another process"
 
 
@@ -204,13 +199,35 @@ def _readers_inside() -> str:
     return "shared by snapshots in progress"
 
 
-def _open(path: str) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-
-
 def _try(fd: int, mode: int) -> bool:
     try:
         fcntl.flock(fd, mode | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     return True
+
+
+class Locks:
+    """The store locks of one workspace: each says what it is for; a long wait is reported.
+
+    Args:
+        files: the store directory.
+        on_wait: called with one line naming the holder when a lock has been waited
+            for a second (None: waits are silent).
+    """
+
+    def __init__(self, files: StoreDir, on_wait: Callable[[str], None] | None = None) -> None:
+        self._files = files
+        self._on_wait = on_wait
+
+    def shared(self, purpose: str, *, timeout: float = 60.0) -> StoreLock:
+        """A reader's lock (a snapshot): many at once, none while a writer waits or holds."""
+        return StoreLock(
+            self._files, exclusive=False, timeout=timeout, purpose=purpose, on_wait=self._on_wait
+        )
+
+    def exclusive(self, purpose: str, *, timeout: float = 60.0) -> StoreLock:
+        """A writer's lock (restore, gc...): alone."""
+        return StoreLock(
+            self._files, exclusive=True, timeout=timeout, purpose=purpose, on_wait=self._on_wait
+        )

@@ -1,8 +1,10 @@
 """Maintenance: pins, garbage collection and its configured retention, disk use, rebinding.
 
-gc is mark and sweep under the exclusive lock: every manifest that stays is read
-before anything is removed (an unreadable one stops the gc with nothing removed),
-then the dropped snapshots go, then every object no remaining snapshot needs.
+gc is mark and sweep under the exclusive lock: every snapshot that stays is read
+before anything is removed (an unreadable record, manifest or tree object stops the gc
+with nothing removed), then the dropped snapshots go, then every object no remaining
+snapshot needs. Marking walks the trees of all remaining snapshots at once
+(`treewalk.reachable`): a tree object many snapshots share is read once.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ import msgspec
 from worksnap.caches import Caches
 from worksnap.catalog import Catalog
 from worksnap.config import Retention, load_config
-from worksnap.errors import InputError, LockError, ManifestError
+from worksnap.errors import InputError, LockError, ManifestError, ObjectError
 from worksnap.history import Sessions, SessionState, check_session_name
-from worksnap.layout import StorePaths
-from worksnap.lock import StoreLock
-from worksnap.paths import Root
+from worksnap.journal import journal_snapshots
+from worksnap.lock import Locks
+from worksnap.paths import Digest, Root
+from worksnap.record import loose_of
 from worksnap.retention import select_expired
 from worksnap.store import Store
+from worksnap.storedir import StoreDir
+from worksnap.treewalk import flatten, reachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +57,17 @@ class Maintenance:
         root: Root,
         store: Store,
         *,
-        paths: StorePaths,
+        files: StoreDir,
+        locks: Locks,
         catalog: Catalog,
         sessions: Sessions,
         caches: Caches,
     ) -> None:
         self._root = root
         self._store = store
-        self._paths = paths
+        self._files = files
+        self._locks = locks
+        self._paths = files.paths
         self._catalog = catalog
         self._sessions = sessions
         self._caches = caches
@@ -68,7 +76,8 @@ class Maintenance:
         """Pins a snapshot so gc never drops it (or unpins it); returns its id."""
         snapshot_id = self._catalog.resolve(ref, session)
         self._store.bind(self._root.path)
-        with StoreLock(self._paths.dir, exclusive=True):
+        self._catalog.upgrade_if_needed()
+        with self._locks.exclusive("pin"):
             pins = self._store.pins()
             if pinned:
                 pins.add(snapshot_id)
@@ -79,7 +88,7 @@ class Maintenance:
 
     def configured_retention(self) -> Retention:
         """Returns the retention policy in the store's config (none when absent)."""
-        return load_config(self._paths).retention
+        return load_config(self._files).retention
 
     def gc(
         self,
@@ -101,12 +110,21 @@ class Maintenance:
         policy = policy if policy is not None else self.configured_retention()
         if not self._store.exists():
             return GcReport(dry_run=dry_run)
-        with StoreLock(self._paths.dir, exclusive=not dry_run, timeout=60.0 if wait else 0.0):
+        if not dry_run:
+            self._catalog.upgrade_if_needed()
+        timeout = 60.0 if wait else 0.0
+        with (
+            self._locks.shared("gc --dry-run", timeout=timeout)
+            if dry_run
+            else self._locks.exclusive("gc", timeout=timeout)
+        ):
             summaries, _ = self._store.summaries()
             pins = self._store.pins()
             keep = pins | self._sessions.referenced(
                 without=check_session_name(drop_session) if drop_session is not None else None
             )
+            # A pending recovery rolls back to its pre-restore snapshot: it must stay.
+            keep |= journal_snapshots(self._files)
             dropped = select_expired(
                 summaries,
                 policy,
@@ -122,10 +140,8 @@ class Maintenance:
             ]
             order = {s.id: (s.time, s.id) for s in summaries}
             dropped.sort(key=lambda i: order.get(i, ("", i)), reverse=True)
-            live: dict[str, int] = {}
-            for snapshot_id in set(self._store.ids()) - set(dropped):
-                # Before anything is removed: an unreadable manifest stops the gc here.
-                live.update(self.object_sizes(snapshot_id))
+            # Before anything is removed: an unreadable snapshot stops the gc here.
+            live = self.live_objects(set(self._store.ids()) - set(dropped))
             if dry_run:
                 gone: dict[str, int] = {}
                 for snapshot_id in dropped:
@@ -150,7 +166,8 @@ class Maintenance:
 
     def drop(self, snapshot_id: str) -> None:
         """Removes one snapshot now (its objects stay until the next gc sweeps them)."""
-        with StoreLock(self._paths.dir, exclusive=True):
+        self._catalog.upgrade_if_needed()
+        with self._locks.exclusive("drop"):
             self._store.delete_snapshot(snapshot_id)
         self._catalog.forget_last()
 
@@ -163,11 +180,54 @@ class Maintenance:
         except LockError:
             pass  # another process holds the store; the next snapshot will try again
 
+    def live_objects(self, snapshot_ids: set[str]) -> set[str]:
+        """Returns every object the snapshots need: trees, file contents, attachments.
+
+        Raises:
+            ManifestError: a record, manifest or tree object is unreadable or hostile,
+                so what the snapshots need is unknown.
+        """
+        live: set[str] = set()
+        roots: list[Digest] = []
+        for snapshot_id in sorted(snapshot_ids):
+            record = self._store.load_record(snapshot_id)
+            if record is None:
+                manifest = self._store.load_manifest(snapshot_id)
+                live.update(e.hash for e in manifest.entries if e.hash)
+                live.update(manifest.attachments.values())
+                continue
+            if record.id != snapshot_id:
+                raise ManifestError(snapshot_id, f"file holds snapshot {record.id!r}")
+            roots.append(Digest(record.tree))
+            live.update(record.attachments.values())
+        try:
+            live.update(reachable(roots, self._store.read))
+        except ObjectError as exc:
+            raise ManifestError(f"tree {exc.digest}", f"{exc.reason}; nothing removed") from None
+        return live
+
     def object_sizes(self, snapshot_id: str) -> dict[str, int]:
-        """Returns {digest: size} of every object a snapshot needs (its attachments included)."""
-        manifest = self._store.load_manifest(snapshot_id)
-        sizes = {e.hash: e.size or 0 for e in manifest.entries if e.hash}
-        for digest in manifest.attachments.values():
+        """Returns {digest: size} of every object a snapshot needs (trees, attachments too)."""
+        record = self._store.load_record(snapshot_id)
+        if record is None:
+            manifest = self._store.load_manifest(snapshot_id)
+            sizes = {e.hash: e.size or 0 for e in manifest.entries if e.hash}
+            attachments = manifest.attachments
+        else:
+            sizes = {}
+
+            def read(digest: Digest) -> bytes:
+                data = self._store.read(digest)
+                sizes[digest] = len(data)
+                return data
+
+            try:
+                flat = flatten(Digest(record.tree), read, loose=loose_of(record))
+            except ObjectError as exc:
+                raise ManifestError(snapshot_id, f"tree {exc.digest} {exc.reason}") from None
+            sizes.update((e.hash, e.size or 0) for e in flat.entries if e.hash)
+            attachments = record.attachments
+        for digest in attachments.values():
             sizes.setdefault(digest, 0)
         return sizes
 
@@ -198,9 +258,21 @@ class Maintenance:
         """
         if not self._store.exists():
             raise InputError(f"no store at {self._paths.dir} to rebind")
-        with StoreLock(self._paths.dir, exclusive=True):
+        self._catalog.upgrade_if_needed()
+        with self._locks.exclusive("rebind"):
             count = 0
             for snapshot_id in self._store.ids():
+                try:
+                    record = self._store.load_record(snapshot_id)
+                except ManifestError:
+                    continue  # left as it is; verify and list report it
+                if record is not None:
+                    if record.id == snapshot_id and record.root != self._root.wire:
+                        self._store.save_record(
+                            msgspec.structs.replace(record, root=self._root.wire)
+                        )
+                        count += 1
+                    continue
                 try:
                     manifest = self._store.load_manifest(snapshot_id)
                 except ManifestError:

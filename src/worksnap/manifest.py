@@ -17,7 +17,7 @@ from typing import Literal
 import msgspec
 from blake3 import blake3
 
-from worksnap.errors import InputError, ManifestError
+from worksnap.errors import InputError, ManifestError, shown
 from worksnap.paths import (
     check_path,
     is_canonical,
@@ -213,12 +213,14 @@ def _check_relpath(path: str, what: str, source: str, *, allow_git: bool = False
         and may_hold_git_name(path)
         and any(is_git_name(c) for c in path.split("/"))
     ):
-        reason = f"{what} {path!r} is inside a .git directory"
+        reason = f"{what} {shown(path)!r} is inside a .git directory"
     if reason is not None:
         raise ManifestError(source, reason)
 
 
-def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, source: str) -> None:
+def check_manifest(
+    manifest: Manifest, *, root: str, store_rel: str | None, source: str, check_digest: bool = True
+) -> None:
     """Refuses a manifest whose paths or values could make a restore unsafe or wrong.
 
     Args:
@@ -226,6 +228,9 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
         root: the wire-form absolute root it must belong to.
         store_rel: the store's path relative to the root, or None when outside it.
         source: names the manifest in errors.
+        check_digest: check `tree` against the entries (format 1). False for the flat view of
+            format 2 trees: there `tree` is the root tree's digest, and every tree object
+            was checked against its own digest as it was read.
 
     Raises:
         ManifestError: the first problem found.
@@ -242,7 +247,7 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
         raise ManifestError(source, f"bad tree digest {manifest.tree!r}")
     if manifest.max_file_bytes < 0 or (manifest.step is not None and manifest.step < 0):
         raise ManifestError(source, "negative max_file_bytes or step")
-    if tree_digest(manifest.entries, manifest.dirs) != manifest.tree:
+    if check_digest and tree_digest(manifest.entries, manifest.dirs) != manifest.tree:
         # Damage that is still valid JSON (a flipped mode bit, a swapped digest).
         raise ManifestError(source, "its entries do not match its tree digest (damaged?)")
     # Sorted, strictly: what the writer does, and what lets the planner merge two lists.
@@ -253,20 +258,20 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
     for d in manifest.dirs:
         _check_relpath(d, "dir", source)
         if d in kinds:
-            raise ManifestError(source, f"path {d!r} appears twice")
+            raise ManifestError(source, f"path {shown(d)!r} appears twice")
         kinds[d] = "dir"
     for entry in manifest.entries:
         _check_entry(entry, source)
         if entry.path in kinds:
-            raise ManifestError(source, f"path {entry.path!r} appears twice")
+            raise ManifestError(source, f"path {shown(entry.path)!r} appears twice")
         kinds[entry.path] = entry.type
     for path, kind in kinds.items():
         if store_rel is not None and is_under(path, store_rel):
-            raise ManifestError(source, f"path {path!r} is inside the store")
+            raise ManifestError(source, f"path {shown(path)!r} is inside the store")
         parent, _, _ = path.rpartition("/")
         if parent and kinds.get(parent) != "dir":
             raise ManifestError(
-                source, f"{kind} {path!r} has a parent that is not a captured directory"
+                source, f"{kind} {shown(path)!r} has a parent that is not a captured directory"
             )
     for name in ("ignored", "large", "excluded", "absent"):
         for path in getattr(manifest, name):
@@ -285,16 +290,16 @@ def check_manifest(manifest: Manifest, *, root: str, store_rel: str | None, sour
 def _check_entry(entry: Entry, source: str) -> None:
     _check_relpath(entry.path, entry.type, source)
     if not 0 <= entry.mode <= 0o777:
-        raise ManifestError(source, f"{entry.path!r} has mode {entry.mode:o} outside 0o777")
+        raise ManifestError(source, f"{shown(entry.path)!r} has mode {entry.mode:o} outside 0o777")
     if entry.type == "file":
         if entry.hash is None or not is_digest(entry.hash):
-            raise ManifestError(source, f"{entry.path!r} has a bad hash {entry.hash!r}")
+            raise ManifestError(source, f"{shown(entry.path)!r} has a bad hash {entry.hash!r}")
         if entry.size is None or entry.size < 0:
-            raise ManifestError(source, f"{entry.path!r} has a bad size {entry.size!r}")
+            raise ManifestError(source, f"{shown(entry.path)!r} has a bad size {entry.size!r}")
         if entry.target is not None:
-            raise ManifestError(source, f"file {entry.path!r} has a symlink target")
+            raise ManifestError(source, f"file {shown(entry.path)!r} has a symlink target")
     else:
         if not entry.target or not is_canonical(entry.target):
-            raise ManifestError(source, f"symlink {entry.path!r} has a bad target")
+            raise ManifestError(source, f"symlink {shown(entry.path)!r} has a bad target")
         if entry.hash is not None or entry.size is not None:
-            raise ManifestError(source, f"symlink {entry.path!r} has a hash or size")
+            raise ManifestError(source, f"symlink {shown(entry.path)!r} has a hash or size")

@@ -12,6 +12,7 @@ from worksnap.frames import MAX_UNPACKED
 from worksnap.hash import hash_bytes
 from worksnap.manifest import Manifest, Summary, decode_manifest, encode_manifest
 from worksnap.paths import Digest
+from worksnap.record import Record, decode_record, encode_record, summary_of
 
 _summary_decoder = msgspec.json.Decoder(Summary)
 
@@ -19,13 +20,15 @@ _summary_decoder = msgspec.json.Decoder(Summary)
 class MemoryStore:
     """A store in dictionaries, for tests: the same contract as `DiskStore`.
 
-    `objects`, `manifests` and `summary_bytes` are plain dictionaries a test may
-    damage (objects are checked on every read, manifests and summaries decoded).
+    `objects`, `records`, `manifests` and `summary_bytes` are plain dictionaries a test
+    may damage (objects are checked on every read, records, manifests and summaries
+    decoded). `manifests` and `summary_bytes` hold format 1 snapshots (an old store).
     """
 
     def __init__(self, *, max_unpacked: int = MAX_UNPACKED) -> None:
         self.max_unpacked = max_unpacked
         self.objects: dict[str, bytes] = {}
+        self.records: dict[str, bytes] = {}
         self.manifests: dict[str, bytes] = {}
         self.summary_bytes: dict[str, bytes] = {}
         self.pinned: set[str] = set()
@@ -78,10 +81,16 @@ class MemoryStore:
 
     def add(self, digest: Digest, data: bytes) -> bool:
         """Holds `data` under `digest` unless it is already there; True when it was new."""
+        if self.add_tree(digest, data):
+            self.added += 1
+            return True
+        return False
+
+    def add_tree(self, digest: Digest, data: bytes) -> bool:
+        """Holds a tree object as `add` does, without counting it in `added`."""
         if digest in self.objects:
             return False
         self.objects[digest] = bytes(data)
-        self.added += 1
         return True
 
     def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
@@ -107,8 +116,27 @@ class MemoryStore:
             raise ObjectError(digest, "damaged: its bytes do not match its digest")
         return data
 
+    def read_chunks(self, digest: str) -> Iterator[bytes]:
+        """Yields an object's bytes (held whole anyway), checked first."""
+        yield self.read(digest)
+
+    def check(self, digest: str) -> None:
+        """Checks an object against its digest."""
+        self.read(digest)
+
     def flush(self) -> None:
         """Everything held is visible at once."""
+
+    def discard(self) -> None:
+        """Nothing is ever unpublished."""
+
+    def sweep_abandoned(self) -> int:
+        """Nothing is ever abandoned."""
+        return 0
+
+    def problems(self) -> list[str]:
+        """A store in memory has no damaged parts besides its objects and manifests."""
+        return []
 
     def digests(self) -> Iterator[str]:
         """Yields every held digest."""
@@ -153,20 +181,47 @@ class MemoryStore:
         return decode_manifest(self.manifest_bytes(snapshot_id), snapshot_id)
 
     def manifest_stamp(self, snapshot_id: str) -> Hashable | None:
-        """Returns how often the manifest was written (None: not held)."""
-        return self._versions.get(snapshot_id) if snapshot_id in self.manifests else None
+        """Returns how often the snapshot was written (None: not held)."""
+        held = snapshot_id in self.records or snapshot_id in self.manifests
+        return self._versions.get(snapshot_id) if held else None
+
+    def save_record(self, record: Record) -> None:
+        """Holds a snapshot's record."""
+        self.records[record.id] = encode_record(record)
+        self._versions[record.id] = self._versions.get(record.id, 0) + 1
+
+    def load_record(self, snapshot_id: str) -> Record | None:
+        """Decodes a held record (None: none held)."""
+        data = self.records.get(snapshot_id)
+        return None if data is None else decode_record(data, snapshot_id)
 
     def ids(self) -> list[str]:
-        """Returns the ids of every held manifest."""
+        """Returns the ids of every held snapshot."""
+        return list(dict.fromkeys([*self.records, *self.manifests]))
+
+    def legacy_ids(self) -> list[str]:
+        """Returns the ids that still have a format 1 manifest."""
         return list(self.manifests)
 
     def summaries(self) -> tuple[list[Summary], list[str]]:
         """Returns the readable summaries, and one line for each damaged snapshot skipped."""
         found: list[Summary] = []
         problems: list[str] = []
-        for snapshot_id in self.ids():
+        for snapshot_id in list(self.records):
+            try:
+                record = self.load_record(snapshot_id)
+            except ManifestError as exc:
+                problems.append(f"snapshot {snapshot_id}: unreadable record ({exc}); skipped")
+                continue
+            if record is None:
+                continue
+            if record.id != snapshot_id:
+                problems.append(f"snapshot {snapshot_id}: record names {record.id}; skipped")
+                continue
+            found.append(summary_of(record))
+        for snapshot_id in self.manifests:
             raw = self.summary_bytes.get(snapshot_id)
-            if raw is None:
+            if raw is None or snapshot_id in self.records:
                 continue
             try:
                 summary = _summary_decoder.decode(raw)
@@ -179,10 +234,15 @@ class MemoryStore:
             found.append(summary)
         return found, problems
 
-    def delete_snapshot(self, snapshot_id: str) -> None:
-        """Drops a snapshot: its summary, then its manifest."""
+    def delete_legacy(self, snapshot_id: str) -> None:
+        """Drops a snapshot's format 1 summary, then its manifest."""
         self.summary_bytes.pop(snapshot_id, None)
         self.manifests.pop(snapshot_id, None)
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Drops a snapshot: its record, then any format 1 summary and manifest."""
+        self.records.pop(snapshot_id, None)
+        self.delete_legacy(snapshot_id)
 
     def pins(self) -> set[str]:
         """Returns the pinned ids."""

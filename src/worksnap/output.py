@@ -112,14 +112,20 @@ class ProgressLine:
         self.shown = False
         self._last = 0.0
 
-    def reporter(self, enabled: bool) -> Callable[[Progress], None] | None:
-        """The callback to give a workspace (None when progress is not to be shown)."""
-        if not enabled:
-            return None
+    def reporter(self, enabled: bool) -> Callable[[Progress], None]:
+        """The callback to give a workspace: progress when `enabled`, notices always.
+
+        A notice (who holds the store a command waits for) is one line of its own.
+        """
         self.shown = False
         self._last = 0.0
 
         def report(progress: Progress) -> None:
+            if progress.note:
+                warn(progress.note)
+                return
+            if not enabled:
+                return
             now = time.monotonic()
             if now - self._last < _PROGRESS_EVERY_SECONDS and progress.done != progress.total:
                 return

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NewType
 
-from worksnap.errors import InputError
+from worksnap.errors import InputError, shown
 
 RelPath = NewType("RelPath", str)
 """A slash-separated path relative to the root, in wire form."""
@@ -29,8 +29,9 @@ Digest = NewType("Digest", str)
 _NUL = "\x00"
 _ESCAPE = re.compile("\x00([89a-f][0-9a-f])")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
-# `X:\` or `X:/`: absolute on Windows. A colon elsewhere (`a:b`, `C:x`) is a legal POSIX name.
-_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+# `X:\` or `X:/`: absolute on Windows only. Here (POSIX) `C:\x` is one legal name and
+# `C:/x` a file in a directory `C:`: whatever a snapshot captures, a restore accepts.
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]") if os.name == "nt" else None
 # Code points HFS+ ignores when it compares names, so `.g\u200cit` opens `.git` there.
 _HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
 
@@ -104,15 +105,15 @@ def check_path(path: str, what: str) -> str | None:
     """Returns why `path` is not a safe, normal wire-form relative path, or None when it is."""
     if not path:
         return f"{what} has an empty path"
-    if path.startswith("/") or _DRIVE.match(path):
-        return f"{what} {path!r} is absolute"
+    if path.startswith("/") or (_DRIVE is not None and _DRIVE.match(path)):
+        return f"{what} {shown(path)!r} is absolute"
     if os.sep != "/" and "\\" in path:
-        return f"{what} {path!r} has a backslash"
+        return f"{what} {shown(path)!r} has a backslash"
     bounded = f"/{path}/"  # every component between slashes: three searches, no split
     if "//" in bounded or "/./" in bounded or "/../" in bounded:
-        return f"{what} {path!r} has an empty, '.' or '..' component"
+        return f"{what} {shown(path)!r} has an empty, '.' or '..' component"
     if not is_canonical(path):
-        return f"{what} {path!r} has a NUL byte or a non-canonical escape"
+        return f"{what} {shown(path)!r} has a NUL byte or a non-canonical escape"
     return None
 
 
@@ -165,7 +166,7 @@ class Root:
         absolute = os.path.normpath(os.path.join(self.path, os.fspath(path)))
         rel = relative_to(self.path, absolute)
         if rel is None or check_path(rel, what) is not None:
-            raise InputError(f"{what} {os.fspath(path)!r} is not a path inside {self.path}")
+            raise InputError(f"{what} {shown(os.fspath(path))!r} is not a path inside {self.path}")
         return rel
 
     def named(self, path: str | os.PathLike[str]) -> str:
@@ -181,5 +182,5 @@ class Root:
             or (self.covered is not None and self.covered(rel))
             or any(is_git_name(part) for part in rel.split("/"))
         ):
-            raise InputError(f"{rel!r} is excluded (the store, .git, or --exclude)")
+            raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
         return rel

@@ -9,7 +9,8 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from worksnap.manifest import Entry, Manifest, parse_time
+from worksnap.errors import ConflictError, InputError
+from worksnap.manifest import Entry, Manifest, parse_time, tree_digest
 from worksnap.paths import ancestors, is_under
 
 
@@ -22,6 +23,9 @@ class Op(enum.Enum):
     """Exists now but not in the snapshot: removed."""
     DELETED = "D"
     """In the snapshot but missing now: recreated."""
+    BLOCKED = "B"
+    """The snapshot has a file or symlink where a directory now holds what no restore
+    touches (ignored, large or excluded files): left as it is, and reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,11 @@ class Plan:
     current: Manifest
     changes: list[Change]
     unprotected: list[Unprotected] = field(default_factory=list)
+
+    @property
+    def blocked(self) -> list[Change]:
+        """The changes a restore cannot make and leaves out (see `Op.BLOCKED`)."""
+        return [c for c in self.changes if c.op is Op.BLOCKED]
 
     def counts(self) -> dict[str, int]:
         """Returns how many changes of each op the plan holds."""
@@ -132,6 +141,8 @@ def plan_restore(
     Never touched: what either manifest left out (ignored, large, excluded, and
     anything below those), and anything the target's own `.gitignore` files
     would ignore (so restoring a `.gitignore` never turns files into deletions).
+    Where the target has a file or symlink and the workspace a directory holding
+    such untouchable paths, the change is `Op.BLOCKED`: listed, never applied.
 
     Args:
         current: the workspace's state now (a capture with the same options).
@@ -157,12 +168,18 @@ def plan_restore(
     then: dict[str, Entry | None] = dict.fromkeys(then_dirs - now_dirs)
     then.update((e.path, e) for e in only_then)
 
+    # A directory that holds something no restore touches can never be removed: it
+    # blocks turning it into a file or symlink (its rmdir would fail every time).
+    holding = {a for p in protected for a in ancestors(p.rpartition("/")[0])}
+
     changes: list[Change] = []
     for path, entry in then.items():
         if is_protected(path):
             continue
         if path in now:
-            changes.append(Change(Op.MODIFIED, path, entry, was_dir=now[path] is None))
+            was_dir = now[path] is None
+            op = Op.BLOCKED if was_dir and entry is not None and path in holding else Op.MODIFIED
+            changes.append(Change(op, path, entry, was_dir=was_dir))
         else:
             changes.append(Change(Op.DELETED, path, entry, was_dir=False))
 
@@ -193,17 +210,93 @@ def select_paths(plan: Plan, paths: Iterable[str]) -> Plan:
 
     Directories a kept change needs are kept too (a missing parent is made), but
     a removal is kept only inside the selection: a directory goes only if all of
-    it was selected.
+    it was selected. A file or symlink of the snapshot above a selected path is not
+    such a parent: it would replace a directory that holds what was not selected.
     """
     chosen = list(paths)
     kept = [
         c
         for c in plan.changes
         if any(
-            is_under(c.path, p) or (c.op is not Op.ADDED and is_under(p, c.path)) for p in chosen
+            is_under(c.path, p)
+            or (c.op is not Op.ADDED and c.entry is None and is_under(p, c.path))
+            for p in chosen
         )
     ]
     return Plan(target=plan.target, current=plan.current, changes=kept)
+
+
+def rollback_target(current: Manifest, pre: Manifest, touched: Iterable[str]) -> Manifest:
+    """Returns what a rollback aims at: `current`, with the `touched` paths set back to `pre`.
+
+    A restore changes only the paths its plan lists (`touched`); every other path
+    is as the user left it, edits made after a restore was killed included, and
+    stays so. Where the state of a touched path needs room (a file of `pre` where a
+    directory is now, a directory of `pre` where a file is now, on the way to it),
+    what is in the way goes: the caller keeps it in a snapshot first.
+
+    Args:
+        current: the workspace's state now.
+        pre: the state before the restore (its pre-restore snapshot).
+        touched: the paths the restore's plan listed.
+    """
+    entries = {e.path: e for e in current.entries}
+    dirs = set(current.dirs)
+    before = {e.path: e for e in pre.entries}
+    before_dirs = set(pre.dirs)
+    gone: list[str] = []
+
+    def clear_below(path: str) -> None:
+        prefix = path + "/"
+        for below in [p for p in entries if p.startswith(prefix)]:
+            del entries[below]
+        dirs.difference_update([d for d in dirs if d.startswith(prefix)])
+
+    def make_parents(path: str) -> None:
+        for parent in ancestors(path.rpartition("/")[0]):
+            entries.pop(parent, None)  # a file where a directory must be
+            dirs.add(parent)
+
+    for path in sorted(set(touched)):
+        entry = before.get(path)
+        if entry is not None:
+            clear_below(path)
+            dirs.discard(path)
+            entries[path] = entry
+            make_parents(path)
+        elif path in before_dirs:
+            entries.pop(path, None)
+            dirs.add(path)
+            make_parents(path)
+        else:
+            entries.pop(path, None)
+            if path in dirs:
+                gone.append(path)
+    # A directory the restore made goes, unless something that stays is inside it.
+    staying = {
+        parent
+        for path in (*entries, *(dirs - set(gone)))
+        for parent in ancestors(path.rpartition("/")[0])
+    }
+    dirs.difference_update(d for d in gone if d not in staying)
+    ordered = sorted(entries.values(), key=lambda e: e.path)
+    return Manifest(
+        version=current.version,
+        id=pre.id,
+        root=current.root,
+        kind=pre.kind,
+        step=pre.step,
+        time=pre.time,
+        max_file_bytes=current.max_file_bytes,
+        tree=tree_digest(ordered, sorted(dirs)),
+        label=pre.label,
+        session=pre.session,
+        entries=ordered,
+        dirs=sorted(dirs),
+        ignored=sorted({*current.ignored, *pre.ignored}),
+        large=sorted({*current.large, *pre.large}),
+        excluded=sorted({*current.excluded, *pre.excluded}),
+    )
 
 
 Probe = Callable[[str], "tuple[int, int] | None"]
@@ -241,3 +334,67 @@ def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unpro
         rows.append(Unprotected(path, "too-large" if path in held else "added", size))
     rows.sort(key=lambda row: row.path)
     return rows
+
+
+def destroys_unstored(plan: Plan, stored: Iterable[Manifest | None]) -> bool:
+    """True when a plan overwrites or removes a file or link that no `stored` manifest holds.
+
+    Only such a file's bytes would be lost: anything else is in a snapshot.
+    """
+    known = {(e.path, e) for m in stored if m is not None for e in m.entries}
+    now = {e.path: e for e in plan.current.entries}
+    for change in plan.changes:
+        if change.op is Op.BLOCKED:
+            continue
+        entry = now.get(change.path)
+        if entry is not None and (change.path, entry) not in known:
+            return True
+    return False
+
+
+def check_unchanged(plan: Plan, now: Manifest) -> None:
+    """Refuses to apply a plan if anything it touches, or any directory above, changed since.
+
+    A change above a touched path counts: a directory swapped for a symlink
+    between plan and apply must stop the restore, not redirect it.
+
+    Raises:
+        ConflictError: names the first such path.
+    """
+    seen: dict[str, Entry | None] = dict.fromkeys(plan.current.dirs)
+    seen.update((e.path, e) for e in plan.current.entries)
+    present: dict[str, Entry | None] = dict.fromkeys(now.dirs)
+    present.update((e.path, e) for e in now.entries)
+    touched = {change.path for change in plan.changes}
+    above = {a for path in touched for a in ancestors(path.rpartition("/")[0])}
+    for path in sorted(seen.keys() | present.keys()):
+        if (path in seen, seen.get(path)) != (path in present, present.get(path)) and (
+            path in above or any(a in touched for a in ancestors(path))
+        ):
+            raise ConflictError(path)
+
+
+def check_selected(selected: list[str], current: Manifest, target: Manifest) -> None:
+    """Refuses a path that neither the target nor the workspace has (a typo restores nothing).
+
+    Raises:
+        InputError: names the first such path.
+    """
+    for wanted in selected:
+        for state in (target, current):
+            if _holds(state, wanted):
+                break
+        else:
+            raise InputError(
+                f"{wanted!r} is not in snapshot {target.id}, nor in the workspace "
+                "(nothing to restore there)"
+            )
+
+
+def _holds(state: Manifest, wanted: str) -> bool:
+    """True when `state` has something at or below `wanted`, or left out what holds it."""
+    kept = ([e.path for e in state.entries], state.dirs)
+    left_out = (state.large, state.ignored, state.excluded)
+    return any(is_under(path, wanted) for names in (*kept, *left_out) for path in names) or any(
+        is_under(wanted, path) for names in left_out for path in names
+    )

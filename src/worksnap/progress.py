@@ -8,11 +8,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """A report on long work: `done` of `total` units of `what` ("hash", "apply")."""
+    """A report on long work: `done` of `total` units of `what` ("hash", "apply").
+
+    A report with a `note` is a one-line notice instead, to show as it is: `what`
+    "wait" says that the store is busy and who holds it (after a second of waiting).
+    """
 
     what: str
     done: int
     total: int
+    note: str = ""
 
 
 class Reporter:
@@ -27,3 +32,8 @@ class Reporter:
         """Reports `done` of `total` units of `what`."""
         if self.callback is not None:
             self.callback(Progress(what, done, total))
+
+    def notice(self, what: str, note: str) -> None:
+        """Passes on a one-line notice about `what` (e.g. "wait": who holds the store)."""
+        if self.callback is not None:
+            self.callback(Progress(what, 0, 0, note))

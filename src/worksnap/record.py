@@ -61,6 +61,8 @@ class Record(
     """Left-out paths no tree can hold (`treewalk.Loose`): almost always empty."""
     large: list[str] = []
     excluded: list[str] = []
+    exclude: list[str] = []
+    """The exclusion rules it was taken under, as the format 1 manifest's `exclude`."""
 
 
 class _Header(msgspec.Struct):
@@ -181,6 +183,7 @@ def manifest_of(record: Record, flat: Flat) -> Manifest:
         meta=record.meta,
         attachments=record.attachments,
         absent=record.absent,
+        exclude=record.exclude,
     )
 
 
@@ -222,6 +225,7 @@ def record_of(
         ignored=loose.ignored,
         large=loose.large,
         excluded=loose.excluded,
+        exclude=manifest.exclude,
     )
 
 

@@ -29,7 +29,7 @@ Preview = Callable[["Workspace"], "Plan | None"]
 Run = Callable[["Workspace", "Plan | None"], "Result | None"]
 """Carries it out: exactly the plan given, or (None) planned afresh under the lock."""
 
-_COLOURS = {"M": "33", "A": "31", "D": "32", "!": "35"}
+_COLOURS = {"M": "33", "A": "31", "D": "32", "B": "35", "!": "35"}
 _WHY = {
     "deleted": "deleted since; the snapshot left it out as large, so it cannot come back",
     "changed": "changed since; the snapshot left it out as large: not restored",
@@ -95,7 +95,20 @@ def cmd_redo(args: argparse.Namespace) -> int:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    """`recover`: roll back a restore that was killed part-way."""
+    """`recover`: roll back a restore that was killed part-way (`--discard`: keep the tree)."""
+    if args.discard and not args.dry_run:
+        with open_workspace(args) as ws:
+            result = ws.recover(discard=True)
+        if result is None:
+            return _no_recovery(args)
+        if args.json:
+            emit_json(views.recover_view(result))
+        else:
+            say(
+                "dropped the journal of an interrupted restore, the tree left as it is; "
+                f"kept as snapshot {result.pre_restore} (worksnap undo)"
+            )
+        return 0
     if args.dry_run or not (args.yes or args.json or not sys.stdin.isatty()):
         with open_workspace(args) as ws:
             plan = ws.plan_recover()
@@ -114,9 +127,10 @@ def cmd_recover(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(views.recover_view(result))
         return 0
+    kept = f"; the tree as it was: snapshot {result.pre_restore} (worksnap undo)"
     say(
         f"rolled back an interrupted restore: {plural(len(result.restored), 'path')} put back "
-        f"in {display(args.root)}"
+        f"in {display(args.root)}" + (kept if result.pre_restore else "")
     )
     return 0
 
@@ -197,9 +211,11 @@ def _show_plan(args: argparse.Namespace, plan: Plan, *, header: str | None = Non
     if not plan.changes:
         lines.append(f"nothing to restore: {root} matches snapshot {plan.target.id}")
     else:
+        blocked = f", {counts['B']} blocked (left as they are)" if counts["B"] else ""
         lines.append(
             f"restore {plan.target.id} into {root}: {counts['M']} modified (restored), "
             f"{counts['A']} added since (removed), {counts['D']} deleted since (recreated)"
+            + blocked
         )
     if plan.unprotected:
         lines.append(
@@ -213,13 +229,16 @@ def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
     if args.json:
         emit_json(views.result_view(result))
     elif result.ok:
-        if result.restored or result.pre_restore:
+        if result.restored or result.pre_restore or result.blocked:
             say(
                 f"restored {plural(len(result.restored), 'path')} in {display(args.root)} "
                 f"from snapshot {result.target}" + (f" ({then})" if result.pre_restore else "")
             )
         else:
             say(f"nothing to restore: {display(args.root)} matches snapshot {result.target}")
+        for path in result.blocked:
+            note = "left as it is: a directory of ignored files where the snapshot has a file"
+            warn(f"warning: {display(path)} {note}")
     else:
         state = (
             "the workspace was rolled back to how it was before"

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from worksnap.manifest import Manifest, Summary
 from worksnap.paths import Digest
+from worksnap.record import Record
 
 
 class ObjectStore(Protocol):
@@ -24,7 +25,7 @@ class ObjectStore(Protocol):
 
     @property
     def added(self) -> int:
-        """How many new objects this instance has stored."""
+        """How many new objects this instance has stored (file contents and attachments)."""
         ...
 
     def exists(self) -> bool:
@@ -43,6 +44,10 @@ class ObjectStore(Protocol):
         """Stores `data` under `digest` unless it is already there; True when it was new."""
         ...
 
+    def add_tree(self, digest: Digest, data: bytes) -> bool:
+        """Stores a tree object as `add` does, without counting it in `added` (file contents)."""
+        ...
+
     def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
         """Stores a file hashed to `digest` by reading it again; True when it was new.
 
@@ -59,8 +64,42 @@ class ObjectStore(Protocol):
         """
         ...
 
+    def read_chunks(self, digest: str) -> Iterator[bytes]:
+        """Yields an object's bytes a bounded piece at a time, and checks them at the end.
+
+        Memory does not grow with the object's size. The bytes may be used only once
+        the iteration ends without an error.
+
+        Raises:
+            ObjectError: the object is missing or damaged.
+        """
+        ...
+
+    def check(self, digest: str) -> None:
+        """Reads an object through and checks it against its digest, in bounded memory.
+
+        Raises:
+            ObjectError: the object is missing or damaged.
+        """
+        ...
+
     def flush(self) -> None:
-        """Makes every object added so far durable and visible to other processes."""
+        """Makes every object added so far durable and visible to other processes.
+
+        On a failure nothing unpublished is left behind.
+        """
+        ...
+
+    def discard(self) -> None:
+        """Drops what was added and not yet flushed (a snapshot failed)."""
+        ...
+
+    def sweep_abandoned(self) -> int:
+        """Removes what writers that died left behind; returns the bytes freed."""
+        ...
+
+    def problems(self) -> list[str]:
+        """One line for each damaged part of the store that commands work around."""
         ...
 
     def digests(self) -> Iterator[str]:
@@ -77,10 +116,34 @@ class ObjectStore(Protocol):
 
 
 class SnapshotStore(Protocol):
-    """Manifests, the summaries `list` reads, and the pins gc honours."""
+    """Snapshot records (format 2), format 1 manifests and summaries, and the pins gc honours.
+
+    A record names its root tree, an object like any other; a store written by an
+    older worksnap holds format 1 manifests until it is migrated (migration.py).
+    """
+
+    def save_record(self, record: Record) -> None:
+        """Makes every object added durable, then stores the record (a record means complete)."""
+        ...
+
+    def load_record(self, snapshot_id: str) -> Record | None:
+        """Reads a snapshot's record (None: it has none; checked by the caller).
+
+        Raises:
+            ManifestError: the record is unreadable, not canonical, or of a newer version.
+        """
+        ...
+
+    def legacy_ids(self) -> list[str]:
+        """Returns the ids that still have a format 1 manifest (a record may exist too)."""
+        ...
+
+    def delete_legacy(self, snapshot_id: str) -> None:
+        """Removes a snapshot's format 1 summary, then its manifest."""
+        ...
 
     def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
-        """Stores a manifest and then its summary (a summary means a complete snapshot)."""
+        """Stores a format 1 manifest and then its summary (tests of old stores)."""
         ...
 
     def replace_manifest(self, manifest: Manifest) -> None:
@@ -104,7 +167,7 @@ class SnapshotStore(Protocol):
         ...
 
     def ids(self) -> list[str]:
-        """Returns the ids of every stored manifest."""
+        """Returns the ids of every stored snapshot (records and format 1 manifests)."""
         ...
 
     def summaries(self) -> tuple[list[Summary], list[str]]:
@@ -112,7 +175,7 @@ class SnapshotStore(Protocol):
         ...
 
     def delete_snapshot(self, snapshot_id: str) -> None:
-        """Removes a snapshot: its summary first (so `list` stops showing it), then its manifest."""
+        """Removes a snapshot: its record, then any format 1 summary and manifest."""
         ...
 
     def pins(self) -> set[str]:

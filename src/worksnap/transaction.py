@@ -2,9 +2,14 @@
 
 plan (pure, see plan.py) -> under the exclusive lock: capture the current state once
 (both what is planned from and the `pre-restore` snapshot), verify every object the
-plan writes, save the pre-restore snapshot, write the journal, apply (apply.py). On
-a failure the workspace is rolled back to the pre-restore snapshot; if the process
-dies, the journal stays and the next command rolls back (`recover`).
+plan writes, save the pre-restore snapshot, write the journal (with every path the
+plan touches), apply (apply.py). On a failure the touched paths are rolled back to
+the pre-restore snapshot; if the process dies, the journal stays.
+
+Recovery never destroys bytes that are not in the store: it first stores the tree as
+it is (a `pre-recover` snapshot, which `undo` restores), then rolls back only the
+paths the journal lists (journal.py), so edits made since the restore was killed stay.
+Commands that change the tree or record it whole recover first; previews refuse.
 """
 
 from __future__ import annotations
@@ -14,49 +19,49 @@ import dataclasses
 import os
 import socket
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import msgspec
 
-from worksnap.apply import Result, apply_plan, remove_leftovers
+from worksnap.apply import ApplyPlan, Result, apply_plan, remove_leftovers
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
-from worksnap.errors import ConflictError, InputError, RestoreError, WorksnapError
+from worksnap.errors import (
+    ChangedError,
+    InputError,
+    RecoveryError,
+    RestoreError,
+    StoreError,
+    WorksnapError,
+)
 from worksnap.exclusion import compile_rules
-from worksnap.fsio import fsync_dir, write_atomic
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, undo_target
 from worksnap.ignore import ignore_checker
-from worksnap.layout import StorePaths
-from worksnap.lock import StoreLock
-from worksnap.manifest import Entry, Manifest
-from worksnap.paths import Root, ancestors, fs_path, is_under
-from worksnap.plan import Op, Plan, plan_restore, select_paths, unprotected
+from worksnap.journal import DISCARD, Journal, pending, read_journal, refuse_preview
+from worksnap.lock import Locks
+from worksnap.manifest import Manifest
+from worksnap.paths import Root, fs_path, is_under
+from worksnap.plan import (
+    Op,
+    Plan,
+    check_selected,
+    check_unchanged,
+    destroys_unstored,
+    plan_restore,
+    rollback_target,
+    select_paths,
+    unprotected,
+)
 from worksnap.progress import Reporter
 from worksnap.store import Store
+from worksnap.storedir import StoreDir
+
+PRE_RECOVER = "pre-recover"
+"""Kind of the snapshot a recovery takes of the tree before it rolls anything back."""
 
 
-class ApplyPlan(Protocol):
-    """`apply.apply_plan`: carries out a plan under a root; stops at the first failure."""
-
-    def __call__(
-        self,
-        root: str,
-        plan: Plan,
-        read_object: Callable[[str], bytes],
-        *,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> Result:
-        """Returns what was done, and where and why it stopped."""
-        ...
-
-
-class Journal(msgspec.Struct, frozen=True, kw_only=True):
-    """The store's journal, present while a restore runs: what to roll back to."""
-
-    target: str
-    pre_restore: str
-    pid: int
-    host: str
+def _purpose(kind: str) -> str:
+    """What a restore of `kind` says it is doing to a process waiting for the store."""
+    return "restore" if kind == "pre-restore" else kind
 
 
 class Restorer:
@@ -65,7 +70,8 @@ class Restorer:
     Args:
         root: the workspace root.
         store: objects (read and verified) and snapshots.
-        paths: the store's files (its lock and journal).
+        files: the store's directory (its journal).
+        locks: the store's locks.
         capture: captures the current state.
         catalog: loads and saves snapshots.
         sessions: undo/redo stacks.
@@ -78,7 +84,8 @@ class Restorer:
         root: Root,
         store: Store,
         *,
-        paths: StorePaths,
+        files: StoreDir,
+        locks: Locks,
         capture: Capture,
         catalog: Catalog,
         sessions: Sessions,
@@ -87,7 +94,9 @@ class Restorer:
     ) -> None:
         self._root = root
         self._store = store
-        self._paths = paths
+        self._files = files
+        self._paths = files.paths
+        self._locks = locks
         self._capture = capture
         self._catalog = catalog
         self._sessions = sessions
@@ -103,8 +112,13 @@ class Restorer:
         paths: Sequence[str | os.PathLike[str]] | None,
         session: str,
     ) -> Plan:
-        """Previews what restoring `target` would change; writes nothing but the stat cache."""
-        self.recover_if_interrupted(session)  # never preview a half-restored tree
+        """Previews what restoring `target` would change; writes nothing but the stat cache.
+
+        Raises:
+            RecoveryPending: a restore was interrupted: the tree may be half-restored,
+                and a preview must neither show that nor change it.
+        """
+        refuse_preview(self._files)
         selected = self._selection(paths)
         current = self._capture.capture(store_objects=False, max_file_bytes=self._cap(target))
         return self._plan(current, self._full_target(current, target, session), selected)
@@ -155,7 +169,7 @@ class Restorer:
         ]
         plan = dataclasses.replace(plan, changes=kept)
         if selected is not None:
-            _check_selected(selected, current, target)
+            check_selected(selected, current, target)
             plan = select_paths(plan, selected)
         rows = unprotected(plan.current, plan.target, self._probe)
         if selected is not None:
@@ -179,12 +193,28 @@ class Restorer:
         target = self._catalog.load(ref, session)
         selected = self._selection(paths)
         return self._restore(
-            lambda current: target,
+            lambda current: self._still_stored(target),
             kind="pre-restore",
             selected=selected,
             session=session,
             cap=self._cap(target),
         )
+
+    def _still_stored(self, target: Manifest) -> Manifest:
+        """Returns `target` if it is still in the store (the lock is held).
+
+        It was loaded before the lock was taken: a gc may have dropped it, and its
+        objects, while this restore waited.
+
+        Raises:
+            ChangedError: it is gone; nothing was changed.
+        """
+        if self._store.manifest_stamp(target.id) is None:
+            raise ChangedError(
+                f"snapshot {target.id} was removed from the store (by a gc) while this "
+                "command waited for it; nothing was changed underneath: retry"
+            )
+        return target
 
     def _choose_and_plan(
         self,
@@ -228,7 +258,7 @@ class Restorer:
         """
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with StoreLock(self._paths.dir, exclusive=True):
+        with self._locks.exclusive(_purpose(kind)):
             if expected is None:
                 plan = self._choose_and_plan(
                     choose, store_objects=True, session=session, selected=selected, cap=cap
@@ -246,11 +276,11 @@ class Restorer:
                     )
                 check_unchanged(expected, pre)
                 plan = expected
-            if plan.changes:
+            if plan.changes and len(plan.blocked) < len(plan.changes):
                 pre = msgspec.structs.replace(pre, kind=kind, session=session)
                 result = self._run(plan, pre, session)
             else:
-                result = Result(target=plan.target.id)
+                result = Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
             if then is not None:
                 then(result)
             return result
@@ -260,13 +290,15 @@ class Restorer:
 
         Raises:
             ConflictError: a path the plan touches changed since the plan was made.
+            ChangedError: the plan's target left the store since (a gc).
             ObjectError: an object the plan needs is missing or damaged.
         """
-        if not plan.changes:
-            return Result(target=plan.target.id)
+        if len(plan.blocked) == len(plan.changes):
+            return Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with StoreLock(self._paths.dir, exclusive=True):
+        with self._locks.exclusive(_purpose(kind)):
+            self._still_stored(plan.target)
             # The cap the plan was made with: else files would move between captured
             # and large, and look changed.
             pre = self._capture.capture(
@@ -280,55 +312,78 @@ class Restorer:
         """Applies `plan` from state `pre` (the lock is held): verify, record, journal, apply."""
         for change in plan.changes:
             if change.entry is not None and change.entry.hash is not None:
-                self._store.read(change.entry.hash)
-        self._catalog.save(pre, session)
-        journal = self._paths.journal
-        write_atomic(
-            journal,
-            msgspec.json.encode(
-                Journal(
-                    target=plan.target.id,
-                    pre_restore=pre.id,
-                    pid=os.getpid(),
-                    host=socket.gethostname(),
-                )
-            ),
+                self._store.check(change.entry.hash)  # a piece at a time: any size
+        pre = self._catalog.save(pre, session, built=self._capture.trees.stored(pre))
+        journal = Journal(
+            target=plan.target.id,
+            pre_restore=pre.id,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            session=session,
+            paths=[c.path for c in plan.changes],
         )
+        self._files.write(self._paths.journal, msgspec.json.encode(journal))
         try:
             result = self._apply_plan(
                 self._root.path,
                 plan,
-                self._store.read,
+                self._store.read_chunks,
                 progress=lambda done, total: self._report("apply", done, total),
             )
         except BaseException as exc:
             # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
             failed = Result(target=plan.target.id, error=f"interrupted: {exc!r}")
-            self._roll_back(pre, failed, plan.target)
-            _remove_journal(journal)
+            self._roll_back(pre, None, failed, plan.target, session=session)
+            self._remove_journal()
             raise
         result.pre_restore = pre.id
         if not result.ok:
-            self._roll_back(pre, result, plan.target)
-        _remove_journal(journal)
+            self._roll_back(pre, None, result, plan.target, session=session)
+        self._remove_journal()
         # The stat cache stays: every file apply writes is a new inode (temp file renamed
         # into place), so no cached digest can be taken for it.
         return result
 
-    def _roll_back(self, pre: Manifest, result: Result, target: Manifest | None) -> Result:
-        """Returns the workspace to `pre` after a failed apply (the lock is held).
+    def _roll_back(
+        self,
+        pre: Manifest,
+        touched: builtins.list[str] | None,
+        result: Result,
+        target: Manifest | None,
+        *,
+        session: str,
+        recovering: bool = False,
+    ) -> Result:
+        """Sets the workspace back to `pre` after a failed apply (the lock is held).
 
-        Returns:
-            What the rollback changed.
-
-        Raises:
-            RestoreError: the rollback failed too (the journal stays for `recover`).
+        Bytes in no snapshot are never destroyed: the tree as it is is stored first (a
+        `pre-recover` snapshot, for `undo`) whenever the rollback would overwrite or remove
+        something neither `pre` nor `target` holds, and always when `recovering` (a
+        recovery runs long after the restore: its undo must bring the tree back). Only
+        the `touched` paths are set back (a recovery: the journal's; None: all); `target`,
+        if known, says where temp files may be left. Returns what the rollback changed
+        (`pre_restore`: the snapshot kept, if any); raises RestoreError if it fails too
+        (the journal stays for `recover`).
         """
         self._capture.forget_stat_table()  # the failed apply rewrote files
         dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
         remove_leftovers(self._root.path, dirs)
-        now = self._capture.capture(store_objects=False, max_file_bytes=self._cap(pre))
-        back = self._apply_plan(self._root.path, self._plan(now, pre), self._store.read)
+        # Nothing is stored unless it must be: a rollback often follows a full disk.
+        # The cap of `pre` (at least the target's): a large file the restore wrote is compared.
+        cap = self._cap(pre)
+        current = self._capture.capture(store_objects=recovering, max_file_bytes=cap)
+        aim = pre if touched is None else rollback_target(current, pre, touched)
+        plan = self._plan(current, aim)
+        kept: str | None = None
+        if plan.changes and (recovering or destroys_unstored(plan, (pre, target))):
+            if not recovering:
+                current = self._capture.capture(store_objects=True, max_file_bytes=cap)
+                plan = self._plan(current, aim)
+            kept_state = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
+            self._catalog.save(kept_state, session)
+            kept = kept_state.id
+        back = self._apply_plan(self._root.path, plan, self._store.read_chunks)
+        back.pre_restore = kept
         if not back.ok:
             raise RestoreError(
                 f"restore failed ({result.error}) and so did the rollback ({back.error}); "
@@ -340,54 +395,104 @@ class Restorer:
 
     # -- recovery -------------------------------------------------------------
 
-    def recover_if_interrupted(self, session: str) -> Result | None:
-        """Finishes the rollback of a restore that was killed part-way, if there was one."""
-        if not os.path.exists(self._paths.journal):
-            return None
-        return self.recover(session)
+    def pending(self) -> str | None:
+        """One line saying that a restore was interrupted and what to run, or None."""
+        return pending(self._files)
 
-    def recover(self, session: str) -> Result | None:
-        """Rolls back an interrupted restore to its pre-restore snapshot.
+    def recover_if_interrupted(self, session: str) -> Result | None:
+        """Before a write, finishes what killed processes left: a migration, a restore."""
+        self._catalog.upgrade_if_needed()  # a format 1 store (or a migration killed part-way)
+        return None if self._files.lstat(self._paths.journal) is None else self.recover(session)
+
+    def recover(self, session: str, *, discard: bool = False) -> Result | None:
+        """Rolls back an interrupted restore; the tree as it was is kept as a snapshot first.
+
+        Args:
+            session: the session to record the kept snapshot in, if the journal
+                does not name the restore's own.
+            discard: roll nothing back: keep the tree as it is (stored as a snapshot)
+                and drop the journal. For a journal that cannot be acted on.
 
         Returns:
-            The rollback's result, or None when no restore was interrupted.
-        """
-        journal = self._paths.journal
-        if not os.path.exists(journal):
-            return None  # checked again under the lock: this only spares a missing store
-        with StoreLock(self._paths.dir, exclusive=True):
-            record = _load_journal(journal)
-            if record is None:
-                return None  # another process finished it while we waited for the lock
-            pre = self._catalog.load(record.pre_restore, session)
-            try:
-                target: Manifest | None = self._catalog.load(record.target, session)
-            except WorksnapError:
-                target = None  # only used to find where temp files may be left
-            back = self._roll_back(pre, Result(target=record.target, error="interrupted"), target)
-            _remove_journal(journal)
-            return back
-
-    def _refuse_if_interrupted(self) -> None:
-        """A preview never changes the tree: with a restore to recover, it says so instead.
+            The rollback's result (`pre_restore`: the snapshot of the tree before it,
+            None when nothing had to change), or None when no restore was interrupted.
 
         Raises:
-            InputError: a journal is there.
+            RecoveryError: the journal is damaged, or names a snapshot that is gone:
+                the message says how to clear it (`--discard`).
         """
-        if os.path.exists(self._paths.journal):
-            raise InputError(
-                "a restore was interrupted and the tree may be half-restored: "
-                "run `worksnap recover` first (`worksnap recover --dry-run` shows what it does)"
+        journal = self._paths.journal
+        if self._files.lstat(journal) is None:
+            return None  # checked again under the lock: this only spares a missing store
+        with self._locks.exclusive("recover"):
+            try:
+                record = read_journal(self._files)
+            except RecoveryError:
+                if not discard:
+                    raise
+                record = None  # damaged: only discarding can act on it
+            else:
+                if record is None:
+                    return None  # another process finished it while we waited for the lock
+            keep = record.session if record is not None and record.session else session
+            if discard:
+                return self._discard(record, keep)
+            assert record is not None
+            pre = self._pre_restore(record, keep)
+            try:
+                target: Manifest | None = self._catalog.load(record.target, keep)
+            except WorksnapError:
+                target = None  # only used to find where temp files may be left
+            interrupted = Result(target=record.target, error="interrupted")
+            back = self._roll_back(
+                pre, record.paths, interrupted, target, session=keep, recovering=True
             )
+            self._remove_journal()
+            return back
+
+    def _pre_restore(self, record: Journal, session: str) -> Manifest:
+        """The snapshot a journal rolls back to.
+
+        Raises:
+            RecoveryError: it cannot be loaded; the message says how to clear the journal.
+        """
+        try:
+            return self._catalog.load(record.pre_restore, session)
+        except (InputError, StoreError) as exc:
+            raise RecoveryError(
+                f"an interrupted restore left a journal ({self._paths.journal}) that rolls "
+                f"back to snapshot {record.pre_restore}, which cannot be loaded ({exc}); the "
+                f"workspace may be partly restored: {DISCARD}"
+            ) from None
+
+    def _discard(self, record: Journal | None, session: str) -> Result:
+        """Drops the journal, the tree left as it is and stored as a snapshot first."""
+        self._store.bind(self._root.path)
+        current = self._capture.capture(store_objects=True)
+        kept = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
+        self._catalog.save(kept, session)
+        self._remove_journal()
+        target = record.target if record is not None else ""
+        return Result(target=target, pre_restore=kept.id)
+
+    def _remove_journal(self) -> None:
+        """Removes the journal durably: once a restore is done, it must not come back."""
+        self._files.unlink(self._paths.journal)
+        self._files.fsync(self._files.path)
 
     def plan_recover(self, session: str) -> Plan | None:
-        """Previews what `recover` would change (None: no restore was interrupted)."""
-        record = _load_journal(self._paths.journal)
+        """Previews what `recover` would change (None: no restore was interrupted).
+
+        Raises:
+            RecoveryError: the journal is damaged or names a snapshot that is gone.
+        """
+        record = read_journal(self._files)
         if record is None:
             return None
-        pre = self._catalog.load(record.pre_restore, session)
+        pre = self._pre_restore(record, record.session or session)
         now = self._capture.capture(store_objects=False, max_file_bytes=self._cap(pre))
-        return self._plan(now, pre)
+        aim = pre if record.paths is None else rollback_target(now, pre, record.paths)
+        return self._plan(now, aim)
 
     # -- undo and redo --------------------------------------------------------
 
@@ -398,7 +503,8 @@ class Restorer:
 
         def choose(current: Manifest) -> Manifest:
             state = self._sessions.load(session)
-            target_id = undo_target(self._catalog.list(session), current.tree, state)
+            flat, history = self._catalog.legacy_digest(current), self._catalog.list(session)
+            target_id = undo_target(history, current.tree, state, flat_tree=flat)
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
             return self._catalog.load(target_id, session)
@@ -411,7 +517,7 @@ class Restorer:
         Raises:
             InputError: there is nothing to undo.
         """
-        self._refuse_if_interrupted()
+        refuse_preview(self._files)
         return self._choose_and_plan(
             self._undo_choice(session), store_objects=False, session=session
         )
@@ -467,7 +573,7 @@ class Restorer:
         Raises:
             InputError: nothing was undone, or a new snapshot cleared the redo stack.
         """
-        self._refuse_if_interrupted()
+        refuse_preview(self._files)
         return self._choose_and_plan(
             self._redo_choice(session, []), store_objects=False, session=session
         )
@@ -491,72 +597,3 @@ class Restorer:
                 self._sessions.save(session, state)
 
         return self._restore(choose, kind="redo", then=record, session=session, expected=expected)
-
-
-def _load_journal(journal: str) -> Journal | None:
-    """Reads the journal (None: there is none).
-
-    Raises:
-        RestoreError: it is damaged.
-    """
-    try:
-        with open(journal, "rb") as f:
-            return msgspec.json.decode(f.read(), type=Journal)
-    except FileNotFoundError:
-        return None
-    except (OSError, msgspec.DecodeError, RecursionError) as exc:
-        raise RestoreError(f"journal {journal} is damaged ({exc}); remove it") from None
-
-
-def _remove_journal(journal: str) -> None:
-    """Removes the journal durably: once a restore is done, it must not come back."""
-    os.unlink(journal)
-    fsync_dir(os.path.dirname(journal))
-
-
-def check_unchanged(plan: Plan, now: Manifest) -> None:
-    """Refuses to apply a plan if anything it touches, or any directory above, changed since.
-
-    A change above a touched path counts: a directory swapped for a symlink
-    between plan and apply must stop the restore, not redirect it.
-
-    Raises:
-        ConflictError: names the first such path.
-    """
-    seen: dict[str, Entry | None] = dict.fromkeys(plan.current.dirs)
-    seen.update((e.path, e) for e in plan.current.entries)
-    present: dict[str, Entry | None] = dict.fromkeys(now.dirs)
-    present.update((e.path, e) for e in now.entries)
-    touched = {change.path for change in plan.changes}
-    above = {a for path in touched for a in ancestors(path.rpartition("/")[0])}
-    for path in sorted(seen.keys() | present.keys()):
-        if (path in seen, seen.get(path)) != (path in present, present.get(path)) and (
-            path in above or any(a in touched for a in ancestors(path))
-        ):
-            raise ConflictError(path)
-
-
-def _check_selected(selected: builtins.list[str], current: Manifest, target: Manifest) -> None:
-    """Refuses a path that neither the target nor the workspace has (a typo restores nothing).
-
-    Raises:
-        InputError: names the first such path.
-    """
-    for wanted in selected:
-        for state in (target, current):
-            if _holds(state, wanted):
-                break
-        else:
-            raise InputError(
-                f"{wanted!r} is not in snapshot {target.id}, nor in the workspace "
-                "(nothing to restore there)"
-            )
-
-
-def _holds(state: Manifest, wanted: str) -> bool:
-    """True when `state` has something at or below `wanted`, or left out what holds it."""
-    kept = ([e.path for e in state.entries], state.dirs)
-    left_out = (state.large, state.ignored, state.excluded)
-    return any(is_under(path, wanted) for names in (*kept, *left_out) for path in names) or any(
-        is_under(wanted, path) for names in left_out for path in names
-    )

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the command line imports this module before it needs the en
     from worksnap.diff import FileChange
     from worksnap.maintenance import GcReport
     from worksnap.manifest import Entry, Manifest, Summary
+    from worksnap.migration import UpgradeReport
     from worksnap.plan import Plan
     from worksnap.runwrap import Outcome
 
@@ -87,6 +88,7 @@ def result_view(result: Result) -> View:
         "error": result.error,
         "rolled_back": result.rolled_back,
         "pre_restore": result.pre_restore,
+        "blocked": result.blocked,
     }
 
 
@@ -157,6 +159,16 @@ def du_view(sessions: dict[str, tuple[int, int]], *, store_bytes: int) -> View:
 def rebind_view(root: str, *, snapshots: int) -> View:
     """`rebind`: the root the store is bound to now."""
     return {"root": root, "snapshots": snapshots}
+
+
+def upgrade_view(report: UpgradeReport) -> View:
+    """`upgrade`: the snapshots migrated to format 2, and the format 1 ones left as they were."""
+    return {
+        "migrated": list(report.migrated),
+        "finished": list(report.finished),
+        "left": list(report.left),
+        "dry_run": report.dry_run,
+    }
 
 
 def diff_view(changes: list[FileChange], read: Callable[[Entry], bytes]) -> list[View]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from worksnap.apply import Result, apply_plan
+from worksnap.apply import ApplyPlan, Result, apply_plan
 from worksnap.caches import Caches
 from worksnap.capture import (
     DEFAULT_MAX_FILE_BYTES,
@@ -37,25 +37,22 @@ from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
 from worksnap.config import Config, Retention, configured_exclusions, load_config, set_setting
 from worksnap.diskstore import DiskStore
-from worksnap.errors import (
-    InputError,
-    SnapshotError,
-    WorksnapError,
-    api_errors,
-)
+from worksnap.errors import InputError, SnapshotError, WorksnapError, api_errors
 from worksnap.exclusion import exclusion_root
 from worksnap.extract import extract
 from worksnap.hash import Prefetch, read_file
 from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_session_name
 from worksnap.layout import store_location
-from worksnap.lock import StoreLock
+from worksnap.lock import Locks
 from worksnap.maintenance import GcReport, Maintenance
 from worksnap.manifest import Entry, Manifest, Summary, check_step, one_line
+from worksnap.migration import UpgradeReport
 from worksnap.paths import fs_path, relative_to
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
-from worksnap.transaction import ApplyPlan, Restorer
+from worksnap.storedir import resolve_store
+from worksnap.transaction import Restorer
 from worksnap.watch import Watcher
 
 if TYPE_CHECKING:
@@ -155,24 +152,26 @@ class Workspace:
         self.warnings: builtins.list[str] = []
         """Problems the last snapshot met after it was stored (its retention); it stands."""
         self.session = check_session_name(session)
-        real_store = os.path.realpath(self.store_dir)
-        if real_store == self.root or self.root.startswith(real_store.rstrip("/") + "/"):
-            # A restore would treat the store's own files as workspace files.
-            raise InputError(f"store {self.store_dir} must not be the root or contain it")
+        # Resolved once: every later access goes through the descriptor of this directory.
+        real_store, self._taken = resolve_store(self.root, os.path.abspath(self.store_dir))
         self._store_rel = relative_to(self.root, real_store)
         self._exclude = tuple(exclude)
         self._reporter = Reporter(progress)
         self._seams, self._watch = seams, watch
-        self.store = seams.open_store(self.store_dir)
-        self._wire(configured_exclusions(self.store.paths))
+        self.store = seams.open_store(real_store)
+        files = self.store.files
+        self._locks = Locks(files, on_wait=lambda note: self._reporter.notice("wait", note))
+        self._wire(configured_exclusions(files))
 
     def _wire(self, configured: builtins.list[str]) -> None:
         """Builds the parts under the exclusion rules given and configured (again on a change)."""
-        seams, paths = self._seams, self.store.paths
+        seams, files = self._seams, self.store.files
         self._configured = list(configured)
-        self._root = exclusion_root(self.root, self._store_rel, self._exclude, configured)
-        sessions = Sessions(paths)
-        caches = Caches(paths, self.root, self.store.exists)
+        self._root = exclusion_root(
+            self.root, self._store_rel, self._exclude, configured, taken=self._taken
+        )
+        sessions = Sessions(files)
+        caches = Caches(files, self.root, self.store.exists)
         watcher = Watcher() if self._watch else None
         cap = self._max_file_bytes
         self._capture = Capture(
@@ -188,11 +187,12 @@ class Workspace:
             slow_read_seconds=seams.slow_read_seconds,
             racy_margin_ns=seams.racy_margin_ns,
         )
-        self._catalog = Catalog(self.store, self._root, sessions)
+        self._catalog = Catalog(self.store, self._root, sessions, locks=self._locks)
         self._restorer = Restorer(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
+            locks=self._locks,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -202,7 +202,8 @@ class Workspace:
         self._checkpoints = Checkpoints(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
+            locks=self._locks,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -210,7 +211,8 @@ class Workspace:
         self._maintenance = Maintenance(
             self._root,
             self.store,
-            paths=paths,
+            files=files,
+            locks=self._locks,
             catalog=self._catalog,
             sessions=sessions,
             caches=caches,
@@ -274,7 +276,7 @@ class Workspace:
 
     def _settings(self) -> tuple[Config, int]:
         """Reads the store's config (InputError if invalid) and sets the capture's cap."""
-        config = load_config(self.store.paths)
+        config = load_config(self.store.files)
         if config.exclude != self._configured:  # `worksnap config exclude` since we opened
             self._capture.close()
             self._wire(config.exclude)
@@ -286,7 +288,7 @@ class Workspace:
 
     def config(self) -> Config:
         """Returns the store's settings (the defaults when it has none)."""
-        return load_config(self.store.paths)
+        return load_config(self.store.files)
 
     def set_config(self, key: str, value: str) -> Config:
         """Sets one setting of the store (`config.SETTINGS`), creating the store if needed.
@@ -296,8 +298,8 @@ class Workspace:
             value: as a person types it (`64M`, `30d`, `true`), or `none` to clear it.
         """
         self.store.bind(self.root)
-        with StoreLock(self.store_dir, exclusive=True):
-            return set_setting(self.store.paths, key, value)
+        with self._locks.exclusive("config"):
+            return set_setting(self.store.files, key, value)
 
     # -- snapshot ------------------------------------------------------------
 
@@ -347,18 +349,24 @@ class Workspace:
         self._restorer.recover_if_interrupted(self.session)
         try:
             self.store.bind(self.root)
-            with StoreLock(self.store_dir, exclusive=False):
-                current = self._capture.capture(store_objects=True)
-                manifest = msgspec.structs.replace(
-                    current,
-                    kind=kind,
-                    step=step,
-                    label=one_line(label),
-                    session=self.session,
-                    meta=dict(meta or {}),
-                    attachments=self._catalog.store_attachments(attach),
-                )
-                self._catalog.save(manifest, self.session)
+            with self._locks.shared("snapshot"):
+                try:
+                    current = self._capture.capture(store_objects=True)
+                    manifest = msgspec.structs.replace(
+                        current,
+                        kind=kind,
+                        step=step,
+                        label=one_line(label),
+                        session=self.session,
+                        meta=dict(meta or {}),
+                        attachments=self._catalog.store_attachments(attach),
+                    )
+                    trees = self._capture.trees.stored(current)  # none to build again
+                    manifest = self._catalog.save(manifest, self.session, built=trees)
+                except BaseException:
+                    self.store.discard()  # a full disk must not stay full of a half pack
+                    raise
+                self.store.sweep_abandoned()  # packs of snapshots killed before publishing
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
         try:
@@ -376,8 +384,7 @@ class Workspace:
             except OSError:
                 size = None
             sizes.append((path, size))
-        sizes.sort(key=lambda item: (-(item[1] or 0), item[0]))
-        return sizes
+        return sorted(sizes, key=lambda item: (-(item[1] or 0), item[0]))
 
     def relative(self, path: str | os.PathLike[str]) -> str:
         """Returns a path (relative to the root, or absolute inside it) in wire form.
@@ -402,9 +409,8 @@ class Workspace:
     def resolve(self, ref: str) -> str:
         """Returns the snapshot id a ref names (see `catalog.Catalog.resolve`).
 
-        A full id, a unique id prefix of 4+ characters, `latest` (the newest snapshot
-        not taken automatically), `latest~N`, or `step:N`; all but ids within this
-        session.
+        A full id, a unique id prefix of 4+ characters, `latest` (the newest snapshot not
+        taken automatically), `latest~N`, or `step:N`; all but ids within this session.
 
         Raises:
             InputError: the ref names no snapshot, or more than one.
@@ -420,7 +426,7 @@ class Workspace:
         return self._catalog.load(ref, self.session)
 
     def show_bytes(self, ref: str) -> bytes:
-        """Returns a snapshot's manifest exactly as stored (after the checks `load` makes)."""
+        """Returns a snapshot's flat manifest JSON, what `show --json` prints (after `load`)."""
         return self._catalog.show_bytes(ref, self.session)
 
     def pinned(self) -> set[str]:
@@ -439,11 +445,7 @@ class Workspace:
         return entry, self.store.read(entry.hash or "")
 
     def verify(self, ref: str | None = None) -> builtins.list[str]:
-        """Checks that every object the snapshot (or every snapshot) needs is present and intact.
-
-        Returns:
-            One line for each problem found; empty when all is well.
-        """
+        """Checks every object (trees too) the snapshot or all need; a line per problem found."""
         return self._catalog.verify(ref, self.session, report=self._reporter)
 
     def attachment(self, ref: str, name: str) -> bytes:
@@ -456,13 +458,9 @@ class Workspace:
         """Compares snapshot `ref` with `ref2` (default: the workspace now).
 
         Returns:
-            The changes, and a function that reads an entry's bytes (from the
-            store, or from disk for the current state).
+            The changes, and a function that reads an entry's bytes (store, or disk now).
         """
-        from worksnap.diff import compare  # difflib and all: only this command needs them
-
-        old = self.load(ref)
-        new = self.load(ref2) if ref2 is not None else self.capture(store_objects=False)
+        from worksnap.diff import compare, compare_trees  # difflib: only `diff` needs it
 
         def read(entry: Entry) -> bytes:
             if entry.hash is None:
@@ -472,6 +470,10 @@ class Workspace:
             with open(self._disk_path(entry.path), "rb") as f:
                 return f.read()
 
+        if (trees := self._catalog.root_trees(ref, ref2, self.session)) is not None:
+            return compare_trees(*trees, self.store.read), read  # skips equal subtrees
+        old = self.load(ref)
+        new = self.load(ref2) if ref2 is not None else self.capture(store_objects=False)
         return compare(old, new), read
 
     # -- restore -------------------------------------------------------------
@@ -524,7 +526,7 @@ class Workspace:
             os.fspath(directory),
             root=self._root,
             store_dir=self.store_dir,
-            read_object=self.store.read,
+            read_object=self.store.read_chunks,
             selected=None if paths is None else [self._root.named(p) for p in paths],
             progress=lambda done, total: self._reporter("write", done, total),
         )
@@ -548,9 +550,13 @@ class Workspace:
         """Previews what `recover` would change (None: no restore was interrupted)."""
         return self._restorer.plan_recover(self.session)
 
-    def recover(self) -> Result | None:
-        """Rolls back an interrupted restore; returns what it did (None: none was)."""
-        return self._restorer.recover(self.session)
+    def recover(self, *, discard: bool = False) -> Result | None:
+        """Sets back what an interrupted restore touched, the tree kept first (`discard`: not)."""
+        return self._restorer.recover(self.session, discard=discard)
+
+    def recovery_pending(self) -> str | None:
+        """One line saying that an interrupted restore awaits `recover`, or None."""
+        return self._restorer.pending()
 
     # -- steps, undo and redo ------------------------------------------------
 
@@ -679,6 +685,10 @@ class Workspace:
     def store_size(self) -> int:
         """Returns the bytes the store takes on disk (0 before the first snapshot)."""
         return self._maintenance.store_size()
+
+    def upgrade(self, *, dry_run: bool = False) -> UpgradeReport:
+        """Migrates a format 1 store in place (each write command does it first; migration.py)."""
+        return self._catalog.upgrade(dry_run=dry_run, report=self._reporter)
 
     # -- moving workspaces ---------------------------------------------------
 

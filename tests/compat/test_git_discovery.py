@@ -265,8 +265,8 @@ def test_git_apply_cannot_see_the_store_either(
     staged = git(top, "diff", "--cached", "--name-only").decode().split()
     assert staged == ["notes.txt"]
     subprocess.run([GIT or "git", "stash", "-q", "-u"], cwd=top, check=True)
-    assert (top / ".git" / "worksnap" / "manifests").is_dir()
-    assert os.listdir(top / ".git" / "worksnap" / "manifests")
+    assert (top / ".git" / "worksnap" / "snapshots").is_dir()
+    assert os.listdir(top / ".git" / "worksnap" / "snapshots")
 
 
 # -- random layouts: the root and git directory found, against `git rev-parse` ------------

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from worksnap.catalog import count_changes as flat_count_changes
+from worksnap.diff import compare, compare_trees
 from worksnap.errors import ManifestError
 from worksnap.hash import hash_bytes
 from worksnap.manifest import VERSION, Entry, Manifest, tree_digest
@@ -238,6 +239,9 @@ def check_pair(a: Model, ra: Digest, b: Model, rb: Digest, objects: Objects) -> 
     assert diff_as_specs(ra, rb, objects) == brute_diff(a, b)
     assert diff_as_specs(rb, ra, objects) == brute_diff(b, a)
     assert count_changes(ra, rb, objects.read) == flat_count_changes(manifest_of(a), manifest_of(b))
+    # `diff` between two snapshots walks their trees: equal to the flat comparison.
+    assert compare_trees(ra, rb, objects.read) == compare(manifest_of(a), manifest_of(b))
+    assert compare_trees(rb, ra, objects.read) == compare(manifest_of(b), manifest_of(a))
     assert (ra == rb) == (comparable_model(a) == comparable_model(b))
     marked = list(reachable([ra, rb], objects.read))
     assert len(marked) == len(set(marked))

@@ -24,17 +24,36 @@ __all__ = ["STORE", "tree_state", "write"]
 
 
 def cli(*args: str, seams: Seams | None = None) -> tuple[int, str, str]:
-    """Runs the command line in this process; returns (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
+    """Runs the command line in this process; returns (exit code, stdout, stderr).
+
+    The streams have a `buffer`, as real ones do: `diff` and `cat` write bytes.
+    """
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(args), seams=seams)
-    return code, out.getvalue(), err.getvalue()
+    out.flush()
+    err.flush()
+    return code, *(_text(stream) for stream in (out, err))  # type: ignore[return-value]
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    raw = stream.buffer
+    assert isinstance(raw, io.BytesIO)
+    return raw.getvalue().decode("utf-8", "replace")
 
 
 def store_files(root: Path) -> set[str]:
-    """The names of every manifest in the store (a restore adds a pre-restore one)."""
-    directory = root / STORE / "manifests"
-    return set(os.listdir(directory)) if directory.is_dir() else set()
+    """The snapshots of the store, records and manifests alike (a restore adds a pre-restore one).
+
+    By file name: a command that writes first migrates a planted format 1 manifest that
+    passes the migration's checks into a record of the same id.
+    """
+    found: set[str] = set()
+    for name in ("snapshots", "manifests"):
+        directory = root / STORE / name
+        found.update(os.listdir(directory) if directory.is_dir() else [])
+    return found
 
 
 def plant(root: Path, manifest: Manifest | bytes, *, pack: bool = False) -> str:

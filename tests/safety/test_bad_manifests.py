@@ -22,8 +22,12 @@ import zstandard
 
 from tests.conftest import flip_middle, packed, unpacked
 from worksnap.frames import MAX_UNPACKED
-from worksnap.manifest import Entry, Manifest, encode_manifest
-from worksnap.paths import fs_path
+from worksnap.hash import hash_bytes
+from worksnap.manifest import Entry, Manifest, encode_manifest, new_id
+from worksnap.paths import Digest, fs_path
+from worksnap.record import encode_record, record_of
+from worksnap.tree import MAX_OBJECT, Child, Dir, File, Tree, encode_node, node_digest
+from worksnap.treewalk import Loose
 from worksnap.workspace import Workspace
 
 from .conftest import STORE, cli, file_entry, hostile, plant, store_files, tree_state, write
@@ -129,8 +133,7 @@ CASES: dict[str, Build] = {
     # -- absolute
     "absolute /x": _entry("/tmp/escaped.txt"),
     "absolute //x": _entry("//tmp/escaped.txt"),
-    "absolute C:\\x": _entry("C:\\escaped.txt"),
-    "absolute C:/x": _entry("C:/escaped.txt"),
+    # `C:\x` and `C:/x` are not absolute here (POSIX): tests/safety/test_names.py
     # -- NUL
     "NUL byte": _entry("a\x00b"),
     "NUL at end": _entry("ab\x00"),
@@ -371,3 +374,148 @@ def test_planted_manifest_with_odd_but_legal_paths_restores(project: Workspace) 
     assert result.ok, result.error
     for name in names:
         assert (root / os.fsdecode(fs_path(name))).read_bytes() == data
+
+
+# -- format 2: hostile trees and records -------------------------------------------------
+#
+# Planted the way an attacker or a bad disk would: tree objects straight into the store's
+# packs (built with msgspec, which validates nothing on construction, so each is
+# canonical except for its hostile part), and a record naming them.
+
+_DATA = b"planted\n"
+
+
+def _file(name: str, data: bytes = _DATA) -> File:
+    return File(name=name, mode=0o644, size=len(data), digest=bytes.fromhex(hash_bytes(data)))
+
+
+def _tree(*children: Child) -> bytes:
+    return encode_node(Tree(version=2, children=list(children)))
+
+
+def _put(ws: Workspace, data: bytes, digest: str | None = None) -> str:
+    """Stores an object as it is (under its own digest unless told otherwise)."""
+    digest = digest or node_digest(data)
+    ws.store.add_tree(Digest(digest), data)
+    ws.store.flush()
+    return digest
+
+
+def _record_file(at: Path, base: Manifest, top: str, /, **changes: object) -> str:
+    """Writes a record of `base` naming tree `top`, with `changes`, under a new id."""
+    record = record_of(base, top, Loose())
+    record = msgspec.structs.replace(record, id=new_id(), **changes)
+    (at / STORE / "snapshots" / f"{record.id}.json").write_bytes(encode_record(record))
+    return record.id
+
+
+def _plant_tree(*children: Child) -> Callable[[Workspace, Manifest, Path], str]:
+    def plant_it(ws: Workspace, base: Manifest, root: Path) -> str:
+        ws.store.add(Digest(hash_bytes(_DATA)), _DATA)
+        return _record_file(root, base, _put(ws, _tree(*children)))
+
+    return plant_it
+
+
+def _deeper(*children: Child) -> Callable[[Workspace, Manifest, Path], str]:
+    def plant_it(ws: Workspace, base: Manifest, root: Path) -> str:
+        sub = _put(ws, _tree(*children))
+        top = _tree(_file("a.txt"), Dir(name="src", tree=bytes.fromhex(sub)))
+        return _record_file(root, base, _put(ws, top))
+
+    return plant_it
+
+
+def _digest_mismatch(ws: Workspace, base: Manifest, root: Path) -> str:
+    honest = _tree(_file("a.txt"))
+    other = hash_bytes(b"some other object")
+    return _record_file(root, base, _put(ws, honest, digest=other))
+
+
+def _sub_digest_mismatch(ws: Workspace, base: Manifest, root: Path) -> str:
+    sub = _put(ws, _tree(_file("b.txt")), digest=hash_bytes(b"not this subtree"))
+    return _record_file(root, base, _put(ws, _tree(Dir(name="src", tree=bytes.fromhex(sub)))))
+
+
+def _oversized(ws: Workspace, base: Manifest, root: Path) -> str:
+    big = _tree(*(_file(f"f{i:07d}") for i in range(25_000)))  # over 1 MiB: stored loose
+    assert len(big) > MAX_OBJECT
+    return _record_file(root, base, _put(ws, big))
+
+
+def _missing_tree(ws: Workspace, base: Manifest, root: Path) -> str:
+    return _record_file(root, base, hash_bytes(b"no such tree"))
+
+
+def _record_bytes(edit: Callable[[bytes], bytes]) -> Callable[[Workspace, Manifest, Path], str]:
+    def plant_it(ws: Workspace, base: Manifest, root: Path) -> str:
+        snapshot_id = _record_file(root, base, _put(ws, _tree()))
+        path = root / STORE / "snapshots" / f"{snapshot_id}.json"
+        path.write_bytes(edit(path.read_bytes()))
+        return snapshot_id
+
+    return plant_it
+
+
+def _record_field(**changes: object) -> Callable[[Workspace, Manifest, Path], str]:
+    def plant_it(ws: Workspace, base: Manifest, root: Path) -> str:
+        return _record_file(root, base, _put(ws, _tree(_file("a.txt"))), **changes)
+
+    return plant_it
+
+
+V2_CASES: dict[str, Callable[[Workspace, Manifest, Path], str]] = {
+    "tree holds ..": _plant_tree(_file("..")),
+    "tree holds .": _plant_tree(_file(".")),
+    "tree holds a slash": _plant_tree(_file("a/b")),
+    "tree holds an empty name": _plant_tree(_file("")),
+    "tree holds .git": _plant_tree(_file(".git")),
+    "tree holds .GIT directory": _plant_tree(
+        Dir(name=".GIT", tree=bytes.fromhex(node_digest(_tree())))
+    ),
+    "tree holds git~1": _plant_tree(_file("git~1")),
+    "subtree holds ..": _deeper(_file("..")),
+    "subtree holds .git": _deeper(_file(".git")),
+    "duplicate name": _plant_tree(_file("a.txt"), _file("a.txt")),
+    "a file and a dir of one name": _plant_tree(
+        _file("a"), Dir(name="a", tree=bytes.fromhex(node_digest(_tree())))
+    ),
+    "unsorted names": _plant_tree(_file("b.txt"), _file("a.txt")),
+    "mode out of range": _plant_tree(File(name="a", mode=0o7777, size=1, digest=bytes(32))),
+    "short digest": _plant_tree(File(name="a", mode=0o644, size=1, digest=bytes(31))),
+    "digest does not match": _digest_mismatch,
+    "subtree digest does not match": _sub_digest_mismatch,
+    "oversized object": _oversized,
+    "record names a missing tree": _missing_tree,
+    "record with an unknown field": _record_bytes(lambda d: d[:-2] + b',"evil":1}\n'),
+    "record of a newer version": _record_bytes(
+        lambda d: d.replace(b'"version":2', b'"version":3', 1)
+    ),
+    "record not canonical": _record_bytes(lambda d: d.replace(b'"id"', b' "id"', 1)),
+    "record truncated": _record_bytes(lambda d: d[: len(d) // 2]),
+    "record for another root": _record_field(root="/somewhere/else"),
+    "record with .. in ignored": _record_field(ignored=["../up"]),
+    "record with a bad tree digest": _record_field(tree="not-a-digest"),
+}
+
+
+@pytest.mark.parametrize("case", V2_CASES)
+def test_hostile_tree_or_record_is_refused_by_every_command(project: Workspace, case: str) -> None:
+    root = Path(project.root)
+    write(root, "a.txt", "edited since\n")  # a restore would have something to do
+    ref = V2_CASES[case](project, project.load("latest"), root)
+    err = _assert_restore_refused(root, ref)
+    assert "Traceback" not in err
+    before, snapshots = tree_state(root), store_files(root)
+    for command in ("plan", "show"):
+        code, out, err = cli("--root", str(root), "--json", command, ref)
+        assert (code, out) == (2, ""), (command, err)
+        assert err.startswith(f"worksnap: error: manifest {ref}") and err.count("\n") == 1, err
+    code, out, err = cli("--root", str(root), "--json", "verify", ref)
+    assert code in (1, 2), err
+    if code == 1:
+        problems = json.loads(out)["problems"]
+        assert len(problems) == 1 and ref in problems[0]
+    else:
+        assert err.startswith(f"worksnap: error: manifest {ref}"), err
+    assert (tree_state(root), store_files(root)) == (before, snapshots)

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from tests.conftest import flip_middle, packed, unpacked
+from tests.legacy import downgrade
 from worksnap import InputError, Workspace
 from worksnap.manifest import decode_manifest, encode_manifest
 
@@ -95,11 +96,51 @@ MANIFEST_DAMAGE = {
 }
 
 
+RECORD_DAMAGE = {
+    **DAMAGE,
+    "too new": lambda data: data.replace(b'"version":2', b'"version":99', 1),
+    "unknown field": lambda data: data[:-2] + b',"x":1}\n',
+    "another id": lambda data: data.replace(b'"id":"', b'"id":"0', 1).replace(
+        b'","root"', b'","root"', 1
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", RECORD_DAMAGE)
+def test_damaged_record_breaks_neither_list_nor_other_restores(
+    root: Path, two_snapshots: tuple[Workspace, str, str], damage: str
+) -> None:
+    _, first, second = two_snapshots
+    path = root / STORE / "snapshots" / f"{second}.json"
+    path.write_bytes(RECORD_DAMAGE[damage](path.read_bytes()))
+
+    code, out, err = cli("--root", str(root), "--json", "list")
+    assert code == 0, err
+    assert {s["id"] for s in msgspec.json.decode(out)} == {first}
+    assert f"snapshot {second}" in err
+    assert "skipped" in err
+
+    code, _, err = cli("--root", str(root), "restore", second, "--yes")
+    assert code == 2
+    assert f"manifest {second}" in err
+
+    code, out, _ = cli("--root", str(root), "--json", "verify")
+    report = msgspec.json.decode(out)
+    assert code == 1
+    assert len(report["problems"]) == 1
+    assert second in report["problems"][0]
+
+    code, _, err = cli("--root", str(root), "restore", first, "--yes")
+    assert code == 0, err
+    assert (root / "a.txt").read_text() == "first\n"
+
+
 @pytest.mark.parametrize("damage", MANIFEST_DAMAGE)
 def test_damaged_manifest_breaks_neither_list_nor_other_restores(
     root: Path, two_snapshots: tuple[Workspace, str, str], damage: str
 ) -> None:
     _, first, second = two_snapshots
+    downgrade(root / STORE)  # a format 1 store, as an older worksnap left it
     path = root / STORE / "manifests" / f"{second}.json"
     path.write_bytes(MANIFEST_DAMAGE[damage](path.read_bytes()))
 
@@ -127,6 +168,7 @@ def test_damaged_summary_is_reported_and_skipped_by_list(
     root: Path, two_snapshots: tuple[Workspace, str, str], damage: str
 ) -> None:
     _, first, second = two_snapshots
+    downgrade(root / STORE)  # a format 1 store, as an older worksnap left it
     path = root / STORE / "summaries" / f"{second}.json"
     data = path.read_bytes()
     path.write_bytes(DAMAGE[damage](data) if damage != "too new" else data[:-1] + b',"x":1}')

@@ -98,7 +98,7 @@ def test_object_damaged_after_verification_is_caught_while_writing(
     def apply_with_bad_bytes(root_: str, plan, read_object, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(1)
         if len(calls) == 1:  # the restore, not its rollback
-            return apply_plan(root_, plan, lambda digest: b"rotten" + read_object(digest), **kwargs)
+            return apply_plan(root_, plan, lambda d: [b"rotten", *read_object(d)], **kwargs)
         return apply_plan(root_, plan, read_object, **kwargs)
 
     ws, target = build_scenario(root, Seams(apply_plan=apply_with_bad_bytes))

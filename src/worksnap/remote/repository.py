@@ -298,7 +298,7 @@ class Repository:
         if self._cache is not None:
             with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
                 os.makedirs(self._cache, exist_ok=True)
-                write_atomic(os.path.join(self._cache, digest), data, durable=False)
+                write_atomic(os.path.join(self._cache, digest), data)
 
     def put_pack(self, builder: PackBuilder) -> tuple[str, PackIndex]:
         """Writes a pack, then its index (a pack without an index is invisible, and swept).

@@ -1,0 +1,89 @@
+"""Journal: the store's record of a restore under way, what a recovery rolls back to.
+
+Written before the first change of a restore and removed (durably) once the tree is
+either fully restored or fully rolled back; a journal still there means the restore
+was interrupted. Read through the store's descriptor, bounded, and refused when
+damaged with one line that says how to clear it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from worksnap.errors import RecoveryError, RecoveryPending
+from worksnap.frames import MAX_UNPACKED
+from worksnap.storedir import StoreDir
+
+DISCARD = (
+    "run `worksnap recover --discard` to keep the tree as it is (a snapshot of it is "
+    "taken first) and drop the journal"
+)
+"""What to run when a journal cannot be acted on."""
+
+
+class Journal(msgspec.Struct, frozen=True, kw_only=True):
+    """The store's journal, present while a restore runs: what to roll back, and to what."""
+
+    target: str
+    pre_restore: str
+    pid: int
+    host: str
+    session: str | None = None
+    """The session of the restore (None: a journal written before it was recorded)."""
+    paths: list[str] | None = None
+    """Every path the restore's plan touches (None: written before they were recorded,
+    and a recovery then rolls back every path that differs)."""
+
+
+def read_journal(files: StoreDir) -> Journal | None:
+    """The journal of an interrupted restore (None: there is none).
+
+    Raises:
+        RecoveryError: it is damaged; the message says how to clear it.
+    """
+    journal = files.paths.journal
+    try:
+        return msgspec.json.decode(files.read(journal, limit=MAX_UNPACKED), type=Journal)
+    except FileNotFoundError:
+        return None
+    except (OSError, msgspec.DecodeError, RecursionError) as exc:
+        raise RecoveryError(
+            f"the journal of an interrupted restore ({journal}) is damaged "
+            f"({exc}); the workspace may be partly restored: {DISCARD}"
+        ) from None
+
+
+def journal_snapshots(files: StoreDir) -> set[str]:
+    """The snapshots a pending journal needs (a recovery rolls back to them): gc keeps them."""
+    try:
+        record = read_journal(files)
+    except RecoveryError:
+        return set()  # damaged: only `recover --discard` can act on it, and needs neither
+    return set() if record is None else {record.pre_restore, record.target}
+
+
+def pending(files: StoreDir) -> str | None:
+    """One line saying that a restore was interrupted and what to run, or None."""
+    if files.lstat(files.paths.journal) is None:
+        return None
+    return (
+        f"a restore was interrupted (journal {files.paths.journal}): the workspace may be "
+        "partly restored; run `worksnap recover` (it keeps the tree as it is in a snapshot "
+        "first, for `worksnap undo`)"
+    )
+
+
+def refuse_preview(files: StoreDir) -> None:
+    """A preview never changes the tree: with a restore to recover, it says so instead.
+
+    Raises:
+        RecoveryPending: a restore was interrupted: the tree may be half-restored,
+            and a preview must neither show that nor change it.
+    """
+    if files.lstat(files.paths.journal) is not None:
+        raise RecoveryPending(
+            f"a restore was interrupted (journal {files.paths.journal}) and the tree may "
+            "be half-restored, which a preview must neither show nor change: run "
+            "`worksnap recover` first (`worksnap recover --dry-run` shows what it does; "
+            "it keeps the tree as it is in a snapshot first, for `worksnap undo`)"
+        )

@@ -1,0 +1,486 @@
+"""The store directory, opened once: every file and folder in it is reached through its descriptor.
+
+A store is input like any other: it may have arrived with a cloned repository, and
+a `packs -> ../../victim` in it must not turn a sweep into a deletion elsewhere. So
+every access to a store file goes through one `StoreDir`:
+
+- the store's directory is opened once (its path was resolved by the caller) and
+  every name below it is opened relative to that descriptor, one component at a
+  time, with `O_NOFOLLOW`: a symlink anywhere in the layout is refused, never followed;
+- every file is checked with `fstat` after it is opened (`O_NONBLOCK`, so a FIFO
+  cannot hang the open): a FIFO, socket or device where a file or folder is expected
+  is refused;
+- every read is bounded: by the file's size from `fstat`, and by a cap per kind of
+  file that the caller gives (a link to `/dev/zero` cannot eat memory);
+- every write is atomic (temp file in the same directory, `fsync`, rename, `fsync` of
+  the directory), and a temp file is `flock`ed by its writer until it is renamed, so
+  a sweep can tell an abandoned temp file (its writer died) from one being written.
+
+Errors name the store file and say what to do (`errors.StoreError`). Callers pass
+the absolute paths `layout.StorePaths` spells; a path outside the store is a bug.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterator
+
+from worksnap.errors import InputError, StoreError
+from worksnap.layout import TEMP_MARK, StorePaths
+from worksnap.paths import relative_to
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_LOCK = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+KIB = 1 << 10
+MIB = 1 << 20
+
+
+def kind_of(mode: int) -> str:
+    """Names the type of a file from its mode, as an error message says it."""
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return "of an unknown type"
+
+
+_NEVER_FOLLOWED = "worksnap never follows links in its store, nor reads anything but files there"
+
+
+def _refuse(path: str, mode: int, expected: str) -> StoreError:
+    return StoreError(
+        path, f"is {kind_of(mode)}, not {expected}: {_NEVER_FOLLOWED} (remove it or move it away)"
+    )
+
+
+def _name(exc: OSError, path: str) -> None:
+    """Makes an error met below the store name the store file, as an absolute path.
+
+    The system names only what it was given: the last component, or a descriptor.
+    """
+    if not (isinstance(exc.filename, str) and exc.filename.startswith("/")):
+        exc.filename = path
+        exc.filename2 = None
+
+
+class StoreDir:
+    """One store directory: its descriptor, and every safe way to reach the files below it.
+
+    Args:
+        directory: the store directory, absolute and already resolved (a store reached
+            through a symlink is resolved once, by the caller, before it gets here).
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.path = directory
+        self.paths = StorePaths(directory)
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+
+    # -- the directory itself --------------------------------------------------
+
+    def _root(self) -> int:
+        """The store's descriptor, opened on first use.
+
+        Raises:
+            FileNotFoundError: there is no store (yet).
+            StoreError: the store path is not a directory.
+        """
+        if self._fd is None:
+            try:
+                fd = os.open(self.path, _DIR)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise self._wrong(self.path, "a directory") from None
+                raise
+            st = os.fstat(fd)
+            self._fd, self._identity = fd, (st.st_dev, st.st_ino)
+        return self._fd
+
+    def refresh(self) -> None:
+        """Lets go of the descriptor if the store directory was replaced or removed since.
+
+        A long-lived process (the daemon) would otherwise go on writing into a store
+        that someone deleted and created anew.
+        """
+        if self._fd is None:
+            return
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+            same = (st.st_dev, st.st_ino) == self._identity
+        except OSError:
+            same = False
+        if not same:
+            self.close()
+
+    def close(self) -> None:
+        """Closes the store's descriptor (it is opened again on next use)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = self._identity = None
+
+    def _wrong(self, path: str, expected: str) -> StoreError:
+        """The error for `path` (which failed to open as `expected`), naming what is there."""
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return StoreError(path, f"cannot be opened as {expected}")
+        return _refuse(path, mode, expected)
+
+    def _parts(self, path: str) -> list[str]:
+        if path == self.path:
+            return []
+        if not path.startswith(self.path.rstrip("/") + "/"):
+            raise ValueError(f"{path} is not inside the store {self.path}")
+        return path[len(self.path.rstrip("/")) + 1 :].split("/")
+
+    @contextlib.contextmanager
+    def _parent(self, path: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """Yields (descriptor of the directory holding `path`, its last component).
+
+        Every folder on the way is opened with `O_NOFOLLOW` (made first when `create`).
+        """
+        parts = self._parts(path)
+        if not parts:
+            raise ValueError("the store directory itself has no parent in the store")
+        opened: list[int] = []
+        try:
+            if create and not os.path.isdir(self.path):
+                os.makedirs(self.path, exist_ok=True)
+            fd = self._root()
+            for depth, name in enumerate(parts[:-1]):
+                fd = self._open_dir(fd, name, "/".join([self.path, *parts[: depth + 1]]), create)
+                opened.append(fd)
+            yield fd, parts[-1]
+        except OSError as exc:
+            _name(exc, path)
+            raise
+        finally:
+            for each in opened:
+                os.close(each)
+
+    def _open_dir(self, parent: int, name: str, path: str, create: bool) -> int:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=parent)
+        try:
+            return os.open(name, _DIR, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise self._wrong(path, "a directory") from None
+            raise
+
+    @contextlib.contextmanager
+    def directory(self, path: str) -> Iterator[int]:
+        """Yields a descriptor on a folder of the store (`path` may be the store itself).
+
+        Raises:
+            FileNotFoundError: it does not exist.
+            StoreError: it is not a directory (a symlink, a file...).
+        """
+        if path == self.path:
+            try:
+                yield self._root()
+            except OSError as exc:
+                _name(exc, path)
+                raise
+            return
+        with self._parent(path) as (parent, name):
+            fd = self._open_dir(parent, name, path, create=False)
+            try:
+                yield fd
+            finally:
+                os.close(fd)
+
+    def exists(self) -> bool:
+        """True when the store directory is there (a symlink or a file there is refused)."""
+        try:
+            self._root()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def is_dir(self, path: str) -> bool:
+        """True when the folder `path` of the store exists (refused if it is not a folder)."""
+        try:
+            with self.directory(path):
+                return True
+        except FileNotFoundError:
+            return False
+
+    def makedirs(self, path: str) -> None:
+        """Makes a folder of the store and the folders above it, each checked on the way."""
+        with self._parent(path, create=True) as (parent, name):
+            os.close(self._open_dir(parent, name, path, create=True))
+
+    def _open_regular(self, path: str, flags: int, *, create: bool) -> int:
+        """Opens a regular store file with `flags` (which hold O_NOFOLLOW); refuses all else."""
+        with self._parent(path, create=create) as (parent, name):
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                    raise self._wrong(path, "a regular file") from None
+                raise
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise _refuse(path, mode, "a regular file")
+        return fd
+
+    # -- reading -----------------------------------------------------------------
+
+    def open_file(self, path: str) -> int:
+        """Opens a store file for reading: never through a link, never anything but a file.
+
+        The caller closes the descriptor.
+
+        Raises:
+            FileNotFoundError: it does not exist (or a folder above it does not).
+            StoreError: it, or a folder above it, is not what the layout says.
+        """
+        return self._open_regular(path, _READ, create=False)
+
+    def read(self, path: str, *, limit: int) -> bytes:
+        """Returns a store file's bytes, at most `limit` of them.
+
+        Raises:
+            FileNotFoundError: it does not exist.
+            StoreError: it is not a regular file, or holds more than `limit` bytes.
+        """
+        fd = self.open_file(path)
+        try:
+            size = os.fstat(fd).st_size
+            if size > limit:
+                raise StoreError(path, f"is {size} bytes, more than the {limit} it may hold")
+            chunks: list[bytes] = []
+            total = 0
+            while chunk := os.read(fd, min(MIB, limit + 1 - total)):
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > limit:
+                    raise StoreError(path, f"grew past the {limit} bytes it may hold")
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def read_optional(self, path: str, *, limit: int) -> bytes | None:
+        """Like `read`, but None when the file (or the store) does not exist."""
+        try:
+            return self.read(path, limit=limit)
+        except FileNotFoundError:
+            return None
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        """The store file's own stat (a link is not followed), or None when it is missing."""
+        try:
+            with self._parent(path) as (parent, name):
+                return os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def listdir(self, path: str) -> list[str]:
+        """The names in a folder of the store ([] when it does not exist)."""
+        try:
+            with self.directory(path) as fd:
+                return os.listdir(fd)
+        except FileNotFoundError:
+            return []
+
+    def walk_sizes(self) -> int:
+        """The bytes of every file below the store (links are counted, never followed)."""
+        total = 0
+        try:
+            root = self._root()
+        except FileNotFoundError:
+            return 0
+        for _, _, files, dir_fd in os.fwalk(".", dir_fd=root, follow_symlinks=False):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+        return total
+
+    # -- writing -----------------------------------------------------------------
+
+    def write(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        """Replaces a store file with `data` so that readers see the old or the new bytes.
+
+        Args:
+            path: the store file.
+            data: its new content.
+            durable: fsync the file and its folder (off only for what may be lost:
+                caches, the lock note).
+        """
+        with self._parent(path, create=True) as (parent, name):
+            tmp, fd = self._new_temp(parent, name)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if durable:
+                    os.fsync(fd)
+                os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=parent)
+                raise
+            finally:
+                os.close(fd)  # after the rename: the temp file is locked until it is gone
+            if durable:
+                os.fsync(parent)
+
+    def _new_temp(self, parent: int, name: str) -> tuple[str, int]:
+        """Creates and locks a temp file beside `name`; returns its name and descriptor."""
+        while True:
+            tmp = f"{name}{TEMP_MARK}{secrets.token_hex(6)}"
+            fd = os.open(tmp, _NEW, 0o644, dir_fd=parent)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink:
+                return tmp, fd
+            os.close(fd)  # a sweep took it for abandoned between create and lock: again
+
+    def create(self, path: str) -> int:
+        """Creates a new store file (never over anything) and locks it while it is written.
+
+        The caller writes, closes (which unlocks) and, for a temp file, renames it. As long
+        as the descriptor is open, `remove_abandoned` leaves the file alone.
+        """
+        with self._parent(path, create=True) as (parent, name):
+            while True:
+                fd = os.open(name, _NEW, 0o644, dir_fd=parent)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.fstat(fd).st_nlink:
+                    return fd
+                os.close(fd)  # swept as abandoned between create and lock: make it again
+
+    def open_shared(self, path: str) -> int:
+        """Opens (creating) a store file to use in place: a lock file, the daemon's log.
+
+        The caller closes the descriptor.
+
+        Raises:
+            StoreError: something other than a regular file is there.
+        """
+        return self._open_regular(path, _LOCK, create=True)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Renames a store file within one folder of the store, then makes it durable."""
+        with self._parent(src) as (parent, name):
+            target = self._parts(dst)
+            if self._parts(src)[:-1] != target[:-1]:
+                raise ValueError("renames stay within one folder")
+            os.replace(name, target[-1], src_dir_fd=parent, dst_dir_fd=parent)
+            os.fsync(parent)
+
+    def unlink(self, path: str) -> bool:
+        """Removes a store file (a link is removed, never followed); False when it was missing."""
+        try:
+            with self._parent(path) as (parent, name):
+                os.unlink(name, dir_fd=parent)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def fsync(self, path: str) -> None:
+        """Makes the renames and removals inside a folder of the store durable."""
+        with self.directory(path) as fd:
+            os.fsync(fd)
+
+    def remove_abandoned(
+        self, path: str, *, unless: Callable[[], bool] | None = None
+    ) -> int | None:
+        """Removes a file whose writer is gone (nobody holds its lock); returns its size.
+
+        Returns None, and leaves the file, when a live writer holds it (see `create`
+        and `write`): a snapshot running beside this one may be writing it.
+
+        Args:
+            path: the store file.
+            unless: asked once the lock is taken; True keeps the file (a pack whose
+                writer published its index and let go of it in between).
+        """
+        try:
+            fd = self.open_file(path)
+        except (FileNotFoundError, StoreError):
+            return None  # gone, or not a file this store writes: not ours to remove
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            if unless is not None and unless():
+                return None
+            size = os.fstat(fd).st_size
+            # Under its lock: a writer that opens it now finds it unlinked and starts over.
+            return size if self.unlink(path) else None
+        finally:
+            os.close(fd)
+
+    def new_name(self) -> str:
+        """A fresh random name for a file this process alone writes (a pack)."""
+        return secrets.token_hex(8)
+
+
+def resolve_store(root: str, store: str) -> tuple[str, set[str]]:
+    """Resolves a store path once; returns it and the paths of the root it takes up.
+
+    A store may be reached through a symlink (`.worksnap -> /elsewhere/store`): the
+    link is part of the store's path, so it is never captured, restored or removed,
+    like the store itself. A link inside the root that a restore could change (one
+    on the way to the store, or one that leads back into the root) is refused: the
+    next command would find another store, or none, and strand its journal.
+
+    Args:
+        root: the workspace root (absolute, resolved).
+        store: the store path as given (absolute).
+
+    Returns:
+        The resolved store directory, and the relative wire paths of the root that
+        are the store's (the directory itself, the link that leads to it).
+
+    Raises:
+        InputError: the store is, or holds, the root, or a restore could move it.
+    """
+    real = os.path.realpath(store)
+    if real == root or root.startswith(real.rstrip("/") + "/"):
+        # A restore would treat the store's own files as workspace files.
+        raise InputError(f"store {store} must not be the root or contain it")
+    taken: set[str] = set()
+    parts = [part for part in store.split("/") if part]
+    current = "/"
+    for depth, part in enumerate(parts):
+        candidate = os.path.join(current, part)
+        if not os.path.islink(candidate):
+            current = candidate
+            continue
+        current = os.path.realpath(candidate)
+        link = relative_to(root, candidate)
+        if link is None:
+            continue  # a link outside the root: no restore changes it
+        if depth < len(parts) - 1 or current == root or relative_to(root, current) is not None:
+            raise InputError(
+                f"store {store} is reached through the link {link} inside the root, which "
+                f"a restore could change (or remove): name the store by its real path "
+                f"({real}) or keep it outside the root"
+            )
+        taken.add(link)  # the last link, leading out of the root: it stands for the store
+    inside = relative_to(root, real)
+    if inside is not None:
+        taken.add(inside)
+    return real, taken

@@ -1,0 +1,200 @@
+"""Tree building for captures: each directory encoded again only when its children changed.
+
+A long-lived capture (the daemon's, an agent runtime's `Workspace`) builds the trees of
+every snapshot. Most directories are as they were: `TreeMemo` remembers, per directory,
+its children as last built and the result, and takes that result again (nothing
+encoded, checked, hashed or written) when the children are equal and, for a capture
+that stores, the directory's top object is still in the store.
+
+This is a second implementation of `treewalk.from_flat` (the slow, obvious one, which
+the migration uses): same placement of every path, same trees, same left-out paths no
+tree holds. `tests/test_treebuild.py` and the watched differential test hold them equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+
+from worksnap.errors import ManifestError
+from worksnap.manifest import Entry, Manifest
+from worksnap.paths import Digest
+from worksnap.scanparts import Scan
+from worksnap.store import ObjectStore
+from worksnap.tree import (
+    Built,
+    Child,
+    Dir,
+    Excluded,
+    File,
+    Ignored,
+    Large,
+    Symlink,
+    Write,
+    encode_directory,
+)
+from worksnap.treewalk import Flat, Loose
+
+_Key = tuple[tuple[Child, ...], tuple[tuple[str, str], ...]]
+
+
+class TreeMemo:
+    """The trees of the last capture, per directory, to build the next one from.
+
+    Attributes:
+        encoded: directories encoded by the last `build` (the others were taken again).
+    """
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
+        self.encoded = 0
+
+    def forget(self) -> None:
+        """Drops everything remembered (the next build encodes every directory)."""
+        self._dirs = {}
+
+    def build(
+        self, flat: Flat, write: Write, *, stored: Container[str] | None
+    ) -> tuple[Digest, Loose]:
+        """Builds the trees of a capture's flat view; returns `treewalk.from_flat`'s answer.
+
+        Args:
+            flat: what the capture found (entries, dirs, left-out paths; all sorted).
+            write: stores a new object (`add_tree`), or discards it.
+            stored: the digests the store holds (a capture that stores: a directory is
+                taken again only if its top object is there), or None (nothing is stored).
+
+        Raises:
+            ManifestError: a path's parent is not a captured directory, or a path repeats.
+        """
+        leaves: dict[str, list[Child]] = {"": [], **{d: [] for d in flat.dirs}}
+        subdirs: dict[str, list[str]] = {"": [], **{d: [] for d in flat.dirs}}
+        taken: dict[str, set[str]] = {"": set(), **{d: set() for d in flat.dirs}}
+        for d in flat.dirs:
+            parent, _, name = d.rpartition("/")
+            names = taken.get(parent)
+            if names is None or name in names:
+                raise ManifestError("flat manifest", f"directory {d!r} has no parent or repeats")
+            names.add(name)
+            subdirs[parent].append(name)
+        for entry in flat.entries:
+            parent, _, name = entry.path.rpartition("/")
+            names = taken.get(parent)
+            if names is None or name in names:
+                raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
+            names.add(name)
+            if entry.type == "symlink":
+                if entry.target is None:
+                    raise ManifestError("flat manifest", f"symlink {entry.path!r} has no target")
+                child: Child = Symlink(name=name, mode=entry.mode, target=entry.target)
+            elif entry.hash is None or entry.size is None:
+                raise ManifestError("flat manifest", f"file {entry.path!r} has no hash or size")
+            else:
+                child = File(
+                    name=name, mode=entry.mode, size=entry.size, digest=bytes.fromhex(entry.hash)
+                )
+            leaves[parent].append(child)
+        loose = Loose()
+        makers: list[tuple[Callable[[str], Child], list[str], list[str]]] = [
+            (lambda name: Ignored(name=name), flat.ignored, loose.ignored),
+            (lambda name: Large(name=name, size=None), flat.large, loose.large),
+            (lambda name: Excluded(name=name), flat.excluded, loose.excluded),
+        ]
+        for make, paths, left in makers:
+            previous = None
+            for path in paths:
+                if path == previous:
+                    continue  # a set: a repeat is kept once, as from_flat keeps it
+                previous = path
+                parent, _, name = path.rpartition("/")
+                names = taken.get(parent)
+                if names is None or name in names:
+                    left.append(path)
+                    continue
+                names.add(name)
+                leaves[parent].append(make(name))
+        memo: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
+        built: dict[str, Built] = {}
+        self.encoded = 0
+        # Reverse path order reaches every directory after all of its subdirectories.
+        for d in [*sorted(flat.dirs, reverse=True), ""]:
+            prefix = f"{d}/" if d else ""
+            subs = sorted((name, built.pop(prefix + name)) for name in subdirs[d])
+            key: _Key = (
+                tuple(sorted(leaves[d], key=_name)),
+                tuple((name, sub.digest) for name, sub in subs),
+            )
+            hit = self._dirs.get(d)
+            # Every object of the directory (a split one's parts may be older than its
+            # index, in another pack): each must still be there to be named again.
+            if hit is not None and hit[0] == key and (stored is None or _all_in(hit[2], stored)):
+                memo[d] = hit
+                built[d] = hit[1]
+                continue
+            children = list(key[0])
+            children.extend(Dir(name=name, tree=bytes.fromhex(sub.digest)) for name, sub in subs)
+            children.sort(key=_name)
+            encoded = encode_directory(children, f"new tree of {d or '.'!r}")
+            for digest, data in encoded.objects:
+                write(digest, data)
+            files = sum(1 for c in key[0] if type(c) in (File, Symlink))
+            files += sum(sub.files for _, sub in subs)
+            size = sum(c.size for c in key[0] if type(c) is File)
+            size += sum(sub.bytes for _, sub in subs)
+            objects = tuple(digest for digest, _ in encoded.objects)
+            memo[d] = (key, Built(encoded.digest, files, size), objects)
+            built[d] = memo[d][1]
+            self.encoded += 1
+        self._dirs = memo
+        return built[""].digest, loose
+
+
+def _all_in(digests: tuple[str, ...], stored: Container[str]) -> bool:
+    return all(digest in stored for digest in digests)
+
+
+def _name(child: Child) -> str:
+    return child.name
+
+
+class CaptureTrees:
+    """A capture engine's trees: each capture's built from the last one's (`TreeMemo`).
+
+    Remembers what the last capture that stored its trees left out of them, so that
+    saving that snapshot does not build them again (`stored`).
+    """
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        self.memo = TreeMemo()
+        self._built: tuple[str, Loose] | None = None
+
+    def build(
+        self, entries: list[Entry], dirs: list[str], found: Scan, store_objects: bool,
+        swept: bool,
+    ) -> Digest:  # fmt: skip
+        """Builds a capture's trees (stored when `store_objects`); returns the root's digest.
+
+        `swept`: a gc swept objects since the last capture (nothing remembered is trusted).
+        """
+        if swept:
+            self.memo.forget()
+        left_out = (sorted(found.ignored), sorted(found.large), sorted(found.excluded))
+        flat = Flat(entries, dirs, *left_out)
+        write = self._store.add_tree if store_objects else _discard
+        stored = self._store.indexed() if store_objects else None
+        root, loose = self.memo.build(flat, write, stored=stored)
+        if store_objects:
+            self._built = (root, loose)
+        return root
+
+    def stored(self, manifest: Manifest) -> Loose | None:
+        """What a captured manifest's stored trees leave out (None: not known to be stored).
+
+        Given to `Catalog.save`, it spares building the trees again.
+        """
+        built = self._built
+        return built[1] if built is not None and built[0] == manifest.tree else None
+
+
+def _discard(digest: Digest, data: bytes) -> None:
+    """A tree object's `write` when nothing is stored (a capture that only compares)."""

@@ -1,0 +1,84 @@
+"""A path a restore cannot change is shown as blocked before anything changes; the rest restores.
+
+The snapshot has a file where a directory now holds ignored files (`build` became
+`build/main.o`): the directory cannot go (its ignored files are never touched), so
+the file cannot come back. The plan says so (`B`, op "B" in `--json`), and a
+restore leaves that one path as it is and restores everything else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from worksnap import Op, Workspace
+
+from .conftest import cli, tree_state, write
+
+
+def _scenario(root: Path) -> str:
+    write(root, ".gitignore", "*.o\n")
+    write(root, "build", "a file, once\n")
+    write(root, "a.txt", "alpha\n")
+    write(root, "src/old.c", "old\n")
+    with Workspace(root) as ws:
+        target = ws.snapshot().id
+    (root / "build").unlink()
+    write(root, "build/main.o", "an ignored object file\n")
+    write(root, "build/notes.txt", "not ignored: the target has no such file\n")
+    write(root, "a.txt", "edited\n")
+    (root / "src" / "old.c").unlink()
+    return target
+
+
+def test_the_plan_shows_the_blocked_path_and_changes_nothing(root: Path) -> None:
+    target = _scenario(root)
+    before = tree_state(root)
+    code, out, err = cli("--root", str(root), "--json", "plan", target)
+    assert code == 0, err
+    changes = msgspec.json.decode(out)["changes"]
+    assert changes == [
+        {"op": "M", "path": "a.txt"},
+        {"op": "B", "path": "build"},
+        {"op": "A", "path": "build/notes.txt"},
+        {"op": "D", "path": "src/old.c"},
+    ]
+    code, out, err = cli("--root", str(root), "plan", target)
+    assert code == 0, err
+    assert "  B  build\n" in out and "1 blocked" in out
+    assert tree_state(root) == before
+    with Workspace(root) as ws:
+        plan = ws.plan_restore(ws.load(target))
+    assert [c.path for c in plan.blocked] == ["build"]
+    assert plan.blocked[0].op is Op.BLOCKED
+
+
+def test_the_restore_leaves_the_blocked_path_and_restores_the_rest(root: Path) -> None:
+    target = _scenario(root)
+    code, out, err = cli("--root", str(root), "--json", "restore", target, "--yes")
+    assert code == 0, err
+    result = msgspec.json.decode(out)
+    assert result["error"] is None and not result["rolled_back"]
+    assert result["blocked"] == ["build"]
+    assert sorted(result["restored"]) == ["a.txt", "build/notes.txt", "src/old.c"]
+    assert (root / "a.txt").read_text() == "alpha\n"
+    assert (root / "src" / "old.c").read_text() == "old\n"
+    assert (root / "build" / "main.o").read_text() == "an ignored object file\n"
+    assert not (root / "build" / "notes.txt").exists()
+    # Once the ignored files are gone, the same restore brings the file back.
+    (root / "build" / "main.o").unlink()
+    code, out, err = cli("--root", str(root), "restore", target, "--yes")
+    assert code == 0, err
+    assert (root / "build").read_text() == "a file, once\n"
+
+
+def test_the_text_restore_warns_about_the_blocked_path(root: Path) -> None:
+    target = _scenario(root)
+    code, out, err = cli("--root", str(root), "restore", target, "--yes")
+    assert code == 0, err
+    assert out.startswith("restored 3 paths")
+    assert err == (
+        "worksnap: warning: build left as it is: a directory of ignored files where the "
+        "snapshot has a file\n"
+    )

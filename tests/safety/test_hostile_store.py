@@ -1,0 +1,361 @@
+"""A hostile or damaged store: nothing outside it touched, nothing hangs, errors are one line.
+
+The store may arrive with a cloned repository (`.worksnap/` checked in by someone
+else), so every file and folder in it is input: a symlink is refused, never
+followed; a FIFO, socket or device is refused, never opened for a blocking read;
+every read is bounded. Each command runs as a real process with a timeout, since
+the failures these tests guard against were hangs and runaway reads.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tests.legacy import downgrade
+from worksnap import Workspace
+from worksnap.layout import StorePaths
+
+from .conftest import STORE, cli, tree_state, write
+from .test_kill import SRC
+
+pytestmark = pytest.mark.slow  # real processes, some of which used to hang
+
+
+def worksnap(*args: str, timeout: float = 30, memory: int | None = None) -> tuple[int, str, str]:
+    """Runs the command line in a child process; a hang or a runaway read fails the test."""
+
+    def limit() -> None:
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "worksnap", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"},
+            preexec_fn=limit,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"worksnap {' '.join(args)} hung (more than {timeout} s)")
+    return out.returncode, out.stdout, out.stderr
+
+
+def one_error_line(err: str, *words: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("worksnap: error: "), err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0], err
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """A directory outside the workspace and the store that nothing may touch."""
+    path = tmp_path / "victim"
+    write(path, "important.txt", "precious\n")
+    write(path, "ab/cdef", "also precious\n")
+    return path
+
+
+def _paths(root: Path) -> StorePaths:
+    return StorePaths(str(root / STORE))
+
+
+def _snapshot(root: Path) -> str:
+    write(root, "a.txt", "alpha\n")
+    with Workspace(root) as ws:
+        return ws.snapshot().id
+
+
+# -- item 6: links inside the store are refused, never followed -------------------
+
+
+@pytest.mark.parametrize("folder", ["packs", "objects", "snapshots", "manifests", "cache"])
+def test_a_shipped_store_with_a_linked_folder_touches_nothing_outside(
+    root: Path, victim: Path, folder: str
+) -> None:
+    """A cloned `.worksnap/<folder> -> ../../victim` with a retention config: nothing outside."""
+    write(root, "a.txt", "alpha\n")
+    store = root / STORE
+    store.mkdir()
+    write(store, "config.json", '{"retention": {"keep_last": 1}}')
+    os.symlink(os.path.relpath(victim, store), store / folder)
+    before = tree_state(victim, skip=())
+    for _ in range(2):  # a snapshot makes (or checks) every folder of the store first
+        code, _, err = worksnap("--root", str(root), "snapshot")
+        assert code == 2, err
+        one_error_line(err, folder, "symlink")
+    for command in (["gc"], ["list"], ["verify"]):
+        code, _, err = worksnap("--root", str(root), *command)
+        if code != 0:  # a command that does not reach the folder does not notice it
+            assert code == 2, err
+            one_error_line(err, folder, "symlink")
+    assert tree_state(victim, skip=()) == before
+
+
+def test_a_linked_objects_folder_never_makes_gc_delete_outside(root: Path, victim: Path) -> None:
+    _snapshot(root)
+    store = root / STORE
+    os.rename(store / "objects", store / "objects.real")
+    os.symlink(victim, store / "objects")
+    before = tree_state(victim, skip=())
+    code, _, err = worksnap("--root", str(root), "gc", "--keep-last", "1")
+    assert code == 2, err
+    one_error_line(err, "objects", "symlink")
+    assert tree_state(victim, skip=()) == before
+
+
+LINKED_FILES = {
+    "config.json": [["snapshot"], ["gc"]],
+    "pins.json": [["gc", "--keep-last", "5"], ["pin", "latest"]],
+    "root": [["snapshot"], ["restore", "latest", "--yes"]],
+    "journal.json": [["snapshot"], ["restore", "latest", "--yes"], ["recover"]],
+    "lock": [["snapshot"], ["restore", "latest", "--yes"], ["gc", "--keep-last", "5"]],
+    "lock.gate": [["snapshot"], ["restore", "latest", "--yes"], ["gc", "--keep-last", "5"]],
+    "cache/stat": [["snapshot"], ["restore", "latest", "--yes"], ["plan", "latest"]],
+    "sessions/default.json": [["undo"], ["snapshot"]],
+}
+
+
+@pytest.mark.parametrize("name", LINKED_FILES)
+def test_a_linked_file_in_the_store_is_refused(root: Path, victim: Path, name: str) -> None:
+    _snapshot(root)
+    path = root / STORE / name
+    path.unlink(missing_ok=True)
+    path.parent.mkdir(exist_ok=True)
+    os.symlink(victim / "important.txt", path)
+    before = tree_state(victim, skip=())
+    for command in LINKED_FILES[name]:
+        code, _, err = worksnap("--root", str(root), *command)
+        assert code == 2, (command, err)
+        one_error_line(err, name, "symlink")
+    assert tree_state(victim, skip=()) == before
+
+
+def test_a_linked_daemon_log_is_never_truncated(root: Path, victim: Path) -> None:
+    _snapshot(root)
+    log = Path(_paths(root).daemon_log)
+    log.unlink(missing_ok=True)
+    os.symlink(victim / "important.txt", log)
+    code, _, err = worksnap("--root", str(root), "daemon", "start")
+    try:
+        assert code == 2, err
+        one_error_line(err, "daemon.log", "symlink")
+    finally:
+        worksnap("--root", str(root), "daemon", "stop")
+    assert (victim / "important.txt").read_text() == "precious\n"
+
+
+# -- item 8: FIFOs, devices and sockets in the store: refused at once ----------
+
+
+def _fifo(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [
+        ("journal.json", ["snapshot"]),
+        ("journal.json", ["restore", "latest", "--yes"]),
+        ("root", ["snapshot"]),
+        ("config.json", ["snapshot"]),
+        ("config.json", ["gc"]),
+        ("pins.json", ["gc", "--keep-last", "1"]),
+        ("cache/stat", ["snapshot"]),
+        ("cache/dirs", ["snapshot"]),
+        ("packs/0000000000000000.idx", ["snapshot"]),
+        ("packs/0000000000000000.idx", ["verify"]),
+        ("packs", ["snapshot"]),
+        ("sessions/default.json", ["undo"]),
+        ("lock.holder", ["gc"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else " ".join(v),
+)
+def test_a_fifo_in_the_store_is_refused_without_hanging(
+    root: Path, name: str, command: list[str]
+) -> None:
+    _snapshot(root)
+    _fifo(root / STORE / name)
+    code, _, err = worksnap("--root", str(root), *command, timeout=20)
+    if name == "lock.holder":
+        assert code == 0, err  # only a waiting process reads it, and it has nobody to wait for
+        return
+    assert code == 2, err
+    one_error_line(err, name, "FIFO")
+
+
+@pytest.mark.parametrize("kind", ["record", "format 1 summary"])
+def test_a_fifo_record_or_summary_is_reported_and_skipped_by_list(root: Path, kind: str) -> None:
+    first = _snapshot(root)
+    write(root, "b.txt", "beta\n")
+    with Workspace(root) as ws:
+        second = ws.snapshot().id
+    if kind == "record":
+        _fifo(Path(_paths(root).record(second)))
+    else:
+        downgrade(root / STORE)  # a store an older worksnap left
+        _fifo(Path(_paths(root).summary(second)))
+    code, out, err = worksnap("--root", str(root), "--json", "list", timeout=20)
+    assert code == 0, err
+    assert [s["id"] for s in msgspec.json.decode(out)] == [first]
+    assert second in err and "FIFO" in err
+
+
+def test_a_device_in_the_store_is_refused_without_reading_it(root: Path) -> None:
+    """A `cache/stat` that is /dev/zero (a device node, or a link to one) cannot eat memory."""
+    _snapshot(root)
+    stat_cache = Path(_paths(root).stat_cache)
+    stat_cache.unlink(missing_ok=True)
+    os.mknod(stat_cache, stat.S_IFCHR | 0o600, os.makedev(1, 5))  # /dev/zero's numbers
+    code, _, err = worksnap("--root", str(root), "snapshot", timeout=20, memory=1 << 30)
+    assert code == 2, err
+    one_error_line(err, "cache/stat", "device")
+    stat_cache.unlink()
+    os.symlink("/dev/zero", stat_cache)
+    code, _, err = worksnap("--root", str(root), "snapshot", timeout=20, memory=1 << 30)
+    assert code == 2, err
+    one_error_line(err, "cache/stat", "symlink")
+
+
+def test_an_oversized_store_file_is_refused_not_read(root: Path) -> None:
+    _snapshot(root)
+    with open(_paths(root).config, "wb") as f:
+        f.truncate(8 << 30)  # sparse: 8 GiB of zeros that would be read whole
+    code, _, err = worksnap("--root", str(root), "snapshot", timeout=20, memory=1 << 30)
+    assert code == 2, err
+    one_error_line(err, "config.json", "more than")
+
+
+# -- item 8: a damaged pack index ------------------------------------------------
+
+
+def _damage_indexes(root: Path) -> list[Path]:
+    packs = Path(_paths(root).packs)
+    damaged = sorted(packs.glob("*.idx"))
+    for index in damaged:
+        index.write_bytes(index.read_bytes()[:7])  # truncated mid-record
+    return damaged
+
+
+def test_a_damaged_pack_index_is_named_and_the_rest_keeps_working(root: Path) -> None:
+    write(root, "a.txt", "only in the first snapshot\n")
+    write(root, "keep.txt", "in every snapshot\n")
+    with Workspace(root) as ws:
+        first = ws.snapshot().id
+    (damaged,) = _damage_indexes(root)
+    write(root, "a.txt", "changed since\n")
+
+    # A snapshot does not need the damaged pack: what is on disk is stored again.
+    code, out, err = worksnap("--root", str(root), "snapshot")
+    assert code == 0, err
+    second = out.strip()
+    # verify names the damaged index and what to do, and the snapshot that needs it.
+    code, out, err = worksnap("--root", str(root), "verify")
+    assert code == 1, err
+    assert "Traceback" not in err
+    assert f"pack index {damaged}" in out and "move both files out of the store" in out
+    # The first snapshot's trees were in that pack too: the snapshot cannot be read.
+    assert f"manifest {first}: tree object" in out and f"{damaged} may have held it" in out
+    assert f"{second}:" not in out  # everything the new snapshot needs is there
+    # A restore that needs it fails before any change, naming the damaged index.
+    before = tree_state(root)
+    code, _, err = worksnap("--root", str(root), "restore", first, "--yes")
+    assert code == 2  # the snapshot itself (its trees) is unreadable
+    one_error_line(err, "missing", str(damaged))
+    assert tree_state(root) == before
+    # A restore that does not need it works; so do list and gc.
+    write(root, "a.txt", "changed again\n")
+    code, _, err = worksnap("--root", str(root), "restore", second, "--yes")
+    assert code == 0, err
+    assert (root / "a.txt").read_text() == "changed since\n"
+    assert worksnap("--root", str(root), "list")[0] == 0
+    code, _, err = worksnap("--root", str(root), "gc", "--keep-last", "1")
+    assert code == 0, err
+    assert damaged.exists()  # what it indexes is unknown: gc leaves it, verify keeps saying so
+
+
+def test_an_index_that_decodes_to_nonsense_is_damage_not_an_allocation(root: Path) -> None:
+    write(root, "a.txt", "alpha\n")
+    with Workspace(root) as ws:
+        first = ws.snapshot().id
+    (index,) = Path(_paths(root).packs).glob("*.idx")
+    records = msgspec.msgpack.decode(index.read_bytes())
+    records[0][2] = 1 << 40  # a size of 1 TiB: a read would allocate it
+    index.write_bytes(msgspec.msgpack.encode(records))
+    code, _, err = cli("--root", str(root), "restore", first, "--yes")
+    assert code == 2, err  # its trees were in that pack: the snapshot cannot be read
+    one_error_line(err, "missing", str(index))
+    write(root, "a.txt", "changed\n")
+    code, _, err = worksnap("--root", str(root), "restore", first, "--yes", memory=1 << 30)
+    assert code == 2
+    one_error_line(err, "missing", str(index))
+    assert (root / "a.txt").read_text() == "changed\n"
+
+
+# -- item 7: the store path itself ------------------------------------------------
+
+
+def test_a_store_reached_through_a_link_is_never_captured_nor_restored(
+    root: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere" / "store"
+    write(root, "a.txt", "alpha\n")
+    code, before_link, err = worksnap("--root", str(root), "--store", str(elsewhere), "snapshot")
+    assert code == 0, err
+    os.symlink(elsewhere, root / STORE)  # from now on the default store is reached via a link
+    write(root, "b.txt", "beta\n")
+    code, out, err = worksnap("--root", str(root), "snapshot")
+    assert code == 0, err
+    code, shown, err = worksnap("--root", str(root), "--json", "show", out.strip())
+    assert code == 0, err
+    manifest = msgspec.json.decode(shown)
+    assert STORE not in [e["path"] for e in manifest["entries"]]
+    assert STORE in manifest["excluded"]
+    # Restoring the snapshot taken before the link existed leaves the link alone.
+    code, out, err = worksnap("--root", str(root), "--json", "plan", before_link.strip())
+    assert code == 0, err
+    assert [c["path"] for c in msgspec.json.decode(out)["changes"]] == ["b.txt"]
+    code, _, err = worksnap("--root", str(root), "restore", before_link.strip(), "--yes")
+    assert code == 0, err
+    assert os.readlink(root / STORE) == str(elsewhere)
+    code, _, err = worksnap("--root", str(root), "undo")
+    assert code == 0, err
+    assert (root / "b.txt").read_text() == "beta\n"
+
+
+@pytest.mark.parametrize("how", ["the store is a link into the root", "a link on the way"])
+def test_a_store_that_a_restore_could_move_is_refused(root: Path, how: str) -> None:
+    write(root, "a.txt", "alpha\n")
+    (root / "data").mkdir()
+    if how == "the store is a link into the root":
+        os.symlink("data/store", root / STORE)
+        args = ["--root", str(root)]
+        named = STORE
+    else:
+        os.symlink("data", root / "link")
+        args = ["--root", str(root), "--store", str(root / "link" / "store")]
+        named = "link"
+    before = tree_state(root, skip=())
+    code, _, err = worksnap(*args, "snapshot")
+    assert code == 2, err
+    one_error_line(err, named, "a restore could change")
+    assert tree_state(root, skip=()) == before

@@ -1,0 +1,286 @@
+"""Recovering from a restore killed part-way: no byte that is in no snapshot is ever destroyed.
+
+A restore is killed with SIGKILL at an exact step (a real child process); then the
+user goes on working: edits a file the restore touched, edits one it did not,
+creates files. `plan` and the read-only commands leave all of that alone and say
+that a recovery is pending; `recover` (or the next snapshot) rolls back only the
+paths the journal lists, after storing the tree as it is as a `pre-recover`
+snapshot that `undo` brings back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO
+
+import msgspec
+import pytest
+
+from worksnap import Workspace
+
+from .conftest import STORE, cli, tree_state, write
+from .faults import build_scenario
+from .test_kill import CHILD, SRC, _child
+
+RECOVER_CHILD = CHILD.replace("result = ws.restore(target)", "result = ws.recover()")
+assert RECOVER_CHILD != CHILD
+
+pytestmark = pytest.mark.slow  # kill -9 of real restore processes
+
+JOURNAL = Path(STORE) / "journal.json"
+
+
+def _killed_restore(root: Path, step: str = "rename", nth: int = 2) -> dict[bytes, object]:
+    """Builds the scenario, kills its restore at the `nth` `step`; returns the pre-restore state."""
+    ws, target = build_scenario(root)
+    ws.close()
+    before = tree_state(root)
+    child = _child(root, target, step, nth)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL, out
+    assert (root / JOURNAL).exists()
+    return before
+
+
+def _without_leftovers(state: dict[bytes, object]) -> dict[bytes, object]:
+    """A tree's state without the temp files a killed restore leaves (recovery sweeps them)."""
+    return {p: v for p, v in state.items() if not re.search(rb"\.worksnap-[0-9a-f]{12}\.tmp$", p)}
+
+
+def _line(stream: IO[str], timeout: float = 30) -> str:
+    """The next line a child writes, or a failure if none comes (it waits silently)."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    if not ready:
+        pytest.fail(f"no line in {timeout} s")
+    return stream.readline()
+
+
+def _edit_after_the_kill(root: Path) -> None:
+    """What a user (or an agent) does next, not knowing the restore died."""
+    write(root, "keep.txt", "edited after the kill: the restore never touched it\n")
+    write(root, "newdir/new.txt", "created after the kill\n")
+    write(root, "mod.txt", "edited after the kill: the restore touched it\n")
+
+
+@pytest.mark.parametrize("command", [["plan", "latest"], ["--json", "plan", "latest"]])
+def test_plan_never_changes_the_tree_and_points_to_recover(root: Path, command: list[str]) -> None:
+    _killed_restore(root)
+    _edit_after_the_kill(root)
+    edited = tree_state(root)
+    code, out, err = cli("--root", str(root), *command)
+    assert (code, out) == (2, ""), err  # refused, nothing changed
+    assert err.count("\n") == 1 and "worksnap recover" in err, err
+    assert tree_state(root) == edited
+    assert (root / JOURNAL).exists()
+
+
+@pytest.mark.parametrize("command", [["list"], ["verify"], ["show", "latest"], ["diff", "latest"]])
+def test_read_only_commands_leave_the_tree_and_say_a_recovery_is_pending(
+    root: Path, command: list[str]
+) -> None:
+    _killed_restore(root)
+    _edit_after_the_kill(root)
+    edited = tree_state(root)
+    code, _, err = cli("--root", str(root), *command)
+    assert code in (0, 1), err  # diff and verify may find differences
+    assert "warning: a restore was interrupted" in err and "worksnap recover" in err
+    assert tree_state(root) == edited
+    assert (root / JOURNAL).exists()
+
+
+@pytest.mark.parametrize("command", ["recover", "snapshot"])
+def test_recovery_keeps_later_work_and_undo_brings_it_all_back(root: Path, command: str) -> None:
+    before = _killed_restore(root)
+    _edit_after_the_kill(root)
+    edited = _without_leftovers(tree_state(root))
+    touched = {os.fsencode(p) for p in json.loads((root / JOURNAL).read_bytes())["paths"]}
+    assert b"mod.txt" in touched and b"keep.txt" not in touched
+    code, out, err = cli("--root", str(root), command)
+    assert code == 0, err
+    assert not (root / JOURNAL).exists()
+    after = tree_state(root)
+    # Every path the restore touched is back as before it; every other path is where
+    # the user left it (the edit of keep.txt, newdir/ and what is in it).
+    for path in before.keys() | edited.keys() | after.keys():
+        wanted = before.get(path) if path in touched else edited.get(path)
+        assert after.get(path) == wanted, path
+    # The tree as it was before the recovery is a snapshot, and undo brings it back.
+    with Workspace(root) as ws:
+        kinds = [s.kind for s in ws.list()]
+    assert "pre-recover" in kinds
+    if command == "recover":
+        assert "worksnap undo" in out
+    code, _, err = cli("--root", str(root), "undo")
+    assert code == 0, err
+    assert tree_state(root) == edited
+
+
+def test_a_killed_recovery_is_recovered_without_losing_later_work(root: Path) -> None:
+    """The recovery itself is killed part-way; the next one still loses nothing."""
+    _killed_restore(root)
+    _edit_after_the_kill(root)
+    edited = _without_leftovers(tree_state(root))
+    recovery = subprocess.Popen(  # kills itself on the first rename of its rollback
+        [sys.executable, "-c", RECOVER_CHILD, str(root), "-", "rename", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    out, _ = recovery.communicate(timeout=60)
+    assert recovery.returncode == -signal.SIGKILL, out
+    assert (root / JOURNAL).exists()
+    code, _, err = cli("--root", str(root), "recover")
+    assert code == 0, err
+    after = tree_state(root)
+    assert after[b"keep.txt"] == edited[b"keep.txt"]
+    assert after[b"newdir/new.txt"] == edited[b"newdir/new.txt"]
+    # Two undos walk back through both pre-recover snapshots to the tree as edited.
+    for _ in range(2):
+        if tree_state(root) == edited:
+            break
+        assert cli("--root", str(root), "undo")[0] == 0
+    assert tree_state(root) == edited
+
+
+# -- item 9: a journal that cannot be acted on -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "damage", ["missing pre-restore", "damaged pre-restore", "damaged journal"]
+)
+def test_a_journal_that_cannot_be_acted_on_says_how_to_clear_it(root: Path, damage: str) -> None:
+    write(root, "a.txt", "alpha\n")
+    with Workspace(root) as ws:
+        target = ws.snapshot().id
+        pre = ws.snapshot(kind="before").id  # stands in for a pre-restore snapshot
+    if damage == "missing pre-restore":
+        journal = {"target": target, "pre_restore": "0123456789ab", "pid": 1, "host": "gone"}
+        (root / JOURNAL).write_text(json.dumps(journal))
+    elif damage == "damaged pre-restore":
+        journal = {"target": target, "pre_restore": pre, "pid": 1, "host": "gone"}
+        (root / JOURNAL).write_text(json.dumps(journal))
+        (root / STORE / "snapshots" / f"{pre}.json").write_bytes(b"{not json")
+    else:
+        (root / JOURNAL).write_text('{"target": ')
+    write(root, "a.txt", "work of the afternoon\n")
+    state = tree_state(root)
+
+    for command in (["snapshot"], ["restore", target, "--yes"], ["recover"]):
+        code, out, err = cli("--root", str(root), *command)
+        assert (code, out) == (1, ""), (command, err)
+        assert err.count("\n") == 1 and "worksnap recover --discard" in err, err
+        assert tree_state(root) == state
+    code, _, err = cli("--root", str(root), "list")
+    assert code == 0 and "warning: a restore was interrupted" in err
+
+    code, out, err = cli("--root", str(root), "--json", "recover", "--discard")
+    assert code == 0, err
+    kept = msgspec.json.decode(out)["pre_restore"]
+    assert tree_state(root) == state  # nothing was rolled back
+    assert not (root / JOURNAL).exists()
+    with Workspace(root) as ws:
+        (entry,) = ws.load(kept).entries
+        assert (entry.path, ws.store.read(entry.hash or "")) == (
+            "a.txt",
+            b"work of the afternoon\n",
+        )
+    assert cli("--root", str(root), "snapshot")[0] == 0
+    assert cli("--root", str(root), "restore", target, "--yes")[0] == 0
+    assert (root / "a.txt").read_text() == "alpha\n"
+
+
+# -- item 13: a restore racing gc -------------------------------------------------
+
+
+def test_a_restore_racing_gc_changes_nothing_and_says_retry(root: Path) -> None:
+    """gc drops the target (and its objects) while the restore waits for the store."""
+    from worksnap.diskstore import DiskStore
+    from worksnap.lock import StoreLock
+    from worksnap.paths import Digest
+    from worksnap.treewalk import reachable
+
+    write(root, "a.txt", "only in the old snapshot\n")
+    with Workspace(root) as ws:
+        old = ws.snapshot().id
+    write(root, "a.txt", "now\n")
+    with Workspace(root) as ws:
+        ws.snapshot()
+    before = tree_state(root)
+    store = str(root / STORE)
+    with StoreLock(store, exclusive=True, purpose="gc"):
+        restore = subprocess.Popen(
+            [sys.executable, "-m", "worksnap", "--root", str(root), "restore", old, "--yes"],
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"},
+        )
+        assert restore.stderr is not None
+        line = _line(restore.stderr)  # it has loaded its target and waits for the store
+        assert "waiting for store" in line and "gc" in line, line
+        # What a gc does under this lock: drop the snapshot, sweep what only it needed.
+        disk = DiskStore(store)
+        kept = [disk.load_record(i) for i in disk.ids() if i != old]
+        live = set(reachable([Digest(r.tree) for r in kept if r is not None], disk.read))
+        disk.delete_snapshot(old)
+        disk.sweep(live)
+    err = restore.stderr.read()
+    restore.stderr.close()
+    assert restore.wait(timeout=60) == 2, err
+    assert err.count("\n") == 1 and "retry" in err and old in err, err
+    assert tree_state(root) == before
+    with Workspace(root) as ws:
+        assert [s.kind for s in ws.list()] == ["manual"]  # no pre-restore snapshot
+    assert not (root / JOURNAL).exists()
+
+
+# -- item 14: a wait for the store says who holds it -------------------------------
+
+
+HOLDER = r"""
+import sys
+from worksnap.lock import StoreLock
+with StoreLock(sys.argv[1], exclusive=True, purpose="restore"):
+    print("holding", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_command_waiting_for_the_store_says_who_holds_it(root: Path) -> None:
+    write(root, "a.txt", "alpha\n")
+    with Workspace(root):
+        pass
+    assert cli("--root", str(root), "snapshot")[0] == 0
+    env = {**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root / STORE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline() == "holding\n"
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "worksnap", "--root", str(root), "--json", "snapshot"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert waiting.stderr is not None
+    line = _line(waiting.stderr)
+    assert line.startswith("worksnap: waiting for store "), line
+    assert f"pid {holder.pid} on " in line and ": restore" in line, line
+    holder.stdin.write("go\n")
+    holder.communicate(timeout=60)
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert err == ""  # said once
+    assert json.loads(out)["id"]
