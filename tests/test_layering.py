@@ -70,6 +70,7 @@ LEVELS: dict[str, int] = {
     "maintenance": 3,
     "extract": 3,
     "remote.sync": 3,
+    "remote.local": 3,
     "remote.gc": 3,
     # 4: the API
     "workspace": 4,
