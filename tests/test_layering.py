@@ -40,6 +40,7 @@ LEVELS: dict[str, int] = {
     "treewalk": 1,
     "treebuild": 2,
     "record": 1,
+    "remote.formats": 1,
     # 2: one mechanism each
     "store": 2,
     "diskstore": 2,
@@ -59,6 +60,7 @@ LEVELS: dict[str, int] = {
     "retention": 2,
     "history": 2,
     "diff": 2,
+    "remote.repository": 2,
     # 3: one responsibility each, built from the mechanisms
     "capture": 3,
     "catalog": 3,
@@ -67,6 +69,9 @@ LEVELS: dict[str, int] = {
     "checkpoints": 3,
     "maintenance": 3,
     "extract": 3,
+    "remote.sync": 3,
+    "remote.local": 3,
+    "remote.gc": 3,
     # 4: the API
     "workspace": 4,
     "session": 4,

@@ -1,9 +1,11 @@
 """Remote stores: push and pull snapshots through S3-compatible stores and shared disks.
 
-So far the transport layer only: `open_transport(url)` gives a `Transport`, the
+The transport layer is exported here: `open_transport(url)` gives a `Transport`, the
 few operations (create-if-absent, bounded reads, listing, compare-and-swap refs)
 that an immutable-pack remote needs. The S3 client (`obstore`, the `s3` extra) is
-imported only when an `s3://` URL is opened.
+imported only when an `s3://` URL is opened. Above it, and not imported here (they
+are higher in the layers): `formats` and `repository` (the repository's layout and
+objects), `sync` (push and pull) and `gc` (remote gc and verify); docs/remote.md.
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""The local side of push and pull over a format 2 `Store` (what the CLI will hand `sync`).
+
+A pulled record names the pushing machine's root; it is saved bound to this store's
+root, as `worksnap rebind` binds a moved project's records (the remote keeps the
+pushed bytes, and its ref their digest). So a snapshot pushed from another machine
+restores into the root of the store that pulled it; sessions and steps are kept.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from worksnap.errors import ManifestError
+from worksnap.paths import Digest
+from worksnap.record import Record
+from worksnap.store import Store
+
+
+class StoreSide:
+    """`sync.LocalSide` over a store bound to the root `root` (wire form)."""
+
+    def __init__(self, store: Store, root: str) -> None:
+        self.store = store
+        self.root = root
+
+    def records(self, session: str) -> list[Record]:
+        """The session's records (a damaged one is left out: `verify` reports it)."""
+        found = []
+        for snapshot_id in self.store.ids():
+            try:
+                record = self.store.load_record(snapshot_id)
+            except ManifestError:
+                continue
+            if record is not None and record.session == session:
+                found.append(record)
+        return found
+
+    def has_record(self, snapshot_id: str) -> bool:
+        """Whether the snapshot is here (a damaged record counts: a pull never replaces it)."""
+        try:
+            return self.store.load_record(snapshot_id) is not None
+        except ManifestError:
+            return True
+
+    def read(self, digest: Digest) -> bytes:
+        """An object's bytes, checked against its digest."""
+        return self.store.read(digest)
+
+    def has(self, digest: str) -> bool:
+        """Whether the object is stored."""
+        return self.store.has(digest)
+
+    def add(self, digest: Digest, data: bytes) -> None:
+        """Stores an object (checked by the caller)."""
+        self.store.add(digest, data)
+
+    def flush(self) -> None:
+        """Makes the objects added durable and visible."""
+        self.store.flush()
+
+    def save_record(self, record: Record) -> None:
+        """Stores a pulled record, bound to this store's root."""
+        if record.root != self.root:
+            record = msgspec.structs.replace(record, root=self.root)
+        self.store.save_record(record)

@@ -1,0 +1,574 @@
+"""A worksnap repository on a remote store: its layout and the operations on it.
+
+Layout (keys; learned from restic and kopia):
+
+    config                  format tag and version (created once, if absent)
+    data/<d[:2]>/<d>        a pack: zstd frames of objects end to end; <d> = BLAKE3 of the pack
+    index/<i>               what one pack holds; <i> = BLAKE3 of the index's own bytes
+    snapshots/<id>.<nonce>  a snapshot record (format 2's canonical JSON, `record.py`); a new
+                            nonce each time one is pushed
+    refs/<session>          one session's snapshots: ids and record digests (compare-and-swap only)
+    gc/lease                who runs gc, until when
+    gc/state                packs a gc condemned, and since when
+
+Everything but refs and `gc/*` is immutable, named by its content (records by their
+id and a nonce), created with `put_if_absent`. Reading trusts
+nothing: every object is checked against its digest after decompression, every size
+is bounded before a byte is read, and every small object is decoded strictly (see
+`formats.py`). Knows nothing of the local store: objects come and go as bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import zstandard
+from blake3 import blake3
+
+from worksnap.errors import ManifestError, RemoteError
+from worksnap.fsio import write_atomic
+from worksnap.hash import hash_bytes
+from worksnap.paths import Digest, is_digest
+from worksnap.record import Record, check_record, decode_record, encode_record
+from worksnap.remote import formats
+from worksnap.remote.formats import Config, GcState, IndexEntry, Listed, PackIndex, SessionRef
+from worksnap.remote.transport import ListEntry, Transport
+
+CONFIG_KEY = "config"
+LEASE_KEY = "gc/lease"
+STATE_KEY = "gc/state"
+DATA, INDEX, SNAPSHOTS, REFS = "data", "index", "snapshots", "refs"
+
+GRACE = 3600.0
+"""Seconds: gc deletes nothing younger, and condemned packs only this long after (gc.py)."""
+
+PACK_BYTES = 8 << 20
+"""A pack is sent once it holds this much (an object larger than this is a pack alone)."""
+
+MAX_RECORD_BYTES = 1 << 20
+MAX_REF_UPDATES = 50
+"""Compare-and-swap tries of one ref update before giving up (each lost one = another won)."""
+
+_FETCHERS = 4
+
+
+def pack_key(digest: str) -> str:
+    """The key of the pack whose bytes have `digest`."""
+    return f"{DATA}/{digest[:2]}/{digest}"
+
+
+def index_key(digest: str) -> str:
+    """The key of the index whose bytes have `digest`."""
+    return f"{INDEX}/{digest}"
+
+
+def record_key(snapshot_id: str, nonce: str) -> str:
+    """The key of one pushed copy of a snapshot record."""
+    return f"{SNAPSHOTS}/{snapshot_id}.{nonce}"
+
+
+def ref_key(session: str) -> str:
+    """The key of a session's ref."""
+    if not formats.SESSION_NAME.match(session):
+        raise ValueError(f"not a session name: {session!r}")
+    return f"{REFS}/{session}"
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where an object lies on the remote."""
+
+    index: str
+    """Digest of the index that lists it (what gc condemns)."""
+    pack: str
+    offset: int
+    length: int
+    raw: int
+    trees: bool
+
+
+def locations(indexes: dict[str, PackIndex], *, avoid: Iterable[str] = ()) -> dict[str, Location]:
+    """Maps every object digest to one place holding it, from indexes keyed by their digest.
+
+    Objects of the indexes in `avoid` (condemned by gc) are left out.
+    """
+    skip = set(avoid)
+    found: dict[str, Location] = {}
+    for key in sorted(indexes):
+        if key in skip:
+            continue
+        index = indexes[key]
+        for e in index.entries:
+            found.setdefault(
+                e.digest.hex(), Location(key, index.pack, e.offset, e.length, e.raw, index.trees)
+            )
+    return found
+
+
+class PackBuilder:
+    """Gathers compressed objects into one pack (objects are never split)."""
+
+    def __init__(self, *, trees: bool) -> None:
+        self.trees = trees
+        self._parts: list[bytes] = [secrets.token_bytes(formats.SALT_BYTES)]
+        self._entries: list[IndexEntry] = []
+        self.size = formats.SALT_BYTES
+        self._compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def absorb(self, other: PackBuilder) -> None:
+        """Appends the objects of `other` (which is then not to be used)."""
+        for frame, entry in zip(other._parts[1:], other._entries, strict=True):
+            self._parts.append(frame)
+            self._entries.append(IndexEntry(entry.digest, self.size, entry.length, entry.raw))
+            self.size += entry.length
+
+    def add(self, digest: str, data: bytes) -> None:
+        """Appends an object (its bytes as read, checked by the reader against `digest`)."""
+        frame = self._compressor.compress(data)
+        self._parts.append(frame)
+        self._entries.append(IndexEntry(bytes.fromhex(digest), self.size, len(frame), len(data)))
+        self.size += len(frame)
+
+    def finish(self) -> tuple[bytes, PackIndex]:
+        """The pack's bytes and its index."""
+        data = b"".join(self._parts)
+        index = PackIndex(
+            version=formats.VERSION,
+            pack=blake3(data).hexdigest(),
+            size=len(data),
+            trees=self.trees,
+            entries=self._entries,
+        )
+        return data, index
+
+
+def unpack_object(frame: bytes, location: Location, digest: str, remote: str) -> bytes:
+    """Returns an object's bytes from its stored frame, checked against its digest.
+
+    Raises:
+        RemoteError: the frame is damaged or not the object (names the pack).
+    """
+    key = pack_key(location.pack)
+    try:
+        size = zstandard.frame_content_size(frame)
+        if size != location.raw:
+            raise RemoteError(remote, f"object {digest} is not the size its index gives", key=key)
+        data = zstandard.ZstdDecompressor().decompress(frame, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        raise RemoteError(remote, f"object {digest} is damaged ({exc})", key=key) from None
+    if len(data) != location.raw or hash_bytes(data) != digest:
+        raise RemoteError(remote, f"object {digest} does not match its digest", key=key)
+    return data
+
+
+class Repository:
+    """A repository on `transport`; `open` reads (or creates) its config first."""
+
+    def __init__(self, transport: Transport, config: Config, cache: str | None) -> None:
+        self.transport = transport
+        self.config = config
+        self.url = transport.url
+        self._cache = os.path.join(cache, config.id) if cache is not None else None
+
+    @classmethod
+    def open(
+        cls, transport: Transport, *, cache: str | None = None, create: bool = False
+    ) -> Repository:
+        """Opens the repository, creating its config if `create` and there is none.
+
+        Args:
+            transport: the remote store.
+            cache: a local directory for index objects (immutable: cached by key).
+            create: write a config if there is none (two creators at once: one wins,
+                both use its config).
+
+        Raises:
+            RemoteError: no repository there (and not `create`), a damaged config, or
+                a newer format ("upgrade worksnap").
+        """
+        try:
+            data = transport.get(CONFIG_KEY, max_bytes=formats.MAX_CONFIG_BYTES)
+        except RemoteError as exc:
+            if exc.reason != "missing" or exc.key != CONFIG_KEY:
+                raise
+            if not create:
+                raise RemoteError(
+                    transport.url, "no worksnap repository here (push creates one)"
+                ) from None
+            fresh = Config(format=formats.FORMAT, version=formats.VERSION, id=secrets.token_hex(16))
+            transport.put_if_absent(CONFIG_KEY, formats.encode_config(fresh))
+            data = transport.get(CONFIG_KEY, max_bytes=formats.MAX_CONFIG_BYTES)
+        return cls(transport, formats.decode_config(data, transport.url, CONFIG_KEY), cache)
+
+    @classmethod
+    def add(cls, transport: Transport, *, cache: str | None = None) -> Repository:
+        """What `remote add` does: probes the store's conditional writes, then opens or creates.
+
+        Raises:
+            RefusedStoreError: the store does not enforce conditional writes (nothing
+                but the probe's own keys, removed again, was written).
+            RemoteError: the store failed, or holds something that is not a repository.
+        """
+        transport.probe()
+        return cls.open(transport, cache=cache, create=True)
+
+    # -- indexes and packs --------------------------------------------------------------
+
+    def index_digests(self) -> set[str]:
+        """The digests of the indexes now on the remote (one listing)."""
+        found = set()
+        for entry in self.transport.list_keys(INDEX):
+            name = entry.key.rpartition("/")[2]
+            if entry.key == index_key(name) and is_digest(name):
+                found.add(name)
+        return found
+
+    def load_indexes(self, digests: Iterable[str] | None = None) -> dict[str, PackIndex]:
+        """Reads the indexes (default: all listed), from the local cache where it has them.
+
+        Raises:
+            RemoteError: an index is damaged or hostile (names its key).
+        """
+        wanted = sorted(self.index_digests() if digests is None else digests)
+        found: dict[str, PackIndex] = {}
+        missing = []
+        for digest in wanted:
+            cached = self._cached(digest)
+            if cached is None:
+                missing.append(digest)
+            else:
+                found[digest] = cached
+        if missing:
+            with ThreadPoolExecutor(_FETCHERS) as pool:
+                for digest, index in zip(
+                    missing, pool.map(self._fetch_index, missing), strict=True
+                ):
+                    if index is not None:
+                        found[digest] = index
+        return found
+
+    def _cached(self, digest: str) -> PackIndex | None:
+        if self._cache is None:
+            return None
+        # Never through a symlink, never waiting on a FIFO: anything odd is fetched again.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(os.path.join(self._cache, digest), flags)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            with open(fd, "rb", closefd=False) as f:
+                data = f.read(formats.MAX_INDEX_BYTES + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if blake3(data).hexdigest() != digest:
+            return None  # a damaged cache entry is fetched again
+        return formats.decode_index(data, self.url, index_key(digest))
+
+    def _fetch_index(self, digest: str) -> PackIndex | None:
+        key = index_key(digest)
+        try:
+            data = self.transport.get(key, max_bytes=formats.MAX_INDEX_BYTES)
+        except RemoteError as exc:
+            if exc.reason == "missing":
+                # Listed, then deleted by a gc: it had condemned the pack a grace period
+                # earlier, so no push may use it, and no listed snapshot needs it.
+                return None
+            raise
+        if blake3(data).hexdigest() != digest:
+            raise RemoteError(self.url, "does not match its digest (damaged?)", key=key)
+        index = formats.decode_index(data, self.url, key)
+        self._remember(digest, data)
+        return index
+
+    def _remember(self, digest: str, data: bytes) -> None:
+        if self._cache is not None:
+            with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
+                os.makedirs(self._cache, exist_ok=True)
+                write_atomic(os.path.join(self._cache, digest), data)
+
+    def put_pack(self, builder: PackBuilder) -> tuple[str, PackIndex]:
+        """Writes a pack, then its index (a pack without an index is invisible, and swept).
+
+        Returns:
+            The index's digest and the index.
+        """
+        data, index = builder.finish()
+        self.transport.put_if_absent(pack_key(index.pack), data)
+        encoded = formats.encode_index(index)
+        digest = blake3(encoded).hexdigest()
+        self.transport.put_if_absent(index_key(digest), encoded)
+        self._remember(digest, encoded)
+        return digest, index
+
+    def read_objects(
+        self, wanted: Iterable[tuple[str, Location]], *, gap: int = 64 << 10, span: int = 8 << 20
+    ) -> Iterator[tuple[str, bytes]]:
+        """Yields (digest, bytes) of objects, each checked, fetching adjacent ones in one range.
+
+        Ranges of one pack less than `gap` apart are read together, up to `span` bytes
+        (an object larger than that is one range alone). Fetches run a few at a time.
+        """
+        runs = _coalesce(sorted(set(wanted), key=lambda w: (w[1].pack, w[1].offset)), gap, span)
+        with ThreadPoolExecutor(_FETCHERS) as pool:
+            for run, blob in zip(runs, pool.map(self._read_run, runs), strict=True):
+                start = run[0][1].offset
+                for digest, where in run:
+                    frame = blob[where.offset - start : where.offset - start + where.length]
+                    yield digest, unpack_object(frame, where, digest, self.url)
+
+    def _read_run(self, run: list[tuple[str, Location]]) -> bytes:
+        first, last = run[0][1], run[-1][1]
+        return self.transport.get_range(
+            pack_key(first.pack), first.offset, last.offset + last.length - first.offset
+        )
+
+    def pack_listing(self) -> dict[str, ListEntry]:
+        """Every pack on the remote, by digest, with its size and time (gc)."""
+        found = {}
+        for entry in self.transport.list_keys(DATA):
+            name = entry.key.rpartition("/")[2]
+            if is_digest(name) and entry.key == pack_key(name):
+                found[name] = entry
+        return found
+
+    def index_listing(self) -> dict[str, ListEntry]:
+        """Every index on the remote, by digest, with its time (gc)."""
+        return {
+            name: entry
+            for entry in self.transport.list_keys(INDEX)
+            if is_digest(name := entry.key.rpartition("/")[2]) and entry.key == index_key(name)
+        }
+
+    # -- records ------------------------------------------------------------------
+
+    def get_record(self, listed: Listed) -> Record:
+        """Reads and checks a snapshot record a ref lists (its trees are checked as they are read).
+
+        Raises:
+            RemoteError: missing, not the bytes the ref names, or not a valid record.
+        """
+        return self.read_record(listed.id, listed.nonce, digest=listed.record)
+
+    def read_record(self, snapshot_id: str, nonce: str, *, digest: str | None = None) -> Record:
+        """Reads and checks a snapshot record by key (gc: one no ref lists yet).
+
+        Raises:
+            RemoteError: missing, not of `digest` (if given), or not a valid record.
+        """
+        key = record_key(snapshot_id, nonce)
+        data = self.transport.get(key, max_bytes=MAX_RECORD_BYTES)
+        if digest is not None and blake3(data).hexdigest() != digest:
+            raise RemoteError(self.url, "is not the record its session's ref names", key=key)
+        try:
+            record = decode_record(data, key)
+            check_record(record, root=record.root, source=key)
+        except ManifestError as exc:
+            raise RemoteError(self.url, str(exc), key=key) from None
+        if record.id != snapshot_id:
+            raise RemoteError(self.url, f"holds snapshot {record.id}, not {snapshot_id}", key=key)
+        return record
+
+    def put_record(self, record: Record) -> Listed:
+        """Writes a snapshot record under a new name (never relying on one already there).
+
+        Returns:
+            Its entry for the session's ref.
+        """
+        data = encode_record(record)
+        while True:
+            nonce = secrets.token_hex(8)
+            if self.transport.put_if_absent(record_key(record.id, nonce), data):
+                return Listed(record.id, blake3(data).hexdigest(), nonce)
+
+    def record_listing(self) -> dict[tuple[str, str], ListEntry]:
+        """Every record on the remote, by (snapshot id, nonce)."""
+        found = {}
+        for entry in self.transport.list_keys(SNAPSHOTS):
+            snapshot_id, _, nonce = entry.key.rpartition("/")[2].partition(".")
+            if (
+                formats.SNAPSHOT_ID.match(snapshot_id)
+                and formats.NONCE.match(nonce)
+                and entry.key == record_key(snapshot_id, nonce)
+            ):
+                found[snapshot_id, nonce] = entry
+        return found
+
+    # -- refs ------------------------------------------------------------------------
+
+    def sessions(self) -> list[str]:
+        """The sessions that have a ref."""
+        names = [e.key.rpartition("/")[2] for e in self.transport.list_keys(REFS)]
+        return sorted(n for n in names if formats.SESSION_NAME.match(n))
+
+    def get_ref(self, session: str) -> tuple[SessionRef | None, str | None]:
+        """A session's ref and its ETag (None, None: no such session on the remote)."""
+        key = ref_key(session)
+        found = self.transport.get_ref(key)
+        if found is None:
+            return None, None
+        ref = formats.decode_ref(found.data, self.url, key)
+        if ref.session != session:
+            raise RemoteError(self.url, f"is the ref of session {ref.session!r}", key=key)
+        return ref, found.etag
+
+    def add_to_ref(
+        self,
+        session: str,
+        adding: Iterable[Listed],
+        *,
+        read: tuple[SessionRef | None, str | None] | None = None,
+    ) -> SessionRef:
+        """Adds snapshots to a session's ref by compare-and-swap, keeping every one there.
+
+        A lost swap means another pusher changed the ref: it is read again and merged.
+
+        Args:
+            session: the session.
+            adding: the snapshots to list.
+            read: the ref and ETag as read earlier, tried first (saves a request).
+
+        Raises:
+            RemoteError: the ref kept changing (`MAX_REF_UPDATES` lost swaps), or lists
+                one of these ids with another record.
+        """
+        new_ones = {s.id: s for s in adding}
+        for _ in range(MAX_REF_UPDATES):
+            ref, etag = read if read is not None else self.get_ref(session)
+            read = None
+            have = {s.id: s for s in ref.snapshots} if ref is not None else {}
+            clash = [i for i, s in new_ones.items() if have.get(i, s).record != s.record]
+            if clash:
+                raise RemoteError(
+                    self.url, f"lists snapshot {clash[0]} with another record", key=ref_key(session)
+                )
+            if ref is not None and new_ones.keys() <= have.keys():
+                return ref
+            new = SessionRef(
+                version=formats.VERSION,
+                session=session,
+                # A snapshot listed already keeps its entry (its copy is the one listed).
+                snapshots=sorted({**new_ones, **have}.values(), key=lambda s: s.id),
+                nonce=secrets.token_hex(8),
+            )
+            if self.transport.swap_ref(ref_key(session), formats.encode_ref(new), etag):
+                return new
+        raise RemoteError(self.url, "the ref kept changing; try again", key=ref_key(session))
+
+    def remove_from_ref(self, session: str, ids: Iterable[str]) -> SessionRef | None:
+        """Drops snapshots from a session's ref by compare-and-swap (remote retention).
+
+        Whatever another pusher added meanwhile is kept: each try starts from the ref
+        as it is now.
+
+        Raises:
+            RemoteError: the ref kept changing (`MAX_REF_UPDATES` lost swaps).
+        """
+        dropping = set(ids)
+        for _ in range(MAX_REF_UPDATES):
+            ref, etag = self.get_ref(session)
+            if ref is None or not dropping & {s.id for s in ref.snapshots}:
+                return ref
+            new = SessionRef(
+                version=formats.VERSION,
+                session=session,
+                snapshots=[s for s in ref.snapshots if s.id not in dropping],
+                nonce=secrets.token_hex(8),
+            )
+            if self.transport.swap_ref(ref_key(session), formats.encode_ref(new), etag):
+                return new
+        raise RemoteError(self.url, "the ref kept changing; try again", key=ref_key(session))
+
+    # -- gc's objects --------------------------------------------------------------------
+
+    def gc_state(self) -> tuple[GcState, str | None]:
+        """The packs gc has condemned, and the state's ETag (None: no state yet)."""
+        found = self.transport.get_ref(STATE_KEY, max_bytes=formats.MAX_STATE_BYTES)
+        if found is None:
+            return GcState(version=formats.VERSION, condemned=[], nonce=""), None
+        return formats.decode_state(found.data, self.url, STATE_KEY), found.etag
+
+
+def _coalesce(
+    wanted: list[tuple[str, Location]], gap: int, span: int
+) -> list[list[tuple[str, Location]]]:
+    runs: list[list[tuple[str, Location]]] = []
+    for item in wanted:
+        where = item[1]
+        if runs:
+            last = runs[-1][-1][1]
+            first = runs[-1][0][1]
+            end = last.offset + last.length
+            if (
+                where.pack == last.pack
+                and end <= where.offset <= end + gap
+                and where.offset + where.length - first.offset <= span
+            ):
+                runs[-1].append(item)
+                continue
+        runs.append([item])
+    return runs
+
+
+class TreeReader:
+    """Reads tree objects from the remote for a walk, fetching a tree pack whole on first use.
+
+    A tree pack holds the trees one push wrote, which a walk then reads one after
+    another: one request per pack rather than one per tree. Fetched objects are
+    kept (checked) in `fetched`; the objects `skip` says are local are left out.
+    """
+
+    def __init__(
+        self,
+        repo: Repository,
+        places: dict[str, Location],
+        *,
+        skip: Callable[[str], bool] = lambda digest: False,
+    ) -> None:
+        self.repo = repo
+        self.places = places
+        self.fetched: dict[str, bytes] = {}
+        self.bytes = 0
+        self._skip = skip
+        self._packs: set[str] = set()
+
+    def __call__(self, digest: Digest) -> bytes:
+        """Returns a tree object's bytes, checked against their digest."""
+        found = self.fetched.get(digest)
+        if found is not None:
+            return found
+        where = self.place(digest)
+        batch: list[tuple[str, Location]] = [(digest, where)]
+        if where.trees and where.pack not in self._packs:
+            self._packs.add(where.pack)
+            batch = [
+                (d, w) for d, w in self.places.items() if w.pack == where.pack and not self._skip(d)
+            ]
+        for got, data in self.repo.read_objects(batch):
+            self.fetched[got] = data
+        self.bytes += sum(w.length for _, w in batch)
+        return self.fetched[digest]
+
+    def place(self, digest: str) -> Location:
+        """Where an object lies.
+
+        Raises:
+            RemoteError: in no indexed pack (a damaged or partial remote).
+        """
+        where = self.places.get(digest)
+        if where is None:
+            raise RemoteError(self.repo.url, f"object {digest} is in no pack (damaged or partial?)")
+        return where

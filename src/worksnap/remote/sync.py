@@ -1,0 +1,334 @@
+"""Push and pull: snapshots and the objects they need, between a local store and a repository.
+
+The write order makes a process killed at any point harmless:
+
+1. packs, each followed by its index (an object is findable only once both are there);
+2. snapshot records, each only after every object it needs is in an indexed pack;
+3. the session's ref, by compare-and-swap, last: a snapshot is listed only when whole.
+
+A killed push leaves packs (maybe without an index) and records no ref lists: gc
+sweeps them after its grace period, and the next push uploads what is missing.
+
+A pull trusts nothing: the ref and records are decoded strictly and checked, every
+tree goes through the codec's checks (`treewalk.reachable`), every object is checked
+against its digest. Trees are all read and checked before any object is added
+locally, and records are saved last, each after every object it needs is flushed.
+
+Concurrent gc (see `gc.py`): a push never reuses an object of a pack gc has
+condemned, and a push that has run longer than half the grace period looks at the
+indexes and gc's state again before it writes records, so a pack it relies on
+cannot be deleted under it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from worksnap.errors import InputError, ManifestError, RemoteError
+from worksnap.paths import Digest
+from worksnap.record import Record
+from worksnap.remote.formats import PackIndex
+from worksnap.remote.repository import (
+    GRACE,
+    PACK_BYTES,
+    Location,
+    PackBuilder,
+    Repository,
+    TreeReader,
+    locations,
+    record_key,
+)
+from worksnap.treewalk import reachable
+
+_UPLOADS = 3
+"""Packs uploaded at once by a push."""
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes, objects) sent or received so far."""
+
+
+class LocalSide(Protocol):
+    """What push and pull need of the local store (objects by digest, records by session)."""
+
+    def records(self, session: str) -> list[Record]:
+        """The session's snapshot records."""
+        ...
+
+    def has_record(self, snapshot_id: str) -> bool:
+        """Whether the snapshot is stored locally."""
+        ...
+
+    def read(self, digest: Digest) -> bytes:
+        """An object's bytes, checked against its digest (raises if missing or damaged)."""
+        ...
+
+    def has(self, digest: str) -> bool:
+        """Whether the object is stored locally."""
+        ...
+
+    def add(self, digest: Digest, data: bytes) -> None:
+        """Stores an object (already checked against `digest`)."""
+        ...
+
+    def flush(self) -> None:
+        """Makes every object added so far durable and visible."""
+        ...
+
+    def save_record(self, record: Record) -> None:
+        """Stores a snapshot record (after every object it needs is flushed)."""
+        ...
+
+
+@dataclass
+class Result:
+    """What a push or a pull moved."""
+
+    snapshots: list[str] = field(default_factory=list)
+    objects: int = 0
+    bytes: int = 0
+    packs: int = 0
+
+
+def _noop(sent: int, objects: int) -> None:
+    pass
+
+
+@dataclass
+class _Known:
+    """What the pusher knows of the remote's objects, and since when (monotonic)."""
+
+    indexes: dict[str, PackIndex]
+    places: dict[str, Location]
+    read_at: float
+
+
+def _survey(
+    repo: Repository, clock: Callable[[], float], cached: dict[str, PackIndex] | None = None
+) -> _Known:
+    """Reads which objects the remote holds in packs gc has not condemned."""
+    started = clock()
+    # The state first: a pack condemned after it was read was still listed as live,
+    # and is safe for a grace period from the moment the state was read (gc.py).
+    state, _ = repo.gc_state()
+    listed = repo.index_digests()
+    have = {k: v for k, v in (cached or {}).items() if k in listed}
+    indexes = {**have, **repo.load_indexes(listed - have.keys())}
+    places = locations(indexes, avoid=(c.index for c in state.condemned))
+    return _Known(indexes, places, started)
+
+
+def push(
+    local: LocalSide,
+    repo: Repository,
+    session: str,
+    *,
+    ids: Iterable[str] | None = None,
+    grace: float = GRACE,
+    pack_bytes: int = PACK_BYTES,
+    progress: Progress = _noop,
+    clock: Callable[[], float] = time.monotonic,
+) -> Result:
+    """Sends the session's snapshots the remote lacks (or those of `ids`), with their objects.
+
+    Args:
+        local: the local store.
+        repo: the repository.
+        session: the session whose snapshots and ref are pushed.
+        ids: push these snapshots only (default: every one of the session the ref lacks).
+        grace: gc's grace period (the same on every machine using the remote).
+        pack_bytes: send a pack once it holds this many bytes.
+        progress: called with (bytes, objects) sent so far.
+        clock: monotonic seconds (a seam for the test of a slow push).
+
+    Raises:
+        RemoteError: the remote failed (nothing a pull could see is half-written).
+        ObjectError: a local object is missing or damaged.
+        InputError: one of `ids` is no snapshot of the session.
+    """
+    ref, etag = repo.get_ref(session)
+    on_remote = {s.id for s in ref.snapshots} if ref is not None else set()
+    mine = {r.id: r for r in local.records(session)}
+    wanted = set(mine) - on_remote if ids is None else set(ids)
+    unknown = sorted(wanted - mine.keys())
+    if unknown:
+        raise InputError(f"session {session!r} has no snapshot {unknown[0]} to push")
+    records = sorted((mine[i] for i in wanted), key=lambda r: (r.time, r.id))
+    result = Result(snapshots=[r.id for r in records])
+    if not records:
+        return result
+    known = _survey(repo, clock)
+    trees: set[str] = set()
+
+    def read_tree(digest: Digest) -> bytes:
+        trees.add(digest)
+        return local.read(digest)
+
+    needed: list[str] = []
+    for digest in reachable([Digest(r.tree) for r in records], read_tree):
+        needed.append(digest)
+    needed.extend(d for r in records for d in r.attachments.values())
+    _upload(
+        local,
+        repo,
+        needed,
+        trees=trees,
+        known=known,
+        result=result,
+        progress=progress,
+        pack_bytes=pack_bytes,
+    )
+    # A pack relied on since `read_at` is safe from gc for a grace period from then.
+    while clock() - known.read_at > grace / 2:
+        known = _survey(repo, clock, known.indexes)
+        _upload(
+            local,
+            repo,
+            needed,
+            trees=trees,
+            known=known,
+            result=result,
+            progress=progress,
+            pack_bytes=pack_bytes,
+        )
+    listed = [repo.put_record(r) for r in records]
+    repo.add_to_ref(session, listed, read=(ref, etag))
+    return result
+
+
+def _upload(
+    local: LocalSide,
+    repo: Repository,
+    needed: list[str],
+    *,
+    trees: set[str],
+    known: _Known,
+    result: Result,
+    progress: Progress,
+    pack_bytes: int,
+) -> None:
+    """Sends the objects of `needed` that `known` lacks, trees and file contents in apart packs.
+
+    Up to `_UPLOADS` packs are in flight at once (each followed by its index in the same
+    task); all have landed when this returns, before any record is written.
+    """
+    builders = {True: PackBuilder(trees=True), False: PackBuilder(trees=False)}
+    sent: set[str] = set()
+    pending: list[Future[tuple[str, PackIndex]]] = []
+
+    def landed(future: Future[tuple[str, PackIndex]]) -> None:
+        digest, index = future.result()
+        known.indexes[digest] = index
+        known.places.update(locations({digest: index}))
+        result.packs += 1
+        result.bytes += index.size
+        progress(result.bytes, result.objects)
+
+    with ThreadPoolExecutor(_UPLOADS) as pool:
+
+        def send(builder: PackBuilder) -> None:
+            while len(pending) >= _UPLOADS:  # bounds memory: packs wait whole in memory
+                landed(pending.pop(0))
+            pending.append(pool.submit(repo.put_pack, builder))
+
+        try:
+            for digest in needed:
+                if digest in known.places or digest in sent:
+                    continue
+                sent.add(digest)
+                is_tree = digest in trees
+                builder = builders[is_tree]
+                builder.add(digest, local.read(Digest(digest)))
+                result.objects += 1
+                if builder.size >= pack_bytes:
+                    send(builder)
+                    builders[is_tree] = PackBuilder(trees=is_tree)
+            trees_left, data_left = builders[True], builders[False]
+            if trees_left.size + data_left.size <= pack_bytes:
+                # One small pack (the usual push of a few changes): one request fewer, and
+                # a pull that fetches it whole for its trees gets the contents with them.
+                trees_left.absorb(data_left)
+                data_left = PackBuilder(trees=False)
+            for builder in (trees_left, data_left):
+                if len(builder):
+                    send(builder)
+        except BaseException:
+            # Every upload ends before this returns; the first failure is what is raised.
+            for future in pending:
+                future.exception()
+            raise
+        while pending:
+            landed(pending.pop(0))  # the pool waits for the rest if one raises
+
+
+def pull(
+    local: LocalSide,
+    repo: Repository,
+    session: str,
+    *,
+    ids: Iterable[str] | None = None,
+    progress: Progress = _noop,
+) -> Result:
+    """Brings the session's snapshots the local store lacks (or those of `ids`), with their objects.
+
+    Raises:
+        RemoteError: the remote failed, or something on it is damaged or hostile; no
+            record of a snapshot whose objects were not all fetched and checked is saved.
+    """
+    ref, _ = repo.get_ref(session)
+    listed = {s.id: s for s in ref.snapshots} if ref is not None else {}
+    if ids is None:
+        wanted = [s for i, s in listed.items() if not local.has_record(i)]
+    else:
+        unknown = sorted(set(ids) - listed.keys())
+        if unknown:
+            raise RemoteError(repo.url, f"session {session!r} has no snapshot {unknown[0]}")
+        wanted = [listed[i] for i in sorted(set(ids))]
+    records = [repo.get_record(s) for s in wanted]
+    result = Result(snapshots=[r.id for r in records])
+    for record in records:
+        if record.session != session:
+            raise RemoteError(
+                repo.url,
+                f"belongs to session {record.session!r}",
+                key=record_key(record.id, listed[record.id].nonce),
+            )
+    if not records:
+        return result
+    places = locations(repo.load_indexes())
+    read_remote = TreeReader(repo, places, skip=local.has)
+
+    def read(digest: Digest) -> bytes:
+        if digest not in read_remote.fetched and local.has(digest):
+            return local.read(digest)
+        data = read_remote(digest)
+        progress(read_remote.bytes, 0)
+        return data
+
+    # Every tree is read and checked (by the codec) before anything is stored.
+    try:
+        needed: list[str] = list(reachable([Digest(r.tree) for r in records], read))
+    except ManifestError as exc:
+        raise RemoteError(repo.url, f"refused: {exc}") from None
+    needed.extend(d for r in records for d in r.attachments.values())
+    missing = [d for d in dict.fromkeys(needed) if not local.has(d)]
+    fetched = read_remote.fetched
+    data_places = {d: read_remote.place(d) for d in missing if d not in fetched}
+    result.bytes = read_remote.bytes
+    for digest in missing:
+        if digest in fetched:
+            local.add(Digest(digest), fetched[digest])
+            result.objects += 1
+    progress(result.bytes, result.objects)
+    for digest, data in repo.read_objects(data_places.items()):
+        local.add(Digest(digest), data)
+        result.objects += 1
+        result.bytes += data_places[digest].length
+        progress(result.bytes, result.objects)
+    local.flush()
+    for record in records:
+        local.save_record(record)
+    return result
