@@ -460,6 +460,7 @@ def test_refs_resolve(root: Path) -> None:
         ws.resolve("2")
     # Two stored ids sharing a 4-character prefix (planted: their manifests are not read).
     manifests = root / ".worksnap" / "manifests"
+    manifests.mkdir()  # as in a store from before format 2
     for twin in ("abcd00000001", "abcd00000002"):
         (manifests / f"{twin}.json").write_bytes(b"")
     with pytest.raises(InputError, match="too short: give at least 4 characters"):
