@@ -159,7 +159,7 @@ def main() -> int:
     seams = worksnap.workspace.Seams(**{name: _timed(fn, label) for name, fn, label in SEAM_STAGES})
     if args.mode == "cold":
         shutil.rmtree(store, ignore_errors=True)
-    elif not (store / "manifests").is_dir():
+    elif not (store / "snapshots").is_dir():
         Workspace(args.root, store=store).snapshot()
         time.sleep(0.2)
     ref = None

@@ -462,7 +462,7 @@ def reference_scenarios(b: Bench, only: set[str] | None) -> tuple[dict[str, obje
         print(f"  cold peak RSS {max(cold_rss) / 1024:.0f} MB; store {extra['cold_store']}")
 
     # make sure both are populated and settled
-    if not (b.store / "manifests").is_dir():
+    if not (b.store / "snapshots").is_dir():
         run_rss(b.ws_cli("snapshot"))
     if not (b.gitdir / "index").exists():
         b.fresh_git()

@@ -178,6 +178,7 @@ def test_refs_cannot_pick_the_wrong_snapshot(root: Path) -> None:
     if one.id[:4] != two.id[:4] and not one.id[:4].isdigit():  # digits read as a step
         assert ws.resolve(one.id[:4]) == one.id
     digits = "1234"
+    (root / ".worksnap" / "manifests").mkdir(exist_ok=True)
     (root / ".worksnap" / "manifests" / f"{digits}00000000.json").write_bytes(b"")
     with pytest.raises(InputError, match=r"did you mean step:1234, or snapshot 123400000000\?"):
         ws.resolve(digits)

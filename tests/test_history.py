@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import tree_state, write
@@ -295,6 +296,8 @@ def test_redo_of_a_state_already_there_pops_its_frame(root: Path) -> None:
 # -- the decisions, as tables on in-memory manifests ----------------------------
 
 ONE, TWO, THREE = tree({"a": "1"}), tree({"a": "2"}), tree({"a": "3"})
+# TWO's entries and dirs, and a new ignored path: a format 2 root tree of another digest.
+TWO_LEFT_OUT = msgspec.structs.replace(TWO, tree="f" * 64, ignored=["__pycache__"])
 
 
 def _history(*rows: tuple[str, Manifest, str]) -> list[Summary]:
@@ -346,6 +349,18 @@ UNDO: dict[str, tuple[list[Summary], Manifest, SessionState, str | None]] = {
         SessionState(redo=[Frame("s2", "left")]),
         None,
     ),
+    "a snapshot that differs only in left-out paths is the current state": (
+        _history(("s1", ONE, "step"), ("s2", TWO, "step")),
+        TWO_LEFT_OUT,
+        SessionState(),
+        "s1",
+    ),
+    "only left-out paths changed since the first snapshot: nothing to undo": (
+        _history(("s2", TWO, "step")),
+        TWO_LEFT_OUT,
+        SessionState(),
+        None,
+    ),
     "a redo frame whose target is gone is no limit": (
         _history(("s1", ONE, "step"), ("s2", TWO, "step")),
         THREE,
@@ -358,7 +373,13 @@ UNDO: dict[str, tuple[list[Summary], Manifest, SessionState, str | None]] = {
 @pytest.mark.parametrize("case", UNDO)
 def test_undo_target(case: str) -> None:
     history, current, state, expected = UNDO[case]
-    assert undo_target(history, current.tree, state) == expected
+    by_tree = {m.tree: m for m in (ONE, TWO, THREE, TWO_LEFT_OUT)}
+    trees = {s.id: s.tree for s in history}
+
+    def load(snapshot_id: str) -> Manifest:
+        return by_tree[trees[snapshot_id]]
+
+    assert undo_target(history, current, state, load=load) == expected
 
 
 def _checkpoint(

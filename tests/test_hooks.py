@@ -129,7 +129,7 @@ def test_an_unreadable_event_is_one_line_and_exit_0(project: Path, text: str) ->
 
 def test_a_failure_is_one_line_and_exit_0_unless_configured_to_block(project: Path) -> None:
     write(project, ".worksnap/config.json", "{}")
-    os.mkfifo(project / ".worksnap" / "manifests")  # the store cannot be written
+    os.mkfifo(project / ".worksnap" / "snapshots")  # the store cannot be written
     result = hook(project, "user_prompt_submit")
     assert (result.returncode, result.stdout) == (0, "")
     assert len(result.stderr.splitlines()) == 1, result.stderr

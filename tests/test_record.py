@@ -58,7 +58,10 @@ def _edited(edit: dict[str, object]) -> bytes:
 BAD_RECORDS: dict[str, tuple[bytes, str]] = {
     "not JSON": (b"\x28\xb5\x2f\xfd", "not a valid snapshot record"),
     "no version": (b"{}\n", "not a valid snapshot record"),
-    "newer": (_edited({"version": 3}), "newer than this worksnap reads (2); upgrade worksnap"),
+    "newer": (
+        _edited({"version": 3}),
+        "newer than this worksnap reads (2); install a newer worksnap",
+    ),
     "a format 1 manifest": (encode_manifest(tree({"a": "1"})), "version 1 is not a snapshot"),
     "unknown field": (_edited({"surprise": 1}), "not a valid snapshot record"),
     "pretty-printed": (

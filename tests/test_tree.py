@@ -171,7 +171,9 @@ BAD_OBJECTS: dict[str, tuple[bytes, str]] = {
     "JSON": (b'["wstree", 2, []]', "not a worksnap tree object"),
     "a map": (msgspec.msgpack.encode({"tag": "wstree"}), "not a worksnap tree object"),
     "unknown tag": (_mp("gittree", 2, []), "not a worksnap tree object"),
-    "newer format": (_mp("wstree", 3, []), "newer than this worksnap reads (2); upgrade worksnap"),
+    "newer format": (
+        _mp("wstree", 3, []), "newer than this worksnap reads (2); install a newer worksnap"
+    ),
     "older format": (_mp("wstree", 1, []), "unsupported tree format 1"),
     "deeply nested": (b"\x93\xa6wstree\x02" + b"\x91" * 100_000 + b"\x90", "not a"),
     "deeply nested extra": (
@@ -277,7 +279,7 @@ def test_every_walk_refuses_a_bad_object(case: str) -> None:
 
 
 def test_newer_format_says_upgrade() -> None:
-    with pytest.raises(ManifestError, match="upgrade worksnap"):
+    with pytest.raises(ManifestError, match="install a newer worksnap"):
         decode_node(_mp("wsindex", 7, "anything at all"), "x")
 
 

@@ -18,6 +18,7 @@ from worksnap import (
     RecoveryError,
     Workspace,
 )
+from worksnap.cli import main
 from worksnap.diskstore import DiskStore
 from worksnap.manifest import encode_manifest
 from worksnap.paths import fs_path
@@ -367,7 +368,9 @@ def test_missing_object_refused_with_nothing_changed(root: Path) -> None:
 
 
 @pytest.mark.parametrize("stored", ["record", "format 1 manifest"])
-def test_too_new_version_refused(root: Path, stored: str) -> None:
+def test_too_new_version_refused(
+    root: Path, stored: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     write(root, "a.txt", "a")
     ws = Workspace(root)
     snap = ws.snapshot()
@@ -380,8 +383,13 @@ def test_too_new_version_refused(root: Path, stored: str) -> None:
         path = root / ".worksnap" / "manifests" / f"{snap.id}.json"
         data = unpacked(path.read_bytes())
         path.write_bytes(packed(data.replace(b'"version":1', b'"version":99', 1)))
-    with pytest.raises(ManifestError, match="newer"):
+    with pytest.raises(ManifestError, match="newer than this worksnap reads"):
         Workspace(root).load(snap.id)
+    capsys.readouterr()
+    assert main(["--root", str(root), "show", snap.id]) == 2
+    err = capsys.readouterr().err
+    # Not "upgrade worksnap": `worksnap upgrade` migrates a store, which cannot help here.
+    assert err.endswith("; install a newer worksnap\n") and "upgrade" not in err, err
 
 
 def test_failure_mid_apply_stops_and_reports_not_restored(
@@ -460,6 +468,7 @@ def test_refs_resolve(root: Path) -> None:
         ws.resolve("2")
     # Two stored ids sharing a 4-character prefix (planted: their manifests are not read).
     manifests = root / ".worksnap" / "manifests"
+    manifests.mkdir()  # as in a store from before format 2
     for twin in ("abcd00000001", "abcd00000002"):
         (manifests / f"{twin}.json").write_bytes(b"")
     with pytest.raises(InputError, match="too short: give at least 4 characters"):

@@ -39,6 +39,7 @@ class FormatOneFiles:
     def save_manifest(self, manifest: Manifest, summary: Summary) -> None:
         """Stores a format 1 snapshot: its manifest, then its summary (tests of old stores)."""
         self.flush()
+        self.files.makedirs(self.paths.manifests)  # a format 2 store has none
         self.files.makedirs(self.paths.summaries)
         self.replace_manifest(manifest)
         self.files.write(self.paths.summary(manifest.id), msgspec.json.encode(summary))

@@ -110,9 +110,12 @@ class DiskStore(FormatOneFiles):
     # -- the directory -------------------------------------------------------
 
     def create(self) -> None:
-        """Creates the store's directories (idempotent)."""
+        """Creates the store's directories (idempotent).
+
+        Not format 1's `manifests/`: only a store from before format 2 has one.
+        """
         paths = self.paths
-        for path in (paths.packs, paths.objects, paths.snapshots, paths.manifests, paths.cache):
+        for path in (paths.packs, paths.objects, paths.snapshots, paths.cache):
             self.files.makedirs(path)
         self.files.fsync(self.dir)  # the new directories survive a crash with what goes in them
         if self.files.lstat(paths.gitignore) is None:

@@ -53,6 +53,19 @@ class ManifestError(InputError):
         self.source = source
         self.reason = reason
 
+    @classmethod
+    def too_new(cls, source: str, what: str, found: int, newest: int) -> ManifestError:
+        """A manifest, record or tree object of a newer format: the one wording of it.
+
+        It asks for a newer worksnap, never an "upgrade": `worksnap upgrade` migrates a
+        store the other way (an older format to this worksnap's).
+        """
+        return cls(
+            source,
+            f"{what} {found} is newer than this worksnap reads ({newest}); "
+            "install a newer worksnap",
+        )
+
 
 class ObjectError(WorksnapError):
     """A stored object is missing or its bytes do not match its digest.

@@ -7,6 +7,7 @@ their session in the manifest; that file only holds what cannot be derived from 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import msgspec
 
@@ -118,17 +119,27 @@ class Sessions:
 
 
 def undo_target(
-    history: list[Summary], current_tree: str, state: SessionState, *, flat_tree: str | None = None
+    history: list[Summary],
+    current: Manifest,
+    state: SessionState,
+    *,
+    load: Callable[[str], Manifest],
+    flat_tree: str | None = None,
 ) -> str | None:
     """Picks what `undo` restores.
 
-    That is the newest snapshot older than the last undo's target whose tree
-    differs from the current one (undo/redo snapshots and checkpoints never count).
+    That is the newest snapshot older than the last undo's target whose entries or
+    dirs differ from the current ones (undo/redo snapshots and checkpoints never count).
+    Not its `tree` alone: a format 2 root tree also names the ignored, large and
+    excluded paths, which no restore changes (a new `__pycache__/` must not make the
+    current state a target that restores nothing). Equal trees need no `load`.
 
     Args:
         history: the session's snapshots, newest first.
-        current_tree: the tree digest of the workspace now.
+        current: the workspace now.
         state: the session's redo stack (its top frame is where the last undo went).
+        load: returns a snapshot's checked flat view by id (read only for a snapshot
+            whose root tree differs from the current one).
         flat_tree: the format 1 digest of the workspace now, for the summaries of a
             store not migrated yet (they hold format 1 digests).
     """
@@ -141,7 +152,10 @@ def undo_target(
             continue
         if before is not None and (summary.time, summary.id) >= before:
             continue
-        if summary.tree not in (current_tree, flat_tree):
+        if summary.tree in (current.tree, flat_tree):
+            continue  # equal trees (or format 1 digests): equal entries and dirs
+        target = load(summary.id)
+        if (target.entries, target.dirs) != (current.entries, current.dirs):
             return summary.id
     return None
 

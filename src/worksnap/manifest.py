@@ -172,11 +172,7 @@ def decode_manifest(data: bytes, source: str) -> Manifest:
     except (msgspec.DecodeError, RecursionError) as exc:
         raise ManifestError(source, f"not a valid manifest ({exc})") from None
     if header.version > VERSION:
-        raise ManifestError(
-            source,
-            f"version {header.version} is newer than this worksnap reads ({VERSION}); "
-            "upgrade worksnap",
-        )
+        raise ManifestError.too_new(source, "version", header.version, VERSION)
     if header.version < 1:
         raise ManifestError(source, f"unsupported version {header.version}")
     try:

@@ -92,11 +92,7 @@ def decode_record(data: bytes, source: str) -> Record:
     except (msgspec.DecodeError, RecursionError) as exc:
         raise ManifestError(source, f"not a valid snapshot record ({exc})") from None
     if header.version > VERSION:
-        raise ManifestError(
-            source,
-            f"version {header.version} is newer than this worksnap reads ({VERSION}); "
-            "upgrade worksnap",
-        )
+        raise ManifestError.too_new(source, "version", header.version, VERSION)
     if header.version != VERSION:
         raise ManifestError(source, f"version {header.version} is not a snapshot record")
     try:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from worksnap.manifest import Manifest
+from worksnap.manifest import Manifest, tree_digest
 from worksnap.session import STEP, Session
 from worksnap.workspace import Workspace
 
@@ -85,22 +85,32 @@ def run_wrapped(
         ws.drop(taken[0].id)  # it never ran: nothing to take back
         code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
         return Outcome(argv, code, error=f"cannot run {argv[0]!r}: {exc.strerror}")
-    last = seen = taken[0].tree
+    last = seen = _content(taken[0])
     while True:
         try:
             code = child.wait(timeout=every)
             break
         except subprocess.TimeoutExpired:
             # Snapshot only once the tree has stopped changing for a whole interval.
-            now = ws.capture(store_objects=False).tree
+            now = _content(ws.capture(store_objects=False))
             if now == seen and now != last:
                 taken.append(snapshot("settled"))
-                last = taken[-1].tree
+                last = _content(taken[-1])
             seen = now
         except KeyboardInterrupt:
             time.sleep(_INTERRUPTED_GRACE_SECONDS)  # the child got the same SIGINT
     taken.append(snapshot("after"))
     return Outcome(argv, code, taken)
+
+
+def _content(manifest: Manifest) -> str:
+    """What a restore could change, as a digest: the entries and dirs (format 1's `tree`).
+
+    Not `manifest.tree`: a format 2 root tree also names the ignored, large and excluded
+    paths, and a command that only writes those (`__pycache__/`, a log) changed nothing
+    a snapshot protects.
+    """
+    return tree_digest(manifest.entries, manifest.dirs)
 
 
 def _cannot_start(program: str) -> tuple[int, str] | None:

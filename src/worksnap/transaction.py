@@ -504,7 +504,8 @@ class Restorer:
         def choose(current: Manifest) -> Manifest:
             state = self._sessions.load(session)
             flat, history = self._catalog.legacy_digest(current), self._catalog.list(session)
-            target_id = undo_target(history, current.tree, state, flat_tree=flat)
+            load = self._catalog.load_id  # cached: the target found is loaded once
+            target_id = undo_target(history, current, state, load=load, flat_tree=flat)
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
             return self._catalog.load(target_id, session)

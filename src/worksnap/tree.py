@@ -203,11 +203,7 @@ def decode_node(data: bytes, source: str) -> Node:
     if header.tag not in _TAGS:
         raise ManifestError(source, f"not a worksnap tree object (tag {header.tag[:20]!r})")
     if header.version > FORMAT:
-        raise ManifestError(
-            source,
-            f"tree format {header.version} is newer than this worksnap reads ({FORMAT}); "
-            "upgrade worksnap",
-        )
+        raise ManifestError.too_new(source, "tree format", header.version, FORMAT)
     if header.version != FORMAT:
         raise ManifestError(source, f"unsupported tree format {header.version}")
     try:

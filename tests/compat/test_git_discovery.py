@@ -133,7 +133,7 @@ def test_the_store_in_the_git_directory_is_neither_captured_nor_shown(
     git(top, "commit", "-q", "-m", "notes")
     for _ in range(2):
         assert ws(capsys, monkeypatch, top, "snapshot")[0] == 0
-    assert (top / ".git" / "worksnap" / "manifests").is_dir()
+    assert (top / ".git" / "worksnap" / "snapshots").is_dir()
     assert git(top, "status", "--porcelain", "--ignored") == b"!! debug.log\n"
     listed = ws_json(capsys, monkeypatch, top, "list")
     assert isinstance(listed, list)
@@ -181,7 +181,7 @@ def test_a_submodule_keeps_its_store_in_the_superprojects_git_directory(
     assert status["store"] == str(top / ".git" / "modules" / "lib" / "worksnap")
     git(top, "clean", "-fdxq")
     git(sub, "clean", "-fdxq")
-    assert (top / ".git" / "modules" / "lib" / "worksnap" / "manifests").is_dir()
+    assert (top / ".git" / "modules" / "lib" / "worksnap" / "snapshots").is_dir()
 
 
 def test_an_older_store_in_the_root_keeps_working(

@@ -5,6 +5,7 @@
   as a comparison of every path of the two trees does (a brute-force diff);
 - `count_changes` equals format 1's `catalog.count_changes` of the two flat views;
 - `reachable` equals a plain recursive walk of every object;
+- `undo_target` over root trees decides as format 1's entries-and-dirs digest did;
 - the quick check of a directory's names and values never passes what the
   child-by-child check refuses.
 
@@ -21,14 +22,17 @@ import os
 import random
 from collections.abc import Iterator
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.trees import summary
 from worksnap.catalog import count_changes as flat_count_changes
 from worksnap.diff import compare, compare_trees
 from worksnap.errors import ManifestError
 from worksnap.hash import hash_bytes
+from worksnap.history import SessionState, undo_target
 from worksnap.manifest import VERSION, Entry, Manifest, tree_digest
 from worksnap.paths import Digest
 from worksnap.tree import (
@@ -329,6 +333,38 @@ def test_every_walk_equals_its_brute_force(pair: tuple[Model, Model]) -> None:
     objects = Objects()
     a, b = pair
     check_pair(a, check_one(a, objects), b, check_one(b, objects), objects)
+
+
+@st.composite
+def left_out_pairs(draw: st.DrawFn) -> tuple[Model, Model]:
+    """A tree, and a copy where only left-out paths (ignored, large, excluded) came or went,
+    or (one draw in four) any edited copy: `pairs`."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(pairs())
+    a = draw(trees)
+    b = {p: s for p, s in a.items() if s[0] in ("file", "link", "dir") or draw(st.booleans())}
+    left_out = specs.filter(lambda s: s[0] in ("ignored", "large", "excluded"))
+    for path in draw(st.lists(paths, max_size=4)):
+        parent = path.rpartition("/")[0]
+        if path not in b and (not parent or b.get(parent) == ("dir",)):
+            b[path] = draw(left_out)
+    return a, b
+
+
+@given(left_out_pairs())
+def test_undo_decides_as_format_1_did(pair: tuple[Model, Model]) -> None:
+    """`undo_target` on format 2 root trees picks what format 1's entries-and-dirs digest
+    picked: a snapshot differing only in left-out paths is the current state."""
+    objects = Objects()
+    a, b = pair
+    ra, rb = check_one(a, objects), check_one(b, objects)
+    now, then = manifest_of(a), manifest_of(b)
+    current = msgspec.structs.replace(now, tree=ra)
+    flat = flatten(rb, objects.read)
+    stored = msgspec.structs.replace(then, tree=rb, entries=flat.entries, dirs=flat.dirs)
+    history = [summary("b00000000000", stored, second=1)]
+    picked = undo_target(history, current, SessionState(), load=lambda _: stored)
+    assert (picked is not None) == (now.tree != then.tree)  # format 1: tree_digest
 
 
 @given(trees)

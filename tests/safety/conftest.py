@@ -65,7 +65,9 @@ def plant(root: Path, manifest: Manifest | bytes, *, pack: bool = False) -> str:
     data = encode_manifest(manifest) if isinstance(manifest, Manifest) else manifest
     data = packed(data) if pack else data
     snapshot_id = manifest.id if isinstance(manifest, Manifest) else new_id()
-    (root / STORE / "manifests" / f"{snapshot_id}.json").write_bytes(data)
+    folder = root / STORE / "manifests"
+    folder.mkdir(exist_ok=True)  # a store from before format 2 has it; a new one does not
+    (folder / f"{snapshot_id}.json").write_bytes(data)
     return snapshot_id
 
 

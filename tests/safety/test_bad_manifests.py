@@ -77,6 +77,7 @@ def _misfiled(snapshot_id: str | None = None) -> Build:
     def build(base: Manifest, root: Path) -> bytes:
         data = encode_manifest(hostile(base, id=snapshot_id) if snapshot_id else hostile(base))
         name = "0123456789ab"
+        (root / STORE / "manifests").mkdir(exist_ok=True)
         (root / STORE / "manifests" / f"{name}.json").write_bytes(data)
         return b"<planted>" + name.encode()
 
@@ -256,6 +257,7 @@ def test_damaged_zstd_frame_is_refused(project: Workspace, damage: str) -> None:
     write(root, "a.txt", "edited since\n")
     intact = hostile(project.load("latest"))  # valid: only the frame is wrong
     ref = intact.id
+    (root / STORE / "manifests").mkdir(exist_ok=True)
     (root / STORE / "manifests" / f"{ref}.json").write_bytes(
         FRAMES[damage](packed(encode_manifest(intact)))
     )
