@@ -400,7 +400,7 @@ def test_the_patch_check_itself(code: str, patched: bool) -> None:
 
 def test_no_module_grows_into_a_god_object() -> None:
     """The facade stays thin and every other module holds one responsibility."""
-    limits = {"workspace": 700}
+    limits = {"workspace": 699}  # issue 10: under 700
     too_long = {
         name: lines
         for name, path in modules().items()

@@ -291,11 +291,10 @@ class Workspace:
         return load_config(self.store.files)
 
     def set_config(self, key: str, value: str) -> Config:
-        """Sets one setting of the store (`config.SETTINGS`), creating the store if needed.
+        """Sets one setting of the store, creating the store if needed.
 
-        Args:
-            key: `max-file-bytes`, `daemon`, `keep-last`, `max-age` or `max-bytes`.
-            value: as a person types it (`64M`, `30d`, `true`), or `none` to clear it.
+        `key` is one of `config.SETTINGS`; `value` is as a person types it (`64M`, `30d`,
+        `true`), or `none` to clear it.
         """
         self.store.bind(self.root)
         with self._locks.exclusive("config"):
