@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
@@ -164,3 +165,22 @@ class Walks:
 
     def open(self, root: Path, **options: Any) -> Workspace:
         return Workspace(root, seams=self.seams, **options)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
+    """Runs a command line in this process on `root`: (exit code, stdout, stderr)."""
+    from worksnap.cli import main
+
+    try:
+        code = main(["--root", str(root), *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> object:
+    """Runs `--json` and a command line in this process; asserts exit 0; the parsed output."""
+    code, out, err = run_cli(capsys, root, "--json", *args)
+    assert code == 0, err
+    return json.loads(out)

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import cli_json as ok_json
+from tests.conftest import run_cli as call
 from tests.conftest import tree_state, write
-from worksnap.cli import main
-
-
-def call(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--root", str(root), *args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def ok_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> object:
-    code, out, err = call(capsys, root, "--json", *args)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_rewind_undo_redo_from_the_command_line(

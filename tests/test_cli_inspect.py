@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import cli_json as ok_json
+from tests.conftest import run_cli as run
 from tests.conftest import write
 from worksnap import InputError, Workspace
 from worksnap.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--root", str(root), *args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def ok_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> object:
-    code, out, err = run(capsys, root, "--json", *args)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_status_says_where_and_what_changed_like_git_status_short(

@@ -13,27 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import cli_json as ok_json
+from tests.conftest import run_cli as run
 from tests.conftest import tree_state, write
 from worksnap import WorksnapError, Workspace
 from worksnap.cli import main
 from worksnap.errors import FileSystemError
 
 MB = 1 << 20
-
-
-def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--root", str(root), *args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def ok_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> object:
-    code, out, err = run(capsys, root, "--json", *args)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def blob(size: int, fill: int) -> bytes:

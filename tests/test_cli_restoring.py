@@ -15,18 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli as run
 from tests.conftest import tree_state, write
 from worksnap import Workspace
-from worksnap.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(["--root", str(root), *args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def everything(root: Path) -> tuple[object, list[str]]:
