@@ -171,19 +171,7 @@ def push(
     for digest in reachable([Digest(r.tree) for r in records], read_tree):
         needed.append(digest)
     needed.extend(d for r in records for d in r.attachments.values())
-    _upload(
-        local,
-        repo,
-        needed,
-        trees=trees,
-        known=known,
-        result=result,
-        progress=progress,
-        pack_bytes=pack_bytes,
-    )
-    # A pack relied on since `read_at` is safe from gc for a grace period from then.
-    while clock() - known.read_at > grace / 2:
-        known = _survey(repo, clock, known.indexes)
+    while True:
         _upload(
             local,
             repo,
@@ -194,6 +182,10 @@ def push(
             progress=progress,
             pack_bytes=pack_bytes,
         )
+        # A pack relied on since `read_at` is safe from gc for a grace period from then.
+        if clock() - known.read_at <= grace / 2:
+            break
+        known = _survey(repo, clock, known.indexes)
     listed = [repo.put_record(r) for r in records]
     repo.add_to_ref(session, listed, read=(ref, etag))
     return result
