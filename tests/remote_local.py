@@ -45,6 +45,10 @@ class DirLocal:
     def has_record(self, snapshot_id: str) -> bool:
         return (self.dir / snapshot_id).exists()
 
+    def record(self, snapshot_id: str) -> Record | None:
+        path = self.dir / snapshot_id
+        return decode_record(path.read_bytes(), snapshot_id) if path.exists() else None
+
     def read(self, digest: Digest) -> bytes:
         return self.store.read(digest)
 

@@ -42,6 +42,13 @@ class StoreSide:
         except ManifestError:
             return True
 
+    def record(self, snapshot_id: str) -> Record | None:
+        """The snapshot's record here (None: none, or damaged)."""
+        try:
+            return self.store.load_record(snapshot_id)
+        except ManifestError:
+            return None
+
     def read(self, digest: Digest) -> bytes:
         """An object's bytes, checked against its digest."""
         return self.store.read(digest)

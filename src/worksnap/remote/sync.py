@@ -28,6 +28,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
+
 from worksnap.errors import InputError, ManifestError, RemoteError
 from worksnap.paths import Digest
 from worksnap.record import Record
@@ -41,6 +43,7 @@ from worksnap.remote.repository import (
     TreeReader,
     locations,
     record_key,
+    ref_key,
 )
 from worksnap.treewalk import reachable
 
@@ -60,6 +63,10 @@ class LocalSide(Protocol):
 
     def has_record(self, snapshot_id: str) -> bool:
         """Whether the snapshot is stored locally."""
+        ...
+
+    def record(self, snapshot_id: str) -> Record | None:
+        """The snapshot's local record (None: none, or damaged)."""
         ...
 
     def read(self, digest: Digest) -> bytes:
@@ -95,6 +102,16 @@ class Result:
 
 def _noop(sent: int, objects: int) -> None:
     pass
+
+
+def same_snapshot(local: Record, remote: Record) -> bool:
+    """Whether two records are one snapshot, wherever each is bound.
+
+    A pulled record is saved bound to the pulling store's root (`local.py`), and
+    `worksnap rebind` rebinds a moved project's: the root is where a snapshot restores,
+    not what it holds.
+    """
+    return msgspec.structs.replace(local, root=remote.root) == remote
 
 
 @dataclass
@@ -150,12 +167,22 @@ def push(
         InputError: one of `ids` is no snapshot of the session.
     """
     ref, etag = repo.get_ref(session)
-    on_remote = {s.id for s in ref.snapshots} if ref is not None else set()
+    listed = {s.id: s for s in ref.snapshots} if ref is not None else {}
     mine = {r.id: r for r in local.records(session)}
-    wanted = set(mine) - on_remote if ids is None else set(ids)
+    wanted = set(mine) - listed.keys() if ids is None else set(ids)
     unknown = sorted(wanted - mine.keys())
     if unknown:
         raise InputError(f"session {session!r} has no snapshot {unknown[0]} to push")
+    for snapshot_id in sorted(wanted & listed.keys()):
+        # Named, and listed already: the same snapshot (pulled from there, so bound to
+        # this root) is there; another one under its id is refused, never listed over it.
+        if not same_snapshot(mine[snapshot_id], repo.get_record(listed[snapshot_id])):
+            raise RemoteError(
+                repo.url,
+                f"lists snapshot {snapshot_id} with another record",
+                key=ref_key(session),
+            )
+        wanted.discard(snapshot_id)
     records = sorted((mine[i] for i in wanted), key=lambda r: (r.time, r.id))
     result = Result(snapshots=[r.id for r in records])
     if not records:
@@ -279,15 +306,28 @@ def pull(
         if unknown:
             raise RemoteError(repo.url, f"session {session!r} has no snapshot {unknown[0]}")
         wanted = [listed[i] for i in sorted(set(ids))]
-    records = [repo.get_record(s) for s in wanted]
-    result = Result(snapshots=[r.id for r in records])
-    for record in records:
+    records = []
+    for entry in wanted:
+        record = repo.get_record(entry)
         if record.session != session:
             raise RemoteError(
                 repo.url,
                 f"belongs to session {record.session!r}",
-                key=record_key(record.id, listed[record.id].nonce),
+                key=record_key(record.id, entry.nonce),
             )
+        if local.has_record(record.id):
+            # Named, and here already: the same snapshot is not fetched again; another
+            # one under its id (or a damaged record, which verify reports) is kept.
+            mine = local.record(record.id)
+            if mine is not None and not same_snapshot(mine, record):
+                raise RemoteError(
+                    repo.url,
+                    f"snapshot {record.id} is another snapshot here; it was not overwritten",
+                    key=record_key(record.id, entry.nonce),
+                )
+            continue
+        records.append(record)
+    result = Result(snapshots=[r.id for r in records])
     if not records:
         return result
     places = locations(repo.load_indexes())
