@@ -213,8 +213,8 @@ def push(
         if clock() - known.read_at <= grace / 2:
             break
         known = _survey(repo, clock, known.indexes)
-    listed = [repo.put_record(r) for r in records]
-    repo.add_to_ref(session, listed, read=(ref, etag))
+    entries = [repo.put_record(r) for r in records]
+    repo.add_to_ref(session, entries, read=(ref, etag))
     return result
 
 
