@@ -131,6 +131,7 @@ def collect(
     keep: set[str] | None = None,
     grace: float = GRACE,
     now: Callable[[], float] = time.time,
+    dry_run: bool = False,
 ) -> GcResult:
     """Runs one remote gc (see the module's docstring).
 
@@ -141,26 +142,34 @@ def collect(
         keep: snapshot ids the policy must not drop.
         grace: nothing younger is deleted, and a condemned pack only this long after.
         now: the wall clock (seconds since the epoch).
+        dry_run: write and delete nothing (no lease either): count what a gc now
+            would drop, condemn and delete.
 
     Raises:
         RemoteError: another gc runs, the lease was lost, or the remote is damaged (a
             ref naming a missing record, an unreadable tree): nothing is deleted then.
     """
-    lease = GcLease(repo, now)
-    lease.acquire()
+    lease = None if dry_run else GcLease(repo, now)
+    if lease is not None:
+        lease.acquire()
     try:
         dropped = []
         if retention is not None and not retention.is_empty():
-            dropped = forget(repo, retention, keep=keep or set(), now=now())
-        result = _collect(repo, lease, grace, now)
+            dropped = forget(repo, retention, keep=keep or set(), now=now(), dry_run=dry_run)
+        result = _collect(repo, lease, grace, now, dropped=set(dropped) if dry_run else set())
         result.forgotten = dropped
         return result
     finally:
-        lease.release()
+        if lease is not None:
+            lease.release()
 
 
-def forget(repo: Repository, policy: Retention, *, keep: set[str], now: float) -> list[str]:
+def forget(
+    repo: Repository, policy: Retention, *, keep: set[str], now: float, dry_run: bool = False
+) -> list[str]:
     """Drops from the refs the snapshots `policy` expires; their objects go with later sweeps.
+
+    With `dry_run`, only says which.
 
     Returns:
         The ids dropped.
@@ -191,19 +200,32 @@ def forget(repo: Repository, policy: Retention, *, keep: set[str], now: float) -
     )
     dropping = set(expired)
     for session, ids in sorted(by_session.items()):
+        if dry_run:
+            break
         if dropping & set(ids):
             repo.remove_from_ref(session, dropping)
     return sorted(dropping)
 
 
-def _collect(repo: Repository, lease: GcLease, grace: float, now: Callable[[], float]) -> GcResult:
+def _collect(
+    repo: Repository,
+    lease: GcLease | None,
+    grace: float,
+    now: Callable[[], float],
+    *,
+    dropped: set[str],
+) -> GcResult:
+    """Marks and sweeps; with no `lease` (a dry run), counts and writes nothing.
+
+    `dropped`: snapshots a dry run's retention would have taken off the refs.
+    """
     result = GcResult()
     started = now()
     state, state_etag = repo.gc_state()
     listed: list[Listed] = []
     for session in repo.sessions():
         ref, _ = repo.get_ref(session)
-        listed.extend(ref.snapshots if ref is not None else ())
+        listed.extend(s for s in (ref.snapshots if ref is not None else ()) if s.id not in dropped)
     # Listed after the refs were read: a record a ref names was written before the ref.
     records = repo.record_listing()
     keys = {(s.id, s.nonce) for s in listed}
@@ -233,6 +255,24 @@ def _collect(repo: Repository, lease: GcLease, grace: float, now: Callable[[], f
         elif index_times[digest].modified.timestamp() <= started - grace:
             keep[digest] = -1.0  # condemned now: its time is when the state is written
     result.condemned = sum(1 for t in keep.values() if t < 0)
+    surviving = {indexes[d].pack for d in indexes if d not in doomed}
+    indexed = {index.pack for index in indexes.values()}
+    unindexed = [  # a killed push's packs, never indexed
+        p
+        for p, e in sorted(packs.items())
+        if p not in indexed and e.modified.timestamp() <= started - grace
+    ]
+    unlisted = [
+        k
+        for k, e in sorted(records.items())
+        if k not in keys and e.modified.timestamp() <= started - grace
+    ]
+    if lease is None:
+        gone = {indexes[d].pack for d in doomed if indexes[d].pack not in surviving} & packs.keys()
+        result.deleted_packs = len(gone) + len(unindexed)
+        result.deleted_bytes = sum(packs[p].size for p in [*gone, *unindexed])
+        result.deleted_records = len(unlisted)
+        return result
     lease.renew()
     stamp = now()
     new = GcState(
@@ -245,8 +285,6 @@ def _collect(repo: Repository, lease: GcLease, grace: float, now: Callable[[], f
             repo.url, "the gc state changed under this gc (lease lost?)", key=STATE_KEY
         )
 
-    surviving = {indexes[d].pack for d in indexes if d not in doomed}
-    indexed = {index.pack for index in indexes.values()}
     for digest in doomed:
         repo.transport.delete(index_key(digest))  # the index first: the pack is then invisible
         pack = indexes[digest].pack
@@ -254,15 +292,13 @@ def _collect(repo: Repository, lease: GcLease, grace: float, now: Callable[[], f
             repo.transport.delete(pack_key(pack))
             result.deleted_packs += 1
             result.deleted_bytes += packs[pack].size
-    for pack, entry in sorted(packs.items()):
-        if pack not in indexed and entry.modified.timestamp() <= started - grace:
-            repo.transport.delete(pack_key(pack))  # a killed push's, never indexed
-            result.deleted_packs += 1
-            result.deleted_bytes += entry.size
-    for (snapshot_id, nonce), entry in sorted(records.items()):
-        if (snapshot_id, nonce) not in keys and entry.modified.timestamp() <= started - grace:
-            repo.transport.delete(record_key(snapshot_id, nonce))
-            result.deleted_records += 1
+    for pack in unindexed:
+        repo.transport.delete(pack_key(pack))
+        result.deleted_packs += 1
+        result.deleted_bytes += packs[pack].size
+    for snapshot_id, nonce in unlisted:
+        repo.transport.delete(record_key(snapshot_id, nonce))
+        result.deleted_records += 1
     return result
 
 
