@@ -70,6 +70,16 @@ class Retention(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_d
             parse_size(self.max_bytes)
 
 
+REMOTE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
+"""A remote's name: a letter, then letters, digits, `_` and `-` (never a ref like `step:3`)."""
+
+
+class RemoteSetting(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One remote of `worksnap remote add`: where it is (credentials never: the environment's)."""
+
+    url: str
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """The store's settings; every field is optional."""
 
@@ -86,6 +96,8 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
     exclude: list[str] = []
     """Exclusion rules for every snapshot and restore (`exclusion.py`): a path relative to
     the root, or a .gitignore-style pattern when it has `*`, `?` or `[`."""
+    remotes: dict[str, RemoteSetting] = {}
+    """The remotes by name (`worksnap remote add`); written by `add_remote`/`remove_remote`."""
 
     def cap(self) -> int | None:
         """The size cap in bytes (None: not set)."""
@@ -104,6 +116,10 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
         for rule in self.exclude:
             if not rule.strip() or rule.startswith("!") or any(c in rule for c in "\0\n\r"):
                 raise InputError(f"exclude {rule!r} is not a path or pattern worksnap takes")
+        for name, remote in self.remotes.items():
+            check_remote_name(name)
+            if "@" in remote.url.partition("://")[2].partition("/")[0]:
+                raise InputError(f"remote {name}: a URL with a credential in it is refused")
 
 
 def load_config(store: StoreDir) -> Config:
@@ -133,8 +149,21 @@ def configured_exclusions(store: StoreDir) -> list[str]:
         return []
 
 
+def check_remote_name(name: str) -> None:
+    """Refuses a remote name that is not `REMOTE_NAME` or is `latest` (a ref's word)."""
+    if not REMOTE_NAME.match(name) or name == "latest":
+        raise InputError(
+            f"remote name {name!r}: use a letter, then letters, digits, '_' or '-' "
+            "(not 'latest', which names a snapshot)"
+        )
+
+
 SETTINGS = ("max-file-bytes", "daemon", "keep-last", "max-age", "max-bytes", "hooks-block")
-"""The keys of `worksnap config`, in the order it lists them."""
+"""The keys of `worksnap config`, in the order it lists them.
+
+config.json also holds `exclude` (`worksnap config exclude`) and `remotes` (name to
+`{"url": ...}`, `worksnap remote add|remove`), each written by its own command.
+"""
 
 
 def get_setting(config: Config, key: str) -> object:
@@ -213,6 +242,42 @@ def change_exclusions(store: StoreDir, *, add: list[str], remove: list[str]) -> 
         rules.remove(rule)
     rules += [rule for rule in dict.fromkeys(add) if rule not in rules]
     config = msgspec.structs.replace(config, exclude=rules)
+    config.check()
+    store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
+    return config
+
+
+def add_remote(store: StoreDir, name: str, url: str) -> Config:
+    """Adds a remote to the store's config.json (rewritten atomically); returns the new config.
+
+    Raises:
+        InputError: a bad name, one already there, or a damaged config.
+    """
+    check_remote_name(name)
+    config = load_config(store)
+    if name in config.remotes:
+        raise InputError(
+            f"remote {name} exists already ({config.remotes[name].url}); "
+            f"remove it first: worksnap remote remove {name}"
+        )
+    remotes = {**config.remotes, name: RemoteSetting(url=url)}
+    return _write(store, msgspec.structs.replace(config, remotes=remotes))
+
+
+def remove_remote(store: StoreDir, name: str) -> Config:
+    """Removes a remote from the store's config.json; returns the new config.
+
+    Raises:
+        InputError: no remote of that name, or a damaged config.
+    """
+    config = load_config(store)
+    if name not in config.remotes:
+        raise InputError(f"no remote {name!r} (see: worksnap remote list)")
+    remotes = {k: v for k, v in config.remotes.items() if k != name}
+    return _write(store, msgspec.structs.replace(config, remotes=remotes))
+
+
+def _write(store: StoreDir, config: Config) -> Config:
     config.check()
     store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
     return config

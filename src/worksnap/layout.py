@@ -17,6 +17,7 @@ read, and changed, in one place:
       summaries/<id>.json        the few fields `list` shows (format 1, beside its manifest)
       cache/stat, cache/dirs     the stat and listing caches (may be deleted at any time)
       cache/timestamps           present when the file system keeps coarse (whole-second) times
+      cache/remote/<id>/<digest> indexes of the remote repository <id> (immutable; a copy)
       generation                 rewritten by every gc sweep
       journal.json               present only while a restore runs
       sessions/<name>.json       a session's redo stack and open checkpoint
@@ -300,6 +301,7 @@ class StorePaths:
         "objects",
         "packs",
         "pins",
+        "remote_cache",
         "root",
         "sessions",
         "snapshots",
@@ -327,6 +329,8 @@ class StorePaths:
         self.listing_cache = os.path.join(self.cache, "dirs")
         self.timestamps = os.path.join(self.cache, "timestamps")
         """The file system's timestamp tick in ns, once times without a fraction were seen."""
+        self.remote_cache = os.path.join(self.cache, "remote")
+        """Remote repositories' pack indexes, one folder per repository id (remote.repository)."""
         self.generation = os.path.join(directory, "generation")
         """Rewritten by every gc sweep, so long-lived processes drop their index."""
         self.journal = os.path.join(directory, "journal.json")

@@ -56,8 +56,12 @@ def open_transport(url: str, *, environ: Mapping[str, str] | None = None) -> Tra
                 f"remote URL {url}: the prefix may hold only letters, digits, '.', '_', '-', "
                 "'=' and '/' (no empty segment, none starting with '.')"
             )
-        from worksnap.remote.s3 import open_s3
-
+        try:
+            from worksnap.remote.s3 import open_s3
+        except ImportError:
+            raise InputError(
+                f"remote URL {url}: s3:// needs the S3 client: pip install 'worksnap[s3]'"
+            ) from None
         return open_s3(parts.netloc, prefix, environ=environ)
     raise InputError(
         f"remote URL {url}: worksnap speaks s3://bucket/prefix and file:///path, nothing else"
