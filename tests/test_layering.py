@@ -91,6 +91,7 @@ LEVELS: dict[str, int] = {
     "autostart": 5,
     "hooks": 5,
     "agentcli": 5,
+    "remotecli": 5,
     "mcpserver": 5,
     "__main__": 5,
     "__init__": 5,

@@ -11,6 +11,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from worksnap import remotecli
+
 VERSION = "0.1.0"
 """What `worksnap --version` prints (the package's version, kept equal by a test)."""
 
@@ -179,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
         "example: worksnap verify step:3",
     )
     verify.add_argument("ref", nargs="?", help=REFS)
+    verify.add_argument(
+        "--remote", metavar="NAME", help="check the remote NAME instead (pull-able)"
+    )
 
     recover = command(
         "recover",
@@ -365,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
     _add_agent_commands(command)
+    remotecli.add_commands(command)
 
     daemon = command(
         "daemon",

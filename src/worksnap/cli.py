@@ -184,6 +184,10 @@ def _meta_and_attachments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.remote is not None:
+        from worksnap.remotecli import cmd_verify_remote
+
+        return cmd_verify_remote(args)
     with open_workspace(args) as ws:
         problems = ws.verify(args.ref)
     if args.json:
@@ -402,7 +406,7 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _commands() -> dict[str, Any]:
-    from worksnap import agentcli, inspection, restoring
+    from worksnap import agentcli, inspection, remotecli, restoring
 
     return {
         "snapshot": _cmd_snapshot,
@@ -434,6 +438,9 @@ def _commands() -> dict[str, Any]:
         "mcp": agentcli.cmd_mcp,
         "daemon": _cmd_daemon,
         "completion": _cmd_completion,
+        "remote": remotecli.cmd_remote,
+        "push": remotecli.cmd_push,
+        "pull": remotecli.cmd_pull,
     }
 
 
@@ -478,8 +485,8 @@ def _main(argv: list[str], args: argparse.Namespace, *, tried_daemon: bool) -> i
             return agentcli.hook_failed(exc)
     else:
         locate(args)
-    if args.command in LOCAL_ONLY:
-        return _run(args)
+    if args.command in LOCAL_ONLY or getattr(args, "remote", None) is not None:
+        return _run(args)  # verify --remote: the remote's credentials are this process's
     if not tried_daemon:
         from worksnap import client
 

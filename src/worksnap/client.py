@@ -35,10 +35,13 @@ PROTOCOL = 2
 SUPPORTED = sys.platform.startswith("linux")
 """The daemon needs inotify (for the watch) and SO_PEERCRED: Linux."""
 
-LOCAL_ONLY = frozenset({"run", "rebind", "daemon", "completion", "hooks", "mcp"})
+LOCAL_ONLY = frozenset(
+    {"run", "rebind", "daemon", "completion", "hooks", "mcp", "remote", "push", "pull"}
+)
 """Never run in the daemon: `run` and `mcp` would hold it for the whole command, `rebind`
 changes what the store is bound to, `daemon` manages it, `completion` needs no store,
-`hooks` edits the agent's settings, not the store."""
+`hooks` edits the agent's settings, not the store; `remote`, `push` and `pull` reach a
+remote with this process's credentials (the AWS environment), not the daemon's."""
 
 FULL_LINE_FIRST = frozenset({"hook"})
 """Forwarded by the full command line, not from here: `hook` reads its event (stdin)

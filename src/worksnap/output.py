@@ -137,6 +137,16 @@ class ProgressLine:
 
         return report
 
+    def show(self, text: str, *, last: bool = False) -> None:
+        """Draws `text` as the progress line (at most ten times a second, unless `last`)."""
+        now = time.monotonic()
+        if now - self._last < _PROGRESS_EVERY_SECONDS and not last:
+            return
+        self._last = now
+        sys.stderr.write(f"{_CLEAR_LINE}{text}")
+        sys.stderr.flush()
+        self.shown = True
+
     def clear(self) -> None:
         """Erases the progress line, if one is shown."""
         if self.shown:

@@ -1,0 +1,422 @@
+"""The commands that reach a remote store: `remote add|list|remove|gc`, `push`, `pull`.
+
+Also `verify --remote` (its grammar is verify's, in arguments.py).
+
+Grammar and rendering both live here (arguments.py calls `add_commands`). A remote is
+a name in the store's config.json bound to a URL (`config.add_remote`); credentials
+come from the AWS environment and files, never from the command line or the config.
+
+Locks: `pull` writes objects and records into the store under the exclusive store
+lock, as any writer, and never touches the tree; `push` reads the store under the
+shared lock (a local gc waits for it). `remote gc` and `verify --remote` read nothing
+local. A pulled snapshot is restored with `restore` or `rewind` after the pull:
+`restore` takes no `NAME:REF` (docs/remote.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from worksnap.invocation import open_workspace
+from worksnap.output import PROGRESS, emit_json, human_bytes, plural, say
+
+if TYPE_CHECKING:
+    from worksnap.config import Config
+    from worksnap.remote.gc import GcResult, VerifyReport
+    from worksnap.remote.repository import Repository
+    from worksnap.remote.sync import Result
+    from worksnap.workspace import Workspace
+
+View = dict[str, Any]
+
+REMOTE_ACTIONS = ("add", "list", "remove", "gc")
+
+
+# -- grammar ---------------------------------------------------------------------
+
+
+def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser]) -> None:
+    """`remote`, `push` and `pull` (`command` makes one with the global options)."""
+    remote = command(
+        "remote",
+        "name remote stores (S3, a shared disk) to push to and pull from; their gc",
+        "add NAME URL: remember a remote in this store's config.json (no credential is "
+        "ever written: s3:// takes endpoint, region and keys from AWS_ENDPOINT_URL, "
+        "AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the AWS "
+        "files). It first checks that the store enforces conditional writes, and "
+        "refuses one that does not. list: the remotes (-v: with URLs). remove NAME: "
+        "forget one (nothing on it is touched). gc NAME: drop snapshots by retention "
+        "from the remote and delete what no snapshot needs, nothing younger than "
+        "--grace (pushes may run meanwhile; docs/remote.md).",
+        "examples: worksnap remote add origin s3://my-bucket/agents/project\n"
+        "          worksnap remote add shared file:///mnt/team/worksnap\n"
+        "          worksnap remote list -v\n"
+        "          worksnap remote gc origin --keep-last 100 --dry-run",
+    )
+    remote.add_argument("action", choices=REMOTE_ACTIONS)
+    remote.add_argument("name", nargs="?", metavar="NAME")
+    remote.add_argument("url", nargs="?", metavar="URL", help="s3://bucket/prefix or file:///path")
+    remote.add_argument("-v", "--verbose", action="store_true", help="list: show the URLs")
+    remote.add_argument(
+        "--keep-last", type=_count, metavar="N", help="gc: keep N newest per session"
+    )
+    remote.add_argument("--max-age", metavar="DURATION", help="gc: drop older than e.g. 30d")
+    remote.add_argument("--max-bytes", metavar="SIZE", help="gc: keep the newest that fit, e.g. 5G")
+    remote.add_argument(
+        "--grace", metavar="DURATION", default="1h",
+        help="gc: delete nothing younger (default: 1h; the same on every machine)",
+    )  # fmt: skip
+    remote.add_argument("--dry-run", action="store_true", help="gc: count, delete nothing")
+
+    push = command(
+        "push",
+        "send snapshots and the objects they need to a remote",
+        "Upload REFs of this session (default: every snapshot of the session the remote "
+        "lacks) with every object they need that the remote lacks, then list them in the "
+        "session's ref on the remote. NAME may be left out when one remote is set, or "
+        "one is called origin. Any number of machines may push to one remote at once.",
+        "examples: worksnap push\n"
+        "          worksnap push origin --session agent-7\n"
+        "          worksnap push origin latest step:3",
+    )
+    push.add_argument(
+        "words", nargs="*", metavar="[NAME] REF",
+        help="the remote, then refs (an id, a prefix, latest, latest~N, step:N)",
+    )  # fmt: skip
+    pull = command(
+        "pull",
+        "bring a remote's snapshots and their objects into this store",
+        "Download this session's snapshots the store lacks (or the ids given) with the "
+        "objects they need, checking everything. The tree is not touched: then `list`, "
+        "`plan`, `restore` and `rewind` work on them as on local ones, restoring into "
+        "this store's root (the pushing machine's root is not kept as a binding).",
+        "examples: worksnap pull\n"
+        "          worksnap pull origin --session agent-7 && worksnap rewind 3\n"
+        "          worksnap pull origin 3f2a9c",
+    )
+    pull.add_argument(
+        "words", nargs="*", metavar="[NAME] ID",
+        help="the remote, then snapshot ids on it (or unique prefixes of 4+ characters)",
+    )  # fmt: skip
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
+# -- remotes by name ----------------------------------------------------------------
+
+
+def _pick(config: Config, words: list[str], command: str) -> tuple[str, list[str]]:
+    """The remote a command names (its first word, if a remote has that name) and the rest."""
+    from worksnap.errors import InputError
+
+    names = sorted(config.remotes)
+    if words and words[0] in config.remotes:
+        return words[0], words[1:]
+    if len(names) == 1:
+        return names[0], words
+    if "origin" in config.remotes:
+        return "origin", words
+    if not names:
+        raise InputError(f"no remote is set: first worksnap remote add NAME URL, then {command}")
+    raise InputError(
+        f"{plural(len(names), 'remote')} are set ({', '.join(names)}): "
+        f"name one, e.g. worksnap {command} {names[0]}"
+    )
+
+
+def _named(config: Config, name: str) -> str:
+    """The URL of the remote `name`."""
+    from worksnap.errors import InputError
+
+    if name not in config.remotes:
+        shown = ", ".join(sorted(config.remotes)) or "none; add one: worksnap remote add NAME URL"
+        raise InputError(f"no remote {name!r} (remotes: {shown})")
+    return config.remotes[name].url
+
+
+def _open(ws: Workspace, url: str, *, create: bool) -> Repository:
+    from worksnap.remote import open_transport
+    from worksnap.remote.repository import Repository
+
+    cache = ws.store.paths.remote_cache
+    return Repository.open(open_transport(url), cache=cache, create=create)
+
+
+@contextmanager
+def _progress(args: argparse.Namespace, verb: str) -> Iterator[Callable[[int, int], None]]:
+    """Progress of a transfer, bytes and objects, on a terminal."""
+    shown = sys.stderr.isatty() and not args.json
+
+    def report(sent: int, objects: int) -> None:
+        if shown:
+            PROGRESS.show(f"{verb} {human_bytes(sent)}, {plural(objects, 'object')}")
+
+    try:
+        yield report
+    finally:
+        PROGRESS.clear()
+
+
+# -- remote add | list | remove | gc -------------------------------------------------------
+
+
+def cmd_remote(args: argparse.Namespace) -> int:
+    """`remote add|list|remove|gc`."""
+    from worksnap.errors import InputError
+
+    action = args.action
+    if action == "list":
+        if args.name is not None:
+            raise InputError("remote list takes no name")
+        return _list(args)
+    if args.name is None:
+        raise InputError(f"remote {action} needs a NAME")
+    if action == "add":
+        if args.url is None:
+            raise InputError(
+                "remote add needs a NAME and a URL (s3://bucket/prefix or file:///path)"
+            )
+        return _add(args)
+    if args.url is not None:
+        raise InputError(f"remote {action} takes a NAME only")
+    return _remove(args) if action == "remove" else _gc(args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    with open_workspace(args) as ws:
+        remotes = ws.config().remotes
+    if args.json:
+        emit_json({"remotes": [{"name": n, "url": remotes[n].url} for n in sorted(remotes)]})
+    elif args.verbose:
+        say(*(f"{n}\t{remotes[n].url}" for n in sorted(remotes)))
+    else:
+        say(*sorted(remotes))
+    return 0
+
+
+def _add(args: argparse.Namespace) -> int:
+    from worksnap.config import add_remote, check_remote_name
+    from worksnap.errors import InputError
+    from worksnap.lock import Locks
+    from worksnap.remote import open_transport
+    from worksnap.remote.repository import Repository
+
+    name, url = args.name, args.url
+    check_remote_name(name)
+    with open_workspace(args) as ws:
+        if name in ws.config().remotes:
+            raise InputError(f"remote {name} exists already ({ws.config().remotes[name].url})")
+        transport = open_transport(url)  # refuses a URL with a credential in it
+        repo = Repository.add(transport, cache=ws.store.paths.remote_cache)
+        ws.store.bind(ws.root)
+        with Locks(ws.store.files).exclusive("remote add"):
+            add_remote(ws.store.files, name, transport.url)
+    if args.json:
+        emit_json({"name": name, "url": transport.url, "repository": repo.config.id})
+    else:
+        say(f"remote {name}: {transport.url} (conditional writes checked)")
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    from worksnap.config import remove_remote
+    from worksnap.lock import Locks
+
+    with open_workspace(args) as ws:
+        ws.store.bind(ws.root)
+        with Locks(ws.store.files).exclusive("remote remove"):
+            remove_remote(ws.store.files, args.name)
+    if args.json:
+        emit_json({"name": args.name, "removed": True})
+    else:
+        say(f"remote {args.name} removed (nothing on it was touched)")
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from worksnap.config import Retention, parse_duration
+    from worksnap.remote.gc import collect
+
+    policy = Retention(keep_last=args.keep_last, max_age=args.max_age, max_bytes=args.max_bytes)
+    policy.check()
+    grace = parse_duration(args.grace)
+    with open_workspace(args) as ws:
+        name = args.name
+        url = _named(ws.config(), name)
+        repo = _open(ws, url, create=False)
+        pins = set(ws.pinned())
+    result = collect(repo, retention=policy, keep=pins, grace=grace, dry_run=args.dry_run)
+    if args.json:
+        emit_json(gc_view(name, url, result, dry_run=args.dry_run))
+    else:
+        would = "would drop" if args.dry_run else "dropped"
+        say(
+            f"{name}: {would} {plural(len(result.forgotten), 'snapshot')}, "
+            f"{'would delete' if args.dry_run else 'deleted'} "
+            f"{plural(result.deleted_packs, 'pack')} ({human_bytes(result.deleted_bytes)}) and "
+            f"{plural(result.deleted_records, 'unlisted record')}; "
+            f"{plural(result.condemned, 'pack')} condemned, {result.kept_packs} kept"
+        )
+    return 0
+
+
+def gc_view(name: str, url: str, result: GcResult, *, dry_run: bool) -> View:
+    """`remote gc --json`."""
+    return {
+        "remote": name,
+        "url": url,
+        "dry_run": dry_run,
+        "forgotten": result.forgotten,
+        "kept_packs": result.kept_packs,
+        "condemned": result.condemned,
+        "deleted_packs": result.deleted_packs,
+        "deleted_bytes": result.deleted_bytes,
+        "deleted_records": result.deleted_records,
+    }
+
+
+# -- push | pull ---------------------------------------------------------------------
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    """`push [NAME] [REF...]`."""
+    from worksnap.lock import Locks
+    from worksnap.remote.local import StoreSide
+    from worksnap.remote.sync import push
+
+    with open_workspace(args) as ws:
+        name, refs = _pick(ws.config(), args.words, "push")
+        url = ws.config().remotes[name].url
+        if ws.store.exists() and ws.store.legacy_ids():
+            ws.upgrade()  # a format 1 store's snapshots have no records to push yet
+        ids = [ws.resolve(r) for r in refs] if refs else None
+        repo = _open(ws, url, create=True)
+        with _progress(args, "pushed") as progress:
+            if not ws.store.exists():
+                from worksnap.remote.sync import Result
+
+                result = Result()
+            else:
+                with Locks(ws.store.files).shared("push"):
+                    side = StoreSide(ws.store, ws.root)
+                    result = push(side, repo, ws.session, ids=ids, progress=progress)
+    _render(args, "push", name, url, result)
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    """`pull [NAME] [ID...]`."""
+    from worksnap.lock import Locks
+    from worksnap.remote.local import StoreSide
+    from worksnap.remote.sync import pull
+
+    with open_workspace(args) as ws:
+        name, words = _pick(ws.config(), args.words, "pull")
+        url = ws.config().remotes[name].url
+        repo = _open(ws, url, create=False)
+        ids = _remote_ids(repo, ws.session, words) if words else None
+        if ws.store.exists() and ws.store.legacy_ids():
+            ws.upgrade()  # records are saved beside records only
+        ws.store.bind(ws.root)
+        with _progress(args, "pulled") as progress, Locks(ws.store.files).exclusive("pull"):
+            result = pull(
+                StoreSide(ws.store, ws.root), repo, ws.session, ids=ids, progress=progress
+            )
+    _render(args, "pull", name, url, result)
+    return 0
+
+
+def _remote_ids(repo: Repository, session: str, words: list[str]) -> list[str]:
+    """The ids on the remote's session that `words` name (full ids or unique prefixes)."""
+    from worksnap.errors import InputError
+
+    ref, _ = repo.get_ref(session)
+    listed = sorted(s.id for s in ref.snapshots) if ref is not None else []
+    found = []
+    for word in words:
+        matches = [i for i in listed if i.startswith(word)] if len(word) >= 4 else []
+        if len(matches) != 1:
+            what = "more than one snapshot" if matches else "no snapshot"
+            raise InputError(
+                f"{word!r} names {what} of session {session!r} on {repo.url} "
+                "(pull takes snapshot ids or unique prefixes of 4+ characters)"
+            )
+        found.append(matches[0])
+    return found
+
+
+def transfer_view(command: str, name: str, url: str, session: str, result: Result) -> View:
+    """`push --json` and `pull --json`: what moved."""
+    return {
+        "command": command,
+        "remote": name,
+        "url": url,
+        "session": session,
+        "snapshots": result.snapshots,
+        "objects": result.objects,
+        "bytes": result.bytes,
+        "new_packs": result.packs,
+    }
+
+
+def _render(args: argparse.Namespace, command: str, name: str, url: str, result: Result) -> None:
+    session = args.session
+    if args.json:
+        emit_json(transfer_view(command, name, url, session, result))
+        return
+    if not result.snapshots:
+        say(f"{name}: nothing to {command} in session {session} (up to date)")
+        return
+    verb = "pushed" if command == "push" else "pulled"
+    say(
+        f"{name}: {verb} {plural(len(result.snapshots), 'snapshot')} of session {session} "
+        f"({plural(result.objects, 'object')}, {human_bytes(result.bytes)})"
+    )
+
+
+# -- verify --remote -----------------------------------------------------------------
+
+
+def cmd_verify_remote(args: argparse.Namespace) -> int:
+    """`verify --remote NAME`: every snapshot listed on the remote can be pulled whole."""
+    from worksnap.errors import InputError
+    from worksnap.remote.gc import verify
+
+    if args.ref is not None:
+        raise InputError("verify --remote checks every snapshot on the remote; it takes no ref")
+    with open_workspace(args) as ws:
+        name = args.remote
+        url = _named(ws.config(), name)
+        repo = _open(ws, url, create=False)
+    report = verify(repo)
+    if args.json:
+        emit_json(verify_view(name, url, report))
+    else:
+        say(*report.problems)
+        if not report.problems:
+            say(
+                f"{name}: {plural(report.snapshots, 'snapshot')}, "
+                f"{plural(report.objects, 'object')} in {plural(report.packs, 'pack')}: "
+                "all present and intact"
+            )
+    return 1 if report.problems else 0
+
+
+def verify_view(name: str, url: str, report: VerifyReport) -> View:
+    """`verify --remote --json`."""
+    return {
+        "remote": name,
+        "url": url,
+        "problems": report.problems,
+        "snapshots": report.snapshots,
+        "objects": report.objects,
+        "checked_packs": report.packs,
+    }

@@ -1,0 +1,390 @@
+"""`worksnap remote`, `push`, `pull` and `verify --remote` as real processes, on file:// and moto.
+
+Each test drives the command line a user types (`python -m worksnap`), with the
+remote's credentials in the environment as a user would set them. Kills are real
+SIGKILLs of a pushing process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from worksnap.remote import open_transport
+
+from .conftest import tree_state, write
+from .s3server import MotoServer
+
+BUCKET = "worksnap-cli"
+
+for _name in [n for n in os.environ if n.startswith("AWS_")]:
+    os.environ.pop(_name, None)
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[MotoServer]:
+    server = MotoServer()
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+@dataclass
+class Remote:
+    """One empty remote: its URL and the environment that reaches it."""
+
+    url: str
+    env: dict[str, str]
+
+    def keys(self, prefix: str) -> set[str]:
+        return {e.key for e in open_transport(self.url, environ=self.env).list_keys(prefix)}
+
+
+@pytest.fixture(params=["file", "s3"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
+    if request.param == "file":
+        (tmp_path / "remote").mkdir()
+        return Remote(f"file://{tmp_path}/remote", {})
+    server: MotoServer = request.getfixturevalue("moto")
+    return Remote(f"s3://{BUCKET}/c-{secrets.token_hex(6)}", server.environ())
+
+
+def start(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`worksnap --root ROOT ARGS...` started in a process of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "worksnap", "--root", str(root), *args],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run(
+    root: Path, *args: str, env: dict[str, str] | None = None, code: int | None = 0
+) -> subprocess.CompletedProcess[str]:
+    """Runs `worksnap --root ROOT ARGS...`; asserts its exit code (unless None)."""
+    proc = start(root, *args, env=env)
+    out, err = proc.communicate(timeout=300)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    if code is not None:
+        assert done.returncode == code, (done.returncode, out, err)
+    return done
+
+
+def doc(root: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    """The `--json` document of a command that succeeds."""
+    found = json.loads(run(root, "--json", *args, env=env).stdout)
+    assert isinstance(found, dict)
+    return found
+
+
+def project(root: Path, seed: int = 0) -> None:
+    """What a restore must keep: modes, symlinks, empty dirs, names that are not UTF-8."""
+    write(root, "src/main.py", f"print({seed})\n")
+    write(root, "src/run.sh", "#!/bin/sh\necho hi\n", mode=0o755)
+    write(root, "docs/readme.md", "read me\n" * 50)
+    write(root, b"caf\xe9/\xff-name.txt", b"not utf-8 names")
+    (root / "empty" / "deeper").mkdir(parents=True)
+    os.symlink("../src/main.py", root / "docs" / "link")
+    write(root, "big.bin", secrets.token_bytes(1_200_000))
+    for i in range(30):
+        write(root, f"many/f{i:03d}.txt", f"{seed} {i} " * 30)
+
+
+def git(cwd: Path, *args: str) -> None:
+    people = ("AUTHOR", "COMMITTER")
+    names = {f"GIT_{who}_{what}": "t" for who in people for what in ("NAME", "EMAIL")}
+    env = {**os.environ, **names, "HOME": str(cwd)}
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The single line a failing command printed (asserting there is just one, no traceback)."""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("worksnap: error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+def store_files(store: Path) -> dict[str, bytes]:
+    """Every file of a store but its lock notes and caches, by relative path."""
+    found = {}
+    for path in sorted(store.rglob("*")):
+        rel = str(path.relative_to(store))
+        if path.is_file() and not rel.startswith(("lock", "cache")):
+            found[rel] = path.read_bytes()
+    return found
+
+
+# -- the round trip ------------------------------------------------------------------
+
+
+def test_push_then_pull_into_a_fresh_clone_rewinds_byte_exact(
+    remote: Remote, tmp_path: Path
+) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    project(a)
+    git(a, "init", "-q")
+    git(a, "add", "src", "docs")
+    git(a, "commit", "-qm", "start")
+    run(a, "snapshot", "--step", "1", "--kind", "step", env=remote.env)
+    first = tree_state(a, skip=(".git",))
+    write(a, "src/main.py", "changed\n")
+    (a / "src" / "run.sh").chmod(0o700)
+    (a / "docs" / "link").unlink()
+    os.symlink("readme.md", a / "docs" / "link")
+    run(a, "snapshot", "--step", "2", "--kind", "step", env=remote.env)
+    second = tree_state(a, skip=(".git",))
+
+    added = doc(a, "remote", "add", "origin", remote.url, env=remote.env)
+    assert added["name"] == "origin" and added["url"] == remote.url
+    pushed = doc(a, "push", env=remote.env)
+    assert len(pushed["snapshots"]) == 2  # type: ignore[arg-type]
+    assert pushed["objects"] and pushed["bytes"] and pushed["new_packs"]
+    again = doc(a, "push", env=remote.env)
+    assert again["snapshots"] == [] and again["objects"] == 0
+
+    b = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(a), str(b))
+    run(b, "remote", "add", "origin", remote.url, env=remote.env)
+    listed = doc(b, "remote", "list")
+    assert listed == {"remotes": [{"name": "origin", "url": remote.url}]}
+    cloned = tree_state(b, skip=(".git",))
+    pulled = doc(b, "pull", env=remote.env)
+    assert sorted(pulled["snapshots"]) == sorted(pushed["snapshots"])  # type: ignore[type-var]
+    assert doc(b, "pull", env=remote.env)["snapshots"] == []
+    assert tree_state(b, skip=(".git",)) == cloned  # a pull never touches the tree
+    assert not (b / "big.bin").exists()
+
+    steps = json.loads(run(b, "--json", "list").stdout)
+    assert sorted(s["step"] for s in steps) == [1, 2]
+    run(b, "rewind", "1", "--yes")
+    assert tree_state(b, skip=(".git",)) == first
+    run(b, "rewind", "2", "--yes")
+    assert tree_state(b, skip=(".git",)) == second
+    out = tmp_path / "out"
+    run(b, "restore", "step:1", "--to", str(out))
+    assert tree_state(out) == first
+    assert run(b, "verify").returncode == 0
+    verified = doc(b, "verify", "--remote", "origin", env=remote.env)
+    assert verified["problems"] == [] and verified["snapshots"] == 2
+
+    # Pushed back from the clone: nothing new is listed; pulled again into a: nothing moves.
+    assert doc(b, "push", "origin", "step:1", env=remote.env)["snapshots"] == []
+    assert doc(a, "pull", env=remote.env)["snapshots"] == []
+    shown = run(a, "remote", "list", "-v").stdout
+    assert shown == f"origin\t{remote.url}\n"
+    assert run(a, "remote", "list").stdout == "origin\n"
+
+
+def test_remote_config_holds_no_credential_and_remove_forgets(
+    remote: Remote, tmp_path: Path
+) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    write(a, "f.txt", "x")
+    run(a, "remote", "add", "origin", remote.url, env=remote.env)
+    store = a / ".worksnap"
+    config = (store / "config.json").read_text()
+    assert json.loads(config)["remotes"] == {"origin": {"url": remote.url}}
+    for value in remote.env.values():
+        if len(value) > 8 and not value.startswith(("http", "/")):
+            assert value not in config
+    done = run(a, "remote", "add", "x", "s3://key:secret-value@bucket/p", code=2)
+    assert "secret-value" not in done.stderr + done.stdout
+    one_line_error(done)
+    one_line_error(run(a, "remote", "add", "origin", remote.url, env=remote.env, code=2))
+    one_line_error(run(a, "remote", "add", "latest", remote.url, env=remote.env, code=2))
+    one_line_error(run(a, "remote", "add", "ftp", "ftp://host/x", code=2))
+    run(a, "remote", "remove", "origin")
+    assert run(a, "remote", "list").stdout == ""
+    one_line_error(run(a, "push", code=2))
+    one_line_error(run(a, "remote", "remove", "origin", code=2))
+
+
+# -- concurrency and kills -----------------------------------------------------------
+
+
+def test_two_push_processes_at_once_lose_nothing(remote: Remote, tmp_path: Path) -> None:
+    roots = []
+    for i in range(2):
+        root = tmp_path / f"m{i}"
+        root.mkdir()
+        project(root, seed=i)
+        for step in range(3):
+            write(root, "src/main.py", f"{i} step {step}\n")
+            run(root, "--session", "shared", "snapshot", "--step", str(step), "--kind", "step")
+        run(root, "remote", "add", "origin", remote.url, env=remote.env)
+        roots.append(root)
+    procs = [start(r, "--session", "shared", "--json", "push", env=remote.env) for r in roots]
+    pushed: list[str] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        pushed += json.loads(out)["snapshots"]
+    assert len(pushed) == 6
+    c = tmp_path / "c"
+    c.mkdir()
+    run(c, "remote", "add", "origin", remote.url, env=remote.env)
+    pulled = doc(c, "--session", "shared", "pull", env=remote.env)
+    assert sorted(pulled["snapshots"]) == sorted(pushed)  # type: ignore[type-var]
+    assert doc(c, "verify", "--remote", "origin", env=remote.env)["problems"] == []
+    for i, root in enumerate(roots):
+        listed = json.loads(run(root, "--session", "shared", "--json", "list").stdout)
+        for snapshot in listed:
+            out = tmp_path / f"out-{snapshot['id']}"
+            run(c, "--session", "shared", "restore", snapshot["id"], "--to", str(out))
+            assert (out / "src/main.py").read_text() == f"{i} step {snapshot['step']}\n"
+
+
+def big_project(root: Path) -> None:
+    """Enough data for several 8 MiB packs (files under the 2 MiB cap)."""
+    for i in range(24):
+        write(root, f"data/{i:02d}.bin", secrets.token_bytes(1_500_000))
+
+
+def test_a_push_killed_half_way_is_completed_by_the_next(remote: Remote, tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    project(a)
+    big_project(a)
+    run(a, "snapshot", "--step", "1", "--kind", "step")
+    run(a, "remote", "add", "origin", remote.url, env=remote.env)
+    proc = start(a, "push", env=remote.env)
+    deadline = time.monotonic() + 120
+    while not remote.keys("index") and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL  # killed half-way, not after it finished
+    assert not remote.keys("refs")
+    done = doc(a, "push", env=remote.env)
+    assert len(done["snapshots"]) == 1  # type: ignore[arg-type]
+    assert doc(a, "verify", "--remote", "origin", env=remote.env)["problems"] == []
+    b = tmp_path / "b"
+    b.mkdir()
+    run(b, "remote", "add", "origin", remote.url, env=remote.env)
+    run(b, "pull", env=remote.env)
+    run(b, "rewind", "1", "--yes")
+    assert tree_state(b) == tree_state(a)
+
+
+def test_remote_gc_racing_a_push_loses_nothing(remote: Remote, tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    project(a)
+    big_project(a)
+    run(a, "snapshot", "--step", "1", "--kind", "step")
+    run(a, "remote", "add", "origin", remote.url, env=remote.env)
+    run(a, "push", env=remote.env)
+    write(a, "data/new.bin", secrets.token_bytes(1_000_000))
+    run(a, "snapshot", "--step", "2", "--kind", "step")
+    pusher = start(a, "push", env=remote.env)
+    gcs = 0
+    while pusher.poll() is None or gcs == 0:
+        # Retention keeps the newest of the session; the sweep must keep all a push needs.
+        run(a, "remote", "gc", "origin", "--keep-last", "5", env=remote.env)
+        gcs += 1
+    _, err = pusher.communicate(timeout=300)
+    assert pusher.returncode == 0, err
+    run(a, "remote", "gc", "origin", env=remote.env)
+    assert doc(a, "verify", "--remote", "origin", env=remote.env)["problems"] == []
+    b = tmp_path / "b"
+    b.mkdir()
+    run(b, "remote", "add", "origin", remote.url, env=remote.env)
+    assert len(doc(b, "pull", env=remote.env)["snapshots"]) == 2  # type: ignore[arg-type]
+    run(b, "rewind", "2", "--yes")
+    assert tree_state(b) == tree_state(a)
+
+
+# -- a damaged or hostile remote -----------------------------------------------------
+
+
+def test_a_tampered_pack_is_refused_by_pull_and_the_store_unchanged(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    url = f"file://{tmp_path}/remote"
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    project(a)
+    run(a, "snapshot", "--step", "1", "--kind", "step")
+    run(a, "remote", "add", "origin", url)
+    run(a, "push")
+    packs = sorted((tmp_path / "remote" / "data").rglob("*"))
+    pack = max((p for p in packs if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2] ^= 1
+    pack.chmod(0o644)
+    pack.write_bytes(bytes(data))
+    write(b, "own.txt", "b's own\n")
+    run(b, "snapshot")
+    run(b, "remote", "add", "origin", url)
+    before = store_files(b / ".worksnap")
+    tree = tree_state(b)
+    done = run(b, "pull", code=1)
+    assert "is damaged" in one_line_error(done)
+    assert store_files(b / ".worksnap") == before
+    assert tree_state(b) == tree
+    assert run(b, "verify", "--remote", "origin", code=1).stdout
+
+
+def test_wrong_credentials_give_one_line_and_no_secret(moto: MotoServer, tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    write(a, "f.txt", "x")
+    run(a, "snapshot")
+    url = f"s3://{BUCKET}/creds-{secrets.token_hex(4)}"
+    run(a, "remote", "add", "origin", url, env=moto.environ())
+    wrong = moto.environ(AWS_SECRET_ACCESS_KEY="not-the-secret-at-all")
+    moto.require_auth(True)
+    try:
+        done = run(a, "push", env=wrong, code=1)
+    finally:
+        moto.require_auth(False)
+    line = one_line_error(done)
+    assert "not-the-secret-at-all" not in done.stdout + done.stderr
+    assert url in line
+
+
+def test_remote_add_refuses_a_store_without_conditional_writes(tmp_path: Path) -> None:
+    server = MotoServer(ignore_conditions=True)
+    try:
+        server.create_bucket(BUCKET)
+        a = tmp_path / "a"
+        a.mkdir()
+        write(a, "f.txt", "x")
+        done = run(a, "remote", "add", "origin", f"s3://{BUCKET}/p", env=server.environ(), code=2)
+    finally:
+        server.stop()
+    assert "conditional writes" in one_line_error(done)
+    assert run(a, "remote", "list").stdout == ""
+
+
+def test_a_remote_named_on_pull_must_exist_and_ids_must_be_on_it(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    url = f"file://{tmp_path}/remote"
+    a = tmp_path / "a"
+    a.mkdir()
+    write(a, "f.txt", "x")
+    run(a, "snapshot")
+    run(a, "remote", "add", "origin", url)
+    run(a, "push")
+    one_line_error(run(a, "pull", "origin", "0000", code=2))
+    one_line_error(run(a, "remote", "gc", "elsewhere", code=2))
+    one_line_error(run(a, "verify", "--remote", "elsewhere", code=2))
+    shutil.rmtree(tmp_path / "remote")
+    one_line_error(run(a, "pull", code=1))
