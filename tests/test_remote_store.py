@@ -171,3 +171,40 @@ def test_pulling_by_name_never_overwrites_a_different_local_snapshot(
     with pytest.raises(RemoteError, match=f"{first}.*not overwritten"):
         pull(side(b), Repository.open(open_transport(url, environ=env)), "default", ids=[first])
     assert b.store.load_record(first) == before
+
+
+@pytest.mark.parametrize("where", ["cache", "cache/remote", "repository"])
+def test_a_symlink_planted_in_the_index_cache_is_never_written_through(
+    repo_url: tuple[str, dict[str, str]], tmp_path: Path, where: str
+) -> None:
+    """The index cache lives in the store: a symlink there must not carry writes outside it."""
+    from worksnap.cli import main
+
+    url, env = repo_url
+    root, elsewhere = tmp_path / "a", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    write(root, "f.txt", "x\n")
+    os.environ.update(env)
+    try:
+        assert main(["--root", str(root), "snapshot"]) == 0
+        assert main(["--root", str(root), "remote", "add", "origin", url]) == 0
+        store = root / ".worksnap"
+        repo = Repository.open(open_transport(url, environ=env))
+        target = {
+            "cache": store / "cache",
+            "cache/remote": store / "cache" / "remote",
+            "repository": store / "cache" / "remote" / repo.config.id,
+        }[where]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            import shutil
+
+            shutil.rmtree(target)
+        target.symlink_to(elsewhere)
+        assert main(["--root", str(root), "push"]) == 0
+        assert main(["--root", str(root), "verify", "--remote", "origin"]) == 0
+    finally:
+        for name in env:
+            os.environ.pop(name, None)
+    assert list(elsewhere.rglob("*")) == []

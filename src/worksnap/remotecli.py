@@ -146,8 +146,10 @@ def _open(ws: Workspace, url: str, *, create: bool) -> Repository:
     from worksnap.remote import open_transport
     from worksnap.remote.repository import Repository
 
-    cache = ws.store.paths.remote_cache
-    return Repository.open(open_transport(url), cache=cache, create=create)
+    paths = ws.store.paths
+    return Repository.open(
+        open_transport(url), cache=paths.remote_cache, trusted=paths.dir, create=create
+    )
 
 
 @contextmanager
@@ -215,7 +217,8 @@ def _add(args: argparse.Namespace) -> int:
         if name in ws.config().remotes:
             raise InputError(f"remote {name} exists already ({ws.config().remotes[name].url})")
         transport = open_transport(url)  # refuses a URL with a credential in it
-        repo = Repository.add(transport, cache=ws.store.paths.remote_cache)
+        paths = ws.store.paths
+        repo = Repository.add(transport, cache=paths.remote_cache, trusted=paths.dir)
         ws.store.bind(ws.root)
         with Locks(ws.store.files).exclusive("remote add"):
             add_remote(ws.store.files, name, transport.url)

@@ -32,7 +32,6 @@ import zstandard
 from blake3 import blake3
 
 from worksnap.errors import ManifestError, RemoteError
-from worksnap.fsio import write_atomic
 from worksnap.hash import hash_bytes
 from worksnap.paths import Digest, is_digest
 from worksnap.record import Record, check_record, decode_record, encode_record
@@ -173,21 +172,36 @@ def unpack_object(frame: bytes, location: Location, digest: str, remote: str) ->
 class Repository:
     """A repository on `transport`; `open` reads (or creates) its config first."""
 
-    def __init__(self, transport: Transport, config: Config, cache: str | None) -> None:
+    def __init__(
+        self, transport: Transport, config: Config, cache: str | None, trusted: str | None = None
+    ) -> None:
         self.transport = transport
         self.config = config
         self.url = transport.url
         self._cache = os.path.join(cache, config.id) if cache is not None else None
+        # Below `trusted` (default: the cache's parent), no folder is reached through a
+        # symlink: the cache lives in the store, whose files are never followed out of it.
+        self._trusted = trusted or (os.path.dirname(cache) if cache is not None else "")
+        self._parts = (
+            os.path.relpath(self._cache, self._trusted).split(os.sep) if self._cache else []
+        )
 
     @classmethod
     def open(
-        cls, transport: Transport, *, cache: str | None = None, create: bool = False
+        cls,
+        transport: Transport,
+        *,
+        cache: str | None = None,
+        trusted: str | None = None,
+        create: bool = False,
     ) -> Repository:
         """Opens the repository, creating its config if `create` and there is none.
 
         Args:
             transport: the remote store.
             cache: a local directory for index objects (immutable: cached by key).
+            trusted: a folder above `cache` (default: its parent) below which no folder
+                of the cache is reached through a symlink (the store's directory).
             create: write a config if there is none (two creators at once: one wins,
                 both use its config).
 
@@ -207,10 +221,13 @@ class Repository:
             fresh = Config(format=formats.FORMAT, version=formats.VERSION, id=secrets.token_hex(16))
             transport.put_if_absent(CONFIG_KEY, formats.encode_config(fresh))
             data = transport.get(CONFIG_KEY, max_bytes=formats.MAX_CONFIG_BYTES)
-        return cls(transport, formats.decode_config(data, transport.url, CONFIG_KEY), cache)
+        config = formats.decode_config(data, transport.url, CONFIG_KEY)
+        return cls(transport, config, cache, trusted)
 
     @classmethod
-    def add(cls, transport: Transport, *, cache: str | None = None) -> Repository:
+    def add(
+        cls, transport: Transport, *, cache: str | None = None, trusted: str | None = None
+    ) -> Repository:
         """What `remote add` does: probes the store's conditional writes, then opens or creates.
 
         Raises:
@@ -219,7 +236,7 @@ class Repository:
             RemoteError: the store failed, or holds something that is not a repository.
         """
         transport.probe()
-        return cls.open(transport, cache=cache, create=True)
+        return cls.open(transport, cache=cache, trusted=trusted, create=True)
 
     # -- indexes and packs --------------------------------------------------------------
 
@@ -256,15 +273,40 @@ class Repository:
                         found[digest] = index
         return found
 
-    def _cached(self, digest: str) -> PackIndex | None:
+    def _cache_dir(self, *, create: bool) -> int | None:
+        """The cache folder opened without following a symlink below `trusted` (None: none)."""
         if self._cache is None:
+            return None
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self._trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            for part in self._parts:
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                inner = os.open(part, flags, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+        except OSError:
+            os.close(fd)
+            return None  # a symlink, a file or a FIFO where a folder should be: no cache
+        return fd
+
+    def _cached(self, digest: str) -> PackIndex | None:
+        folder = self._cache_dir(create=False)
+        if folder is None:
             return None
         # Never through a symlink, never waiting on a FIFO: anything odd is fetched again.
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(os.path.join(self._cache, digest), flags)
+            fd = os.open(digest, flags, dir_fd=folder)
         except OSError:
             return None
+        finally:
+            os.close(folder)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
@@ -295,10 +337,25 @@ class Repository:
         return index
 
     def _remember(self, digest: str, data: bytes) -> None:
-        if self._cache is not None:
-            with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
-                os.makedirs(self._cache, exist_ok=True)
-                write_atomic(os.path.join(self._cache, digest), data)
+        folder = self._cache_dir(create=True)
+        if folder is None:
+            return
+        # A cache that cannot be written is no cache; a torn copy fails its digest check.
+        part = f"{digest}.{secrets.token_hex(4)}.partial"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(part, flags, 0o644, dir_fd=folder)
+            try:
+                with open(fd, "wb", closefd=False) as f:
+                    f.write(data)
+            finally:
+                os.close(fd)
+            os.replace(part, digest, src_dir_fd=folder, dst_dir_fd=folder)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(part, dir_fd=folder)
+        finally:
+            os.close(folder)
 
     def put_pack(self, builder: PackBuilder) -> tuple[str, PackIndex]:
         """Writes a pack, then its index (a pack without an index is invisible, and swept).
