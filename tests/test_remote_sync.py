@@ -860,3 +860,59 @@ def test_a_fifo_or_symlink_planted_in_a_directory_remote_is_refused(
     assert local_state(b) == before
     assert any(f"pack {index.pack}" in p or "symlink" in p or "regular" in p
                for p in verify(remote.repo()).problems)  # fmt: skip
+
+
+GC_STEPS = int(os.environ.get("WORKSNAP_REMOTE_GC_STEPS", "12"))
+GC_SEED = int(os.environ.get("WORKSNAP_REMOTE_GC_SEED", "1"))
+
+
+def stopped(at: float) -> Callable[[], float]:
+    """A clock that always says `at`."""
+    return lambda: at
+
+
+def test_a_dry_run_gc_predicts_the_gc_that_follows(remote: Remote, tmp_path: Path) -> None:
+    """`remote gc --dry-run` counts what it would do; the real gc run next at the same time does it.
+
+    Seeded random histories of pushes, dead pushes (their ref never written), edits and
+    gcs with random retention, on a clock that jumps by grace periods; each real gc is
+    preceded by a dry run with the same arguments, whose counts must be the gc's own.
+    `WORKSNAP_REMOTE_GC_STEPS` (default 12) and `WORKSNAP_REMOTE_GC_SEED` set the run.
+    """
+    import random
+    import time
+
+    from worksnap.config import Retention
+    from worksnap.remote.repository import GRACE
+
+    rng = random.Random(GC_SEED)
+    m = machine(tmp_path, "m")
+    clock = time.time()
+    compared = 0
+    for step in range(GC_STEPS):
+        action = rng.choice(["push", "push", "dead", "gc", "gc"])
+        if action != "gc":
+            for i in rng.sample(range(40), rng.randrange(1, 4)):
+                write(m.root, f"many/f{i:03d}.txt", f"{step} {rng.random()}\n")
+            if rng.random() < 0.3:
+                write(m.root, f"big-{step}.bin", secrets.token_bytes(200_000))
+            m.snap(kind="step", step=step)
+            if action == "push":
+                push(m.local, remote.repo(), "default", pack_bytes=64 << 10)
+            else:
+                leave_a_dead_push(remote, m)
+            continue
+        clock += rng.choice([0.0, GRACE / 2, 2 * GRACE])
+        policy = Retention(keep_last=rng.choice([None, 1, 2, 3]))
+        now = stopped(clock)
+        before = sorted(e.key for e in remote.transport().list_keys())
+        guess = collect(remote.repo(), retention=policy, now=now, dry_run=True)
+        assert sorted(e.key for e in remote.transport().list_keys()) == before  # wrote nothing
+        done = collect(remote.repo(), retention=policy, now=now)
+        assert guess == done, (step, policy)
+        compared += 1
+    assert compared or GC_STEPS < 4
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pulled = pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, pulled.snapshots)
