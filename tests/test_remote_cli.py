@@ -27,6 +27,7 @@ from .conftest import tree_state, write
 from .s3server import MotoServer
 
 BUCKET = "worksnap-cli"
+pytestmark = pytest.mark.slow  # real processes, kill -9, concurrency
 
 for _name in [n for n in os.environ if n.startswith("AWS_")]:
     os.environ.pop(_name, None)

@@ -418,6 +418,7 @@ def verify_view(name: str, url: str, report: VerifyReport) -> View:
     return {
         "remote": name,
         "url": url,
+        "ok": not report.problems,
         "problems": report.problems,
         "snapshots": report.snapshots,
         "objects": report.objects,
