@@ -52,12 +52,15 @@ class MotoServer:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         moto_app = DomainDispatcherApplication(create_backend_app)
         lock = threading.Lock()
+        self.requests = 0
+        """Requests served so far (benchmarks count what a whole process sends)."""
 
         def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
             if ignore_conditions:
                 environ.pop("HTTP_IF_MATCH", None)
                 environ.pop("HTTP_IF_NONE_MATCH", None)
             with lock:
+                self.requests += 1
                 body = moto_app(environ, start_response)
                 try:
                     return list(body)
