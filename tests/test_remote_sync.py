@@ -905,8 +905,9 @@ def test_a_dry_run_gc_predicts_the_gc_that_follows(remote: Remote, tmp_path: Pat
         clock += rng.choice([0.0, GRACE / 2, 2 * GRACE])
         policy = Retention(keep_last=rng.choice([None, 1, 2, 3]))
         now = stopped(clock)
+        repo = remote.repo()  # creates the config on a remote not pushed to yet
         before = sorted(e.key for e in remote.transport().list_keys())
-        guess = collect(remote.repo(), retention=policy, now=now, dry_run=True)
+        guess = collect(repo, retention=policy, now=now, dry_run=True)
         assert sorted(e.key for e in remote.transport().list_keys()) == before  # wrote nothing
         done = collect(remote.repo(), retention=policy, now=now)
         assert guess == done, (step, policy)
