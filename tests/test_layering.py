@@ -61,6 +61,7 @@ LEVELS: dict[str, int] = {
     "history": 2,
     "diff": 2,
     "remote.repository": 2,
+    "remote.indexcache": 2,
     # 3: one responsibility each, built from the mechanisms
     "capture": 3,
     "catalog": 3,

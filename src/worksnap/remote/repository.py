@@ -20,10 +20,7 @@ is bounded before a byte is read, and every small object is decoded strictly (se
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +34,7 @@ from worksnap.paths import Digest, is_digest
 from worksnap.record import Record, check_record, decode_record, encode_record
 from worksnap.remote import formats
 from worksnap.remote.formats import Config, GcState, IndexEntry, Listed, PackIndex, SessionRef
+from worksnap.remote.indexcache import IndexCache
 from worksnap.remote.transport import ListEntry, Transport
 
 CONFIG_KEY = "config"
@@ -178,13 +176,7 @@ class Repository:
         self.transport = transport
         self.config = config
         self.url = transport.url
-        self._cache = os.path.join(cache, config.id) if cache is not None else None
-        # Below `trusted` (default: the cache's parent), no folder is reached through a
-        # symlink: the cache lives in the store, whose files are never followed out of it.
-        self._trusted = trusted or (os.path.dirname(cache) if cache is not None else "")
-        self._parts = (
-            os.path.relpath(self._cache, self._trusted).split(os.sep) if self._cache else []
-        )
+        self._cache = IndexCache(cache, config.id, trusted) if cache is not None else None
 
     @classmethod
     def open(
@@ -259,7 +251,8 @@ class Repository:
         found: dict[str, PackIndex] = {}
         missing = []
         for digest in wanted:
-            cached = self._cached(digest)
+            cache = self._cache
+            cached = cache.get(digest, self.url, index_key(digest)) if cache is not None else None
             if cached is None:
                 missing.append(digest)
             else:
@@ -273,52 +266,9 @@ class Repository:
                         found[digest] = index
         return found
 
-    def _cache_dir(self, *, create: bool) -> int | None:
-        """The cache folder opened without following a symlink below `trusted` (None: none)."""
-        if self._cache is None:
-            return None
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(self._trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            for part in self._parts:
-                if create:
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                inner = os.open(part, flags, dir_fd=fd)
-                os.close(fd)
-                fd = inner
-        except OSError:
-            os.close(fd)
-            return None  # a symlink, a file or a FIFO where a folder should be: no cache
-        return fd
-
-    def _cached(self, digest: str) -> PackIndex | None:
-        folder = self._cache_dir(create=False)
-        if folder is None:
-            return None
-        # Never through a symlink, never waiting on a FIFO: anything odd is fetched again.
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        try:
-            fd = os.open(digest, flags, dir_fd=folder)
-        except OSError:
-            return None
-        finally:
-            os.close(folder)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            with open(fd, "rb", closefd=False) as f:
-                data = f.read(formats.MAX_INDEX_BYTES + 1)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        if blake3(data).hexdigest() != digest:
-            return None  # a damaged cache entry is fetched again
-        return formats.decode_index(data, self.url, index_key(digest))
+    def _remember(self, digest: str, data: bytes) -> None:
+        if self._cache is not None:
+            self._cache.put(digest, data)
 
     def _fetch_index(self, digest: str) -> PackIndex | None:
         key = index_key(digest)
@@ -335,27 +285,6 @@ class Repository:
         index = formats.decode_index(data, self.url, key)
         self._remember(digest, data)
         return index
-
-    def _remember(self, digest: str, data: bytes) -> None:
-        folder = self._cache_dir(create=True)
-        if folder is None:
-            return
-        # A cache that cannot be written is no cache; a torn copy fails its digest check.
-        part = f"{digest}.{secrets.token_hex(4)}.partial"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(part, flags, 0o644, dir_fd=folder)
-            try:
-                with open(fd, "wb", closefd=False) as f:
-                    f.write(data)
-            finally:
-                os.close(fd)
-            os.replace(part, digest, src_dir_fd=folder, dst_dir_fd=folder)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(part, dir_fd=folder)
-        finally:
-            os.close(folder)
 
     def put_pack(self, builder: PackBuilder) -> tuple[str, PackIndex]:
         """Writes a pack, then its index (a pack without an index is invisible, and swept).
