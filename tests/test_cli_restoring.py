@@ -256,16 +256,45 @@ def test_restore_to_that_fails_half_way_leaves_nothing(
     ws = Workspace(root)
     ws.snapshot()
     calls = []
-    real_fsync = os.fsync
+    real_write = os.write
 
-    def failing_fsync(fd: int) -> None:
+    def failing_write(fd: int, data: bytes | memoryview) -> int:
         calls.append(fd)
         if len(calls) == 7:
             raise OSError(28, "No space left on device")
-        real_fsync(fd)
+        return real_write(fd, data)
 
-    monkeypatch.setattr(os, "fsync", failing_fsync)  # the OS boundary: a disk that fills up
+    monkeypatch.setattr(os, "write", failing_write)  # the OS boundary: a disk that fills up
     result = ws.restore_to("latest", tmp_path / "copy")
     assert not result.ok and "No space left on device" in (result.error or "")
+    assert not (tmp_path / "copy").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".worksnap-extract")] == []
+
+
+def test_restore_to_whose_final_sync_fails_publishes_nothing(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The files of `restore --to` are made durable all at once (one syncfs) before the
+    # rename that publishes them: a failure there (an I/O error in write-back) must leave
+    # no directory behind that looks restored.
+    for i in range(5):
+        write(root, f"d/f{i}.txt", f"file {i}")
+    ws = Workspace(root)
+    ws.snapshot()
+
+    def failing_sync() -> None:
+        raise OSError(5, "Input/output error")
+
+    import ctypes
+
+    class NoSyncfs:  # a C library without syncfs: sync(2) is the fallback
+        def __init__(self, name: object, use_errno: bool = False) -> None:
+            pass
+
+    monkeypatch.setattr(ctypes, "CDLL", NoSyncfs)  # the OS boundary
+    monkeypatch.setattr(os, "sync", failing_sync)
+    result = ws.restore_to("latest", tmp_path / "copy")
+    assert not result.ok and "Input/output error" in (result.error or "")
+    assert result.restored == [] and "d/f0.txt" in result.not_restored
     assert not (tmp_path / "copy").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".worksnap-extract")] == []

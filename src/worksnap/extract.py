@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from worksnap.apply import Result, apply_plan
 from worksnap.errors import InputError
-from worksnap.fsio import fsync_dir
+from worksnap.fsio import fsync_dir, sync_filesystem
 from worksnap.history import CHECKPOINT
 from worksnap.manifest import VERSION, Manifest, new_id, now_rfc3339, tree_digest
 from worksnap.paths import Root, relative_to
@@ -83,7 +83,15 @@ def extract(
     parent = os.path.dirname(final)
     temp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=parent)
     try:
-        result = apply_plan(temp, plan, read_object, progress=progress)
+        # Nothing is visible at `final` before the rename: the files need not be durable
+        # one by one, only all of them before it.
+        result = apply_plan(temp, plan, read_object, progress=progress, sync_each=False)
+        if result.ok:
+            try:
+                sync_filesystem(temp)
+            except OSError as exc:  # the last write-back failed: nothing is published
+                result.error = f"cannot make the files durable: {exc.strerror or exc}"
+                result.not_restored, result.restored = result.restored, []
         if result.ok:
             umask = os.umask(0)
             os.umask(umask)
