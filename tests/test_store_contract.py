@@ -213,7 +213,9 @@ def test_sweep_keeps_what_is_live_and_says_what_it_freed(store: Store) -> None:
         store.add(hash_bytes(blob), blob)
     store.flush()
     store.sync()
-    assert store.sweep({hash_bytes(live)}) == (2, len(dead) + len(big_dead))
+    removed, freed = store.sweep({hash_bytes(live)})
+    # Bytes as stored: a store may compress (the large object is stored as it is).
+    assert removed == 2 and len(big_dead) < freed <= len(dead) + len(big_dead) + 64
     assert set(store.digests()) == {hash_bytes(live)}
     assert store.read(hash_bytes(live)) == live
     assert not store.has(hash_bytes(dead))
