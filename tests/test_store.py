@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.manifest import encode_manifest
+from worksnap.packcodec import MAX_CHAIN
 
 
 def test_objects_stored_once_and_read_back_across_instances(tmp_path: Path) -> None:
@@ -158,3 +160,58 @@ def test_rebind_rewrites_records_and_leaves_misfiled_ones(root: Path, tmp_path: 
         assert record["root"] == str(moved)
         assert Workspace(moved).load(snap.id).root == str(moved)
     assert (moved / misfiled.relative_to(root)).read_bytes() == misfiled_before
+
+
+# -- packs of version 2: frames against a base ---------------------------------------
+
+
+def _versions(count: int) -> list[bytes]:
+    versions = [os.urandom(4000)]
+    for i in range(count - 1):
+        versions.append(versions[-1][:2000] + f"edit {i}\n".encode() + versions[-1][2000:])
+    return versions
+
+
+def test_a_version_stored_against_the_last_costs_what_changed(tmp_path: Path) -> None:
+    store = DiskStore(str(tmp_path / "s"))
+    store.create()
+    versions = _versions(MAX_CHAIN + 5)
+    store.add(hash_bytes(versions[0]), versions[0])
+    for before, after in itertools.pairwise(versions):
+        store.add(hash_bytes(after), after, base=hash_bytes(before))
+    store.flush()
+    index = store._load_index()
+    stored = sum(index[hash_bytes(v)].stored for v in versions)
+    # Random bytes do not compress: alone, each version would take 4 KB.
+    assert stored < 4000 * 4
+    chains = [index[hash_bytes(v)].base for v in versions]
+    assert chains[0] is None and chains.count(None) == 2  # cut once it reached MAX_CHAIN
+    fresh = DiskStore(str(tmp_path / "s"))  # nothing remembered: every chain from disk
+    assert [fresh.read(hash_bytes(v)) for v in versions] == versions
+
+
+def test_a_raw_store_is_read_written_and_swept_by_the_new_code(tmp_path: Path) -> None:
+    """A store of version 1 packs (raw bytes) reads as it is, takes new packs beside them."""
+    old = [os.urandom(500) for _ in range(4)]
+    pack_dir = tmp_path / "s" / "packs"
+    store = DiskStore(str(tmp_path / "s"))
+    store.create()
+    os.unlink(store.paths.format)  # as an older worksnap created it
+    (pack_dir / "00000000000000000000000000000001.pack").write_bytes(b"".join(old))
+    records = [[hash_bytes(b), 500 * i, 500] for i, b in enumerate(old)]
+    (pack_dir / "00000000000000000000000000000001.idx").write_bytes(msgspec.msgpack.encode(records))
+    store = DiskStore(str(tmp_path / "s"))
+    assert [store.read(hash_bytes(b)) for b in old] == old
+    new = old[0][:250] + b"changed" + old[0][250:]
+    store.add(hash_bytes(new), new, base=hash_bytes(old[0]))  # a raw object as a base
+    store.flush()
+    assert store._load_index()[hash_bytes(new)].base == hash_bytes(old[0])
+    assert Path(store.paths.format).read_text() == "3\n"
+    assert store.read(hash_bytes(new)) == new
+    # gc: the base dies, the new object is stored alone; the raw pack is rewritten framed.
+    store.sweep({hash_bytes(new), hash_bytes(old[1])})
+    fresh = DiskStore(str(tmp_path / "s"))
+    assert fresh.read(hash_bytes(new)) == new and fresh.read(hash_bytes(old[1])) == old[1]
+    assert all(slot.framed and slot.base is None for slot in fresh._load_index().values())
+    for digest in fresh.digests():
+        fresh.check(digest)

@@ -355,7 +355,7 @@ class Capture:
                         prefetch.start(_unhashed(self._root.path, found.files[done + 1 :], cache))
                     digest, st = self.hash_and_store(
                         rel, store_objects=store_objects, tree=tree, recent_ns=margin,
-                        base=hit[1] if hit is not None else None)  # fmt: skip
+                        base=hit[1] if hit else self.trees.previous(rel))  # fmt: skip
                     if not tick and is_coarse(st):
                         tick = COARSE_TICK_NS
                         self._caches.record_tick(tick)  # the caller captures again

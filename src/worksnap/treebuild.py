@@ -46,6 +46,7 @@ class TreeMemo:
 
     def __init__(self) -> None:
         self._dirs: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
+        self._files: dict[str, dict[str, str]] = {}  # `previous`'s lookups, per directory
         self.encoded = 0
         self.bases: dict[str, str] = {}
         """Each object the last `build` wrote: the object its directory had before (a
@@ -54,6 +55,18 @@ class TreeMemo:
     def forget(self) -> None:
         """Drops everything remembered (the next build encodes every directory)."""
         self._dirs = {}
+        self._files = {}
+
+    def previous(self, rel: str) -> str | None:
+        """The digest file `rel` had in the last build (a base for its new version), or None."""
+        parent, _, name = rel.rpartition("/")
+        names = self._files.get(parent)
+        if names is None:
+            if (hit := self._dirs.get(parent)) is None:
+                return None
+            files = (c for c in hit[0][0] if type(c) is File)
+            names = self._files[parent] = {c.name: c.digest.hex() for c in files}
+        return names.get(name)
 
     def build(
         self, flat: Flat, write: Write, *, stored: Container[str] | None
@@ -153,7 +166,7 @@ class TreeMemo:
             memo[d] = (key, Built(encoded.digest, files, size), objects)
             built[d] = memo[d][1]
             self.encoded += 1
-        self._dirs = memo
+        self._dirs, self._files = memo, {}
         return built[""].digest, loose
 
 
@@ -195,6 +208,10 @@ class CaptureTrees:
         if store_objects:
             self._built = (root, loose)
         return root
+
+    def previous(self, rel: str) -> str | None:
+        """The digest file `rel` had in the last capture's trees (see `TreeMemo.previous`)."""
+        return self.memo.previous(rel)
 
     def _add_tree(self, digest: Digest, data: bytes) -> None:
         self._store.add_tree(digest, data, base=self.memo.bases.get(digest))
