@@ -10,7 +10,7 @@ import msgspec
 import pytest
 import zstandard
 
-from tests.conftest import ZSTD_MAGIC, unpacked, write
+from tests.conftest import ZSTD_MAGIC, cli_json, unpacked, write
 from tests.legacy import downgrade
 from worksnap import Workspace
 from worksnap.cli import main
@@ -215,3 +215,42 @@ def test_a_raw_store_is_read_written_and_swept_by_the_new_code(tmp_path: Path) -
     assert all(slot.framed and slot.base is None for slot in fresh._load_index().values())
     for digest in fresh.digests():
         fresh.check(digest)
+
+
+def _to_raw_packs(store_dir: Path) -> None:
+    """Rewrites every pack as an older worksnap wrote it: raw bytes, [[hex, offset, size]]."""
+    objects = {d: DiskStore(str(store_dir)).read(d) for d in DiskStore(str(store_dir)).indexed()}
+    for path in (store_dir / "packs").iterdir():
+        path.unlink()
+    (store_dir / "format").unlink()
+    data = b"".join(objects.values())
+    records, offset = [], 0
+    for digest, blob in objects.items():
+        records.append([digest, offset, len(blob)])
+        offset += len(blob)
+    (store_dir / "packs" / "0000000000000001.pack").write_bytes(data)
+    (store_dir / "packs" / "0000000000000001.idx").write_bytes(msgspec.msgpack.encode(records))
+
+
+def test_an_old_store_of_raw_packs_works_with_the_new_code(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "first\n" * 100)
+    write(root, "src/b.txt", "bee\n")
+    first = cli_json(capsys, root, "snapshot")["id"]  # type: ignore[index]
+    _to_raw_packs(root / ".worksnap")
+    assert all(not s.framed for s in DiskStore(str(root / ".worksnap"))._load_index().values())
+    assert main(["--root", str(root), "verify"]) == 0
+    write(root, "a.txt", "first\n" * 100 + "second\n")
+    capsys.readouterr()
+    second = cli_json(capsys, root, "snapshot")["id"]  # type: ignore[index]
+    assert main(["--root", str(root), "verify"]) == 0
+    assert main(["--root", str(root), "restore", first, "--yes"]) == 0
+    assert (root / "a.txt").read_text() == "first\n" * 100
+    assert main(["--root", str(root), "restore", second, "--yes"]) == 0
+    assert (root / "a.txt").read_text() == "first\n" * 100 + "second\n"
+    assert main(["--root", str(root), "gc", "--keep-last", "1"]) == 0
+    assert main(["--root", str(root), "verify"]) == 0
+    slots = DiskStore(str(root / ".worksnap"))._load_index().values()
+    assert {s.framed for s in slots} == {True, False}  # both versions, side by side
+    capsys.readouterr()
