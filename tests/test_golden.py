@@ -483,8 +483,8 @@ def describe_store(store: Path, normalise: Normaliser) -> str:
             tag, version, records = msgspec.msgpack.decode(raw)
             lines.append(f"{tag} {version}")
             lines.extend(
-                f"{digest.hex()} {offset} {stored} {size} {base.hex() if base else '-'}"
-                for digest, offset, stored, size, base in records
+                f"{digest.hex()} {stored} {size} {base.hex() if base else '-'}"
+                for digest, stored, size, base in records
             )
         else:
             lines.append(normalise(raw.decode("utf-8", "backslashreplace")).rstrip("\n"))

@@ -29,6 +29,7 @@ from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.manifest import Summary
 from worksnap.packcodec import (
     MAX_CHAIN,
+    Finder,
     PackWriter,
     Recent,
     Slot,
@@ -94,8 +95,6 @@ class DiskStore(FormatOneFiles):
         self.files.fsync(self.dir)  # the new directories survive a crash with what goes in them
         if self.files.lstat(paths.gitignore) is None:
             self.files.write(paths.gitignore, b"*\n")
-        if self.files.lstat(paths.format) is None:
-            self.files.write(paths.format, f"{STORE_FORMAT}\n".encode())
 
     def exists(self) -> bool:
         """True when a store has been created here."""
@@ -166,6 +165,7 @@ class DiskStore(FormatOneFiles):
                 if kind == "index":
                     index.update(self._read_index(pack_name, damaged))
             self._index, self._damaged = index, damaged
+            self._find = Finder(index)
             self._recent.clear()
         return self._index
 
@@ -255,16 +255,16 @@ class DiskStore(FormatOneFiles):
         if self._writer is None:
             self._writer = PackWriter(self.files)
         index[digest] = self._writer.append(digest, frame, len(data), base if used else None)
+        self._find.added(digest)
         self._recent.put(digest, data)
         return True
 
     def _base_bytes(self, digest: str, base: str | None) -> bytes | None:
         """The bytes of `base` if a new object may stand on it: packed, sound, chain short."""
-        index = self._load_index()
-        if base is None or base == digest or base not in index:
+        if base is None or base == digest or base not in self._load_index():
             return None
         # Not on a damaged base (verify's to report) nor at the end of a full chain.
-        return self._readable(base) if depth(base, index.get) < MAX_CHAIN else None
+        return self._readable(base) if depth(base, self._find) < MAX_CHAIN else None
 
     def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
         """Stores a large file by streaming it; True when it was new.
@@ -319,10 +319,9 @@ class DiskStore(FormatOneFiles):
             os.fsync(writer.fd)
             # The index is written last: a pack without one is invisible, and swept
             # once its writer is gone.
-            if not self._format_known:
-                self._format_known = self.files.lstat(self.paths.format) is not None
-                if not self._format_known:
-                    self.files.write(self.paths.format, f"{STORE_FORMAT}\n".encode())
+            if not self._format_known and self.files.lstat(self.paths.format) is None:
+                self.files.write(self.paths.format, f"{STORE_FORMAT}\n".encode())
+            self._format_known = True  # before the index: a store of packs says its format
             self.files.write(self.paths.pack_index(writer.name), writer.index())
         except BaseException:
             self.discard()
@@ -390,7 +389,7 @@ class DiskStore(FormatOneFiles):
         if not slot.framed:
             return self._stored(slot)
         try:
-            return rebuild(digest, self._load_index().get, self._stored, recent)
+            return rebuild(digest, self._find, self._stored, recent)
         except ValueError as exc:
             raise ObjectError(digest, str(exc)) from None
 
@@ -532,7 +531,8 @@ class DiskStore(FormatOneFiles):
         removed = 0
         freed = self.sweep_abandoned()
         index = self._load_index()
-        orphans = {d for d in live if (s := index.get(d)) and s.base and s.base not in live}
+        base_of = self._find.base_of
+        orphans = {d for d in live if (s := index.get(d)) and (b := base_of(s)) and b not in live}
         rewritten: list[tuple[str, list[tuple[str, Slot]]]] = []
         for name in sorted(self.files.listdir(self.paths.packs)):
             pack_name, kind = self.paths.pack_file(name)

@@ -3,7 +3,9 @@
 An object of a version 2 pack is one zstd frame of its bytes, compressed either alone
 or with another packed object's bytes as a raw-content dictionary (zstd "patch-from":
 the previous version of a file, or of a directory's tree, makes the new one cost what
-changed). Its index entry says which: [digest, offset, stored size, raw size, base].
+changed). Its index entry says which: [digest, stored size, raw size, base], the base
+named by the first 16 bytes of its digest (an index entry costs 58 bytes instead of 76:
+the index was half of what a session step stored).
 
 Reading is bounded and checked: the base chain is walked through the index first
 (depth, cycle, missing or unpacked base: refused before anything is decompressed), a
@@ -14,6 +16,7 @@ to back, index [[hex digest, offset, size], ...]) are read as they are.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections import OrderedDict
 from collections.abc import Callable
@@ -43,9 +46,15 @@ MAX_FRAME = SMALL + 64 * 1024
 
 _V2_START = b"\x93\xa6" + PACK_TAG.encode()  # msgpack: an array of 3, then the tag
 _v1_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
-_v2_decoder = msgspec.msgpack.Decoder(
-    tuple[str, int, list[tuple[bytes, int, int, int, bytes | None]]]
-)
+_v2_decoder = msgspec.msgpack.Decoder(tuple[str, int, list[tuple[bytes, int, int, bytes | None]]])
+
+BASE_PREFIX = 16
+"""Bytes of a base's digest an index entry keeps: two digests sharing 16 bytes take 2**64
+BLAKE3 evaluations to find, and a prefix naming two objects is refused, never guessed."""
+
+Lookup = Callable[[str], "tuple[str, Slot] | None"]
+"""Finds a packed object by its digest or by a base's prefix (hex): (its digest, its slot).
+Raises ValueError when a prefix names more than one object."""
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -57,7 +66,8 @@ class Slot(NamedTuple):
         offset: where its stored bytes start in the pack.
         stored: how many bytes it takes there.
         raw: its size once rebuilt (its digest is BLAKE3 of those bytes).
-        base: the digest of the object its frame was compressed against, or None.
+        base: the object its frame was compressed against (its digest, or the hex of its
+            first `BASE_PREFIX` bytes as an index names it), or None.
         framed: a zstd frame (version 2) or the raw bytes (version 1).
     """
 
@@ -104,17 +114,18 @@ def decode_index(data: bytes, pack_name: str) -> list[tuple[str, Slot]]:
     if tag != PACK_TAG or version != PACK_VERSION:
         raise ValueError(f"is of pack version {version}: install a newer worksnap to read it")
     out: list[tuple[str, Slot]] = []
-    for digest, offset, stored, raw, base in entries:
+    offset = 0  # frames are back to back from the start of the pack
+    for digest, stored, raw, base in entries:
         if (
             len(digest) != 32
-            or (base is not None and (len(base) != 32 or base == digest))
-            or offset < 0
+            or (base is not None and (len(base) != BASE_PREFIX or digest.startswith(base)))
             or not 0 < stored <= MAX_FRAME
             or not 0 <= raw < SMALL
         ):
-            raise ValueError("holds an entry that is not [digest, offset, stored, raw, base]")
+            raise ValueError("holds an entry that is not [digest, stored, raw, base]")
         based = None if base is None else base.hex()
         out.append((digest.hex(), Slot(pack_name, offset, stored, raw, based, framed=True)))
+        offset += stored
     return out
 
 
@@ -123,10 +134,9 @@ def encode_index(entries: list[tuple[str, Slot]]) -> bytes:
     rows = [
         (
             bytes.fromhex(d),
-            s.offset,
             s.stored,
             s.raw,
-            None if s.base is None else bytes.fromhex(s.base),
+            None if s.base is None else bytes.fromhex(s.base)[:BASE_PREFIX],
         )
         for d, s in entries
     ]
@@ -183,38 +193,86 @@ def decompress(frame: bytes, raw: int, base: bytes | None) -> bytes:
     return out
 
 
-def chain(digest: str, lookup: Callable[[str], Slot | None]) -> list[tuple[str, Slot]]:
+def chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
     """The objects to rebuild `digest` from, deepest base first, `digest` last.
 
     Checked through the index alone, before any frame is read.
 
     Raises:
         ValueError: the object is not packed, or its chain has a missing base, a base
-            that is not packed, a cycle, or more than `MAX_CHAIN` bases.
+            that is not packed, a cycle, more than `MAX_CHAIN` bases, or a base prefix
+            that names more than one object.
     """
     out: list[tuple[str, Slot]] = []
     seen: set[str] = set()
-    current: str | None = digest
-    while current is not None:
-        slot = lookup(current)
-        if slot is None:
-            if current == digest:
+    key: str | None = digest
+    while key is not None:
+        found = lookup(key)
+        if found is None:
+            if key == digest:
                 raise ValueError("missing from the store")
-            raise ValueError(f"its base {current} is not a packed object of the store")
+            raise ValueError(f"its base {key} is not a packed object of the store")
+        current, slot = found
         if current in seen:
             raise ValueError(f"its base chain has a cycle (through {current})")
         if len(out) > MAX_CHAIN:
             raise ValueError(f"its base chain is longer than {MAX_CHAIN}")
         seen.add(current)
         out.append((current, slot))
-        current = slot.base
+        key = slot.base
     out.reverse()
     return out
 
 
+class Finder:
+    """Finds packed objects by digest, or by the prefix an index entry names its base by.
+
+    The digests are sorted once, when a prefix is first asked for (47k digests: 8 ms);
+    objects added after that are remembered beside them.
+    """
+
+    def __init__(self, index: dict[str, Slot]) -> None:
+        self._index = index
+        self._sorted: list[str] | None = None
+        self._added: dict[str, list[str]] = {}
+
+    def added(self, digest: str) -> None:
+        """Takes note of an object added to the index since it was loaded."""
+        if self._sorted is not None:
+            self._added.setdefault(digest[: 2 * BASE_PREFIX], []).append(digest)
+
+    def __call__(self, key: str) -> tuple[str, Slot] | None:
+        """(digest, slot) of the object `key` names; None if none is packed.
+
+        Raises:
+            ValueError: `key` is a prefix that names more than one packed object.
+        """
+        if len(key) != 2 * BASE_PREFIX:
+            slot = self._index.get(key)
+            return None if slot is None else (key, slot)
+        if self._sorted is None:
+            self._sorted = sorted(self._index)
+        found = set(self._added.get(key, ()))
+        at = bisect.bisect_left(self._sorted, key)
+        while at < len(self._sorted) and self._sorted[at].startswith(key):
+            found.add(self._sorted[at])
+            at += 1
+        if len(found) > 1:
+            raise ValueError(f"its base prefix {key} names more than one object")
+        return (digest := found.pop(), self._index[digest]) if found else None
+
+    def base_of(self, slot: Slot) -> str | None:
+        """The digest of the base `slot` names (None: it has none, or none can be found)."""
+        try:
+            found = self(slot.base) if slot.base is not None else None
+        except ValueError:
+            return None
+        return None if found is None else found[0]
+
+
 def rebuild(
     digest: str,
-    lookup: Callable[[str], Slot | None],
+    lookup: Lookup,
     stored: Callable[[Slot], bytes],
     recent: Recent,
 ) -> bytes:
@@ -251,7 +309,7 @@ def rebuild(
     return data
 
 
-def depth(digest: str, lookup: Callable[[str], Slot | None]) -> int:
+def depth(digest: str, lookup: Lookup) -> int:
     """How many bases `digest` stands on; `MAX_CHAIN` + 1 when its chain cannot be read."""
     try:
         return len(chain(digest, lookup)) - 1
