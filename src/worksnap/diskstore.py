@@ -35,10 +35,10 @@ from worksnap.packcodec import (
     Slot,
     compress,
     decode_index,
-    depth,
     format_problem,
     moved,
     rebuild,
+    sound_chain,
 )
 from worksnap.paths import Digest, is_digest
 from worksnap.record import Record, decode_record, encode_record, summary_of
@@ -251,7 +251,8 @@ class DiskStore(FormatOneFiles):
         if len(data) >= SMALL:
             self.files.write(self._loose_path(digest), data)
             return True
-        frame, used = compress(data, self._base_bytes(digest, base))
+        base, base_data = self._base_for(digest, base)
+        frame, used = compress(data, base_data)
         if self._writer is None:
             self._writer = PackWriter(self.files)
         index[digest] = self._writer.append(digest, frame, len(data), base if used else None)
@@ -259,12 +260,14 @@ class DiskStore(FormatOneFiles):
         self._recent.put(digest, data)
         return True
 
-    def _base_bytes(self, digest: str, base: str | None) -> bytes | None:
-        """The bytes of `base` if a new object may stand on it: packed, sound, chain short."""
-        if base is None or base == digest or base not in self._load_index():
-            return None
-        # Not on a damaged base (verify's to report) nor at the end of a full chain.
-        return self._readable(base) if depth(base, self._find) < MAX_CHAIN else None
+    def _base_for(self, digest: str, base: str | None) -> tuple[str | None, bytes | None]:
+        """The base a new object stands on and its checked bytes (None: stored alone)."""
+        links = sound_chain(base, self._find) if base is not None and base != digest else []
+        if not links:
+            return None, None  # not packed, or its chain is damaged (verify's to report)
+        # At the end of a full chain, its middle: as close, and the new chain half as deep.
+        base = links[len(links) // 2][0] if len(links) > MAX_CHAIN else links[-1][0]
+        return base, self._readable(base)
 
     def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
         """Stores a large file by streaming it; True when it was new.
@@ -383,8 +386,7 @@ class DiskStore(FormatOneFiles):
         """A packed object's bytes: raw (version 1), or rebuilt from its frame and bases.
 
         Raises:
-            ObjectError: a frame is damaged, or the chain is (a base missing, loose,
-                damaged; a cycle; too deep).
+            ObjectError: a frame or the chain is damaged (a base missing, loose, a cycle).
         """
         if not slot.framed:
             return self._stored(slot)

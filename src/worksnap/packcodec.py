@@ -309,12 +309,12 @@ def rebuild(
     return data
 
 
-def depth(digest: str, lookup: Lookup) -> int:
-    """How many bases `digest` stands on; `MAX_CHAIN` + 1 when its chain cannot be read."""
+def sound_chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
+    """`chain(digest)`, or [] when `digest` is not packed or its chain is damaged."""
     try:
-        return len(chain(digest, lookup)) - 1
+        return chain(digest, lookup)
     except ValueError:
-        return MAX_CHAIN + 1
+        return []
 
 
 def moved(stored: bytes, slot: Slot, alone: bytes | None) -> tuple[bytes, int, str | None]:
