@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
@@ -147,16 +148,29 @@ def _is_hex_digest(text: str) -> bool:
     return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
+class _Codecs(threading.local):
+    """A compressor and a decompressor per thread (one must not serve two at once).
+
+    One made per object cost about 10 us each, for 45k objects in a cold snapshot.
+    """
+
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor(
+            level=LEVEL, write_checksum=False, write_content_size=True
+        )
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_codecs = _Codecs()
+
+
 def _raw_dict(base: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 
 def compress(data: bytes, base: bytes | None) -> tuple[bytes, bool]:
     """`data` as one frame; against `base` when that is smaller. Returns (frame, used base)."""
-    # A compressor per call: one instance must not be used by two threads at once.
-    alone = zstandard.ZstdCompressor(
-        level=LEVEL, write_checksum=False, write_content_size=True
-    ).compress(data)
+    alone = _codecs.compressor.compress(data)
     if base is None or not base:
         return alone, False
     delta = zstandard.ZstdCompressor(
@@ -182,7 +196,7 @@ def decompress(frame: bytes, raw: int, base: bytes | None) -> bytes:
             said = "no size" if declared < 0 else f"{declared} bytes"
             raise ValueError(f"its frame declares {said}, its index entry {raw}")
         if base is None:
-            out = zstandard.ZstdDecompressor().decompress(frame, allow_extra_data=False)
+            out = _codecs.decompressor.decompress(frame, allow_extra_data=False)
         else:
             decompressor = zstandard.ZstdDecompressor(dict_data=_raw_dict(base))
             out = decompressor.decompress(frame, allow_extra_data=False)
