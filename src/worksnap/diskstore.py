@@ -257,15 +257,15 @@ class DiskStore(FormatOneFiles):
             self._writer = PackWriter(self.files)
         index[digest] = self._writer.append(digest, frame, len(data), base if used else None)
         self._find.added(digest)
-        self._recent.put(digest, data)
+        if base is not None:  # a version of something: the next one may stand on it
+            self._recent.put(digest, data)
         return True
 
     def _base_for(self, digest: str, base: str | None) -> tuple[str | None, bytes | None]:
-        """The base a new object stands on and its checked bytes (None: stored alone)."""
+        """A new object's base (a full chain's middle: as close, and half as deep), its bytes."""
         links = sound_chain(base, self._find) if base is not None and base != digest else []
         if not links:
             return None, None  # not packed, or its chain is damaged (verify's to report)
-        # At the end of a full chain, its middle: as close, and the new chain half as deep.
         base = links[len(links) // 2][0] if len(links) > MAX_CHAIN else links[-1][0]
         return base, self._readable(base)
 
