@@ -188,6 +188,8 @@ def test_a_version_stored_against_the_last_costs_what_changed(tmp_path: Path) ->
     assert chains.count(None) == 1  # a full chain goes on from its middle
     fresh = DiskStore(str(tmp_path / "s"))  # nothing remembered: every chain from disk
     assert [fresh.read(hash_bytes(v)) for v in versions] == versions
+    fresh.close()
+    store.close()
 
 
 def test_a_raw_store_is_read_written_and_swept_by_the_new_code(tmp_path: Path) -> None:
@@ -218,6 +220,8 @@ def test_a_raw_store_is_read_written_and_swept_by_the_new_code(tmp_path: Path) -
     assert all(slot.framed and slot.base is None for slot in fresh._load_index().values())
     for digest in fresh.digests():
         fresh.check(digest)
+    fresh.close()
+    store.close()
 
 
 def _to_raw_packs(store_dir: Path) -> None:

@@ -85,6 +85,7 @@ def test_objects_against_any_bases_read_back_exactly(
             if flush:
                 store.flush()
         store.flush()
+        store.close()
         every = {hash_bytes(blob): blob for blob, _ in objects}
         fresh = DiskStore(os.path.join(tmp, "s"))
         for digest, blob in every.items():
@@ -92,8 +93,10 @@ def test_objects_against_any_bases_read_back_exactly(
             fresh.check(digest)
         live = {d for i, d in enumerate(every) if keep[i % len(keep)]}
         fresh.sweep(live)
+        fresh.close()
         after = DiskStore(os.path.join(tmp, "s"))
         assert set(after.digests()) == live
         for digest in live:
             assert after.read(digest) == every[digest]
             after.check(digest)
+        after.close()  # descriptors: a test of the suite runs with a limit of 256

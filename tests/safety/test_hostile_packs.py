@@ -25,7 +25,7 @@ from worksnap import Workspace
 from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError, StoreError
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.packcodec import MAX_CHAIN
+from worksnap.packcodec import MAX_CHAIN, Slot
 
 from .conftest import STORE, cli
 from .test_kill import SRC
@@ -43,9 +43,17 @@ def _two_versions(root: Path) -> tuple[str, str, str, str]:
         second = ws.snapshot().id
     old = hash_bytes(first_text.encode())
     new = hash_bytes((first_text + "one more line\n").encode())
-    slot = DiskStore(str(root / STORE))._load_index()[new]
+    slot = _slot(root, new)
     assert slot.base is not None and old.startswith(slot.base), "not stored against the first"
     return first, second, old, new
+
+
+def _slot(root: Path, digest: str) -> Slot:
+    store = DiskStore(str(root / STORE))
+    try:
+        return store._load_index()[digest]
+    finally:
+        store.close()  # descriptors: a test of the suite runs with a limit of 256
 
 
 def _edit_rows(root: Path, edit: Callable[[Rows], None]) -> None:
@@ -73,6 +81,7 @@ def _refused(root: Path, snapshot: str, digest: str, *words: str, named: str | N
         assert word in str(refused.value)
     with pytest.raises(ObjectError):
         store.check(digest)
+    store.close()
     write(root, "a.txt", "edited since\n")
     before = tree_state(root)
     code, _, err = cli("--root", str(root), "restore", snapshot, "--yes")
@@ -141,6 +150,8 @@ def test_a_chain_longer_than_the_bound_is_refused_before_any_frame_is_read(root:
     assert fresh.read(digests[MAX_CHAIN - 1]) == blobs[MAX_CHAIN - 1]  # its frame has no base
     with pytest.raises(ObjectError, match=f"longer than {MAX_CHAIN}"):
         fresh.read(digests[MAX_CHAIN + 1])
+    fresh.close()
+    store.close()
 
 
 def test_a_frame_that_declares_more_than_its_index_entry_is_refused(root: Path) -> None:
@@ -158,7 +169,7 @@ def test_a_frame_that_declares_a_terabyte_is_refused_before_it_is_decompressed(
     root: Path,
 ) -> None:
     _, second, _, new = _two_versions(root)
-    slot = DiskStore(str(root / STORE))._load_index()[new]
+    slot = _slot(root, new)
     # A frame header saying 1 TiB (single segment, 8-byte size), then one empty last block.
     hostile = b"\x28\xb5\x2f\xfd\xe0" + (1 << 40).to_bytes(8, "little") + b"\x01\x00\x00"
     pack = root / STORE / "packs" / f"{slot.pack}.pack"
@@ -169,7 +180,7 @@ def test_a_frame_that_declares_a_terabyte_is_refused_before_it_is_decompressed(
 
 def test_a_truncated_frame_is_refused(root: Path) -> None:
     _, second, _, new = _two_versions(root)
-    slot = DiskStore(str(root / STORE))._load_index()[new]
+    slot = _slot(root, new)
     pack = root / STORE / "packs" / f"{slot.pack}.pack"
     with open(pack, "r+b") as f:
         f.truncate(slot.offset + slot.stored - 3)
@@ -179,7 +190,7 @@ def test_a_truncated_frame_is_refused(root: Path) -> None:
 
 def test_a_damaged_base_is_named_by_the_object_that_needs_it(root: Path) -> None:
     _, second, old, new = _two_versions(root)
-    slot = DiskStore(str(root / STORE))._load_index()[old]
+    slot = _slot(root, old)
     pack = root / STORE / "packs" / f"{slot.pack}.pack"
     data = bytearray(pack.read_bytes())
     data[slot.offset + slot.stored - 2] ^= 0xFF  # inside the first version's frame
@@ -211,7 +222,7 @@ def test_a_pack_that_is_a_link_or_a_fifo_is_refused_without_following_it(
     root: Path, tmp_path: Path, kind: str
 ) -> None:
     _first, second, _, new = _two_versions(root)
-    slot = DiskStore(str(root / STORE))._load_index()[new]
+    slot = _slot(root, new)
     pack = root / STORE / "packs" / f"{slot.pack}.pack"
     outside = tmp_path / "outside.pack"
     outside.write_bytes(pack.read_bytes())
@@ -223,6 +234,7 @@ def test_a_pack_that_is_a_link_or_a_fifo_is_refused_without_following_it(
     store = DiskStore(str(root / STORE))
     with pytest.raises((ObjectError, StoreError)):
         store.read(new)
+    store.close()
     write(root, "a.txt", "edited since\n")
     before = tree_state(root)
     code, _, err = cli("--root", str(root), "restore", second, "--yes")
@@ -282,3 +294,4 @@ def test_a_writer_of_deltas_killed_at_any_time_leaves_every_published_object_rea
     after = DiskStore(str(store))
     for digest in published:
         after.check(digest)
+    after.close()
