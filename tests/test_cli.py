@@ -123,7 +123,7 @@ def test_verify_reports_damage_with_exit_1(root: Path, capsys: pytest.CaptureFix
     run_json(capsys, root, "snapshot")
     assert run_json(capsys, root, "verify") == {"ok": True, "problems": []}
     store = DiskStore(str(root / ".worksnap"))
-    pack, offset, size = store._load_index()[hash_bytes(b"a" * 100)]
+    pack, offset, size = store._load_index()[hash_bytes(b"a" * 100)][:3]
     with open(store.paths.pack(pack), "r+b") as f:  # the file's bytes, not its tree's
         f.seek(offset)
         f.write(b"b" * size)

@@ -10,6 +10,8 @@ import pytest
 from tests.conftest import cli_json as ok_json
 from tests.conftest import run_cli as call
 from tests.conftest import tree_state, write
+from worksnap.diskstore import DiskStore
+from worksnap.hash import hash_bytes
 
 
 def test_rewind_undo_redo_from_the_command_line(
@@ -85,10 +87,16 @@ def test_gc_pin_du_from_the_command_line(root: Path, capsys: pytest.CaptureFixtu
         assert isinstance(snap, dict)
         ids.append(snap["id"])
     assert ok_json(capsys, root, "pin", ids[0]) == {"id": ids[0], "pinned": True}
+    store = DiskStore(str(root / ".worksnap"))
+    dropped = store.load_record(ids[1])
+    assert dropped is not None
+    index = store._load_index()
+    stored = index[hash_bytes(b"v1")].stored + index[dropped.tree].stored  # compressed
+    store.close()
     report = ok_json(capsys, root, "gc", "--keep-last", "1")
     tree = 68  # each snapshot's root tree: ["wstree", 2, [[0, "a.txt", 420, 2, <32 bytes>]]]
     assert report == {
-        "snapshots": 1, "objects": 2, "bytes": 2 + tree, "dropped": [ids[1]], "dry_run": False,
+        "snapshots": 1, "objects": 2, "bytes": stored, "dropped": [ids[1]], "dry_run": False,
     }  # fmt: skip
     listed = ok_json(capsys, root, "list")
     assert isinstance(listed, list) and [s["id"] for s in listed] == [ids[2], ids[0]]

@@ -509,8 +509,12 @@ def describe_store(store: Path, normalise: Normaliser) -> str:
             )
             raw = content
         if rel.endswith(".idx"):
-            records = msgspec.msgpack.decode(raw)
-            lines.extend(f"{digest} {offset} {size}" for digest, offset, size in records)
+            tag, version, records = msgspec.msgpack.decode(raw)
+            lines.append(f"{tag} {version}")
+            lines.extend(
+                f"{digest.hex()} {stored} {size} {base.hex() if base else '-'}"
+                for digest, stored, size, base in records
+            )
         else:
             lines.append(normalise(raw.decode("utf-8", "backslashreplace")).rstrip("\n"))
         blocks.append("\n".join(lines))

@@ -26,6 +26,7 @@ LEVELS: dict[str, int] = {
     "progress": 0,
     "gitindex": 0,
     "storedir": 0,
+    "packcodec": 0,
     # the remote's transports: bytes under keys, conditional writes; nothing of snapshots
     "remote": 0,
     "remote.transport": 0,

@@ -203,7 +203,7 @@ def test_gc_with_a_damaged_snapshot_removes_nothing(root: Path, damaged: str) ->
         (store / "snapshots" / f"{newest.id}.json").write_bytes(b"{not json")
     elif damaged == "root tree":
         disk = DiskStore(str(store))
-        pack, offset, size = disk._load_index()[newest.tree]
+        pack, offset, size = disk._load_index()[newest.tree][:3]
         with open(disk.paths.pack(pack), "r+b") as f:
             f.seek(offset + size // 2)
             f.write(b"\xff")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import msgspec
 import pytest
 import zstandard
 
-from tests.conftest import ZSTD_MAGIC, unpacked, write
+from tests.conftest import ZSTD_MAGIC, cli_json, unpacked, write
 from tests.legacy import downgrade
 from worksnap import Workspace
 from worksnap.cli import main
@@ -17,6 +18,7 @@ from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.manifest import encode_manifest
+from worksnap.packcodec import MAX_CHAIN
 
 
 def test_objects_stored_once_and_read_back_across_instances(tmp_path: Path) -> None:
@@ -62,7 +64,7 @@ def test_sweep_keeps_live_objects_and_repacks(tmp_path: Path) -> None:
     store.flush()
     removed, freed = store.sweep({hash_bytes(live)})
     assert removed == 2
-    assert freed == len(dead) + len(big_dead)
+    assert len(big_dead) < freed < len(dead) + len(big_dead)  # the small one compressed
     fresh = DiskStore(str(tmp_path / "s"))
     assert fresh.read(hash_bytes(live)) == live
     assert set(fresh.digests()) == {hash_bytes(live)}
@@ -158,3 +160,104 @@ def test_rebind_rewrites_records_and_leaves_misfiled_ones(root: Path, tmp_path: 
         assert record["root"] == str(moved)
         assert Workspace(moved).load(snap.id).root == str(moved)
     assert (moved / misfiled.relative_to(root)).read_bytes() == misfiled_before
+
+
+# -- packs of version 2: frames against a base ---------------------------------------
+
+
+def _versions(count: int) -> list[bytes]:
+    versions = [os.urandom(4000)]
+    for i in range(count - 1):
+        versions.append(versions[-1][:2000] + f"edit {i}\n".encode() + versions[-1][2000:])
+    return versions
+
+
+def test_a_version_stored_against_the_last_costs_what_changed(tmp_path: Path) -> None:
+    store = DiskStore(str(tmp_path / "s"))
+    store.create()
+    versions = _versions(MAX_CHAIN + 5)
+    store.add(hash_bytes(versions[0]), versions[0])
+    for before, after in itertools.pairwise(versions):
+        store.add(hash_bytes(after), after, base=hash_bytes(before))
+    store.flush()
+    index = store._load_index()
+    stored = sum(index[hash_bytes(v)].stored for v in versions)
+    # Random bytes do not compress: alone, each version would take 4 KB.
+    assert stored < 4000 * 4
+    chains = [index[hash_bytes(v)].base for v in versions]
+    assert chains.count(None) == 1  # a full chain goes on from its middle
+    fresh = DiskStore(str(tmp_path / "s"))  # nothing remembered: every chain from disk
+    assert [fresh.read(hash_bytes(v)) for v in versions] == versions
+    fresh.close()
+    store.close()
+
+
+def test_a_raw_store_is_read_written_and_swept_by_the_new_code(tmp_path: Path) -> None:
+    """A store of version 1 packs (raw bytes) reads as it is, takes new packs beside them."""
+    old = [os.urandom(500) for _ in range(4)]
+    pack_dir = tmp_path / "s" / "packs"
+    store = DiskStore(str(tmp_path / "s"))
+    store.create()
+    assert not os.path.exists(store.paths.format)  # written with the first pack
+    (pack_dir / "00000000000000000000000000000001.pack").write_bytes(b"".join(old))
+    records = [[hash_bytes(b), 500 * i, 500] for i, b in enumerate(old)]
+    (pack_dir / "00000000000000000000000000000001.idx").write_bytes(msgspec.msgpack.encode(records))
+    store = DiskStore(str(tmp_path / "s"))
+    assert [store.read(hash_bytes(b)) for b in old] == old
+    new = old[0][:250] + b"changed" + old[0][250:]
+    store.add(hash_bytes(new), new, base=hash_bytes(old[0]))  # a raw object as a base
+    store.flush()
+    assert (
+        DiskStore(str(tmp_path / "s"))._load_index()[hash_bytes(new)].base
+        == hash_bytes(old[0])[:32]
+    )
+    assert Path(store.paths.format).read_text() == "3\n"
+    assert store.read(hash_bytes(new)) == new
+    # gc: the base dies, the new object is stored alone; the raw pack is rewritten framed.
+    store.sweep({hash_bytes(new), hash_bytes(old[1])})
+    fresh = DiskStore(str(tmp_path / "s"))
+    assert fresh.read(hash_bytes(new)) == new and fresh.read(hash_bytes(old[1])) == old[1]
+    assert all(slot.framed and slot.base is None for slot in fresh._load_index().values())
+    for digest in fresh.digests():
+        fresh.check(digest)
+    fresh.close()
+    store.close()
+
+
+def _to_raw_packs(store_dir: Path) -> None:
+    """Rewrites every pack as an older worksnap wrote it: raw bytes, [[hex, offset, size]]."""
+    objects = {d: DiskStore(str(store_dir)).read(d) for d in DiskStore(str(store_dir)).indexed()}
+    for path in (store_dir / "packs").iterdir():
+        path.unlink()
+    (store_dir / "format").unlink()
+    data = b"".join(objects.values())
+    records, offset = [], 0
+    for digest, blob in objects.items():
+        records.append([digest, offset, len(blob)])
+        offset += len(blob)
+    (store_dir / "packs" / "0000000000000001.pack").write_bytes(data)
+    (store_dir / "packs" / "0000000000000001.idx").write_bytes(msgspec.msgpack.encode(records))
+
+
+def test_an_old_store_of_raw_packs_works_with_the_new_code(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "first\n" * 100)
+    write(root, "src/b.txt", "bee\n")
+    first = cli_json(capsys, root, "snapshot")["id"]  # type: ignore[index]
+    _to_raw_packs(root / ".worksnap")
+    assert all(not s.framed for s in DiskStore(str(root / ".worksnap"))._load_index().values())
+    assert main(["--root", str(root), "verify"]) == 0
+    write(root, "a.txt", "first\n" * 100 + "second\n")
+    capsys.readouterr()
+    second = cli_json(capsys, root, "snapshot")["id"]  # type: ignore[index]
+    assert main(["--root", str(root), "verify"]) == 0
+    assert main(["--root", str(root), "restore", first, "--yes"]) == 0
+    assert (root / "a.txt").read_text() == "first\n" * 100
+    assert main(["--root", str(root), "restore", second, "--yes"]) == 0
+    assert (root / "a.txt").read_text() == "first\n" * 100 + "second\n"
+    assert main(["--root", str(root), "gc", "--keep-last", "1"]) == 0
+    assert main(["--root", str(root), "verify"]) == 0
+    slots = DiskStore(str(root / ".worksnap"))._load_index().values()
+    assert {s.framed for s in slots} == {True, False}  # both versions, side by side
+    capsys.readouterr()

@@ -350,7 +350,7 @@ def test_missing_object_refused_with_nothing_changed(root: Path) -> None:
     store = DiskStore(str(root / ".worksnap"))
     file_digest = snap.entries[0].hash
     assert file_digest is not None
-    pack, offset, size = store._load_index()[file_digest]
+    pack, offset, size = store._load_index()[file_digest][:3]
     with open(store.paths.pack(pack), "r+b") as f:  # only the file's bytes, not the trees
         f.seek(offset)
         f.write(b"\0" * size)

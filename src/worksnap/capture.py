@@ -354,8 +354,8 @@ class Capture:
                         # Many files to read, and the disk is serving them: read ahead.
                         prefetch.start(_unhashed(self._root.path, found.files[done + 1 :], cache))
                     digest, st = self.hash_and_store(
-                        rel, store_objects=store_objects, tree=tree, recent_ns=margin
-                    )
+                        rel, store_objects=store_objects, tree=tree, recent_ns=margin,
+                        base=hit[1] if hit else self.trees.previous(rel))  # fmt: skip
                     if not tick and is_coarse(st):
                         tick = COARSE_TICK_NS
                         self._caches.record_tick(tick)  # the caller captures again
@@ -499,8 +499,8 @@ class Capture:
             self._watcher.forget_all()
 
     def hash_and_store(
-        self, rel: str, *, store_objects: bool, tree: DirTree, recent_ns: int | None = None
-    ) -> tuple[str, os.stat_result]:
+        self, rel: str, *, store_objects: bool, tree: DirTree, recent_ns: int | None = None,
+        base: str | None = None) -> tuple[str, os.stat_result]:  # fmt: skip
         """Hashes (and stores) one file reached without a symlink; read twice if recent."""
         parent, _, name = rel.rpartition("/")
         try:
@@ -512,11 +512,10 @@ class Capture:
         digest, data, st = self._read_file(
             raw, rel, keep=store_objects, dir_fd=dir_fd, recent_ns=max(recent, RACY_MARGIN_NS)
         )
-        if store_objects:
-            if data is not None:
-                self._store.add(digest, data)
-            elif st.st_size >= SMALL:
-                self._store.add_file(digest, raw, rel, dir_fd=dir_fd)
+        if store_objects and data is not None:
+            self._store.add(digest, data, base=base)
+        elif store_objects and st.st_size >= SMALL:
+            self._store.add_file(digest, raw, rel, dir_fd=dir_fd)
         return digest, st
 
     def before_image(self, rel: str) -> Entry | Literal["large"] | None:

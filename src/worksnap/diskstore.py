@@ -25,14 +25,24 @@ from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotErro
 from worksnap.frames import MAX_UNPACKED
 from worksnap.fsio import file_state
 from worksnap.hash import SMALL
-from worksnap.layout import TEMP_MARK, StorePaths
+from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.manifest import Summary
+from worksnap.packcodec import (
+    MAX_CHAIN,
+    Finder,
+    PackWriter,
+    Recent,
+    Slot,
+    compress,
+    decode_index,
+    format_problem,
+    moved,
+    rebuild,
+    sound_chain,
+)
 from worksnap.paths import Digest, is_digest
 from worksnap.record import Record, decode_record, encode_record, summary_of
 from worksnap.storedir import KIB, MIB, StoreDir
-
-_idx_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
-_encoder = msgspec.msgpack.Encoder()
 
 CHUNK = MIB
 """Objects are read, checked and written this many bytes at a time: memory never grows
@@ -43,43 +53,6 @@ _MAX_INDEX = 256 * MIB  # 80 bytes per object: over 3 million objects in one pac
 _MAX_ROOT = 64 * KIB
 _MAX_PINS = 16 * MIB
 _MAX_RECORD = 16 * MIB  # a few hundred bytes, unless it holds many loose paths
-
-
-class _PackWriter:
-    """Appends objects to one new pack file owned by this process.
-
-    Small objects are gathered in memory and written 1 MiB at a time: one
-    `write` per object cost a third of a cold snapshot. The pack stays locked
-    (`StoreDir.create`) until its index is published, so a sweep by another
-    process never takes it for the leftover of a writer that died.
-    """
-
-    _BUFFER = 1 << 20
-
-    def __init__(self, store: StoreDir) -> None:
-        self.name = store.new_name()
-        self.path = store.paths.pack(self.name)
-        self.fd = store.create(self.path)
-        self.offset = 0
-        self.pending = bytearray()
-        self.records: list[tuple[str, int, int]] = []
-
-    def append(self, digest: str, data: bytes) -> tuple[int, int]:
-        where = (self.offset, len(data))
-        self.pending += data
-        self.records.append((digest, *where))
-        self.offset += len(data)
-        if len(self.pending) >= self._BUFFER:
-            self.drain()
-        return where
-
-    def drain(self) -> None:
-        """Writes the gathered objects to the pack file."""
-        view = memoryview(self.pending)
-        while view:
-            view = view[os.write(self.fd, view) :]
-        view.release()
-        self.pending.clear()
 
 
 class DiskStore(FormatOneFiles):
@@ -99,9 +72,11 @@ class DiskStore(FormatOneFiles):
         self.files = StoreDir(directory)
         self.paths: StorePaths = self.files.paths
         self.max_unpacked = max_unpacked
-        self._index: dict[str, tuple[str, int, int]] | None = None
+        self._index: dict[str, Slot] | None = None
         self._damaged: dict[str, str] = {}
-        self._writer: _PackWriter | None = None
+        self._writer: PackWriter | None = None
+        self._recent = Recent()
+        self._format_known = False
         self._read_fds: dict[str, int] = {}
         self.added = 0
         """How many new objects this instance has stored."""
@@ -178,21 +153,23 @@ class DiskStore(FormatOneFiles):
             raise ObjectError(digest, "not a digest")
         return self.paths.loose(digest)
 
-    def _load_index(self) -> dict[str, tuple[str, int, int]]:
+    def _load_index(self) -> dict[str, Slot]:
         if self._index is None:
-            index: dict[str, tuple[str, int, int]] = {}
+            data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
+            if data is not None and (reason := format_problem(data)) is not None:
+                raise StoreError(self.paths.format, reason)  # a newer worksnap's store
+            index: dict[str, Slot] = {}
             damaged: dict[str, str] = {}
             for name in sorted(self.files.listdir(self.paths.packs)):
                 pack_name, kind = self.paths.pack_file(name)
-                if kind != "index":
-                    continue
-                records = self._read_index(pack_name, damaged)
-                for digest, offset, size in records:
-                    index[digest] = (pack_name, offset, size)
+                if kind == "index":
+                    index.update(self._read_index(pack_name, damaged))
             self._index, self._damaged = index, damaged
+            self._find = Finder(index)
+            self._recent.clear()
         return self._index
 
-    def _read_index(self, pack_name: str, damaged: dict[str, str]) -> list[tuple[str, int, int]]:
+    def _read_index(self, pack_name: str, damaged: dict[str, str]) -> list[tuple[str, Slot]]:
         """A pack's index; [] (and a note in `damaged`) when it cannot be decoded."""
         path = self.paths.pack_index(pack_name)
         try:
@@ -200,17 +177,17 @@ class DiskStore(FormatOneFiles):
         except FileNotFoundError:
             return []  # swept by a gc since the listing
         try:
-            records = _idx_decoder.decode(data)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            damaged[pack_name] = f"does not decode ({exc})"
+            return decode_index(data, pack_name)
+        except ValueError as exc:
+            damaged[pack_name] = str(exc)
             return []
-        # Packs hold objects under 1 MiB only: a bigger size is damage, not an allocation.
-        if not all(
-            is_digest(d) and offset >= 0 and 0 <= size < SMALL for d, offset, size in records
-        ):
-            damaged[pack_name] = "holds a record that is not [digest, offset, size]"
-            return []
-        return records
+
+    def _readable(self, digest: str) -> bytes | None:
+        """An object's checked bytes, or None if it cannot be read."""
+        try:
+            return self.read(digest)
+        except ObjectError:
+            return None
 
     def problems(self) -> list[str]:
         """One line for each damaged part of the store that commands work around.
@@ -258,26 +235,39 @@ class DiskStore(FormatOneFiles):
         st = self.files.lstat(self._loose_path(digest))
         return st is not None
 
-    def add(self, digest: Digest, data: bytes) -> bool:
-        """Stores `data` under `digest` unless it is already there; True when it was new."""
-        if self.add_tree(digest, data):
+    def add(self, digest: Digest, data: bytes, *, base: str | None = None) -> bool:
+        """Stores `data` under `digest` unless it is there; True when new (`base`: a hint)."""
+        if self.add_tree(digest, data, base=base):
             self.added += 1
             return True
         return False
 
-    def add_tree(self, digest: Digest, data: bytes) -> bool:
+    def add_tree(self, digest: Digest, data: bytes, *, base: str | None = None) -> bool:
         """Stores a tree object as `add` does, without counting it in `added`."""
         # A small object is never stored loose: the index alone answers for it.
-        if digest in self._load_index() or (len(data) >= SMALL and self.has(digest)):
+        index = self._load_index()
+        if digest in index or (len(data) >= SMALL and self.has(digest)):
             return False
         if len(data) >= SMALL:
             self.files.write(self._loose_path(digest), data)
             return True
+        base, base_data = self._base_for(digest, base)
+        frame, used = compress(data, base_data)
         if self._writer is None:
-            self._writer = _PackWriter(self.files)
-        offset, size = self._writer.append(digest, data)
-        self._load_index()[digest] = (self._writer.name, offset, size)
+            self._writer = PackWriter(self.files)
+        index[digest] = self._writer.append(digest, frame, len(data), base if used else None)
+        self._find.added(digest)
+        if base is not None:  # a version of something: the next one may stand on it
+            self._recent.put(digest, data)
         return True
+
+    def _base_for(self, digest: str, base: str | None) -> tuple[str | None, bytes | None]:
+        """A new object's base (a full chain's middle: as close, and half as deep), its bytes."""
+        links = sound_chain(base, self._find) if base is not None and base != digest else []
+        if not links:
+            return None, None  # not packed, or its chain is damaged (verify's to report)
+        base = links[len(links) // 2][0] if len(links) > MAX_CHAIN else links[-1][0]
+        return base, self._readable(base)
 
     def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
         """Stores a large file by streaming it; True when it was new.
@@ -332,7 +322,10 @@ class DiskStore(FormatOneFiles):
             os.fsync(writer.fd)
             # The index is written last: a pack without one is invisible, and swept
             # once its writer is gone.
-            self.files.write(self.paths.pack_index(writer.name), _encoder.encode(writer.records))
+            if not self._format_known and self.files.lstat(self.paths.format) is None:
+                self.files.write(self.paths.format, f"{STORE_FORMAT}\n".encode())
+            self._format_known = True  # before the index: a store of packs says its format
+            self.files.write(self.paths.pack_index(writer.name), writer.index())
         except BaseException:
             self.discard()
             raise
@@ -349,15 +342,18 @@ class DiskStore(FormatOneFiles):
         """
         return b"".join(self.read_chunks(digest))
 
-    def read_chunks(self, digest: str) -> Iterator[bytes]:
+    def read_chunks(self, digest: str, *, recent: Recent | None = None) -> Iterator[bytes]:
         """Yields an object's bytes `CHUNK` at a time; checks them once all are read.
 
         A caller may use the bytes only after the iteration ended without an error
         (apply writes them to a temp file and renames it only then).
 
+        `recent`: the bases at hand (a check passes an empty one: every byte from disk).
+
         Raises:
             ObjectError: the object is missing, unreadable or damaged (at the end).
         """
+        recent = self._recent if recent is None else recent
         located = self._load_index().get(digest)
         loose = self._loose_path(digest)
         if located is None and self._writer is None and not self.has(digest):
@@ -374,7 +370,7 @@ class DiskStore(FormatOneFiles):
                 finally:
                     os.close(fd)
             else:
-                data = self._read_packed(*located)
+                data = self._read_packed(digest, located, recent)
                 hasher.update(data)
                 yield data
         except FileNotFoundError:
@@ -383,15 +379,30 @@ class DiskStore(FormatOneFiles):
             raise ObjectError(digest, f"unreadable: {exc.strerror}") from None
         if hasher.hexdigest() != digest:
             raise ObjectError(digest, "damaged: its bytes do not match its digest")
+        if located is not None:
+            recent.put(digest, data)  # the next version may stand on it
 
-    def _read_packed(self, pack_name: str, offset: int, size: int) -> bytes:
-        if self._writer is not None and pack_name == self._writer.name:
+    def _read_packed(self, digest: str, slot: Slot, recent: Recent) -> bytes:
+        """A packed object's bytes: raw (version 1), or rebuilt from its frame and bases.
+
+        Raises:
+            ObjectError: a frame or the chain is damaged (a base missing, loose, a cycle).
+        """
+        if not slot.framed:
+            return self._stored(slot)
+        try:
+            return rebuild(digest, self._find, self._stored, recent)
+        except ValueError as exc:
+            raise ObjectError(digest, str(exc)) from None
+
+    def _stored(self, slot: Slot) -> bytes:
+        if self._writer is not None and slot.pack == self._writer.name:
             self._writer.drain()  # it may still be in the write buffer
-        fd = self._read_fds.get(pack_name)
+        fd = self._read_fds.get(slot.pack)
         if fd is None:
-            fd = self.files.open_file(self.paths.pack(pack_name))
-            self._read_fds[pack_name] = fd
-        return os.pread(fd, size, offset)
+            fd = self.files.open_file(self.paths.pack(slot.pack))
+            self._read_fds[slot.pack] = fd
+        return os.pread(fd, slot.stored, slot.offset)
 
     def _missing(self) -> str:
         if not self._damaged:
@@ -405,7 +416,7 @@ class DiskStore(FormatOneFiles):
         Raises:
             ObjectError: the object is missing or damaged.
         """
-        for _ in self.read_chunks(digest):
+        for _ in self.read_chunks(digest, recent=Recent()):
             pass
 
     def digests(self) -> Iterator[str]:
@@ -509,9 +520,11 @@ class DiskStore(FormatOneFiles):
     def sweep(self, live: set[str]) -> tuple[int, int]:
         """Deletes every object not in `live`, and leftovers of interrupted writes.
 
-        Packs holding dead objects are rewritten with only their live ones. The
-        caller holds the exclusive lock, so no pack is being written. A pack whose
-        index is damaged is left as it is (what it holds is unknown; see `problems`).
+        Packs holding dead objects are rewritten with only their live ones; a live
+        object whose base dies is stored again alone, so no kept object loses a base it
+        needs. The new pack is durable before any old one goes. The caller holds the
+        exclusive lock, so no pack is being written. A pack whose index is damaged is
+        left as it is (what it holds is unknown; see `problems`).
 
         Returns:
             How many objects were removed and how many bytes that freed.
@@ -519,29 +532,35 @@ class DiskStore(FormatOneFiles):
         self.close()
         removed = 0
         freed = self.sweep_abandoned()
-        self._load_index()
+        index = self._load_index()
+        base_of = self._find.base_of
+        orphans = {d for d in live if (s := index.get(d)) and (b := base_of(s)) and b not in live}
+        rewritten: list[tuple[str, list[tuple[str, Slot]]]] = []
         for name in sorted(self.files.listdir(self.paths.packs)):
             pack_name, kind = self.paths.pack_file(name)
-            if kind != "index" or pack_name in self._damaged:
-                continue
-            records = self._read_index(pack_name, {})
-            dead = [r for r in records if r[0] not in live]
-            if not dead:
-                continue
-            kept = [r for r in records if r[0] in live]
-            if kept:
-                fd = self.files.open_file(self.paths.pack(pack_name))
-                try:
-                    for digest, offset, size in kept:
-                        self._writer = self._writer or _PackWriter(self.files)
-                        self._writer.append(digest, os.pread(fd, size, offset))
-                finally:
-                    os.close(fd)
-                self.flush()  # the live copies are durable before the old pack goes
+            if kind == "index" and pack_name not in self._damaged:
+                records = self._read_index(pack_name, {})
+                if any(d not in live or d in orphans for d, _ in records):
+                    rewritten.append((pack_name, records))
+        copied: set[str] = set()
+        for pack_name, records in rewritten:
+            fd = self.files.open_file(self.paths.pack(pack_name))
+            try:
+                for digest, slot in records:
+                    if digest in live and digest not in copied:
+                        copied.add(digest)
+                        self._writer = self._writer or PackWriter(self.files)
+                        stored = os.pread(fd, slot.stored, slot.offset)
+                        alone = self._readable(digest) if digest in orphans else None
+                        self._writer.append(digest, *moved(stored, slot, alone))
+            finally:
+                os.close(fd)
+        self.flush()  # every live copy is durable before any old pack goes
+        for pack_name, records in rewritten:
             self.files.unlink(self.paths.pack_index(pack_name))
             self.files.unlink(self.paths.pack(pack_name))
-            removed += len(dead)
-            freed += sum(size for _, _, size in dead)
+            dead = [slot.stored for digest, slot in records if digest not in live]
+            removed, freed = removed + len(dead), freed + sum(dead)
         for sub in self.files.listdir(self.paths.objects):
             directory = os.path.join(self.paths.objects, sub)
             for rest in self.files.listdir(directory):

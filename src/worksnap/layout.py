@@ -8,8 +8,10 @@ read, and changed, in one place:
                                  or --store / $WORKSNAP_STORE (see `locate`)
       .gitignore                 "*": git never shows the store
       root                       the root this store belongs to (one line)
-      packs/<name>.pack          small objects appended back to back
-      packs/<name>.idx           msgpack [[digest, offset, size], ...]; written last
+      format                     the store's format ("3"); a newer one is refused
+      packs/<name>.pack          small objects, each a zstd frame (raw in version 1 packs)
+      packs/<name>.idx           msgpack ["wspack", 2, [[digest, offset, stored, raw, base],
+                                 ...]] (version 1: [[digest, offset, size], ...]); written last
       objects/<aa>/<62 hex>      objects of 1 MiB or more, one file each
       snapshots/<id>.json        a snapshot record (format 2: JSON naming its root tree)
       manifests/<id>.json        a format 1 manifest (a zstd frame of what `show --json`
@@ -49,6 +51,9 @@ GIT_STORE_NAME = "worksnap"
 """The store's directory in the git directory of a work tree whose top is the root."""
 
 TEMP_MARK = ".tmp-"
+STORE_FORMAT = 3
+"""The store format this worksnap writes and reads up to, in the `format` file (3: packs of
+zstd frames; a store without the file was written before it, and is read as it is)."""
 """In the name of every temp file a store write makes, so a sweep can tell leftovers."""
 
 _JSON = ".json"
@@ -290,6 +295,7 @@ class StorePaths:
         "config",
         "daemon_log",
         "dir",
+        "format",
         "generation",
         "gitignore",
         "journal",
@@ -331,6 +337,8 @@ class StorePaths:
         """The file system's timestamp tick in ns, once times without a fraction were seen."""
         self.remote_cache = os.path.join(self.cache, "remote")
         """Remote repositories' pack indexes, one folder per repository id (remote.repository)."""
+        self.format = os.path.join(directory, "format")
+        """The store's format ("3": compressed packs); a newer one is refused."""
         self.generation = os.path.join(directory, "generation")
         """Rewritten by every gc sweep, so long-lived processes drop their index."""
         self.journal = os.path.join(directory, "journal.json")

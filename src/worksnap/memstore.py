@@ -79,15 +79,20 @@ class MemoryStore:
         """Every held digest."""
         return self.objects.keys()
 
-    def add(self, digest: Digest, data: bytes) -> bool:
-        """Holds `data` under `digest` unless it is already there; True when it was new."""
+    def add(self, digest: Digest, data: bytes, *, base: str | None = None) -> bool:
+        """Holds `data` under `digest` unless it is already there; True when it was new.
+
+        `base` (a similar object) is a hint for compression, which this store has none of.
+        """
+        del base
         if self.add_tree(digest, data):
             self.added += 1
             return True
         return False
 
-    def add_tree(self, digest: Digest, data: bytes) -> bool:
+    def add_tree(self, digest: Digest, data: bytes, *, base: str | None = None) -> bool:
         """Holds a tree object as `add` does, without counting it in `added`."""
+        del base
         if digest in self.objects:
             return False
         self.objects[digest] = bytes(data)

@@ -40,11 +40,16 @@ class ObjectStore(Protocol):
         """Digests known to be stored without asking the disk (a subset of `has`)."""
         ...
 
-    def add(self, digest: Digest, data: bytes) -> bool:
-        """Stores `data` under `digest` unless it is already there; True when it was new."""
+    def add(self, digest: Digest, data: bytes, *, base: str | None = None) -> bool:
+        """Stores `data` under `digest` unless it is already there; True when it was new.
+
+        `base` is a hint: the digest of an object `data` is likely close to (the previous
+        version of the file or directory), which a store may compress it against. A
+        read never depends on it being right, present, or given.
+        """
         ...
 
-    def add_tree(self, digest: Digest, data: bytes) -> bool:
+    def add_tree(self, digest: Digest, data: bytes, *, base: str | None = None) -> bool:
         """Stores a tree object as `add` does, without counting it in `added` (file contents)."""
         ...
 

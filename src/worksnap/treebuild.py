@@ -46,11 +46,27 @@ class TreeMemo:
 
     def __init__(self) -> None:
         self._dirs: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
+        self._files: dict[str, dict[str, str]] = {}  # `previous`'s lookups, per directory
         self.encoded = 0
+        self.bases: dict[str, str] = {}
+        """Each object the last `build` wrote: the object its directory had before (a
+        store's compression hint, `ObjectStore.add_tree`'s `base`)."""
 
     def forget(self) -> None:
         """Drops everything remembered (the next build encodes every directory)."""
         self._dirs = {}
+        self._files = {}
+
+    def previous(self, rel: str) -> str | None:
+        """The digest file `rel` had in the last build (a base for its new version), or None."""
+        parent, _, name = rel.rpartition("/")
+        names = self._files.get(parent)
+        if names is None:
+            if (hit := self._dirs.get(parent)) is None:
+                return None
+            files = (c for c in hit[0][0] if type(c) is File)
+            names = self._files[parent] = {c.name: c.digest.hex() for c in files}
+        return names.get(name)
 
     def build(
         self, flat: Flat, write: Write, *, stored: Container[str] | None
@@ -115,6 +131,7 @@ class TreeMemo:
         memo: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
         built: dict[str, Built] = {}
         self.encoded = 0
+        self.bases = {}
         # Reverse path order reaches every directory after all of its subdirectories.
         for d in [*sorted(flat.dirs, reverse=True), ""]:
             prefix = f"{d}/" if d else ""
@@ -134,7 +151,12 @@ class TreeMemo:
             children.extend(Dir(name=name, tree=bytes.fromhex(sub.digest)) for name, sub in subs)
             children.sort(key=_name)
             encoded = encode_directory(children, f"new tree of {d or '.'!r}")
-            for digest, data in encoded.objects:
+            before = hit[2] if hit is not None else ()
+            for i, (digest, data) in enumerate(encoded.objects):
+                if before:  # the part at the same place, or the old top for the new one
+                    self.bases[digest] = before[
+                        -1 if i == len(encoded.objects) - 1 else min(i, len(before) - 1)
+                    ]
                 write(digest, data)
             files = sum(1 for c in key[0] if type(c) in (File, Symlink))
             files += sum(sub.files for _, sub in subs)
@@ -144,7 +166,7 @@ class TreeMemo:
             memo[d] = (key, Built(encoded.digest, files, size), objects)
             built[d] = memo[d][1]
             self.encoded += 1
-        self._dirs = memo
+        self._dirs, self._files = memo, {}
         return built[""].digest, loose
 
 
@@ -180,12 +202,19 @@ class CaptureTrees:
             self.memo.forget()
         left_out = (sorted(found.ignored), sorted(found.large), sorted(found.excluded))
         flat = Flat(entries, dirs, *left_out)
-        write = self._store.add_tree if store_objects else _discard
+        write = self._add_tree if store_objects else _discard
         stored = self._store.indexed() if store_objects else None
         root, loose = self.memo.build(flat, write, stored=stored)
         if store_objects:
             self._built = (root, loose)
         return root
+
+    def previous(self, rel: str) -> str | None:
+        """The digest file `rel` had in the last capture's trees (see `TreeMemo.previous`)."""
+        return self.memo.previous(rel)
+
+    def _add_tree(self, digest: Digest, data: bytes) -> None:
+        self._store.add_tree(digest, data, base=self.memo.bases.get(digest))
 
     def stored(self, manifest: Manifest) -> Loose | None:
         """What a captured manifest's stored trees leave out (None: not known to be stored).

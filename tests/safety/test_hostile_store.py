@@ -298,9 +298,9 @@ def test_an_index_that_decodes_to_nonsense_is_damage_not_an_allocation(root: Pat
     with Workspace(root) as ws:
         first = ws.snapshot().id
     (index,) = Path(_paths(root).packs).glob("*.idx")
-    records = msgspec.msgpack.decode(index.read_bytes())
-    records[0][2] = 1 << 40  # a size of 1 TiB: a read would allocate it
-    index.write_bytes(msgspec.msgpack.encode(records))
+    tag, version, records = msgspec.msgpack.decode(index.read_bytes())
+    records[0][2] = 1 << 40  # a stored size of 1 TiB: a read would allocate it
+    index.write_bytes(msgspec.msgpack.encode([tag, version, records]))
     code, _, err = cli("--root", str(root), "restore", first, "--yes")
     assert code == 2, err  # its trees were in that pack: the snapshot cannot be read
     one_error_line(err, "missing", str(index))

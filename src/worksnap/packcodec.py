@@ -1,0 +1,426 @@
+"""Local packs, version 2: each object a zstd frame, alone or against a base (docs/format.md).
+
+An object of a version 2 pack is one zstd frame of its bytes, compressed either alone
+or with another packed object's bytes as a raw-content dictionary (zstd "patch-from":
+the previous version of a file, or of a directory's tree, makes the new one cost what
+changed). Its index entry says which: [digest, stored size, raw size, base], the base
+named by the first 16 bytes of its digest (an index entry costs 58 bytes instead of 76:
+the index was half of what a session step stored).
+
+Reading is bounded and checked: the base chain is walked through the index first
+(depth, cycle, missing or unpacked base: refused before anything is decompressed), a
+frame must declare exactly the raw size its index entry gives, and the reader checks
+BLAKE3 of every object it rebuilds, bases included. Version 1 packs (raw bytes back
+to back, index [[hex digest, offset, size], ...]) are read as they are.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import NamedTuple
+
+import msgspec
+import zstandard
+from blake3 import blake3
+
+from worksnap.hash import SMALL
+from worksnap.layout import STORE_FORMAT
+from worksnap.storedir import MIB, StoreDir
+
+PACK_TAG = "wspack"
+PACK_VERSION = 2
+"""The version of the packs this worksnap writes (1: raw objects, read as they are)."""
+
+LEVEL = 1
+"""The zstd level of pack frames. Measured on the reference tree (docs/performance.md,
+"Compressed packs"): a cold snapshot stores 54.0 MB at level 1 in 2.9 s, 53.0 MB at
+level 3 in 3.8 s (126.8 MB and 2.5 s uncompressed); no level shrinks a session's deltas,
+which are mostly new digests."""
+
+MAX_CHAIN = 50
+"""The most bases an object may stand on: a read decompresses at most this many + 1 frames
+(git's default depth; 16 stored a 200-step session's trees 30% larger)."""
+
+MAX_FRAME = SMALL + 64 * 1024
+"""The most a frame may take in a pack: zstd adds a few bytes to incompressible data."""
+
+_V2_START = b"\x93\xa6" + PACK_TAG.encode()  # msgpack: an array of 3, then the tag
+_v1_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, int]])
+_v2_decoder = msgspec.msgpack.Decoder(tuple[str, int, list[tuple[bytes, int, int, bytes | None]]])
+
+BASE_PREFIX = 16
+"""Bytes of a base's digest an index entry keeps: two digests sharing 16 bytes take 2**64
+BLAKE3 evaluations to find, and a prefix naming two objects is refused, never guessed."""
+
+Lookup = Callable[[str], "tuple[str, Slot] | None"]
+"""Finds a packed object by its digest or by a base's prefix (hex): (its digest, its slot).
+Raises ValueError when a prefix names more than one object."""
+_encoder = msgspec.msgpack.Encoder()
+
+
+class Slot(NamedTuple):
+    """Where a packed object is and how it is stored.
+
+    Attributes:
+        pack: the pack's name.
+        offset: where its stored bytes start in the pack.
+        stored: how many bytes it takes there.
+        raw: its size once rebuilt (its digest is BLAKE3 of those bytes).
+        base: the object its frame was compressed against (its digest, or the hex of its
+            first `BASE_PREFIX` bytes as an index names it), or None.
+        framed: a zstd frame (version 2) or the raw bytes (version 1).
+    """
+
+    pack: str
+    offset: int
+    stored: int
+    raw: int
+    base: str | None
+    framed: bool
+
+
+def format_problem(data: bytes) -> str | None:
+    """What is wrong with the store's `format` file (None: this worksnap can read it)."""
+    text = data.decode("ascii", "replace").strip()
+    if text.isdigit() and int(text) <= STORE_FORMAT:
+        return None
+    return (
+        f"names store format {text[:20]!r}, newer than this worksnap's {STORE_FORMAT}: "
+        "install a newer worksnap"
+    )
+
+
+def decode_index(data: bytes, pack_name: str) -> list[tuple[str, Slot]]:
+    """A pack index's entries, either version.
+
+    Raises:
+        ValueError: the index does not decode, is of a newer version, or holds an entry
+            that cannot be right (a size past the limits, a digest that is not 32 bytes,
+            an object that is its own base); the message says which.
+    """
+    if not data.startswith(_V2_START):
+        try:
+            old = _v1_decoder.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise ValueError(f"does not decode ({exc})") from None
+        # Packs hold objects under 1 MiB only: a bigger size is damage, not an allocation.
+        if not all(_is_hex_digest(d) and off >= 0 and 0 <= size < SMALL for d, off, size in old):
+            raise ValueError("holds a record that is not [digest, offset, size]")
+        return [(d, Slot(pack_name, off, size, size, None, framed=False)) for d, off, size in old]
+    try:
+        tag, version, entries = _v2_decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ValueError(f"does not decode ({exc})") from None
+    if tag != PACK_TAG or version != PACK_VERSION:
+        raise ValueError(f"is of pack version {version}: install a newer worksnap to read it")
+    out: list[tuple[str, Slot]] = []
+    offset = 0  # frames are back to back from the start of the pack
+    for digest, stored, raw, base in entries:
+        if (
+            len(digest) != 32
+            or (base is not None and (len(base) != BASE_PREFIX or digest.startswith(base)))
+            or not 0 < stored <= MAX_FRAME
+            or not 0 <= raw < SMALL
+        ):
+            raise ValueError("holds an entry that is not [digest, stored, raw, base]")
+        based = None if base is None else base.hex()
+        out.append((digest.hex(), Slot(pack_name, offset, stored, raw, based, framed=True)))
+        offset += stored
+    return out
+
+
+def encode_index(entries: list[tuple[str, Slot]]) -> bytes:
+    """A version 2 index of `entries` (all framed), in the order they were written."""
+    rows = [
+        (
+            bytes.fromhex(d),
+            s.stored,
+            s.raw,
+            None if s.base is None else bytes.fromhex(s.base)[:BASE_PREFIX],
+        )
+        for d, s in entries
+    ]
+    return _encoder.encode((PACK_TAG, PACK_VERSION, rows))
+
+
+def _is_hex_digest(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+class _Codecs(threading.local):
+    """A compressor and a decompressor per thread (one must not serve two at once).
+
+    One made per object cost about 10 us each, for 45k objects in a cold snapshot.
+    """
+
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor(
+            level=LEVEL, write_checksum=False, write_content_size=True
+        )
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_codecs = _Codecs()
+
+
+def _raw_dict(base: bytes) -> zstandard.ZstdCompressionDict:
+    return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def compress(data: bytes, base: bytes | None) -> tuple[bytes, bool]:
+    """`data` as one frame; against `base` when that is smaller. Returns (frame, used base)."""
+    alone = _codecs.compressor.compress(data)
+    if base is None or not base:
+        return alone, False
+    delta = zstandard.ZstdCompressor(
+        level=LEVEL,
+        dict_data=_raw_dict(base),
+        write_checksum=False,
+        write_content_size=True,
+        write_dict_id=False,
+    ).compress(data)
+    return (delta, True) if len(delta) < len(alone) else (alone, False)
+
+
+def decompress(frame: bytes, raw: int, base: bytes | None) -> bytes:
+    """The bytes of one stored frame, which must declare exactly `raw` bytes.
+
+    Raises:
+        ValueError: the frame is damaged, declares another size, or has bytes after it.
+    """
+    try:
+        declared = zstandard.frame_content_size(frame)
+        if declared != raw:
+            # Checked before decompress(), which allocates what the frame declares.
+            said = "no size" if declared < 0 else f"{declared} bytes"
+            raise ValueError(f"its frame declares {said}, its index entry {raw}")
+        if base is None:
+            out = _codecs.decompressor.decompress(frame, allow_extra_data=False)
+        else:
+            decompressor = zstandard.ZstdDecompressor(dict_data=_raw_dict(base))
+            out = decompressor.decompress(frame, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"damaged frame ({exc})") from None
+    if len(out) != raw:
+        raise ValueError(f"its frame holds {len(out)} bytes, its index entry says {raw}")
+    return out
+
+
+def chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
+    """The objects to rebuild `digest` from, deepest base first, `digest` last.
+
+    Checked through the index alone, before any frame is read.
+
+    Raises:
+        ValueError: the object is not packed, or its chain has a missing base, a base
+            that is not packed, a cycle, more than `MAX_CHAIN` bases, or a base prefix
+            that names more than one object.
+    """
+    out: list[tuple[str, Slot]] = []
+    seen: set[str] = set()
+    key: str | None = digest
+    while key is not None:
+        found = lookup(key)
+        if found is None:
+            if key == digest:
+                raise ValueError("missing from the store")
+            raise ValueError(f"its base {key} is not a packed object of the store")
+        current, slot = found
+        if current in seen:
+            raise ValueError(f"its base chain has a cycle (through {current})")
+        if len(out) > MAX_CHAIN:
+            raise ValueError(f"its base chain is longer than {MAX_CHAIN}")
+        seen.add(current)
+        out.append((current, slot))
+        key = slot.base
+    out.reverse()
+    return out
+
+
+class Finder:
+    """Finds packed objects by digest, or by the prefix an index entry names its base by.
+
+    The digests are sorted once, when a prefix is first asked for (47k digests: 8 ms);
+    objects added after that are remembered beside them.
+    """
+
+    def __init__(self, index: dict[str, Slot]) -> None:
+        self._index = index
+        self._sorted: list[str] | None = None
+        self._added: dict[str, list[str]] = {}
+
+    def added(self, digest: str) -> None:
+        """Takes note of an object added to the index since it was loaded."""
+        if self._sorted is not None:
+            self._added.setdefault(digest[: 2 * BASE_PREFIX], []).append(digest)
+
+    def __call__(self, key: str) -> tuple[str, Slot] | None:
+        """(digest, slot) of the object `key` names; None if none is packed.
+
+        Raises:
+            ValueError: `key` is a prefix that names more than one packed object.
+        """
+        if len(key) != 2 * BASE_PREFIX:
+            slot = self._index.get(key)
+            return None if slot is None else (key, slot)
+        if self._sorted is None:
+            self._sorted = sorted(self._index)
+        found = set(self._added.get(key, ()))
+        at = bisect.bisect_left(self._sorted, key)
+        while at < len(self._sorted) and self._sorted[at].startswith(key):
+            found.add(self._sorted[at])
+            at += 1
+        if len(found) > 1:
+            raise ValueError(f"its base prefix {key} names more than one object")
+        return (digest := found.pop(), self._index[digest]) if found else None
+
+    def base_of(self, slot: Slot) -> str | None:
+        """The digest of the base `slot` names (None: it has none, or none can be found)."""
+        try:
+            found = self(slot.base) if slot.base is not None else None
+        except ValueError:
+            return None
+        return None if found is None else found[0]
+
+
+def rebuild(
+    digest: str,
+    lookup: Lookup,
+    stored: Callable[[Slot], bytes],
+    recent: Recent,
+) -> bytes:
+    """A version 2 object's bytes, from its chain's frames (`stored` reads one).
+
+    Every base is checked against its digest as it is rebuilt (and remembered in
+    `recent`); the caller checks the object itself.
+
+    Raises:
+        ValueError: the chain or a frame is damaged (the message names the base).
+    """
+    links = chain(digest, lookup)
+    # From the nearest base already at hand (usually the previous version); the
+    # object itself always from its frame.
+    start, data = 0, None
+    for i in range(len(links) - 2, -1, -1):
+        if (data := recent.get(links[i][0])) is not None:
+            start = i + 1
+            break
+    for name, link in links[start:]:
+        what = "damaged: " if name == digest else f"damaged: its base {name}: "
+        try:
+            frame = stored(link)
+            base = data if link.base is not None else None
+            data = decompress(frame, link.raw, base) if link.framed else frame
+        except ValueError as exc:
+            raise ValueError(f"{what}{exc}") from None
+        if name != digest:
+            if blake3(data).hexdigest() != name:
+                raise ValueError(f"{what}its bytes do not match its digest")
+            recent.put(name, data)
+    if data is None:  # an empty chain: `chain` never returns one
+        raise ValueError("missing from the store")
+    return data
+
+
+def sound_chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
+    """`chain(digest)`, or [] when `digest` is not packed or its chain is damaged."""
+    try:
+        return chain(digest, lookup)
+    except ValueError:
+        return []
+
+
+def moved(stored: bytes, slot: Slot, alone: bytes | None) -> tuple[bytes, int, str | None]:
+    """What a sweep writes of a live object: (frame, raw size, base).
+
+    Args:
+        stored: its bytes in the old pack.
+        slot: its old index entry.
+        alone: its bytes when its base dies (it is stored again without one), else None.
+    """
+    if alone is not None:
+        return compress(alone, None)[0], len(alone), None
+    if not slot.framed:  # a version 1 object: compressed as it moves
+        return compress(stored, None)[0], len(stored), None
+    return stored, slot.raw, slot.base  # its frame as it is: its base is live too
+
+
+class Recent:
+    """The bytes of objects read or written lately, up to `limit` bytes in all.
+
+    A restore reads the versions of a file one after the other: each stands on the
+    one before, which is then still here (no chain decompressed again).
+    """
+
+    def __init__(self, limit: int = 16 * MIB) -> None:
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._limit = limit
+
+    def get(self, digest: str) -> bytes | None:
+        """The bytes of `digest` if remembered (checked when they were put)."""
+        data = self._items.get(digest)
+        if data is not None:
+            self._items.move_to_end(digest)
+        return data
+
+    def put(self, digest: str, data: bytes) -> None:
+        """Remembers bytes already checked against `digest`."""
+        if digest in self._items or len(data) > self._limit // 4:
+            return
+        self._items[digest] = data
+        self._size += len(data)
+        while self._size > self._limit:
+            _, dropped = self._items.popitem(last=False)
+            self._size -= len(dropped)
+
+    def clear(self) -> None:
+        """Forgets everything."""
+        self._items.clear()
+        self._size = 0
+
+
+class PackWriter:
+    """Appends objects to one new pack file owned by this process.
+
+    Small objects are gathered in memory and written 1 MiB at a time: one
+    `write` per object cost a third of a cold snapshot. The pack stays locked
+    (`StoreDir.create`) until its index is published, so a sweep by another
+    process never takes it for the leftover of a writer that died.
+    """
+
+    _BUFFER = 1 << 20
+
+    def __init__(self, store: StoreDir) -> None:
+        self.name = store.new_name()
+        self.path = store.paths.pack(self.name)
+        self.fd = store.create(self.path)
+        self.offset = 0
+        self.pending = bytearray()
+        self.records: list[tuple[str, Slot]] = []
+
+    def append(self, digest: str, frame: bytes, raw: int, base: str | None) -> Slot:
+        """Appends one object's frame; returns where it is."""
+        slot = Slot(self.name, self.offset, len(frame), raw, base, framed=True)
+        self.pending += frame
+        self.records.append((digest, slot))
+        self.offset += len(frame)
+        if len(self.pending) >= self._BUFFER:
+            self.drain()
+        return slot
+
+    def drain(self) -> None:
+        """Writes the gathered objects to the pack file."""
+        view = memoryview(self.pending)
+        while view:
+            view = view[os.write(self.fd, view) :]
+        view.release()
+        self.pending.clear()
+
+    def index(self) -> bytes:
+        """The pack's index, to be published once the pack is durable."""
+        return encode_index(self.records)

@@ -1,0 +1,297 @@
+"""A hostile or damaged pack of version 2: every read refuses it in one line, naming the object.
+
+A version 2 object is a zstd frame, maybe against a base named in its index entry
+(docs/format.md, "Packs"). Each case here edits a real store's pack or index the way
+damage or a hostile hand would, and checks that the object is refused before any
+byte of it is used (before any decompression when the index is what is wrong), that
+the message names it, and that a restore needing it changes nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tests.conftest import tree_state, write
+from worksnap import Workspace
+from worksnap.diskstore import DiskStore
+from worksnap.errors import ObjectError, StoreError
+from worksnap.hash import SMALL, hash_bytes
+from worksnap.packcodec import MAX_CHAIN, Slot
+
+from .conftest import STORE, cli
+from .test_kill import SRC
+
+Rows = list[list[object]]
+
+
+def _two_versions(root: Path) -> tuple[str, str, str, str]:
+    """Two snapshots of `a.txt`; the second version is stored against the first."""
+    first_text = "".join(f"line {i} of a file an agent edits\n" for i in range(300))
+    write(root, "a.txt", first_text)
+    with Workspace(root) as ws:
+        first = ws.snapshot().id
+        write(root, "a.txt", first_text + "one more line\n")
+        second = ws.snapshot().id
+    old = hash_bytes(first_text.encode())
+    new = hash_bytes((first_text + "one more line\n").encode())
+    slot = _slot(root, new)
+    assert slot.base is not None and old.startswith(slot.base), "not stored against the first"
+    return first, second, old, new
+
+
+def _slot(root: Path, digest: str) -> Slot:
+    store = DiskStore(str(root / STORE))
+    try:
+        return store._load_index()[digest]
+    finally:
+        store.close()  # descriptors: a test of the suite runs with a limit of 256
+
+
+def _edit_rows(root: Path, edit: Callable[[Rows], None]) -> None:
+    for index in (root / STORE / "packs").glob("*.idx"):
+        tag, version, rows = msgspec.msgpack.decode(index.read_bytes())
+        edit(rows)
+        index.write_bytes(msgspec.msgpack.encode([tag, version, rows]))
+
+
+def _row(rows: Rows, digest: str) -> list[object] | None:
+    return next((row for row in rows if row[0] == bytes.fromhex(digest)), None)
+
+
+def _refused(root: Path, snapshot: str, digest: str, *words: str, named: str | None = None) -> None:
+    """A read of `digest` and a restore of `snapshot` refuse it, naming it, changing nothing.
+
+    `named`: what the restore's error names (the object, unless something it reads
+    first is damaged too).
+    """
+    store = DiskStore(str(root / STORE))
+    with pytest.raises(ObjectError) as refused:
+        store.read(digest)
+    assert refused.value.digest == digest
+    for word in words:
+        assert word in str(refused.value)
+    with pytest.raises(ObjectError):
+        store.check(digest)
+    store.close()
+    write(root, "a.txt", "edited since\n")
+    before = tree_state(root)
+    code, _, err = cli("--root", str(root), "restore", snapshot, "--yes")
+    assert code != 0
+    (line,) = err.splitlines()
+    assert line.startswith("worksnap: error: ") and (named or digest) in line, err
+    assert tree_state(root) == before
+    code, out, _ = cli("--root", str(root), "verify")
+    assert code == 1 and (named or digest) in out
+
+
+def test_a_cycle_of_bases_is_refused_before_any_frame_is_read(root: Path) -> None:
+    _, second, old, new = _two_versions(root)
+
+    def cycle(rows: Rows) -> None:
+        if (row := _row(rows, old)) is not None:
+            row[3] = bytes.fromhex(new)[:16]  # the first version now stands on the second
+
+    _edit_rows(root, cycle)
+    _refused(root, second, new, "cycle")
+
+
+def test_a_missing_base_is_refused(root: Path) -> None:
+    _, second, _, new = _two_versions(root)
+
+    def elsewhere(rows: Rows) -> None:
+        if (row := _row(rows, new)) is not None:
+            row[3] = bytes.fromhex(hash_bytes(b"never stored"))[:16]
+
+    _edit_rows(root, elsewhere)
+    _refused(root, second, new, hash_bytes(b"never stored")[:32], "not a packed object")
+
+
+def test_a_loose_object_as_a_base_is_refused(root: Path) -> None:
+    _, second, _, new = _two_versions(root)
+    big = b"L" * (SMALL + 10)
+    write(root, "big.bin", big)
+    with Workspace(root) as ws:
+        ws.snapshot()
+    assert (root / STORE / "objects" / hash_bytes(big)[:2]).is_dir()
+
+    def loose(rows: Rows) -> None:
+        if (row := _row(rows, new)) is not None:
+            row[3] = bytes.fromhex(hash_bytes(big))[:16]
+
+    _edit_rows(root, loose)
+    _refused(root, second, new, hash_bytes(big)[:32], "not a packed object")
+
+
+def test_a_chain_longer_than_the_bound_is_refused_before_any_frame_is_read(root: Path) -> None:
+    blobs = [f"version {i}\n".encode() * 50 for i in range(MAX_CHAIN + 3)]
+    store = DiskStore(str(root / STORE))
+    store.create()
+    for blob in blobs:
+        store.add(hash_bytes(blob), blob)  # each alone: only the index will say otherwise
+    store.flush()
+    digests = [hash_bytes(b) for b in blobs]
+
+    def chained(rows: Rows) -> None:
+        for before, after in itertools.pairwise(digests):
+            if (row := _row(rows, after)) is not None:
+                row[3] = bytes.fromhex(before)[:16]
+
+    _edit_rows(root, chained)
+    fresh = DiskStore(str(root / STORE))
+    assert fresh.read(digests[MAX_CHAIN - 1]) == blobs[MAX_CHAIN - 1]  # its frame has no base
+    with pytest.raises(ObjectError, match=f"longer than {MAX_CHAIN}"):
+        fresh.read(digests[MAX_CHAIN + 1])
+    fresh.close()
+    store.close()
+
+
+def test_a_frame_that_declares_more_than_its_index_entry_is_refused(root: Path) -> None:
+    _, second, _, new = _two_versions(root)
+
+    def smaller(rows: Rows) -> None:
+        if (row := _row(rows, new)) is not None:
+            row[2] = 10  # the raw size: the frame declares more
+
+    _edit_rows(root, smaller)
+    _refused(root, second, new, "declares", "index entry 10")
+
+
+def test_a_frame_that_declares_a_terabyte_is_refused_before_it_is_decompressed(
+    root: Path,
+) -> None:
+    _, second, _, new = _two_versions(root)
+    slot = _slot(root, new)
+    # A frame header saying 1 TiB (single segment, 8-byte size), then one empty last block.
+    hostile = b"\x28\xb5\x2f\xfd\xe0" + (1 << 40).to_bytes(8, "little") + b"\x01\x00\x00"
+    pack = root / STORE / "packs" / f"{slot.pack}.pack"
+    data = pack.read_bytes()
+    pack.write_bytes(data[: slot.offset] + hostile + data[slot.offset + len(hostile) :])
+    _refused(root, second, new, f"declares {1 << 40} bytes")
+
+
+def test_a_truncated_frame_is_refused(root: Path) -> None:
+    _, second, _, new = _two_versions(root)
+    slot = _slot(root, new)
+    pack = root / STORE / "packs" / f"{slot.pack}.pack"
+    with open(pack, "r+b") as f:
+        f.truncate(slot.offset + slot.stored - 3)
+    # The trees written after it in the same pack are cut off too: the restore names one.
+    _refused(root, second, new, "damaged", named="tree object")
+
+
+def test_a_damaged_base_is_named_by_the_object_that_needs_it(root: Path) -> None:
+    _, second, old, new = _two_versions(root)
+    slot = _slot(root, old)
+    pack = root / STORE / "packs" / f"{slot.pack}.pack"
+    data = bytearray(pack.read_bytes())
+    data[slot.offset + slot.stored - 2] ^= 0xFF  # inside the first version's frame
+    pack.write_bytes(bytes(data))
+    _refused(root, second, new, f"its base {old}")
+
+
+def test_an_index_of_a_newer_pack_version_is_damage_named_by_verify(root: Path) -> None:
+    _first, _, _, _ = _two_versions(root)
+    for index in (root / STORE / "packs").glob("*.idx"):
+        tag, _, rows = msgspec.msgpack.decode(index.read_bytes())
+        index.write_bytes(msgspec.msgpack.encode([tag, 3, rows]))
+    code, out, _ = cli("--root", str(root), "verify")
+    assert code == 1 and "install a newer worksnap" in out
+
+
+def test_a_store_of_a_newer_format_is_refused_in_one_line(root: Path) -> None:
+    first, _, _, _ = _two_versions(root)
+    (root / STORE / "format").write_text("4\n")
+    for command in (["restore", first, "--yes"], ["snapshot"], ["verify"]):
+        code, _, err = cli("--root", str(root), *command)
+        assert code == 2, command
+        (line,) = err.splitlines()
+        assert "install a newer worksnap" in line and "format" in line
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_pack_that_is_a_link_or_a_fifo_is_refused_without_following_it(
+    root: Path, tmp_path: Path, kind: str
+) -> None:
+    _first, second, _, new = _two_versions(root)
+    slot = _slot(root, new)
+    pack = root / STORE / "packs" / f"{slot.pack}.pack"
+    outside = tmp_path / "outside.pack"
+    outside.write_bytes(pack.read_bytes())
+    pack.unlink()
+    if kind == "symlink":
+        pack.symlink_to(outside)
+    else:
+        os.mkfifo(pack)
+    store = DiskStore(str(root / STORE))
+    with pytest.raises((ObjectError, StoreError)):
+        store.read(new)
+    store.close()
+    write(root, "a.txt", "edited since\n")
+    before = tree_state(root)
+    code, _, err = cli("--root", str(root), "restore", second, "--yes")
+    assert code != 0 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert tree_state(root) == before
+    assert outside.read_bytes() == outside.read_bytes()  # never opened for writing
+
+
+# -- kill -9 while a pack of deltas is written ---------------------------------------
+
+DELTA_WRITER = r"""
+import os, sys
+from worksnap.diskstore import DiskStore
+from worksnap.hash import hash_bytes
+store = DiskStore(sys.argv[1])
+store.create()
+blob, previous = os.urandom(20_000), None
+for i in range(100_000):
+    blob = blob[:5000] + f"edit {i}\n".encode() + blob[5000:19_000]
+    store.add(hash_bytes(blob), blob, base=previous)
+    previous = hash_bytes(blob)
+    if i % 7 == 6:
+        store.flush()
+        print(previous, flush=True)  # published: it must read back after the kill
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(int(os.environ.get("WORKSNAP_PACK_KILLS", "4"))))
+def test_a_writer_of_deltas_killed_at_any_time_leaves_every_published_object_readable(
+    root: Path, tmp_path: Path, seed: int
+) -> None:
+    store = tmp_path / "store"
+    child = subprocess.Popen(
+        [sys.executable, "-c", DELTA_WRITER, str(store)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    assert child.stdout is not None
+    published = [child.stdout.readline().strip() for _ in range(3 + seed * 5)]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    fresh = DiskStore(str(store))
+    for digest in published:
+        fresh.check(digest)  # every frame and base from disk, each checked
+    assert any(fresh._load_index()[d].base for d in published)  # deltas were written
+    fresh.close()
+    write(root, "a.txt", "alpha\n")
+    code, _, err = cli("--root", str(root), "--store", str(store), "snapshot")
+    assert code == 0, err
+    leftovers = [p for p in (store / "packs").glob("*.pack") if not p.with_suffix(".idx").exists()]
+    assert leftovers == []  # the killed writer's unpublished pack is gone
+    code, out, err = cli("--root", str(root), "--store", str(store), "verify")
+    assert code == 0, out + err
+    after = DiskStore(str(store))
+    for digest in published:
+        after.check(digest)
+    after.close()
