@@ -162,7 +162,7 @@ class Capture:
         self._entries: dict[str, tuple[Seen, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
-        self.trees = CaptureTrees(store)  # the root tree, as a snapshot stores it (undo compares)
+        self.trees = CaptureTrees(store, caches)  # the root tree as stored (undo compares)
         self._last_cap = max_file_bytes
 
     @property
@@ -376,7 +376,6 @@ class Capture:
         entries.sort(key=lambda e: e.path)
         dirs = sorted(found.dirs)
         self._caches.replace_stat_table(fresh)
-        self._caches.save(force=self._watcher is None)
         current = Manifest(
             version=VERSION,
             id=new_id(),
@@ -393,6 +392,7 @@ class Capture:
             excluded=sorted(found.excluded),
             exclude=sorted(self._root.exclude - {self._root.store_rel or ""}),
         )
+        self._caches.save(force=self._watcher is None)  # after the build: its trees too
         if watcher is not None and remember is not None:
             # Commit: from here on the events taken are consumed and the memory is this scan's.
             self._memory = remember

@@ -13,14 +13,19 @@ tree holds. `tests/test_treebuild.py` and the watched differential test hold the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 
+import msgspec
+from blake3 import blake3
+
+from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
 from worksnap.errors import ManifestError
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
 from worksnap.scanparts import Scan
 from worksnap.store import ObjectStore
 from worksnap.tree import (
+    FORMAT,
     Built,
     Child,
     Dir,
@@ -35,6 +40,21 @@ from worksnap.tree import (
 from worksnap.treewalk import Flat, Loose
 
 _Key = tuple[tuple[Child, ...], tuple[tuple[str, str], ...]]
+_Memo = tuple[_Key, Built, tuple[str, ...], bytes]
+"""(children, the directory as built, its objects, the key's digest)."""
+
+_key_encoder = msgspec.msgpack.Encoder()
+_KEY_PREFIX = b"worksnap tree key %d %d\0" % (FORMAT, TREE_CACHE_VERSION)
+
+
+def key_digest(key: _Key) -> bytes:
+    """The tree cache's key for a directory's children: BLAKE3 of their msgpack encoding.
+
+    Every field of every child is encoded (tag, name, mode, size, digest or target, and
+    each subdirectory's tree digest), under the tree format and cache version: two
+    directories with one digest have the same tree.
+    """
+    return blake3(_KEY_PREFIX + _key_encoder.encode(key)).digest()
 
 
 class TreeMemo:
@@ -42,18 +62,37 @@ class TreeMemo:
 
     Attributes:
         encoded: directories encoded by the last `build` (the others were taken again).
+        cached: of those taken again, how many came from the tree cache (`known`), not
+            from this memo.
+        new: the tree cache records of the directories the last `build` encoded.
     """
 
     def __init__(self) -> None:
-        self._dirs: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
+        self._dirs: dict[str, _Memo] = {}
         self.encoded = 0
+        self.cached = 0
+        self.new: TreeTable = {}
 
     def forget(self) -> None:
         """Drops everything remembered (the next build encodes every directory)."""
         self._dirs = {}
 
+    @property
+    def size(self) -> int:
+        """How many directories the last `build` had."""
+        return len(self._dirs)
+
+    def records(self) -> TreeTable:
+        """The tree cache records of every directory of the last `build`."""
+        return {memo[3]: _record(memo) for memo in self._dirs.values()}
+
     def build(
-        self, flat: Flat, write: Write, *, stored: Container[str] | None
+        self,
+        flat: Flat,
+        write: Write,
+        *,
+        stored: Container[str] | None,
+        known: Mapping[bytes, TreeRecord] | None = None,
     ) -> tuple[Digest, Loose]:
         """Builds the trees of a capture's flat view; returns `treewalk.from_flat`'s answer.
 
@@ -62,6 +101,8 @@ class TreeMemo:
             write: stores a new object (`add_tree`), or discards it.
             stored: the digests the store holds (a capture that stores: a directory is
                 taken again only if its top object is there), or None (nothing is stored).
+            known: the tree cache (what another process built): a directory this memo
+                does not hold with the same children is taken from it, on the same terms.
 
         Raises:
             ManifestError: a path's parent is not a captured directory, or a path repeats.
@@ -112,9 +153,10 @@ class TreeMemo:
                     continue
                 names.add(name)
                 leaves[parent].append(make(name))
-        memo: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
+        memo: dict[str, _Memo] = {}
         built: dict[str, Built] = {}
-        self.encoded = 0
+        self.encoded = self.cached = 0
+        self.new = {}
         # Reverse path order reaches every directory after all of its subdirectories.
         for d in [*sorted(flat.dirs, reverse=True), ""]:
             prefix = f"{d}/" if d else ""
@@ -130,6 +172,14 @@ class TreeMemo:
                 memo[d] = hit
                 built[d] = hit[1]
                 continue
+            digest_of_key = key_digest(key)
+            record = known.get(digest_of_key) if known is not None else None
+            if record is not None and (stored is None or _all_in(record[3], stored)):
+                memo[d] = (key, Built(Digest(record[0]), record[1], record[2]), record[3],
+                           digest_of_key)  # fmt: skip
+                built[d] = memo[d][1]
+                self.cached += 1
+                continue
             children = list(key[0])
             children.extend(Dir(name=name, tree=bytes.fromhex(sub.digest)) for name, sub in subs)
             children.sort(key=_name)
@@ -141,11 +191,17 @@ class TreeMemo:
             size = sum(c.size for c in key[0] if type(c) is File)
             size += sum(sub.bytes for _, sub in subs)
             objects = tuple(digest for digest, _ in encoded.objects)
-            memo[d] = (key, Built(encoded.digest, files, size), objects)
+            memo[d] = (key, Built(encoded.digest, files, size), objects, digest_of_key)
             built[d] = memo[d][1]
+            self.new[digest_of_key] = _record(memo[d])
             self.encoded += 1
         self._dirs = memo
         return built[""].digest, loose
+
+
+def _record(memo: _Memo) -> TreeRecord:
+    built = memo[1]
+    return (built.digest, built.files, built.bytes, memo[2])
 
 
 def _all_in(digests: tuple[str, ...], stored: Container[str]) -> bool:
@@ -163,8 +219,9 @@ class CaptureTrees:
     saving that snapshot does not build them again (`stored`).
     """
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectStore, caches: Caches | None = None) -> None:
         self._store = store
+        self._caches = caches
         self.memo = TreeMemo()
         self._built: tuple[str, Loose] | None = None
 
@@ -175,6 +232,8 @@ class CaptureTrees:
         """Builds a capture's trees (stored when `store_objects`); returns the root's digest.
 
         `swept`: a gc swept objects since the last capture (nothing remembered is trusted).
+        A process's first build takes unchanged directories from the tree cache (`caches`,
+        read once); later ones from the memo. What was encoded goes to the tree cache.
         """
         if swept:
             self.memo.forget()
@@ -182,7 +241,11 @@ class CaptureTrees:
         flat = Flat(entries, dirs, *left_out)
         write = self._store.add_tree if store_objects else _discard
         stored = self._store.indexed() if store_objects else None
-        root, loose = self.memo.build(flat, write, stored=stored)
+        caches = self._caches
+        known = caches.tree_table() if caches is not None else None
+        root, loose = self.memo.build(flat, write, stored=stored, known=known)
+        if caches is not None:
+            caches.add_trees(self.memo.new, self.memo.records, self.memo.size)
         if store_objects:
             self._built = (root, loose)
         return root

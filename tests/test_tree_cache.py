@@ -1,0 +1,163 @@
+"""The tree cache (`cache/trees` and its log): a new process takes unchanged trees from it.
+
+It may only ever save work: a damaged, truncated or foreign cache costs encoding again,
+and a link or FIFO where it belongs is refused as any store file is. A save appends
+what it encoded; the base is rewritten only when the log has grown past it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tick, write
+from worksnap import Workspace
+from worksnap.caches import load_tree_table
+from worksnap.errors import StoreError
+from worksnap.layout import StorePaths
+from worksnap.manifest import Manifest
+from worksnap.storedir import StoreDir
+from worksnap.workspace import Seams
+
+
+def _tree(root: Path) -> Path:
+    for i in range(6):
+        write(root, f"d{i}/sub/f.txt", f"{i}\n")
+        write(root, f"d{i}/g.txt", f"g{i}\n")
+    return root
+
+
+def _store(root: Path) -> Path:
+    return root.parent / "store"  # outside the root, as the cold capture's
+
+
+def _paths(root: Path) -> StorePaths:
+    return StorePaths(str(_store(root)))
+
+
+def _fresh_snapshot(root: Path) -> tuple[Manifest, int, int]:
+    """A snapshot by a new workspace (a new process): the directories cached and encoded."""
+    with Workspace(root, store=_store(root), seams=Seams(racy_margin_ns=0)) as ws:
+        taken = ws.snapshot()
+        memo = ws._capture.trees.memo
+        return taken, memo.cached, memo.encoded
+
+
+def _cold_tree(root: Path, tmp_path: Path) -> str:
+    with Workspace(root, store=tmp_path / "cold-store") as ws:
+        return ws.capture(store_objects=False).tree
+
+
+def test_a_new_process_encodes_only_what_changed(root: Path, tmp_path: Path) -> None:
+    _tree(root)
+    _, cached, encoded = _fresh_snapshot(root)
+    assert (cached, encoded) == (0, 13)  # 6 x (d, d/sub) and the root
+    tick(root)
+    write(root, "d3/sub/f.txt", "changed\n")
+    taken, cached, encoded = _fresh_snapshot(root)
+    assert encoded == 3  # d3/sub, d3, the root
+    assert cached == 10
+    assert taken.tree == _cold_tree(root, tmp_path)
+
+
+def test_a_save_appends_to_the_log_and_leaves_the_base(root: Path) -> None:
+    _tree(root)
+    _fresh_snapshot(root)
+    base = Path(_paths(root).tree_cache)
+    log = Path(_paths(root).tree_cache_log)
+    before = (base.stat().st_ino, base.read_bytes())
+    assert not log.exists()
+    for i in range(3):
+        tick(root)
+        write(root, f"d{i}/g.txt", f"edit {i}\n")
+        _fresh_snapshot(root)
+    assert (base.stat().st_ino, base.read_bytes()) == before
+    assert 0 < log.stat().st_size < len(before[1])
+
+
+def test_the_log_is_read_up_to_a_record_cut_short(root: Path, tmp_path: Path) -> None:
+    """A save killed part-way leaves a short last record: the records before it hold."""
+    _tree(root)
+    _fresh_snapshot(root)
+    store = StoreDir(str(_store(root)))
+    whole, _, _ = load_tree_table(store, str(root))
+    tick(root)
+    write(root, "d1/g.txt", "one\n")
+    _fresh_snapshot(root)
+    with_first, _, _ = load_tree_table(store, str(root))
+    tick(root)
+    write(root, "d2/g.txt", "two\n")
+    _fresh_snapshot(root)
+    log = Path(_paths(root).tree_cache_log)
+    data = log.read_bytes()
+    first_length = int.from_bytes(data[:4], "big")
+    for cut in (4 + first_length + 2, len(data) - 1):
+        log.write_bytes(data[:cut])
+        table, _, _ = load_tree_table(store, str(root))
+        assert table == with_first and len(table) > len(whole)
+    log.write_bytes(data[:3])
+    assert load_tree_table(store, str(root))[0] == whole
+    # And a snapshot after the damage is right.
+    taken, cached, _ = _fresh_snapshot(root)
+    assert taken.tree == _cold_tree(root, tmp_path) and cached > 0
+
+
+@pytest.mark.parametrize("damage", ["flip", "other root", "garbage"])
+def test_a_damaged_or_foreign_base_is_dropped(root: Path, tmp_path: Path, damage: str) -> None:
+    _tree(root)
+    _fresh_snapshot(root)
+    base = Path(_paths(root).tree_cache)
+    if damage == "flip":
+        data = bytearray(base.read_bytes())
+        data[len(data) // 2] ^= 1
+        base.write_bytes(bytes(data))
+    elif damage == "garbage":
+        base.write_bytes(os.urandom(200))
+    else:
+        store = StoreDir(str(_store(root)))
+        assert load_tree_table(store, "/somewhere/else")[0] == {}
+        os.rename(root, tmp_path / "moved")  # the same store, now read for another root
+        root = tmp_path / "moved"
+        with Workspace(root, store=tmp_path / "store", seams=Seams(racy_margin_ns=0)) as ws:
+            ws.rebind()
+    taken, cached, _ = _fresh_snapshot(root)
+    assert cached == 0
+    assert taken.tree == _cold_tree(root, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["tree_cache", "tree_cache_log"])
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_link_or_fifo_as_the_tree_cache_is_refused(root: Path, name: str, kind: str) -> None:
+    _tree(root)
+    _fresh_snapshot(root)
+    path = Path(getattr(_paths(root), name))
+    path.unlink(missing_ok=True)
+    outside = root.parent / "outside"
+    outside.write_bytes(b"not a cache")
+    if kind == "symlink":
+        path.symlink_to(outside)
+    else:
+        os.mkfifo(path)
+    with pytest.raises(StoreError, match=kind if kind == "symlink" else "FIFO"):
+        _fresh_snapshot(root)
+    assert outside.read_bytes() == b"not a cache"
+    if kind == "fifo":
+        assert stat.S_ISFIFO(path.lstat().st_mode)  # never replaced through, nor read
+
+
+def test_a_directory_replaced_by_a_file_with_the_same_times(root: Path, tmp_path: Path) -> None:
+    _tree(root)
+    _fresh_snapshot(root)
+    parent = root / "d4"
+    st = parent.stat()
+    for child in (parent / "sub").iterdir():
+        child.unlink()
+    (parent / "sub").rmdir()
+    write(root, "d4/sub", "a file now\n")
+    os.utime(parent, ns=(st.st_atime_ns, st.st_mtime_ns))
+    taken, _, _ = _fresh_snapshot(root)
+    assert taken.tree == _cold_tree(root, tmp_path)
+    assert {e.path: e.type for e in taken.entries}["d4/sub"] == "file"
