@@ -68,6 +68,7 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
     start = time.monotonic()
     encoded: list[int] = []
     directories: list[int] = []
+    unseen = 0
     with Workspace(root, store=tmp_path / "store", watch=watch) as ws:
         for step in range(STEPS):
             last = ops.step()
@@ -78,6 +79,7 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
                 ws.gc(Retention(keep_last=1))  # sweeps what only older snapshots had
             taken = ws.snapshot()
             encoded.append(ws._capture.trees.memo.encoded)
+            unseen += ws._capture.trees.memo.unseen
             expected = cold(root, tmp_path / "cold-store")
             assert Flat.of(taken) == Flat.of(expected), (step, last)
             assert taken.tree == slow_tree(expected), (step, last)
@@ -87,8 +89,11 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
     assert ws.verify() == []
     # It is a fast path: most snapshots encode a few directories, not all of them.
     assert sum(encoded) < sum(directories) / 2
+    # Watched, the directories without events are not looked at again (and so must be
+    # equal to the slow path above without it).
+    assert (unseen > sum(directories) / 4) if watch else unseen == 0, unseen
     print(f"treebuild {'watched' if watch else 'plain'}: {STEPS} steps, seed {SEED}, "
-          f"{time.monotonic() - start:.1f} s")  # fmt: skip
+          f"{time.monotonic() - start:.1f} s, {unseen} of {sum(directories)} unseen")  # fmt: skip
 
 
 def _damage_tree_cache(store: Path, rnd: random.Random) -> str:

@@ -22,7 +22,7 @@ from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
 from worksnap.errors import ManifestError
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
-from worksnap.scanparts import Scan
+from worksnap.scanparts import DirScan, Scan
 from worksnap.store import ObjectStore
 from worksnap.tree import (
     FORMAT,
@@ -65,12 +65,15 @@ class TreeMemo:
         cached: of those taken again, how many came from the tree cache (`known`), not
             from this memo.
         new: the tree cache records of the directories the last `build` encoded.
+        unseen: directories whose children the last `build` took from the memo unseen
+            (`clean`).
     """
 
     def __init__(self) -> None:
         self._dirs: dict[str, _Memo] = {}
+        self._loose = False  # the last build left paths out of every tree
         self.encoded = 0
-        self.cached = 0
+        self.cached = self.unseen = 0
         self.new: TreeTable = {}
 
     def forget(self) -> None:
@@ -93,6 +96,7 @@ class TreeMemo:
         *,
         stored: Container[str] | None,
         known: Mapping[bytes, TreeRecord] | None = None,
+        clean: Container[str] = frozenset(),
     ) -> tuple[Digest, Loose]:
         """Builds the trees of a capture's flat view; returns `treewalk.from_flat`'s answer.
 
@@ -103,6 +107,12 @@ class TreeMemo:
                 taken again only if its top object is there), or None (nothing is stored).
             known: the tree cache (what another process built): a directory this memo
                 does not hold with the same children is taken from it, on the same terms.
+            clean: directories whose files, symlinks and left-out children the caller
+                vouches are those of the last `build` (a watched capture's directories
+                without events): their paths in `flat` are not looked at again, their
+                children are taken from the memo (only their subdirectories' trees are
+                compared). Ignored where the memo does not hold the directory, or when
+                the last build left paths out of every tree.
 
         Raises:
             ManifestError: a path's parent is not a captured directory, or a path repeats.
@@ -110,6 +120,12 @@ class TreeMemo:
         leaves: dict[str, list[Child]] = {"": [], **{d: [] for d in flat.dirs}}
         subdirs: dict[str, list[str]] = {"": [], **{d: [] for d in flat.dirs}}
         taken: dict[str, set[str]] = {"": set(), **{d: set() for d in flat.dirs}}
+        last = self._dirs
+        # What stands for a clean directory's children (and so is never a key of `taken`).
+        reused: dict[str, tuple[Child, ...]] = (
+            {d: hit[0][0] for d, hit in last.items() if d in clean} if not self._loose else {}
+        )
+        self.unseen = len(reused)
         for d in flat.dirs:
             parent, _, name = d.rpartition("/")
             names = taken.get(parent)
@@ -119,6 +135,8 @@ class TreeMemo:
             subdirs[parent].append(name)
         for entry in flat.entries:
             parent, _, name = entry.path.rpartition("/")
+            if parent in reused:
+                continue
             names = taken.get(parent)
             if names is None or name in names:
                 raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
@@ -147,6 +165,8 @@ class TreeMemo:
                     continue  # a set: a repeat is kept once, as from_flat keeps it
                 previous = path
                 parent, _, name = path.rpartition("/")
+                if parent in reused:
+                    continue
                 names = taken.get(parent)
                 if names is None or name in names:
                     left.append(path)
@@ -161,11 +181,12 @@ class TreeMemo:
         for d in [*sorted(flat.dirs, reverse=True), ""]:
             prefix = f"{d}/" if d else ""
             subs = sorted((name, built.pop(prefix + name)) for name in subdirs[d])
+            own = reused.get(d)
             key: _Key = (
-                tuple(sorted(leaves[d], key=_name)),
+                own if own is not None else tuple(sorted(leaves[d], key=_name)),
                 tuple((name, sub.digest) for name, sub in subs),
             )
-            hit = self._dirs.get(d)
+            hit = last.get(d)
             # Every object of the directory (a split one's parts may be older than its
             # index, in another pack): each must still be there to be named again.
             if hit is not None and hit[0] == key and (stored is None or _all_in(hit[2], stored)):
@@ -196,7 +217,25 @@ class TreeMemo:
             self.new[digest_of_key] = _record(memo[d])
             self.encoded += 1
         self._dirs = memo
+        self._loose = bool(loose.ignored or loose.large or loose.excluded)
         return built[""].digest, loose
+
+
+def unchanged_dirs(
+    memory: Mapping[str, DirScan], remember: Mapping[str, DirScan] | None, dirty: set[str]
+) -> set[str]:
+    """The directories a watched scan took whole from memory: `TreeMemo.build`'s `clean`.
+
+    Less those in `dirty`, where a file's entry was made again (not the last capture's).
+
+    Args:
+        memory: what the last committed scan remembered, per directory.
+        remember: this scan's (None: not watched, nothing is clean).
+        dirty: directories with a file whose entry was not the last capture's.
+    """
+    if remember is None:
+        return set()
+    return {d for d, part in memory.items() if remember.get(d) is part} - dirty
 
 
 def _record(memo: _Memo) -> TreeRecord:
@@ -227,11 +266,12 @@ class CaptureTrees:
 
     def build(
         self, entries: list[Entry], dirs: list[str], found: Scan, store_objects: bool,
-        swept: bool,
+        swept: bool, *, clean: Container[str] = frozenset(),
     ) -> Digest:  # fmt: skip
         """Builds a capture's trees (stored when `store_objects`); returns the root's digest.
 
         `swept`: a gc swept objects since the last capture (nothing remembered is trusted).
+        `clean`: directories whose children are as at the last build (`TreeMemo.build`).
         A process's first build takes unchanged directories from the tree cache (`caches`,
         read once); later ones from the memo. What was encoded goes to the tree cache.
         """
@@ -243,7 +283,7 @@ class CaptureTrees:
         stored = self._store.indexed() if store_objects else None
         caches = self._caches
         known = caches.tree_table() if caches is not None else None
-        root, loose = self.memo.build(flat, write, stored=stored, known=known)
+        root, loose = self.memo.build(flat, write, stored=stored, known=known, clean=clean)
         if caches is not None:
             caches.add_trees(self.memo.new, self.memo.records, self.memo.size)
         if store_objects:
