@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import tick, write
 from worksnap import Workspace
-from worksnap.caches import load_tree_table
+from worksnap.caches import load_tree_table, save_tree_table
 from worksnap.errors import StoreError
 from worksnap.layout import StorePaths
 from worksnap.manifest import Manifest
@@ -161,3 +161,18 @@ def test_a_directory_replaced_by_a_file_with_the_same_times(root: Path, tmp_path
     taken, _, _ = _fresh_snapshot(root)
     assert taken.tree == _cold_tree(root, tmp_path)
     assert {e.path: e.type for e in taken.entries}["d4/sub"] == "file"
+
+
+def test_a_record_whose_tree_is_not_among_its_objects_is_not_used(
+    root: Path, tmp_path: Path
+) -> None:
+    """Every object of a record must be in the store, and its tree must be one of them."""
+    _tree(root)
+    _fresh_snapshot(root)
+    store = StoreDir(str(_store(root)))
+    table, _, _ = load_tree_table(store, str(root))
+    forged = {key: ("ab" * 32, files, size, ()) for key, (_, files, size, _) in table.items()}
+    save_tree_table(store, str(root), forged)
+    taken, cached, encoded = _fresh_snapshot(root)
+    assert (cached, encoded) == (0, 13)
+    assert taken.tree == _cold_tree(root, tmp_path)

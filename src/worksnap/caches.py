@@ -47,7 +47,10 @@ TreeTable = dict[bytes, TreeRecord]
 """The tree cache: digest of a directory's children (`treebuild.key_digest`) -> its tree."""
 
 TREE_CACHE_VERSION = 1
-"""Of the tree cache's records (and of the key digests in them): another one is dropped."""
+"""Of the tree cache's records (and of the key digests in them): another one is dropped.
+
+Raise it whenever how a tree object is encoded changes without `tree.FORMAT` changing:
+its records name trees by the encoding they were built with."""
 
 MAX_TREE_LOG = 64 << 20
 """The most the tree cache's log may hold before it is read (more: dropped, and rebuilt)."""

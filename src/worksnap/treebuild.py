@@ -195,7 +195,11 @@ class TreeMemo:
                 continue
             digest_of_key = key_digest(key)
             record = known.get(digest_of_key) if known is not None else None
-            if record is not None and (stored is None or _all_in(record[3], stored)):
+            if (
+                record is not None
+                and record[0] in record[3]  # its top object is one of those checked
+                and (stored is None or _all_in(record[3], stored))
+            ):
                 memo[d] = (key, Built(Digest(record[0]), record[1], record[2]), record[3],
                            digest_of_key)  # fmt: skip
                 built[d] = memo[d][1]
