@@ -8,11 +8,15 @@ what it encoded; the base is rewritten only when the log has grown past it.
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import worksnap
 from tests.conftest import tick, write
 from worksnap import Workspace
 from worksnap.caches import load_tree_table, save_tree_table
@@ -21,6 +25,8 @@ from worksnap.layout import StorePaths
 from worksnap.manifest import Manifest
 from worksnap.storedir import StoreDir
 from worksnap.workspace import Seams
+
+SRC = str(Path(worksnap.__file__).resolve().parents[1])
 
 
 def _tree(root: Path) -> Path:
@@ -176,3 +182,45 @@ def test_a_record_whose_tree_is_not_among_its_objects_is_not_used(
     taken, cached, encoded = _fresh_snapshot(root)
     assert (cached, encoded) == (0, 13)
     assert taken.tree == _cold_tree(root, tmp_path)
+
+
+_KILLED_MID_APPEND = """
+import os, signal, sys
+from pathlib import Path
+from worksnap import Workspace
+from worksnap.storedir import StoreDir
+
+def append(self, path, data):
+    fd = os.open(path if os.path.isabs(path) else os.path.join(self.paths.dir, path),
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, data[: len(data) // 2])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+StoreDir.append = append
+root, store = Path(sys.argv[1]), Path(sys.argv[2])
+(root / "d2" / "g.txt").write_text("edited before the kill\\n")
+with Workspace(root, store=store) as ws:
+    ws.snapshot()
+"""
+
+
+def test_kill_9_in_the_middle_of_a_log_append(root: Path, tmp_path: Path) -> None:
+    """A real SIGKILL half-way through appending to the log: the next process is right."""
+    _tree(root)
+    _fresh_snapshot(root)
+    _fresh_snapshot(root)  # the base is written; the next save appends
+    tick(root)
+    log = Path(_paths(root).tree_cache_log)
+    assert not log.exists()
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_APPEND, str(root), str(_store(root))],
+        env={**os.environ, "PYTHONPATH": SRC}, capture_output=True, text=True, check=False,
+        timeout=60,
+    )  # fmt: skip
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert log.stat().st_size > 0  # half a record
+    table, _, _ = load_tree_table(StoreDir(str(_store(root))), str(root))
+    assert table  # the base's records hold; the half record is dropped
+    taken, cached, _ = _fresh_snapshot(root)
+    assert taken.tree == _cold_tree(root, tmp_path) and cached > 0
+    assert {e.path: e.hash for e in taken.entries}["d2/g.txt"] is not None
