@@ -36,6 +36,8 @@ DEFAULT_BASE = Path("/tmp/worksnap-bench")
 DAEMON_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src"), "NO_COLOR": "1"}
 DAEMON_ENV.pop("WORKSNAP_STORE", None)
 DAEMON_ENV.pop("WORKSNAP_NO_DAEMON", None)
+# A user's install has its bytecode: a benchmark must not compile every module per run.
+DAEMON_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
 ENV = {**DAEMON_ENV, "WORKSNAP_NO_DAEMON": "1"}
 SKIP_DIRS = {"node_modules", ".venv", "__pycache__", ".git", ".tidemark", ".stepback"}
 

@@ -522,13 +522,29 @@ def describe_store(store: Path, normalise: Normaliser) -> str:
 
 
 def _check_cache(path: Path, normalise: Normaliser) -> None:
-    """`cache/stat` and `cache/dirs`: a checksummed zstd frame of msgpack [root, table]."""
+    """`cache/stat` and `cache/dirs`: a checksummed zstd frame of msgpack [root, table].
+
+    `cache/trees`: one of msgpack [version 1, root, table]; `cache/trees.log`: such frames,
+    each after its length (4 bytes, big-endian).
+    """
     raw = path.read_bytes()
-    assert zstandard.get_frame_parameters(raw).has_checksum, path
-    cached_root, table = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(raw))
-    assert normalise(cached_root) == "<TMP>/ws", cached_root
-    assert isinstance(table, dict), path
-    assert path.name in ("stat", "dirs"), path
+    frames = [raw]
+    if path.name == "trees.log":
+        frames = []
+        while raw:
+            length = int.from_bytes(raw[:4], "big")
+            frames.append(raw[4 : 4 + length])
+            raw = raw[4 + length :]
+    for frame in frames:
+        assert zstandard.get_frame_parameters(frame).has_checksum, path
+        decoded = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(frame))
+        if path.name in ("trees", "trees.log"):
+            version, *decoded = decoded
+            assert version == 1, path
+        cached_root, table = decoded
+        assert normalise(cached_root) == "<TMP>/ws", cached_root
+        assert isinstance(table, dict), path
+    assert path.name in ("stat", "dirs", "trees", "trees.log"), path
 
 
 @pytest.mark.slow

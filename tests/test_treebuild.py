@@ -18,12 +18,14 @@ import random
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import write
 from tests.watchops import Ops
-from worksnap import Workspace
+from worksnap import Workspace, frames
 from worksnap.config import Retention
+from worksnap.layout import StorePaths
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
 from worksnap.tree import Child, File
@@ -66,6 +68,7 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
     start = time.monotonic()
     encoded: list[int] = []
     directories: list[int] = []
+    unseen = 0
     with Workspace(root, store=tmp_path / "store", watch=watch) as ws:
         for step in range(STEPS):
             last = ops.step()
@@ -76,6 +79,7 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
                 ws.gc(Retention(keep_last=1))  # sweeps what only older snapshots had
             taken = ws.snapshot()
             encoded.append(ws._capture.trees.memo.encoded)
+            unseen += ws._capture.trees.memo.unseen
             expected = cold(root, tmp_path / "cold-store")
             assert Flat.of(taken) == Flat.of(expected), (step, last)
             assert taken.tree == slow_tree(expected), (step, last)
@@ -85,8 +89,89 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
     assert ws.verify() == []
     # It is a fast path: most snapshots encode a few directories, not all of them.
     assert sum(encoded) < sum(directories) / 2
+    # Watched, the directories without events are not looked at again (and so must be
+    # equal to the slow path above without it).
+    assert (unseen > sum(directories) / 4) if watch else unseen == 0, unseen
     print(f"treebuild {'watched' if watch else 'plain'}: {STEPS} steps, seed {SEED}, "
-          f"{time.monotonic() - start:.1f} s")  # fmt: skip
+          f"{time.monotonic() - start:.1f} s, {unseen} of {sum(directories)} unseen")  # fmt: skip
+
+
+def _damage_tree_cache(store: Path, rnd: random.Random) -> str:
+    """Damages the tree cache as a crash, a disk or another tool could; returns how."""
+    paths = StorePaths(str(store))
+    base, log = Path(paths.tree_cache), Path(paths.tree_cache_log)
+    how = rnd.choice(["none", "none", "truncate log", "flip log", "flip base", "delete",
+                      "garbage log", "other root"])  # fmt: skip
+    if how == "truncate log" and log.exists():
+        data = log.read_bytes()
+        log.write_bytes(data[: rnd.randrange(len(data) + 1)])  # a save killed part-way
+    elif how == "flip log" and log.exists() and log.stat().st_size:
+        data = bytearray(log.read_bytes())
+        data[rnd.randrange(len(data))] ^= 0xFF
+        log.write_bytes(bytes(data))
+    elif how == "flip base" and base.exists():
+        data = bytearray(base.read_bytes())
+        data[rnd.randrange(len(data))] ^= 0xFF
+        base.write_bytes(bytes(data))
+    elif how == "delete":
+        base.unlink(missing_ok=True)
+        log.unlink(missing_ok=True)
+    elif how == "garbage log":
+        with log.open("ab") as f:
+            f.write(os.urandom(rnd.randint(1, 40)))
+    elif how == "other root" and base.exists():
+        # The same records, claimed for another root: dropped whole.
+        try:
+            version, _, table = msgspec.msgpack.decode(frames.unpack(base.read_bytes()))
+        except ValueError:
+            return "base already damaged"
+        base.write_bytes(frames.pack(msgspec.msgpack.encode((version, "/elsewhere", table))))
+    return how
+
+
+def test_a_new_process_with_the_tree_cache_builds_what_from_flat_builds(tmp_path: Path) -> None:
+    """Each step a new `Workspace` (as a new CLI process): its memo is empty, so every
+    directory it does not encode comes from the tree cache read from disk (damaged now
+    and then, as a kill or a disk could leave it)."""
+    rnd = random.Random(SEED + 2)
+    root = tmp_path / "ws"
+    root.mkdir()
+    for rel in ("src/main.py", "src/lib/util.py", "docs/a.log", "keep.log", "build/b.o"):
+        write(root, rel, os.urandom(rnd.randint(0, 200)))
+    write(root, ".gitignore", "*.log\n!keep.log\nbuild/\n")
+    for i in range(300):  # one directory large enough to be split into parts
+        write(root, f"big/file-{i:04d}.txt", f"{i}\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ops = Ops(root, rnd, outside=outside, hard_links=False)
+    store = tmp_path / "store"
+    start = time.monotonic()
+    cached = encoded = 0
+    for step in range(max(STEPS // 2, 20)):
+        last = ops.step()
+        how = _damage_tree_cache(store, rnd)
+        with Workspace(root, store=store) as ws:
+            roll = rnd.random()
+            if roll < 0.15:
+                ws.capture(store_objects=False)  # a preview: trees built, none stored
+            elif roll < 0.2:
+                ws.gc(Retention(keep_last=1))  # sweeps what only older snapshots had
+            taken = ws.snapshot()
+            memo = ws._capture.trees.memo
+            if how == "none" and roll >= 0.2:  # the cache as the last process left it
+                cached += memo.cached
+                encoded += memo.encoded
+            stored = flatten(Digest(taken.tree), ws.store.read)  # every object is there
+        expected = cold(root, tmp_path / "cold-store")
+        assert Flat.of(taken) == Flat.of(expected), (step, last, how)
+        assert taken.tree == slow_tree(expected), (step, last, how)
+        assert stored == Flat.of(expected), (step, last, how)
+    # It is a fast path: without the cache a new process encodes every directory; with
+    # it, those the step did not touch come from it (in this small tree, each step's
+    # operations and their ancestors touch about half of them).
+    assert cached > (cached + encoded) / 4, (cached, encoded)
+    print(f"treebuild fresh: {max(STEPS // 2, 20)} steps, seed {SEED}, "
+          f"{time.monotonic() - start:.1f} s, {cached} cached, {encoded} encoded")  # fmt: skip
 
 
 def test_equal_to_from_flat_on_what_no_tree_holds() -> None:

@@ -8,14 +8,24 @@ unchanged under the same rules. Each is stored as one checksummed zstd frame
 not decode is dropped whole, so damage costs re-hashing and re-listing, never a
 wrong answer. They are not fsynced: losing them costs time only.
 
+The tree cache (`<store>/cache/trees`, and appended to it `<store>/cache/trees.log`)
+maps a directory's children (a digest of them) to the tree built from them, so a new
+process takes an unchanged directory's tree without encoding it. It is keyed on
+content only: an entry is right for any root and at any time, and is used only when
+every object it names is still in the store. A save appends what the last capture
+encoded (a few records, not the whole table); the log is folded into a new base
+when it grows past the base. A damaged record ends the log (what follows is dropped).
+
 Beside them, `<store>/cache/timestamps` records that the file system keeps coarse
 times (whole seconds), so that the racy margin (see capture.py) covers a tick.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
+from stat import S_ISREG
 
 import msgspec
 
@@ -29,6 +39,23 @@ Stamp = tuple[int, int, int, int]
 
 StatTable = dict[str, tuple[FileState, str]]
 """The stat cache: path -> (file state when hashed, digest)."""
+
+TreeRecord = tuple[str, int, int, tuple[str, ...]]
+"""A directory as built: (tree digest, files below, bytes below, every object it is made of)."""
+
+TreeTable = dict[bytes, TreeRecord]
+"""The tree cache: digest of a directory's children (`treebuild.key_digest`) -> its tree."""
+
+TREE_CACHE_VERSION = 1
+"""Of the tree cache's records (and of the key digests in them): another one is dropped.
+
+Raise it whenever how a tree object is encoded changes without `tree.FORMAT` changing:
+its records name trees by the encoding they were built with."""
+
+MAX_TREE_LOG = 64 << 20
+"""The most the tree cache's log may hold before it is read (more: dropped, and rebuilt)."""
+
+_LENGTH = struct.Struct(">I")
 
 SAVE_EVERY_SECONDS = 30.0
 """How often a long-lived (watched) workspace stores its caches; it also does on close."""
@@ -100,6 +127,69 @@ def save_listings(store: StoreDir, root: str, listings: Listings) -> None:
     store.write(store.paths.listing_cache, pack(_encoder.encode((root, listings))), durable=False)
 
 
+_TreeFile = tuple[int, str, TreeTable]
+
+
+def _tree_records(data: bytes | None, root: str) -> TreeTable | None:
+    """One base or log record of the tree cache (None: damaged, or another root or version)."""
+    if data is None:
+        return None
+    try:
+        version, cached_root, table = msgspec.msgpack.decode(unpack(data), type=_TreeFile)
+    except ValueError:  # a damaged frame; msgspec.DecodeError is a ValueError
+        return None
+    if version != TREE_CACHE_VERSION or cached_root != root:
+        return None
+    return {key: (digest, files, size, tuple(objects)) for key, (digest, files, size, objects)
+            in table.items()}  # fmt: skip
+
+
+def load_tree_table(store: StoreDir, root: str) -> tuple[TreeTable, int, int]:
+    """Returns the tree cache for `root`, the bytes of its base and those of its log.
+
+    The log is read up to its first record that is short, damaged, or for another root
+    (a save killed part-way leaves at most a short last one).
+
+    Raises:
+        StoreError: a link, FIFO or folder is where a cache file belongs.
+    """
+    table: TreeTable = {}
+    base = store.read_optional(store.paths.tree_cache, limit=MAX_UNPACKED)
+    table.update(_tree_records(base, root) or {})
+    found = store.lstat(store.paths.tree_cache_log)
+    # Too long to be worth reading: dropped (the next save writes a new base). Anything
+    # but a regular file is refused by the read, as every store file is.
+    too_long = found is not None and S_ISREG(found.st_mode) and found.st_size > MAX_TREE_LOG
+    log = None if too_long else store.read_optional(store.paths.tree_cache_log, limit=MAX_TREE_LOG)
+    view = memoryview(log or b"")
+    at = 0
+    while at + _LENGTH.size <= len(view):
+        (length,) = _LENGTH.unpack_from(view, at)
+        end = at + _LENGTH.size + length
+        records = _tree_records(bytes(view[at + _LENGTH.size : end]), root)
+        if end > len(view) or records is None:
+            break
+        table.update(records)
+        at = end
+    return table, len(base or b""), len(log or b"")
+
+
+def save_tree_table(store: StoreDir, root: str, table: TreeTable) -> int:
+    """Writes the tree cache's base afresh and drops its log; returns the base's bytes."""
+    data = pack(_encoder.encode((TREE_CACHE_VERSION, root, table)))
+    store.write(store.paths.tree_cache, data, durable=False)
+    store.unlink(store.paths.tree_cache_log)
+    return len(data)
+
+
+def append_tree_records(store: StoreDir, root: str, records: TreeTable) -> int:
+    """Appends records to the tree cache's log; returns the bytes appended."""
+    frame = pack(_encoder.encode((TREE_CACHE_VERSION, root, records)))
+    data = _LENGTH.pack(len(frame)) + frame
+    store.append(store.paths.tree_cache_log, data)
+    return len(data)
+
+
 def load_tick(store: StoreDir) -> int:
     """Returns the timestamp tick recorded for the store's file system (0: fine, or unknown)."""
     try:
@@ -131,6 +221,10 @@ class Caches:
         self._stat: StatTable | None = None
         self._listings: Listings | None = None
         self._tick: int | None = None
+        self._trees: TreeTable | None = None
+        self._trees_new: TreeTable = {}  # built since the tree cache was last stored
+        self._trees_current: Callable[[], TreeTable] | None = None
+        self._trees_bytes = (0, 0)  # of the stored base and log
         self._unsaved = False  # changed since they were last stored
         self._saved_at = time.monotonic()
 
@@ -148,6 +242,35 @@ class Caches:
             )
         return self._listings
 
+    def tree_table(self) -> TreeTable:
+        """The tree cache (read from the store the first time)."""
+        if self._trees is None:
+            if self._store_exists():
+                self._trees, *sizes = load_tree_table(self._store, self._root)
+                self._trees_bytes = (sizes[0], sizes[1])
+            else:
+                self._trees = {}
+        return self._trees
+
+    def add_trees(self, new: TreeTable, current: Callable[[], TreeTable], size: int) -> None:
+        """Adds the records of the directories a build encoded to the tree cache.
+
+        Args:
+            new: those records.
+            current: the records of every directory of that build (what a new base holds).
+            size: how many directories that build had: a long-lived process's table is
+                cut back to `current()` when it grows past twice that.
+        """
+        self._trees_current = current
+        if not new:
+            return
+        table = self.tree_table()
+        table.update(new)
+        if len(table) > 2 * size + 1024:
+            self._trees = current()
+        self._trees_new.update(new)
+        self._unsaved = True
+
     def replace_stat_table(self, table: StatTable) -> None:
         """Takes `table` as the stat cache (what the last capture could vouch for)."""
         self._unsaved |= table != self._stat
@@ -161,7 +284,7 @@ class Caches:
         """Drops both caches, in memory (the next save stores what is rebuilt)."""
         self._stat = {}
         self._listings = Listings()
-        self._unsaved = True
+        self._unsaved = True  # (the tree cache stays: it is keyed on content, not on times)
 
     def forget_stat_table(self) -> None:
         """Drops the stat cache from memory (files were rewritten: trust only fresh stats)."""
@@ -184,10 +307,24 @@ class Caches:
                 save_stat_table(self._store, self._root, self._stat)
             if self._listings is not None:
                 save_listings(self._store, self._root, self._listings)
+            if self._trees_new:
+                self._save_trees()
         except OSError:
             return  # a full disk: losing a cache costs time, and must not fail a rollback
         self._unsaved = False
         self._saved_at = now
+
+    def _save_trees(self) -> None:
+        """Appends what was built since the last save; folds the log into a new base when long."""
+        base, log = self._trees_bytes
+        if not base or log > max(base, 64 << 10):
+            # The last build's directories, and what was built since the last save.
+            table = {**(self._trees_current() if self._trees_current else {}), **self._trees_new}
+            self._trees_bytes = (save_tree_table(self._store, self._root, table), 0)
+        else:
+            added = append_tree_records(self._store, self._root, self._trees_new)
+            self._trees_bytes = (base, log + added)
+        self._trees_new = {}
 
     def tick(self) -> int:
         """The timestamp tick recorded for the store's file system (0: fine, or not known)."""
@@ -205,7 +342,12 @@ class Caches:
 
     def drop(self) -> None:
         """Deletes both caches, in memory and in the store (the store was rebound)."""
-        for path in (self._store.paths.stat_cache, self._store.paths.listing_cache):
+        paths = self._store.paths
+        for path in (paths.stat_cache, paths.listing_cache, paths.tree_cache, paths.tree_cache_log):
             self._store.unlink(path)
         self._stat = None
         self._listings = None
+        self._trees = None
+        self._trees_new = {}
+        self._trees_current = None
+        self._trees_bytes = (0, 0)

@@ -44,7 +44,7 @@ from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
 from worksnap.scanparts import Seen, differences
 from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
-from worksnap.treebuild import CaptureTrees
+from worksnap.treebuild import CaptureTrees, unchanged_dirs
 from worksnap.watch import Changes, Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -162,7 +162,7 @@ class Capture:
         self._entries: dict[str, tuple[Seen, Entry]] = {}
         self._last_capture: Manifest | None = None
         self._last_stored = False
-        self.trees = CaptureTrees(store)  # the root tree, as a snapshot stores it (undo compares)
+        self.trees = CaptureTrees(store, caches)  # the root tree as stored (undo compares)
         self._last_cap = max_file_bytes
 
     @property
@@ -319,7 +319,7 @@ class Capture:
         total = len(found.files)
         remembered = self._entries
         kept: dict[str, tuple[Seen, Entry]] = {}
-        watching = self._watcher is not None
+        watching, dirty = self._watcher is not None, set[str]()
         misses = 0
         first_reads = 0.0  # when the first file missing from the cache began to be read
         with DirTree(self._root.path) as tree, self._prefetch() as prefetch:
@@ -335,6 +335,7 @@ class Capture:
                     if (hit := cache.get(rel)) is not None:
                         fresh[rel] = hit
                     continue
+                dirty.add(rel.rpartition("/")[0])  # its directory's tree is built again
                 st: StatLike = seen
                 hit = cache.get(rel)
                 if (
@@ -369,14 +370,12 @@ class Capture:
                     kept[rel] = (seen, entry)
                 if done % 4096 == 4095:
                     self._report("hash", done + 1, total)
-        entries.extend(
-            Entry(path=rel, type="symlink", mode=mode, target=target)
-            for rel, target, mode in found.symlinks
-        )
+        entries.extend(Entry(path=rel, type="symlink", mode=mode, target=target)
+                       for rel, target, mode in found.symlinks)  # fmt: skip
         entries.sort(key=lambda e: e.path)
-        dirs = sorted(found.dirs)
+        dirs, found.files = sorted(found.dirs), []  # its stats are done with: memory at 200k
+        clean = unchanged_dirs(self._memory, remember, dirty)  # for the trees: see there
         self._caches.replace_stat_table(fresh)
-        self._caches.save(force=self._watcher is None)
         current = Manifest(
             version=VERSION,
             id=new_id(),
@@ -385,7 +384,7 @@ class Capture:
             step=None,
             time=now_rfc3339(),
             max_file_bytes=cap,
-            tree=self.trees.build(entries, dirs, found, store_objects, swept),
+            tree=self.trees.build(entries, dirs, found, store_objects, swept, clean=clean),
             entries=entries,
             dirs=dirs,
             ignored=sorted(found.ignored),
@@ -393,6 +392,7 @@ class Capture:
             excluded=sorted(found.excluded),
             exclude=sorted(self._root.exclude - {self._root.store_rel or ""}),
         )
+        self._caches.save(force=self._watcher is None)  # after the build: its trees too
         if watcher is not None and remember is not None:
             # Commit: from here on the events taken are consumed and the memory is this scan's.
             self._memory = remember

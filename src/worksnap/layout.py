@@ -18,6 +18,7 @@ read, and changed, in one place:
                                  prints); only in a store not migrated yet
       summaries/<id>.json        the few fields `list` shows (format 1, beside its manifest)
       cache/stat, cache/dirs     the stat and listing caches (may be deleted at any time)
+      cache/trees, trees.log     the tree cache, base and appended log (the same)
       cache/timestamps           present when the file system keeps coarse (whole-second) times
       cache/remote/<id>/<digest> indexes of the remote repository <id> (immutable; a copy)
       generation                 rewritten by every gc sweep
@@ -315,6 +316,8 @@ class StorePaths:
         "stat_cache",
         "summaries",
         "timestamps",
+        "tree_cache",
+        "tree_cache_log",
     )
 
     def __init__(self, directory: str) -> None:
@@ -333,6 +336,9 @@ class StorePaths:
         self.cache = os.path.join(directory, "cache")
         self.stat_cache = os.path.join(self.cache, "stat")
         self.listing_cache = os.path.join(self.cache, "dirs")
+        self.tree_cache = os.path.join(self.cache, "trees")
+        """Each directory's tree by a digest of its children (and `trees.log`, appended)."""
+        self.tree_cache_log = os.path.join(self.cache, "trees.log")
         self.timestamps = os.path.join(self.cache, "timestamps")
         """The file system's timestamp tick in ns, once times without a fraction were seen."""
         self.remote_cache = os.path.join(self.cache, "remote")

@@ -379,6 +379,22 @@ class StoreDir:
         """
         return self._open_regular(path, _LOCK, create=True)
 
+    def append(self, path: str, data: bytes) -> None:
+        """Appends `data` to a store file (created if missing) in one write; not fsynced.
+
+        For what may be lost (a cache's log): a kill leaves at most a short last record.
+
+        Raises:
+            StoreError: something other than a regular file is there.
+        """
+        fd = self._open_regular(path, _LOCK | os.O_APPEND, create=True)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
     def rename(self, src: str, dst: str) -> None:
         """Renames a store file within one folder of the store, then makes it durable."""
         with self._parent(src) as (parent, name):

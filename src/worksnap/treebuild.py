@@ -13,14 +13,19 @@ tree holds. `tests/test_treebuild.py` and the watched differential test hold the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 
+import msgspec
+from blake3 import blake3
+
+from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
 from worksnap.errors import ManifestError
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
-from worksnap.scanparts import Scan
+from worksnap.scanparts import DirScan, Scan
 from worksnap.store import ObjectStore
 from worksnap.tree import (
+    FORMAT,
     Built,
     Child,
     Dir,
@@ -35,6 +40,21 @@ from worksnap.tree import (
 from worksnap.treewalk import Flat, Loose
 
 _Key = tuple[tuple[Child, ...], tuple[tuple[str, str], ...]]
+_Memo = tuple[_Key, Built, tuple[str, ...], bytes]
+"""(children, the directory as built, its objects, the key's digest)."""
+
+_key_encoder = msgspec.msgpack.Encoder()
+_KEY_PREFIX = b"worksnap tree key %d %d\0" % (FORMAT, TREE_CACHE_VERSION)
+
+
+def key_digest(key: _Key) -> bytes:
+    """The tree cache's key for a directory's children: BLAKE3 of their msgpack encoding.
+
+    Every field of every child is encoded (tag, name, mode, size, digest or target, and
+    each subdirectory's tree digest), under the tree format and cache version: two
+    directories with one digest have the same tree.
+    """
+    return blake3(_KEY_PREFIX + _key_encoder.encode(key)).digest()
 
 
 class TreeMemo:
@@ -42,12 +62,20 @@ class TreeMemo:
 
     Attributes:
         encoded: directories encoded by the last `build` (the others were taken again).
+        cached: of those taken again, how many came from the tree cache (`known`), not
+            from this memo.
+        new: the tree cache records of the directories the last `build` encoded.
+        unseen: directories whose children the last `build` took from the memo unseen
+            (`clean`).
     """
 
     def __init__(self) -> None:
-        self._dirs: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
+        self._dirs: dict[str, _Memo] = {}
         self._files: dict[str, dict[str, str]] = {}  # `previous`'s lookups, per directory
+        self._loose = False  # the last build left paths out of every tree
         self.encoded = 0
+        self.cached = self.unseen = 0
+        self.new: TreeTable = {}
         self.bases: dict[str, str] = {}
         """Each object the last `build` wrote: the object its directory had before (a
         store's compression hint, `ObjectStore.add_tree`'s `base`)."""
@@ -68,8 +96,23 @@ class TreeMemo:
             names = self._files[parent] = {c.name: c.digest.hex() for c in files}
         return names.get(name)
 
+    @property
+    def size(self) -> int:
+        """How many directories the last `build` had."""
+        return len(self._dirs)
+
+    def records(self) -> TreeTable:
+        """The tree cache records of every directory of the last `build`."""
+        return {memo[3]: _record(memo) for memo in self._dirs.values()}
+
     def build(
-        self, flat: Flat, write: Write, *, stored: Container[str] | None
+        self,
+        flat: Flat,
+        write: Write,
+        *,
+        stored: Container[str] | None,
+        known: Mapping[bytes, TreeRecord] | None = None,
+        clean: Container[str] = frozenset(),
     ) -> tuple[Digest, Loose]:
         """Builds the trees of a capture's flat view; returns `treewalk.from_flat`'s answer.
 
@@ -78,6 +121,14 @@ class TreeMemo:
             write: stores a new object (`add_tree`), or discards it.
             stored: the digests the store holds (a capture that stores: a directory is
                 taken again only if its top object is there), or None (nothing is stored).
+            known: the tree cache (what another process built): a directory this memo
+                does not hold with the same children is taken from it, on the same terms.
+            clean: directories whose files, symlinks and left-out children the caller
+                vouches are those of the last `build` (a watched capture's directories
+                without events): their paths in `flat` are not looked at again, their
+                children are taken from the memo (only their subdirectories' trees are
+                compared). Ignored where the memo does not hold the directory, or when
+                the last build left paths out of every tree.
 
         Raises:
             ManifestError: a path's parent is not a captured directory, or a path repeats.
@@ -85,6 +136,12 @@ class TreeMemo:
         leaves: dict[str, list[Child]] = {"": [], **{d: [] for d in flat.dirs}}
         subdirs: dict[str, list[str]] = {"": [], **{d: [] for d in flat.dirs}}
         taken: dict[str, set[str]] = {"": set(), **{d: set() for d in flat.dirs}}
+        last = self._dirs
+        # What stands for a clean directory's children (and so is never a key of `taken`).
+        reused: dict[str, tuple[Child, ...]] = (
+            {d: hit[0][0] for d, hit in last.items() if d in clean} if not self._loose else {}
+        )
+        self.unseen = len(reused)
         for d in flat.dirs:
             parent, _, name = d.rpartition("/")
             names = taken.get(parent)
@@ -94,6 +151,8 @@ class TreeMemo:
             subdirs[parent].append(name)
         for entry in flat.entries:
             parent, _, name = entry.path.rpartition("/")
+            if parent in reused:
+                continue
             names = taken.get(parent)
             if names is None or name in names:
                 raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
@@ -122,30 +181,46 @@ class TreeMemo:
                     continue  # a set: a repeat is kept once, as from_flat keeps it
                 previous = path
                 parent, _, name = path.rpartition("/")
+                if parent in reused:
+                    continue
                 names = taken.get(parent)
                 if names is None or name in names:
                     left.append(path)
                     continue
                 names.add(name)
                 leaves[parent].append(make(name))
-        memo: dict[str, tuple[_Key, Built, tuple[str, ...]]] = {}
+        memo: dict[str, _Memo] = {}
         built: dict[str, Built] = {}
-        self.encoded = 0
+        self.encoded = self.cached = 0
+        self.new = {}
         self.bases = {}
         # Reverse path order reaches every directory after all of its subdirectories.
         for d in [*sorted(flat.dirs, reverse=True), ""]:
             prefix = f"{d}/" if d else ""
             subs = sorted((name, built.pop(prefix + name)) for name in subdirs[d])
+            own = reused.get(d)
             key: _Key = (
-                tuple(sorted(leaves[d], key=_name)),
+                own if own is not None else tuple(sorted(leaves[d], key=_name)),
                 tuple((name, sub.digest) for name, sub in subs),
             )
-            hit = self._dirs.get(d)
+            hit = last.get(d)
             # Every object of the directory (a split one's parts may be older than its
             # index, in another pack): each must still be there to be named again.
             if hit is not None and hit[0] == key and (stored is None or _all_in(hit[2], stored)):
                 memo[d] = hit
                 built[d] = hit[1]
+                continue
+            digest_of_key = key_digest(key)
+            record = known.get(digest_of_key) if known is not None else None
+            if (
+                record is not None
+                and record[0] in record[3]  # its top object is one of those checked
+                and (stored is None or _all_in(record[3], stored))
+            ):
+                memo[d] = (key, Built(Digest(record[0]), record[1], record[2]), record[3],
+                           digest_of_key)  # fmt: skip
+                built[d] = memo[d][1]
+                self.cached += 1
                 continue
             children = list(key[0])
             children.extend(Dir(name=name, tree=bytes.fromhex(sub.digest)) for name, sub in subs)
@@ -163,11 +238,35 @@ class TreeMemo:
             size = sum(c.size for c in key[0] if type(c) is File)
             size += sum(sub.bytes for _, sub in subs)
             objects = tuple(digest for digest, _ in encoded.objects)
-            memo[d] = (key, Built(encoded.digest, files, size), objects)
+            memo[d] = (key, Built(encoded.digest, files, size), objects, digest_of_key)
             built[d] = memo[d][1]
+            self.new[digest_of_key] = _record(memo[d])
             self.encoded += 1
         self._dirs, self._files = memo, {}
+        self._loose = bool(loose.ignored or loose.large or loose.excluded)
         return built[""].digest, loose
+
+
+def unchanged_dirs(
+    memory: Mapping[str, DirScan], remember: Mapping[str, DirScan] | None, dirty: set[str]
+) -> set[str]:
+    """The directories a watched scan took whole from memory: `TreeMemo.build`'s `clean`.
+
+    Less those in `dirty`, where a file's entry was made again (not the last capture's).
+
+    Args:
+        memory: what the last committed scan remembered, per directory.
+        remember: this scan's (None: not watched, nothing is clean).
+        dirty: directories with a file whose entry was not the last capture's.
+    """
+    if remember is None:
+        return set()
+    return {d for d, part in memory.items() if remember.get(d) is part} - dirty
+
+
+def _record(memo: _Memo) -> TreeRecord:
+    built = memo[1]
+    return (built.digest, built.files, built.bytes, memo[2])
 
 
 def _all_in(digests: tuple[str, ...], stored: Container[str]) -> bool:
@@ -185,18 +284,22 @@ class CaptureTrees:
     saving that snapshot does not build them again (`stored`).
     """
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectStore, caches: Caches | None = None) -> None:
         self._store = store
+        self._caches = caches
         self.memo = TreeMemo()
         self._built: tuple[str, Loose] | None = None
 
     def build(
         self, entries: list[Entry], dirs: list[str], found: Scan, store_objects: bool,
-        swept: bool,
+        swept: bool, *, clean: Container[str] = frozenset(),
     ) -> Digest:  # fmt: skip
         """Builds a capture's trees (stored when `store_objects`); returns the root's digest.
 
         `swept`: a gc swept objects since the last capture (nothing remembered is trusted).
+        `clean`: directories whose children are as at the last build (`TreeMemo.build`).
+        A process's first build takes unchanged directories from the tree cache (`caches`,
+        read once); later ones from the memo. What was encoded goes to the tree cache.
         """
         if swept:
             self.memo.forget()
@@ -204,7 +307,11 @@ class CaptureTrees:
         flat = Flat(entries, dirs, *left_out)
         write = self._add_tree if store_objects else _discard
         stored = self._store.indexed() if store_objects else None
-        root, loose = self.memo.build(flat, write, stored=stored)
+        caches = self._caches
+        known = caches.tree_table() if caches is not None else None
+        root, loose = self.memo.build(flat, write, stored=stored, known=known, clean=clean)
+        if caches is not None:
+            caches.add_trees(self.memo.new, self.memo.records, self.memo.size)
         if store_objects:
             self._built = (root, loose)
         return root

@@ -165,7 +165,7 @@ class Workspace:
 
     def _wire(self, configured: builtins.list[str]) -> None:
         """Builds the parts under the exclusion rules given and configured (again on a change)."""
-        seams, files = self._seams, self.store.files
+        seams, files, locks = self._seams, self.store.files, self._locks
         self._configured = list(configured)
         self._root = exclusion_root(
             self.root, self._store_rel, self._exclude, configured, taken=self._taken
@@ -187,7 +187,7 @@ class Workspace:
             slow_read_seconds=seams.slow_read_seconds,
             racy_margin_ns=seams.racy_margin_ns,
         )
-        self._catalog = Catalog(self.store, self._root, sessions, locks=self._locks)
+        self._catalog = Catalog(self.store, self._root, sessions, locks=locks, lean=self._watch)
         self._restorer = Restorer(
             self._root,
             self.store,

@@ -219,7 +219,7 @@ class _Tracer:
         # Atomic but not durable, by design: losing them costs time, never a snapshot.
         losable = {
             os.path.relpath(p, self.store)
-            for p in (paths.stat_cache, paths.listing_cache, paths.lock_holder)
+            for p in (paths.stat_cache, paths.listing_cache, paths.tree_cache, paths.lock_holder)
         }
         for i, (kind, where, dst) in enumerate(self.events):
             if kind == "rename" and dst.startswith(self.store + "/"):
