@@ -20,10 +20,15 @@ import worksnap
 from tests.conftest import tick, write
 from worksnap import Workspace
 from worksnap.caches import load_tree_table, save_tree_table
+from worksnap.diskstore import DiskStore
 from worksnap.errors import StoreError
 from worksnap.layout import StorePaths
 from worksnap.manifest import Manifest
+from worksnap.paths import Digest
 from worksnap.storedir import StoreDir
+from worksnap.tree import Dir
+from worksnap.treebuild import LAST_ROOT
+from worksnap.treewalk import children
 from worksnap.workspace import Seams
 
 SRC = str(Path(worksnap.__file__).resolve().parents[1])
@@ -229,3 +234,70 @@ def test_kill_9_in_the_middle_of_a_log_append(root: Path, tmp_path: Path) -> Non
     taken, cached, _ = _fresh_snapshot(root)
     assert taken.tree == _cold_tree(root, tmp_path) and cached > 0
     assert {e.path: e.hash for e in taken.entries}["d2/g.txt"] is not None
+
+
+def _tops(store: DiskStore, root_tree: str) -> dict[str, str]:
+    """Each directory's tree digest in a snapshot's trees, by path."""
+    tops = {"": root_tree}
+    todo = [""]
+    while todo:
+        d = todo.pop()
+        for child in children(Digest(tops[d]), store.read):
+            if isinstance(child, Dir):
+                path = f"{d}/{child.name}" if d else child.name
+                tops[path] = child.tree.hex()
+                todo.append(path)
+    return tops
+
+
+def _wide_tree(root: Path) -> None:
+    # Directories with enough children that a tree compressed alone costs more than one
+    # compressed against its previous version.
+    for i in range(3):
+        for j in range(40):
+            write(root, f"d{i}/sub/f{j:02}.txt", f"{i} {j}\n")
+            write(root, f"d{i}/g{j:02}.txt", f"g {i} {j}\n")
+
+
+def test_a_new_process_compresses_new_trees_against_the_last_build(
+    root: Path, tmp_path: Path
+) -> None:
+    # The daemon and a long-lived workspace compress each directory's new tree against its
+    # previous one (their memo knows it); a plain command is a new process with no memo:
+    # the tree cache's LAST_ROOT names the last build's root tree, read on demand.
+    _wide_tree(root)
+    first, _, _ = _fresh_snapshot(root)
+    tick(root)
+    write(root, "d1/sub/f07.txt", "changed\n")
+    second, _, encoded = _fresh_snapshot(root)
+    assert encoded == 3 and second.tree == _cold_tree(root, tmp_path)
+    store = DiskStore(str(_store(root)))
+    try:
+        old, new = _tops(store, first.tree), _tops(store, second.tree)
+        index = store._load_index()
+        for d in ("", "d1", "d1/sub"):
+            base = index[new[d]].base
+            assert base is not None and old[d].startswith(base), d
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("names", ["a file", "a missing object", "no tree"])
+def test_a_wrong_last_root_costs_only_compression(root: Path, tmp_path: Path, names: str) -> None:
+    # LAST_ROOT is a hint read from a cache: pointing at a file's bytes, at nothing, or at
+    # a digest that is no object, the next snapshot is still the tree as it is.
+    _wide_tree(root)
+    first, _, _ = _fresh_snapshot(root)
+    store = StoreDir(str(_store(root)))
+    table, _, _ = load_tree_table(store, str(root))
+    file_digest = next(e.hash for e in first.entries if e.hash is not None)
+    wrong = {"a file": file_digest, "a missing object": "ab" * 32, "no tree": "zz"}[names]
+    table[LAST_ROOT] = (wrong, 0, 0, ())
+    save_tree_table(store, str(root), table)
+    store.close()
+    tick(root)
+    write(root, "d2/g05.txt", "changed\n")
+    second, _, encoded = _fresh_snapshot(root)
+    assert encoded == 2 and second.tree == _cold_tree(root, tmp_path)
+    with Workspace(root, store=_store(root)) as ws:
+        assert ws.verify() == []

@@ -19,7 +19,7 @@ import msgspec
 from blake3 import blake3
 
 from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
-from worksnap.errors import ManifestError
+from worksnap.errors import ManifestError, WorksnapError
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
 from worksnap.scanparts import DirScan, Scan
@@ -33,11 +33,12 @@ from worksnap.tree import (
     File,
     Ignored,
     Large,
+    Read,
     Symlink,
     Write,
     encode_directory,
 )
-from worksnap.treewalk import Flat, Loose
+from worksnap.treewalk import Flat, Loose, children
 
 _Key = tuple[tuple[Child, ...], tuple[tuple[str, str], ...]]
 _Memo = tuple[_Key, Built, tuple[str, ...], bytes]
@@ -113,6 +114,7 @@ class TreeMemo:
         stored: Container[str] | None,
         known: Mapping[bytes, TreeRecord] | None = None,
         clean: Container[str] = frozenset(),
+        older: Callable[[str], tuple[str, ...]] | None = None,
     ) -> tuple[Digest, Loose]:
         """Builds the trees of a capture's flat view; returns `treewalk.from_flat`'s answer.
 
@@ -129,6 +131,8 @@ class TreeMemo:
                 children are taken from the memo (only their subdirectories' trees are
                 compared). Ignored where the memo does not hold the directory, or when
                 the last build left paths out of every tree.
+            older: where the memo does not hold a directory, the objects it had in an
+                earlier build (compression bases only: `bases`).
 
         Raises:
             ManifestError: a path's parent is not a captured directory, or a path repeats.
@@ -226,7 +230,7 @@ class TreeMemo:
             children.extend(Dir(name=name, tree=bytes.fromhex(sub.digest)) for name, sub in subs)
             children.sort(key=_name)
             encoded = encode_directory(children, f"new tree of {d or '.'!r}")
-            before = hit[2] if hit is not None else ()
+            before = hit[2] if hit is not None else older(d) if older is not None else ()
             for i, (digest, data) in enumerate(encoded.objects):
                 if before:  # the part at the same place, or the old top for the new one
                     self.bases[digest] = before[
@@ -309,9 +313,19 @@ class CaptureTrees:
         stored = self._store.indexed() if store_objects else None
         caches = self._caches
         known = caches.tree_table() if caches is not None else None
-        root, loose = self.memo.build(flat, write, stored=stored, known=known, clean=clean)
+        older = None
+        if known is not None and store_objects and not self.memo.size:
+            # A new process: compress the directories it encodes against their trees in
+            # the last build of any process (the tree cache's LAST_ROOT), read on demand.
+            last = known.get(LAST_ROOT)
+            if last is not None and stored is not None and last[0] in stored:
+                older = _OlderTrees(Digest(last[0]), self._store.read, stored)
+        memo = self.memo
+        root, loose = memo.build(flat, write, stored=stored, known=known, clean=clean, older=older)
         if caches is not None:
-            caches.add_trees(self.memo.new, self.memo.records, self.memo.size)
+            latest = {LAST_ROOT: (root, 0, 0, ())} if store_objects else {}
+            new = {**memo.new, **latest} if memo.new else memo.new
+            caches.add_trees(new, lambda: {**memo.records(), **latest}, memo.size)
         if store_objects:
             self._built = (root, loose)
         return root
@@ -330,6 +344,48 @@ class CaptureTrees:
         """
         built = self._built
         return built[1] if built is not None and built[0] == manifest.tree else None
+
+
+LAST_ROOT = b""
+"""The tree cache's record of the last stored build's root tree (its digest first), under
+a key no directory has (theirs are 32 bytes): not a directory, never taken as one."""
+
+
+class _OlderTrees:
+    """The objects each directory had in an earlier build, found from its root tree.
+
+    Only compression bases: anything that cannot be read (swept, damaged, not a packed
+    object, so never a large one read whole) gives none.
+    """
+
+    def __init__(self, root: Digest, read: Read, packed: Container[str]) -> None:
+        self._read = read
+        self._packed = packed
+        self._tops: dict[str, str | None] = {"": root}
+        self._subdirs: dict[str, dict[str, str]] = {}
+
+    def __call__(self, d: str) -> tuple[str, ...]:
+        top = self._top(d)
+        return (top,) if top is not None else ()
+
+    def _top(self, d: str) -> str | None:
+        if d in self._tops:
+            return self._tops[d]
+        parent, _, name = d.rpartition("/")
+        above = self._top(parent)
+        found = None
+        if above is not None and above in self._packed:
+            subdirs = self._subdirs.get(above)
+            if subdirs is None:
+                try:
+                    kids = list(children(Digest(above), self._read))
+                except WorksnapError:
+                    kids = []
+                subdirs = {c.name: c.tree.hex() for c in kids if type(c) is Dir}
+                self._subdirs[above] = subdirs
+            found = subdirs.get(name)
+        self._tops[d] = found
+        return found
 
 
 def _discard(digest: Digest, data: bytes) -> None:
