@@ -181,3 +181,92 @@ def test_records_appended_after_a_cut_record_are_not_lost_for_good(
         taken, cached, encoded = _fresh(root, store)  # a new process, nothing changed
         same(taken, root, tmp_path)
         assert encoded == 0, f"after edit {n}: {encoded} directories encoded again"
+
+
+def _cold_with(root: Path, tmp_path: Path, **kw: object) -> Manifest:
+    store = tmp_path / f"cold-{len(list(tmp_path.iterdir()))}"
+    with Workspace(root, store=store, **kw) as ws:  # type: ignore[arg-type]
+        return ws.capture(store_objects=False)
+
+
+def test_watched_settings_changed_by_another_process(root: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    _tree(root, "x")
+    write(root, "d2/big.bin", b"z" * 300)
+    with Workspace(root, store=store, watch=True, seams=Seams(racy_margin_ns=0)) as ws:
+        ws.snapshot()
+        assert cli(root, store, "config", "exclude", "add", "d1/g.txt", "d3/sub").returncode == 0
+        taken = ws.snapshot()
+        assert taken.tree == _cold_with(root, tmp_path, exclude=("d1/g.txt", "d3/sub")).tree
+        assert cli(root, store, "config", "exclude", "remove", "d3/sub").returncode == 0
+        write(root, "d0/g.txt", "changed\n")
+        taken = ws.snapshot()
+        assert taken.tree == _cold_with(root, tmp_path, exclude=("d1/g.txt",)).tree
+        assert cli(root, store, "config", "max-file-bytes", "100").returncode == 0
+        taken = ws.snapshot()
+        assert taken.tree == _cold_with(
+            root, tmp_path, exclude=("d1/g.txt",), max_file_bytes=100).tree
+        write(root, "d2/big.bin", b"y" * 50)
+        taken = ws.snapshot()
+        assert taken.tree == _cold_with(
+            root, tmp_path, exclude=("d1/g.txt",), max_file_bytes=100).tree
+        assert cli(root, store, "config", "max-file-bytes", "2M").returncode == 0
+        assert cli(root, store, "config", "exclude", "remove", "d1/g.txt").returncode == 0
+        taken = ws.snapshot()
+        same(taken, root, tmp_path)
+
+
+def test_watched_restore_undo_then_snapshot(root: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    _tree(root, "x")
+    with Workspace(root, store=store, watch=True, seams=Seams(racy_margin_ns=0)) as ws:
+        first = ws.snapshot()
+        _tree(root, "y")
+        (root / "d0" / "g.txt").chmod(0o755)
+        os.symlink("g.txt", root / "d1" / "ln")
+        second = ws.snapshot()
+        same(second, root, tmp_path)
+        ws.restore(first.id)
+        taken = ws.snapshot()
+        same(taken, root, tmp_path)
+        assert taken.tree == first.tree
+        ws.undo()
+        taken = ws.snapshot()
+        same(taken, root, tmp_path)
+        ws.restore(first.id, paths=["d1"])
+        taken = ws.snapshot()
+        same(taken, root, tmp_path)
+
+
+def test_watched_snapshot_after_a_disk_full_snapshot_has_its_objects(tmp_path: Path) -> None:
+    """A snapshot whose pack could not be written (a full disk) is discarded; the next one,
+    with nothing changed since, must not name the objects that pack held."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(small)], check=True)
+    try:
+        root = tmp_path / "ws"
+        store = small / "store"
+        write(root, "a.txt", "a\n")
+        with Workspace(root, store=store, watch=True) as ws:
+            ws.snapshot()
+            write(root, "d/blob.bin", os.urandom(200_000))
+            filler = small / "filler"
+            free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+            filler.write_bytes(b"\0" * (free - 64 * 1024))  # room for less than the blob
+            try:
+                ws.snapshot()
+                raise AssertionError("the snapshot did not fail on a full disk")
+            except worksnap.SnapshotError:
+                pass
+            filler.unlink()  # the disk has room again; nothing in the tree changed
+            taken = ws.snapshot()
+        same(taken, root, tmp_path)
+        r = cli(root, store, "verify")
+        assert r.returncode == 0, r.stdout + r.stderr
+        out = tmp_path / "restored"
+        r = cli(root, store, "restore", "--to", str(out), taken.id)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (out / "d" / "blob.bin").read_bytes() == (root / "d" / "blob.bin").read_bytes()
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
