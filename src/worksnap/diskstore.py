@@ -137,11 +137,12 @@ class DiskStore(FormatOneFiles):
 
         A snapshot that failed (a full disk) calls it, so that its half-written pack
         does not keep the disk full until a gc. Published objects stay: another
-        process may already rely on them.
+        process may already rely on them. The next `sync` says True, as after a sweep.
         """
         writer, self._writer = self._writer, None
         if writer is None:
             return
+        self._generation = (-1, -1)  # no stat has it: the next `sync` says True
         os.close(writer.fd)
         self.files.unlink(writer.path)
         self._index = None  # it held this pack's records
@@ -208,10 +209,8 @@ class DiskStore(FormatOneFiles):
         """Forgets the remembered index if a gc has swept objects since it was read.
 
         A long-lived instance would otherwise take a swept object for present and
-        record a snapshot that needs it. Call under the store lock.
-
-        Returns:
-            True when a sweep happened since the last call.
+        record a snapshot that needs it. Call under the store lock. Returns True when
+        a sweep happened since the last call (or a `discard`).
         """
         st = self.files.lstat(self.paths.generation)
         generation = (st.st_ino, st.st_mtime_ns) if st is not None else None
