@@ -21,7 +21,11 @@ ENV = {**os.environ, "PYTHONPATH": SRC}
 def cli(root: Path, store: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "worksnap", "--root", str(root), "--store", str(store), *args],
-        env=ENV, capture_output=True, text=True, check=False, timeout=120,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
 
 
@@ -131,8 +135,12 @@ def test_two_processes_appending_at_once(root: Path, tmp_path: Path) -> None:
         ws.snapshot()
         ws.snapshot()
     procs = [
-        subprocess.Popen([sys.executable, "-c", _LOOP, str(root), str(store), tag], env=ENV,
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _LOOP, str(root), str(store), tag],
+            env=ENV,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for tag in ("a", "b", "c")
     ]
     for p in procs:
@@ -140,6 +148,7 @@ def test_two_processes_appending_at_once(root: Path, tmp_path: Path) -> None:
         assert p.returncode == 0, err
     from worksnap.caches import load_tree_table
     from worksnap.storedir import StoreDir
+
     table, base, log = load_tree_table(StoreDir(str(store)), str(root))
     print("records", len(table), "base", base, "log", log)
     with Workspace(root, store=store) as ws:
@@ -178,7 +187,7 @@ def test_records_appended_after_a_cut_record_are_not_lost_for_good(
         tick(root)
         write(root, "d2/sub/f.txt", f"edit {n}\n")
         _fresh(root, store)  # encodes d2/sub, d2, the root and appends them
-        taken, cached, encoded = _fresh(root, store)  # a new process, nothing changed
+        taken, _, encoded = _fresh(root, store)  # a new process, nothing changed
         same(taken, root, tmp_path)
         assert encoded == 0, f"after edit {n}: {encoded} directories encoded again"
 
@@ -204,12 +213,14 @@ def test_watched_settings_changed_by_another_process(root: Path, tmp_path: Path)
         assert taken.tree == _cold_with(root, tmp_path, exclude=("d1/g.txt",)).tree
         assert cli(root, store, "config", "max-file-bytes", "100").returncode == 0
         taken = ws.snapshot()
-        assert taken.tree == _cold_with(
-            root, tmp_path, exclude=("d1/g.txt",), max_file_bytes=100).tree
+        assert (
+            taken.tree == _cold_with(root, tmp_path, exclude=("d1/g.txt",), max_file_bytes=100).tree
+        )
         write(root, "d2/big.bin", b"y" * 50)
         taken = ws.snapshot()
-        assert taken.tree == _cold_with(
-            root, tmp_path, exclude=("d1/g.txt",), max_file_bytes=100).tree
+        assert (
+            taken.tree == _cold_with(root, tmp_path, exclude=("d1/g.txt",), max_file_bytes=100).tree
+        )
         assert cli(root, store, "config", "max-file-bytes", "2M").returncode == 0
         assert cli(root, store, "config", "exclude", "remove", "d1/g.txt").returncode == 0
         taken = ws.snapshot()
