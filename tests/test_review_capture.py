@@ -305,3 +305,29 @@ def test_watched_snapshot_after_a_pack_is_moved_out_of_the_store(
     same(taken, root, tmp_path)
     r = cli(root, store, "verify")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_undo_brings_back_work_after_a_disk_full_snapshot(tmp_path: Path) -> None:
+    """The same hole, as data loss: the pre-restore snapshot taken after a failed (disk
+    full) one named the discarded objects; the restore removed the file; undo could not."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(small)], check=True)
+    try:
+        root = tmp_path / "ws"
+        write(root, "a.txt", "a\n")
+        with Workspace(root, store=small / "store", watch=True) as ws:
+            first = ws.snapshot()
+            work = os.urandom(200_000)
+            write(root, "work.bin", work)
+            stats = os.statvfs(small)
+            (small / "filler").write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize - 65536))
+            with pytest.raises(worksnap.SnapshotError):
+                ws.snapshot()
+            (small / "filler").unlink()
+            ws.restore(first.id)
+            assert not (root / "work.bin").exists()
+            ws.undo()
+            assert (root / "work.bin").read_bytes() == work
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
