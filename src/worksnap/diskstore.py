@@ -80,7 +80,7 @@ class DiskStore(FormatOneFiles):
         self._read_fds: dict[str, int] = {}
         self.added = 0
         """How many new objects this instance has stored."""
-        self._generation: tuple[int, int] | None = None
+        self._generation: bytes | None = None  # what `sync` last read from `generation`
 
     # -- the directory -------------------------------------------------------
 
@@ -142,7 +142,7 @@ class DiskStore(FormatOneFiles):
         writer, self._writer = self._writer, None
         if writer is None:
             return
-        self._generation = (-1, -1)  # no stat has it: the next `sync` says True
+        self._generation = b"\0"  # no sweep writes it: the next `sync` says True
         os.close(writer.fd)
         self.files.unlink(writer.path)
         self._index = None  # it held this pack's records
@@ -210,10 +210,10 @@ class DiskStore(FormatOneFiles):
 
         A long-lived instance would otherwise take a swept object for present and
         record a snapshot that needs it. Call under the store lock. Returns True when
-        a sweep happened since the last call (or a `discard`).
+        a sweep happened since the last call (or a `discard`). Each sweep writes a new
+        name there: its content tells (two rewrites in one second may reuse inode and mtime).
         """
-        st = self.files.lstat(self.paths.generation)
-        generation = (st.st_ino, st.st_mtime_ns) if st is not None else None
+        generation = self.files.read_optional(self.paths.generation, limit=256)
         if generation == self._generation:
             return False
         self._generation = generation
