@@ -57,6 +57,9 @@ MAX_TREE_LOG = 64 << 20
 
 _LENGTH = struct.Struct(">I")
 
+_UNREAD_LOG = 1 << 62
+"""The bytes `load_tree_table` reports for a log it did not read to its end (folded next)."""
+
 SAVE_EVERY_SECONDS = 30.0
 """How often a long-lived (watched) workspace stores its caches; it also does on close."""
 
@@ -148,7 +151,9 @@ def load_tree_table(store: StoreDir, root: str) -> tuple[TreeTable, int, int]:
     """Returns the tree cache for `root`, the bytes of its base and those of its log.
 
     The log is read up to its first record that is short, damaged, or for another root
-    (a save killed part-way leaves at most a short last one).
+    (a save killed part-way leaves at most a short last one). A log not read to its end
+    (or too long to read) counts as longer than any base: records appended after the
+    one that stopped the read would never be read, so the next save writes a new base.
 
     Raises:
         StoreError: a link, FIFO or folder is where a cache file belongs.
@@ -171,7 +176,8 @@ def load_tree_table(store: StoreDir, root: str) -> tuple[TreeTable, int, int]:
             break
         table.update(records)
         at = end
-    return table, len(base or b""), len(log or b"")
+    whole = not too_long and at == len(view)
+    return table, len(base or b""), len(view) if whole else _UNREAD_LOG
 
 
 def save_tree_table(store: StoreDir, root: str, table: TreeTable) -> int:

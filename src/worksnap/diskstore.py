@@ -80,7 +80,7 @@ class DiskStore(FormatOneFiles):
         self._read_fds: dict[str, int] = {}
         self.added = 0
         """How many new objects this instance has stored."""
-        self._generation: tuple[int, int] | None = None
+        self._generation: bytes | None = None  # what `sync` last read from `generation`
 
     # -- the directory -------------------------------------------------------
 
@@ -137,11 +137,12 @@ class DiskStore(FormatOneFiles):
 
         A snapshot that failed (a full disk) calls it, so that its half-written pack
         does not keep the disk full until a gc. Published objects stay: another
-        process may already rely on them.
+        process may already rely on them. The next `sync` says True, as after a sweep.
         """
         writer, self._writer = self._writer, None
         if writer is None:
             return
+        self._generation = b"\0"  # no sweep writes it: the next `sync` says True
         os.close(writer.fd)
         self.files.unlink(writer.path)
         self._index = None  # it held this pack's records
@@ -208,13 +209,11 @@ class DiskStore(FormatOneFiles):
         """Forgets the remembered index if a gc has swept objects since it was read.
 
         A long-lived instance would otherwise take a swept object for present and
-        record a snapshot that needs it. Call under the store lock.
-
-        Returns:
-            True when a sweep happened since the last call.
+        record a snapshot that needs it. Call under the store lock. Returns True when
+        a sweep happened since the last call (or a `discard`). Each sweep writes a new
+        name there: its content tells (two rewrites in one second may reuse inode and mtime).
         """
-        st = self.files.lstat(self.paths.generation)
-        generation = (st.st_ino, st.st_mtime_ns) if st is not None else None
+        generation = self.files.read_optional(self.paths.generation, limit=256)
         if generation == self._generation:
             return False
         self._generation = generation
