@@ -7,9 +7,8 @@ never see each other's half-written objects and need no lock between them.
 A snapshot (format 2) is its tree objects, stored like any object, and then its
 record (`snapshots/<id>.json`, plain JSON) once they are flushed: a record's presence
 means the snapshot is complete. A store written by an older worksnap holds format 1
-manifests (zstd frames, frames.py) and their summaries instead, read as they are until
-the migration (migration.py) turns each into trees and a record; when both exist for
-one id, the record wins.
+manifests (zstd frames, frames.py) and their summaries instead, read until the
+migration (migration.py) turns each into trees and a record (a record wins over both).
 """
 
 from __future__ import annotations
@@ -81,14 +80,12 @@ class DiskStore(FormatOneFiles):
         self.added = 0
         """How many new objects this instance has stored."""
         self._generation: bytes | None = None  # what `sync` last read from `generation`
+        self._indexes: set[str] = set()  # the pack indexes `_index` was read from
 
     # -- the directory -------------------------------------------------------
 
     def create(self) -> None:
-        """Creates the store's directories (idempotent).
-
-        Not format 1's `manifests/`: only a store from before format 2 has one.
-        """
+        """Creates the store's directories, not format 1's `manifests/` (idempotent)."""
         paths = self.paths
         for path in (paths.packs, paths.objects, paths.snapshots, paths.cache):
             self.files.makedirs(path)
@@ -161,9 +158,11 @@ class DiskStore(FormatOneFiles):
                 raise StoreError(self.paths.format, reason)  # a newer worksnap's store
             index: dict[str, Slot] = {}
             damaged: dict[str, str] = {}
+            self._indexes = set()
             for name in sorted(self.files.listdir(self.paths.packs)):
                 pack_name, kind = self.paths.pack_file(name)
                 if kind == "index":
+                    self._indexes.add(name)
                     index.update(self._read_index(pack_name, damaged))
             self._index, self._damaged = index, damaged
             self._find = Finder(index)
@@ -206,15 +205,16 @@ class DiskStore(FormatOneFiles):
         ]
 
     def sync(self) -> bool:
-        """Forgets the remembered index if a gc has swept objects since it was read.
+        """Forgets the remembered index if objects may be gone since it was read.
 
-        A long-lived instance would otherwise take a swept object for present and
-        record a snapshot that needs it. Call under the store lock. Returns True when
-        a sweep happened since the last call (or a `discard`). Each sweep writes a new
-        name there: its content tells (two rewrites in one second may reuse inode and mtime).
+        A long-lived instance would otherwise take a swept object for present and record
+        a snapshot that needs it. Call under the store lock. True after a sweep (each
+        writes a new name in `generation`: two in one second may keep inode and mtime), a
+        `discard`, or when a pack index it read is gone (moved out, as `verify` advises).
         """
         generation = self.files.read_optional(self.paths.generation, limit=256)
-        if generation == self._generation:
+        gone = self._indexes.difference(self.files.listdir(self.paths.packs))
+        if generation == self._generation and not gone:
             return False
         self._generation = generation
         self._index = None
@@ -324,7 +324,8 @@ class DiskStore(FormatOneFiles):
             if not self._format_known and self.files.lstat(self.paths.format) is None:
                 self.files.write(self.paths.format, f"{STORE_FORMAT}\n".encode())
             self._format_known = True  # before the index: a store of packs says its format
-            self.files.write(self.paths.pack_index(writer.name), writer.index())
+            self.files.write(index := self.paths.pack_index(writer.name), writer.index())
+            self._indexes.add(os.path.basename(index))
         except BaseException:
             self.discard()
             raise

@@ -1,4 +1,4 @@
-"""Review attacks on the tree cache and the watched clean-skip (real files, real processes)."""
+"""A long-lived workspace against a store changed under it; the tree cache attacked."""
 
 from __future__ import annotations
 
@@ -285,7 +285,6 @@ def test_watched_snapshot_after_a_disk_full_snapshot_has_its_objects(tmp_path: P
         subprocess.run(["umount", str(small)], check=False)
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: a long-lived DiskStore keeps its index")
 def test_watched_snapshot_after_a_pack_is_moved_out_of_the_store(
     root: Path, tmp_path: Path
 ) -> None:

@@ -1,4 +1,4 @@
-"""Review: two gc sweeps within one second on a whole-second file system (the store's)."""
+"""Two gc sweeps within one second on a whole-second file system (the store's)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 import worksnap
 from tests.coarse_fs import coarse_fs, coarse_tmp  # noqa: F401
@@ -66,8 +64,8 @@ def test_two_sweeps_in_one_second_are_both_seen(coarse_tmp: Path, tmp_path: Path
                 now = os.stat(generation)
                 if (now.st_ino, now.st_mtime_ns) == (seen.st_ino, seen.st_mtime_ns):
                     break  # the case: two sweeps since, and the stamp is the same
-            else:
-                pytest.skip("could not fit the sweeps in one second")
+            # (On a loaded machine the sweeps may never fit in one second: the check
+            # below still runs, as for any two sweeps; idle, the first attempt fits.)
             write(root, "f.bin", old)
             taken = ws.snapshot()
         r = subprocess.run(
