@@ -556,6 +556,8 @@ class DiskStore(FormatOneFiles):
             finally:
                 os.close(fd)
         self.flush()  # every live copy is durable before any old pack goes
+        # Other processes may remember objects about to go: told before the first goes.
+        self.files.write(self.paths.generation, self.files.new_name().encode())
         for pack_name, records in rewritten:
             self.files.unlink(self.paths.pack_index(pack_name))
             self.files.unlink(self.paths.pack(pack_name))
@@ -573,8 +575,6 @@ class DiskStore(FormatOneFiles):
                         freed += st.st_size
                         removed += 1
         self._index = None
-        # Other processes may remember objects that are now gone: tell them.
-        self.files.write(self.paths.generation, self.files.new_name().encode())
         return removed, freed
 
     def size(self) -> int:
