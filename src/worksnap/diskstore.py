@@ -29,16 +29,17 @@ from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.manifest import Summary
 from worksnap.packcodec import (
     MAX_CHAIN,
-    Finder,
     PackWriter,
     Recent,
     Slot,
     compress,
     decode_index,
     format_problem,
+    join_indexes,
     moved,
     rebuild,
     sound_chain,
+    used_copy,
 )
 from worksnap.paths import Digest, is_digest
 from worksnap.record import Record, decode_record, encode_record, summary_of
@@ -158,14 +159,11 @@ class DiskStore(FormatOneFiles):
             data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
             if data is not None and (reason := format_problem(data)) is not None:
                 raise StoreError(self.paths.format, reason)  # a newer worksnap's store
-            index: dict[str, Slot] = {}
             damaged: dict[str, str] = {}
-            for name in sorted(self.files.listdir(self.paths.packs)):
-                pack_name, kind = self.paths.pack_file(name)
-                if kind == "index":
-                    index.update(self._read_index(pack_name, damaged))
+            names = sorted(self.files.listdir(self.paths.packs))
+            packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
+            index, self._find = join_indexes(self._read_index(p, damaged) for p in packs)
             self._index, self._damaged = index, damaged
-            self._find = Finder(index)
             self._recent.clear()
         return self._index
 
@@ -540,14 +538,16 @@ class DiskStore(FormatOneFiles):
             pack_name, kind = self.paths.pack_file(name)
             if kind == "index" and pack_name not in self._damaged:
                 records = self._read_index(pack_name, {})
-                if any(d not in live or d in orphans for d, _ in records):
+                # A copy the index does not read (a twin, see join_indexes) goes.
+                unused = any(not used_copy(index, d, s) for d, s in records)
+                if unused or any(d not in live or d in orphans for d, _ in records):
                     rewritten.append((pack_name, records))
         copied: set[str] = set()
         for pack_name, records in rewritten:
             fd = self.files.open_file(self.paths.pack(pack_name))
             try:
                 for digest, slot in records:
-                    if digest in live and digest not in copied:
+                    if digest in live and digest not in copied and used_copy(index, digest, slot):
                         copied.add(digest)
                         self._writer = self._writer or PackWriter(self.files)
                         stored = os.pread(fd, slot.stored, slot.offset)

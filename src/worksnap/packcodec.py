@@ -20,7 +20,7 @@ import bisect
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import msgspec
@@ -332,6 +332,42 @@ def sound_chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
         return chain(digest, lookup)
     except ValueError:
         return []
+
+
+def join_indexes(indexes: Iterable[list[tuple[str, Slot]]]) -> tuple[dict[str, Slot], Finder]:
+    """The packs' indexes as one, and its Finder; of an object's twins, one that reads.
+
+    Snapshots side by side may store one object twice, each against its own base, and
+    a sweep killed part-way leaves an old copy whose base it already removed beside the
+    copy it wrote alone: the index keeps the last copy whose chain is whole.
+    """
+    index: dict[str, Slot] = {}
+    twins: dict[str, list[Slot]] = {}
+    for records in indexes:
+        for digest, slot in records:
+            if digest in index:
+                twins.setdefault(digest, [index[digest]]).append(slot)
+            index[digest] = slot
+    find = Finder(index)
+    for _ in range(2):  # a twin's chain may go through another twin
+        for digest, slots in twins.items():
+            for slot in reversed(slots):
+                index[digest] = slot
+                if sound_chain(digest, find):
+                    break
+            else:
+                index[digest] = slots[-1]
+    return index, find
+
+
+def used_copy(index: dict[str, Slot], digest: str, slot: Slot) -> bool:
+    """True when `slot` is the copy of `digest` that `index` reads.
+
+    Its base may be named by a whole digest in memory, by a prefix on disk: the place
+    says which copy.
+    """
+    found = index.get(digest)
+    return found is not None and (found.pack, found.offset) == (slot.pack, slot.offset)
 
 
 def moved(stored: bytes, slot: Slot, alone: bytes | None) -> tuple[bytes, int, str | None]:

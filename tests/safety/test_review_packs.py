@@ -13,6 +13,58 @@ from worksnap.hash import hash_bytes
 
 from .test_kill import SRC
 
+
+def _versions() -> tuple[bytes, bytes]:
+    old = "".join(f"line {i} of a file two agents edit\n" for i in range(400)).encode()
+    return old, old + b"one more line\n"
+
+
+def _rename_pack(packs: Path, name: str, to: str) -> None:
+    for suffix in (".pack", ".idx"):
+        (packs / f"{name}{suffix}").rename(packs / f"{to}{suffix}")
+
+
+def _published(packs: Path) -> set[str]:
+    return {p.stem for p in packs.glob("*.idx")}
+
+
+def test_an_object_stored_twice_with_different_bases_survives_a_sweep_of_one_base(
+    tmp_path: Path,
+) -> None:
+    """Two snapshots side by side (no lock between them) both store X: one against
+    B, one alone. A sweep that keeps X and drops B must not publish a copy of X that
+    stands on the deleted B where a reader finds it first."""
+    directory = str(tmp_path / "store")
+    packs = tmp_path / "store" / "packs"
+    old, new = _versions()
+    b, x = hash_bytes(old), hash_bytes(new)
+    first = DiskStore(directory)
+    first.create()
+    first.add(b, old)
+    first.add(x, new, base=b)  # stored against B
+    second = DiskStore(directory)  # loaded before `first` published: X is new to it
+    second._load_index()
+    first.flush()
+    assert first._load_index()[x].base is not None
+    (one,) = _published(packs)
+    first.close()
+    second.add(x, new)  # stored alone
+    second.flush()
+    second.close()
+    (two,) = _published(packs) - {one}
+    # The order of random pack names decides which copy an index load keeps; fix it:
+    # the copy alone is the one found, the sweep's new pack sorts after both.
+    _rename_pack(packs, one, "0000000000000000")
+    _rename_pack(packs, two, "0000000000000001")
+    sweeper = DiskStore(directory)
+    sweeper.sweep({x})
+    sweeper.close()
+    fresh = DiskStore(directory)
+    assert fresh.read(x) == new
+    fresh.check(x)
+    fresh.close()
+
+
 # A sweep that kills itself (SIGKILL) as it removes its first old pack file: its index
 # is already gone, so are the objects only that pack held.
 SWEEP_KILLED_MID_DELETE = r"""
@@ -65,4 +117,61 @@ def test_a_sweep_killed_after_its_first_removal_is_seen_by_a_long_lived_store(
     after = DiskStore(directory)
     assert after.read(d) == dead
     assert after.read(k) == kept
+    after.close()
+
+
+SWEEP_KILLED_AT = r"""
+import os, signal, sys
+from worksnap.diskstore import DiskStore
+real_unlink = os.unlink
+def unlink(path, *args, **kwargs):
+    if str(path) == sys.argv[3]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_unlink(path, *args, **kwargs)
+os.unlink = unlink
+DiskStore(sys.argv[1]).sweep({sys.argv[2]})
+"""
+
+
+def test_a_sweep_killed_between_removing_a_base_and_its_dependent_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """X stands on B in another pack; a sweep keeps X (stored again alone) and drops B.
+    Killed after B's pack went and before X's old pack did, the store holds X twice:
+    alone (good) and against the gone B. Every reader, and every later sweep, must
+    read the good copy: the bad one must never be the one found, nor the one kept."""
+    directory = str(tmp_path / "store")
+    packs = tmp_path / "store" / "packs"
+    old, new = _versions()
+    b, x = hash_bytes(old), hash_bytes(new)
+    store = DiskStore(directory)
+    store.create()
+    store.add(b, old)
+    store.flush()
+    (base_pack,) = _published(packs)
+    store.add(x, new, base=b)
+    store.flush()
+    assert store._load_index()[x].base is not None
+    (x_pack,) = _published(packs) - {base_pack}
+    store.close()
+    # B's pack is removed first; X's old pack sorts after the sweep's new one.
+    _rename_pack(packs, base_pack, "0000000000000001")
+    _rename_pack(packs, x_pack, "fffffffffffffffe")
+    child = subprocess.run(
+        [sys.executable, "-c", SWEEP_KILLED_AT, directory, x, "fffffffffffffffe.idx"],
+        env={**os.environ, "PYTHONPATH": SRC},
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL
+    assert not (packs / "0000000000000001.idx").exists()  # B is gone, X's old copy is not
+    assert (packs / "fffffffffffffffe.idx").exists()
+    fresh = DiskStore(directory)
+    assert fresh.read(x) == new
+    fresh.close()
+    again = DiskStore(directory)  # the next gc
+    again.sweep({x})
+    again.close()
+    after = DiskStore(directory)
+    assert after.read(x) == new
+    after.check(x)
     after.close()
