@@ -29,6 +29,7 @@ from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.manifest import Summary
 from worksnap.packcodec import (
     MAX_CHAIN,
+    OpenPacks,
     PackWriter,
     Recent,
     Slot,
@@ -78,7 +79,7 @@ class DiskStore(FormatOneFiles):
         self._writer: PackWriter | None = None
         self._recent = Recent()
         self._format_known = False
-        self._read_fds: dict[str, int] = {}
+        self._read_fds = OpenPacks()
         self.added = 0
         """How many new objects this instance has stored."""
         self._generation: tuple[int, int] | None = None
@@ -127,9 +128,7 @@ class DiskStore(FormatOneFiles):
 
     def close(self) -> None:
         """Closes open files; an unpublished pack is removed (see `discard`)."""
-        for fd in self._read_fds.values():
-            os.close(fd)
-        self._read_fds.clear()
+        self._read_fds.close()
         self.discard()
         self.files.close()
 
@@ -217,6 +216,7 @@ class DiskStore(FormatOneFiles):
             return False
         self._generation = generation
         self._index = None
+        self._read_fds.close()  # swept packs' space is freed only once no one holds them
         return True
 
     def indexed(self) -> Container[str]:
@@ -396,10 +396,7 @@ class DiskStore(FormatOneFiles):
     def _stored(self, slot: Slot) -> bytes:
         if self._writer is not None and slot.pack == self._writer.name:
             self._writer.drain()  # it may still be in the write buffer
-        fd = self._read_fds.get(slot.pack)
-        if fd is None:
-            fd = self.files.open_file(self.paths.pack(slot.pack))
-            self._read_fds[slot.pack] = fd
+        fd = self._read_fds.get(slot.pack, lambda: self.files.open_file(self.paths.pack(slot.pack)))
         return os.pread(fd, slot.stored, slot.offset)
 
     def _missing(self) -> str:

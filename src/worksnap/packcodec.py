@@ -420,6 +420,34 @@ class Recent:
         self._size = 0
 
 
+class OpenPacks:
+    """Descriptors of the packs read lately, at most `limit` of them open at once.
+
+    A session stores a pack per step: a restore of a thousand steps' files must not run
+    out of descriptors (the usual limit is 1024), nor keep swept packs' space in use.
+    """
+
+    def __init__(self, limit: int = 64) -> None:
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._limit = limit
+
+    def get(self, name: str, open_pack: Callable[[], int]) -> int:
+        """A descriptor on pack `name` (`open_pack` opens it when it is not open)."""
+        fd = self._fds.get(name)
+        if fd is not None:
+            self._fds.move_to_end(name)
+            return fd
+        if len(self._fds) >= self._limit:
+            os.close(self._fds.popitem(last=False)[1])
+        fd = self._fds[name] = open_pack()
+        return fd
+
+    def close(self) -> None:
+        """Closes every descriptor."""
+        while self._fds:
+            os.close(self._fds.popitem()[1])
+
+
 class PackWriter:
     """Appends objects to one new pack file owned by this process.
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from worksnap import Workspace
 from worksnap.diskstore import DiskStore
 from worksnap.hash import hash_bytes
 
+from .conftest import STORE
 from .test_kill import SRC
 
 
@@ -175,3 +179,67 @@ def test_a_sweep_killed_between_removing_a_base_and_its_dependent_loses_nothing(
     assert after.read(x) == new
     after.check(x)
     after.close()
+
+
+def test_a_restore_reading_from_more_packs_than_descriptors_allowed_succeeds(
+    tmp_path: Path,
+) -> None:
+    """A session stores a pack per step: a restore of files from many steps, with fewer
+    descriptors than packs (the usual limit is 1024, here 128), must not fail."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with Workspace(root) as ws:
+        for i in range(150):  # a pack each
+            (root / f"f{i}.txt").write_text(f"file {i}\n" * 20)
+            last = ws.snapshot().id
+    assert len(list((root / STORE / "packs").glob("*.pack"))) >= 150
+    out = tmp_path / "out"
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    for args in (["restore", "--to", str(out), last], ["verify"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "worksnap", "--root", str(root), *args],
+            env={**os.environ, "PYTHONPATH": SRC},
+            preexec_fn=few_descriptors,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        f"f{i}.txt": f"file {i}\n" * 20 for i in range(150)
+    }
+
+
+def test_a_long_lived_store_lets_go_of_packs_another_process_swept(tmp_path: Path) -> None:
+    """gc says what it freed: a daemon holding the swept packs open would keep that
+    space in use for as long as it runs. Its next `sync` lets them go."""
+    directory = str(tmp_path / "store")
+    dead = os.urandom(200_000)
+    d = hash_bytes(dead)
+    writer = DiskStore(directory)
+    writer.create()
+    writer.add(d, dead)
+    writer.flush()
+    writer.close()
+    daemon = DiskStore(directory)
+    daemon.sync()
+    assert daemon.read(d) == dead  # opens its pack
+    sweeper = DiskStore(directory)
+    sweeper.sweep(set())
+    sweeper.close()
+    daemon.sync()
+
+    def held() -> list[str]:
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return [link for link in links if link.startswith(directory) and "deleted" in link]
+
+    try:
+        assert held() == []
+    finally:
+        daemon.close()
