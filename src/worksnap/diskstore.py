@@ -161,7 +161,8 @@ class DiskStore(FormatOneFiles):
             damaged: dict[str, str] = {}
             names = sorted(self.files.listdir(self.paths.packs))
             packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
-            index, self._find = join_indexes(self._read_index(p, damaged) for p in packs)
+            found = [self._read_index(p, damaged) for p in packs]
+            index, self._find = join_indexes(found, prune=bool(damaged))
             self._index, self._damaged = index, damaged
             self._recent.clear()
         return self._index

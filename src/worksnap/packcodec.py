@@ -334,12 +334,17 @@ def sound_chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
         return []
 
 
-def join_indexes(indexes: Iterable[list[tuple[str, Slot]]]) -> tuple[dict[str, Slot], Finder]:
+def join_indexes(
+    indexes: Iterable[list[tuple[str, Slot]]], *, prune: bool = False
+) -> tuple[dict[str, Slot], Finder]:
     """The packs' indexes as one, and its Finder; of an object's twins, one that reads.
 
     Snapshots side by side may store one object twice, each against its own base, and
     a sweep killed part-way leaves an old copy whose base it already removed beside the
     copy it wrote alone: the index keeps the last copy whose chain is whole.
+
+    `prune` (a pack index is damaged): objects whose chain is not whole are left out,
+    so that a snapshot stores again what is on disk instead of naming them.
     """
     index: dict[str, Slot] = {}
     twins: dict[str, list[Slot]] = {}
@@ -357,6 +362,10 @@ def join_indexes(indexes: Iterable[list[tuple[str, Slot]]]) -> tuple[dict[str, S
                     break
             else:
                 index[digest] = slots[-1]
+    if prune:
+        for digest in [d for d in index if not sound_chain(d, find)]:
+            del index[digest]
+        find = Finder(index)
     return index, find
 
 

@@ -243,3 +243,32 @@ def test_a_long_lived_store_lets_go_of_packs_another_process_swept(tmp_path: Pat
         assert held() == []
     finally:
         daemon.close()
+
+
+def test_a_snapshot_stores_again_what_stands_on_a_base_in_a_damaged_pack(tmp_path: Path) -> None:
+    """A damaged pack index: a snapshot stores again what is on disk (docs/safety.md).
+    That includes a file whose stored version is in a sound pack but stands on a base
+    in the damaged one: deduplicated against it, the snapshot could not be restored."""
+    root = tmp_path / "root"
+    root.mkdir()
+    old, new = _versions()
+    (root / "a.txt").write_bytes(old)
+    with Workspace(root) as ws:
+        ws.snapshot()
+        packs = root / STORE / "packs"
+        (first_pack,) = _published(packs)
+        (root / "a.txt").write_bytes(new)
+        ws.snapshot()
+    store = DiskStore(str(root / STORE))
+    slot = store._load_index()[hash_bytes(new)]
+    store.close()
+    assert slot.pack != first_pack and slot.base is not None  # a delta on the first
+    index = packs / f"{first_pack}.idx"
+    index.write_bytes(index.read_bytes()[:7])  # damaged: its objects are unknown
+    with Workspace(root) as ws:
+        third = ws.snapshot().id  # a.txt is as the second snapshot stored it
+    (root / "a.txt").write_text("edited since\n")
+    with Workspace(root) as ws:
+        result = ws.restore(third)
+    assert result.error is None, result.error
+    assert (root / "a.txt").read_bytes() == new
