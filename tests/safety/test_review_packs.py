@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import resource
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from worksnap import Workspace
 from worksnap.diskstore import DiskStore
+from worksnap.errors import ObjectError
 from worksnap.hash import hash_bytes
 
 from .conftest import STORE
@@ -272,3 +276,69 @@ def test_a_snapshot_stores_again_what_stands_on_a_base_in_a_damaged_pack(tmp_pat
         result = ws.restore(third)
     assert result.error is None, result.error
     assert (root / "a.txt").read_bytes() == new
+
+
+def _writers_and_sweeps(seed: int, tmp: Path) -> str | None:
+    """Three stores on one directory add versions (and again objects already stored,
+    against other bases), flush, sync, and a fourth sweeps a random subset; every live
+    object must then read back exactly, before and after one more sweep.
+    Returns what went wrong, or None."""
+    rnd = random.Random(seed)
+    directory = str(tmp / f"s{seed}")
+    writers = [DiskStore(directory) for _ in range(3)]
+    writers[0].create()
+    blobs: dict[str, bytes] = {}
+    live: list[str] = []
+    for _ in range(rnd.randint(5, 60)):
+        writer, what = rnd.choice(writers), rnd.random()
+        if what < 0.6:
+            if blobs and rnd.random() < 0.3:  # stored already, maybe by another
+                blob = blobs[rnd.choice(sorted(blobs))]
+            elif live and rnd.random() < 0.8:  # a version of a live one
+                old, at = blobs[rnd.choice(live)], rnd.randint(0, 3000)
+                blob = old[:at] + rnd.randbytes(rnd.randint(0, 30)) + old[at + rnd.randint(0, 50) :]
+            else:
+                blob = rnd.randbytes(rnd.randint(1, 3000)) * rnd.randint(1, 3)
+            digest = hash_bytes(blob)
+            base = rnd.choice(live) if live and rnd.random() < 0.9 else None
+            writer.add(digest, blob, base=base)
+            blobs[digest] = blob
+            live += [] if digest in live else [digest]
+        elif what < 0.8:
+            writer.flush()
+        elif what < 0.9:  # gc: under the exclusive lock, so nothing is being written
+            for each in writers:
+                each.flush()
+            live = [d for d in live if rnd.random() < 0.6]
+            sweeper = DiskStore(directory)
+            sweeper.sweep(set(live))
+            sweeper.close()
+        else:
+            writer.sync()
+        for each in writers:
+            each.sync()  # as every capture does, under the lock
+    for each in writers:
+        each.flush()
+        each.close()
+    for _ in range(2):
+        fresh = DiskStore(directory)
+        try:
+            for digest in live:
+                if fresh.read(digest) != blobs[digest]:
+                    return f"seed {seed}: {digest} reads other bytes"
+                fresh.check(digest)
+        except ObjectError as exc:
+            return f"seed {seed}: {exc}"
+        finally:
+            fresh.close()
+        DiskStore(directory).sweep(set(live))
+    return None
+
+
+@pytest.mark.slow
+def test_writers_side_by_side_and_sweeps_lose_nothing(tmp_path: Path) -> None:
+    """Pack names are random, so which copy of a twin sorts last is too: on main about
+    one seed in fifty lost an object. WORKSNAP_PACK_SWEEP_SEEDS sets how many run."""
+    seeds = int(os.environ.get("WORKSNAP_PACK_SWEEP_SEEDS", "300"))
+    failed = [f for seed in range(seeds) if (f := _writers_and_sweeps(seed, tmp_path))]
+    assert failed == []
