@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import resource
@@ -342,3 +343,66 @@ def test_writers_side_by_side_and_sweeps_lose_nothing(tmp_path: Path) -> None:
     seeds = int(os.environ.get("WORKSNAP_PACK_SWEEP_SEEDS", "300"))
     failed = [f for seed in range(seeds) if (f := _writers_and_sweeps(seed, tmp_path))]
     assert failed == []
+
+
+# A sweep that kills itself at its n-th unlink, replace, write or fsync.
+SWEEP_KILLED_AT_CALL = r"""
+import os, signal, sys
+from worksnap.diskstore import DiskStore
+n, calls = int(sys.argv[3]), [0]
+for name in ("unlink", "replace", "write", "fsync"):
+    def wrap(*args, _real=getattr(os, name), **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _real(*args, **kwargs)
+    setattr(os, name, wrap)
+DiskStore(sys.argv[1]).sweep(set(sys.argv[2].split(",")) - {""})
+"""
+
+
+def _versions_in_packs(seed: int, directory: str) -> tuple[dict[str, bytes], set[str]]:
+    """30 objects, most a version of an earlier one, in a few packs; half of them live."""
+    rnd = random.Random(seed)
+    store = DiskStore(directory)
+    store.create()
+    blobs: dict[str, bytes] = {}
+    for _ in range(30):
+        if blobs and rnd.random() < 0.8:
+            old = blobs[rnd.choice(sorted(blobs))]
+            at = rnd.randint(0, len(old))
+            blob = old[:at] + rnd.randbytes(20) + old[at + 10 :]
+        else:
+            blob = rnd.randbytes(2000) * 2
+        digest = hash_bytes(blob)
+        store.add(digest, blob, base=rnd.choice(sorted(blobs)) if blobs else None)
+        blobs[digest] = blob
+        if rnd.random() < 0.3:
+            store.flush()
+    store.flush()
+    store.close()
+    return blobs, {d for d in sorted(blobs) if rnd.random() < 0.5}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(int(os.environ.get("WORKSNAP_SWEEP_KILL_SEEDS", "4"))))
+def test_a_sweep_killed_at_any_call_loses_nothing(tmp_path: Path, seed: int) -> None:
+    """kill -9 at every unlink, replace, write and fsync of a sweep that rewrites packs of
+    deltas: every live object reads back, and again after the next (whole) sweep."""
+    for n in itertools.count(1):
+        directory = str(tmp_path / f"s{n}")
+        blobs, live = _versions_in_packs(seed, directory)
+        child = subprocess.run(
+            [sys.executable, "-c", SWEEP_KILLED_AT_CALL, directory, ",".join(live), str(n)],
+            env={**os.environ, "PYTHONPATH": SRC},
+            check=False,
+        )
+        for _ in range(2):
+            fresh = DiskStore(directory)
+            for digest in live:
+                assert fresh.read(digest) == blobs[digest], f"killed at call {n}"
+            fresh.close()
+            DiskStore(directory).sweep(live)
+        if child.returncode == 0:
+            break  # the sweep ran to its end: every call was a kill point
+        assert child.returncode == -signal.SIGKILL
