@@ -332,7 +332,9 @@ def _writers_and_sweeps(seed: int, tmp: Path) -> str | None:
             return f"seed {seed}: {exc}"
         finally:
             fresh.close()
-        DiskStore(directory).sweep(set(live))
+        sweeper = DiskStore(directory)
+        sweeper.sweep(set(live))
+        sweeper.close()  # descriptors: a test of the suite runs with a limit of 256
     return None
 
 
@@ -402,7 +404,9 @@ def test_a_sweep_killed_at_any_call_loses_nothing(tmp_path: Path, seed: int) -> 
             for digest in live:
                 assert fresh.read(digest) == blobs[digest], f"killed at call {n}"
             fresh.close()
-            DiskStore(directory).sweep(live)
+            sweeper = DiskStore(directory)
+            sweeper.sweep(live)
+            sweeper.close()
         if child.returncode == 0:
             break  # the sweep ran to its end: every call was a kill point
         assert child.returncode == -signal.SIGKILL
