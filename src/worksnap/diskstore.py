@@ -28,16 +28,18 @@ from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.manifest import Summary
 from worksnap.packcodec import (
     MAX_CHAIN,
-    Finder,
+    OpenPacks,
     PackWriter,
     Recent,
     Slot,
     compress,
     decode_index,
     format_problem,
+    join_indexes,
     moved,
     rebuild,
     sound_chain,
+    used_copy,
 )
 from worksnap.paths import Digest, is_digest
 from worksnap.record import Record, decode_record, encode_record, summary_of
@@ -76,7 +78,7 @@ class DiskStore(FormatOneFiles):
         self._writer: PackWriter | None = None
         self._recent = Recent()
         self._format_known = False
-        self._read_fds: dict[str, int] = {}
+        self._read_fds = OpenPacks()
         self.added = 0
         """How many new objects this instance has stored."""
         self._generation: bytes | None = None  # what `sync` last read from `generation`
@@ -123,9 +125,7 @@ class DiskStore(FormatOneFiles):
 
     def close(self) -> None:
         """Closes open files; an unpublished pack is removed (see `discard`)."""
-        for fd in self._read_fds.values():
-            os.close(fd)
-        self._read_fds.clear()
+        self._read_fds.close()
         self.discard()
         self.files.close()
 
@@ -156,16 +156,13 @@ class DiskStore(FormatOneFiles):
             data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
             if data is not None and (reason := format_problem(data)) is not None:
                 raise StoreError(self.paths.format, reason)  # a newer worksnap's store
-            index: dict[str, Slot] = {}
             damaged: dict[str, str] = {}
-            self._indexes = set()
-            for name in sorted(self.files.listdir(self.paths.packs)):
-                pack_name, kind = self.paths.pack_file(name)
-                if kind == "index":
-                    self._indexes.add(name)
-                    index.update(self._read_index(pack_name, damaged))
+            names = sorted(self.files.listdir(self.paths.packs))
+            packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
+            self._indexes = {os.path.basename(self.paths.pack_index(p)) for p in packs}
+            found = [self._read_index(p, damaged) for p in packs]
+            index, self._find = join_indexes(found, prune=bool(damaged))
             self._index, self._damaged = index, damaged
-            self._find = Finder(index)
             self._recent.clear()
         return self._index
 
@@ -218,6 +215,7 @@ class DiskStore(FormatOneFiles):
             return False
         self._generation = generation
         self._index = None
+        self._read_fds.close()  # swept packs' space is freed only once no one holds them
         return True
 
     def indexed(self) -> Container[str]:
@@ -398,10 +396,7 @@ class DiskStore(FormatOneFiles):
     def _stored(self, slot: Slot) -> bytes:
         if self._writer is not None and slot.pack == self._writer.name:
             self._writer.drain()  # it may still be in the write buffer
-        fd = self._read_fds.get(slot.pack)
-        if fd is None:
-            fd = self.files.open_file(self.paths.pack(slot.pack))
-            self._read_fds[slot.pack] = fd
+        fd = self._read_fds.get(slot.pack, lambda: self.files.open_file(self.paths.pack(slot.pack)))
         return os.pread(fd, slot.stored, slot.offset)
 
     def _missing(self) -> str:
@@ -540,14 +535,16 @@ class DiskStore(FormatOneFiles):
             pack_name, kind = self.paths.pack_file(name)
             if kind == "index" and pack_name not in self._damaged:
                 records = self._read_index(pack_name, {})
-                if any(d not in live or d in orphans for d, _ in records):
+                # A copy the index does not read (a twin, see join_indexes) goes.
+                unused = any(not used_copy(index, d, s) for d, s in records)
+                if unused or any(d not in live or d in orphans for d, _ in records):
                     rewritten.append((pack_name, records))
         copied: set[str] = set()
         for pack_name, records in rewritten:
             fd = self.files.open_file(self.paths.pack(pack_name))
             try:
                 for digest, slot in records:
-                    if digest in live and digest not in copied:
+                    if digest in live and digest not in copied and used_copy(index, digest, slot):
                         copied.add(digest)
                         self._writer = self._writer or PackWriter(self.files)
                         stored = os.pread(fd, slot.stored, slot.offset)
@@ -556,6 +553,8 @@ class DiskStore(FormatOneFiles):
             finally:
                 os.close(fd)
         self.flush()  # every live copy is durable before any old pack goes
+        # Other processes may remember objects about to go: told before the first goes.
+        self.files.write(self.paths.generation, self.files.new_name().encode())
         for pack_name, records in rewritten:
             self.files.unlink(self.paths.pack_index(pack_name))
             self.files.unlink(self.paths.pack(pack_name))
@@ -573,8 +572,6 @@ class DiskStore(FormatOneFiles):
                         freed += st.st_size
                         removed += 1
         self._index = None
-        # Other processes may remember objects that are now gone: tell them.
-        self.files.write(self.paths.generation, self.files.new_name().encode())
         return removed, freed
 
     def size(self) -> int:

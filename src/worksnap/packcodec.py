@@ -20,7 +20,7 @@ import bisect
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import msgspec
@@ -334,6 +334,51 @@ def sound_chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
         return []
 
 
+def join_indexes(
+    indexes: Iterable[list[tuple[str, Slot]]], *, prune: bool = False
+) -> tuple[dict[str, Slot], Finder]:
+    """The packs' indexes as one, and its Finder; of an object's twins, one that reads.
+
+    Snapshots side by side may store one object twice, each against its own base, and
+    a sweep killed part-way leaves an old copy whose base it already removed beside the
+    copy it wrote alone: the index keeps the last copy whose chain is whole.
+
+    `prune` (a pack index is damaged): objects whose chain is not whole are left out,
+    so that a snapshot stores again what is on disk instead of naming them.
+    """
+    index: dict[str, Slot] = {}
+    twins: dict[str, list[Slot]] = {}
+    for records in indexes:
+        for digest, slot in records:
+            if digest in index:
+                twins.setdefault(digest, [index[digest]]).append(slot)
+            index[digest] = slot
+    find = Finder(index)
+    for _ in range(2):  # a twin's chain may go through another twin
+        for digest, slots in twins.items():
+            for slot in reversed(slots):
+                index[digest] = slot
+                if sound_chain(digest, find):
+                    break
+            else:
+                index[digest] = slots[-1]
+    if prune:
+        for digest in [d for d in index if not sound_chain(d, find)]:
+            del index[digest]
+        find = Finder(index)
+    return index, find
+
+
+def used_copy(index: dict[str, Slot], digest: str, slot: Slot) -> bool:
+    """True when `slot` is the copy of `digest` that `index` reads.
+
+    Its base may be named by a whole digest in memory, by a prefix on disk: the place
+    says which copy.
+    """
+    found = index.get(digest)
+    return found is not None and (found.pack, found.offset) == (slot.pack, slot.offset)
+
+
 def moved(stored: bytes, slot: Slot, alone: bytes | None) -> tuple[bytes, int, str | None]:
     """What a sweep writes of a live object: (frame, raw size, base).
 
@@ -382,6 +427,34 @@ class Recent:
         """Forgets everything."""
         self._items.clear()
         self._size = 0
+
+
+class OpenPacks:
+    """Descriptors of the packs read lately, at most `limit` of them open at once.
+
+    A session stores a pack per step: a restore of a thousand steps' files must not run
+    out of descriptors (the usual limit is 1024), nor keep swept packs' space in use.
+    """
+
+    def __init__(self, limit: int = 64) -> None:
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._limit = limit
+
+    def get(self, name: str, open_pack: Callable[[], int]) -> int:
+        """A descriptor on pack `name` (`open_pack` opens it when it is not open)."""
+        fd = self._fds.get(name)
+        if fd is not None:
+            self._fds.move_to_end(name)
+            return fd
+        if len(self._fds) >= self._limit:
+            os.close(self._fds.popitem(last=False)[1])
+        fd = self._fds[name] = open_pack()
+        return fd
+
+    def close(self) -> None:
+        """Closes every descriptor."""
+        while self._fds:
+            os.close(self._fds.popitem()[1])
 
 
 class PackWriter:
