@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.s3server import MotoServer, WeedMini
+from tests.s3server import MotoServer, WeedMini, start_server
 
 from worksnap.remote import open_transport
 
@@ -157,13 +157,7 @@ def main() -> None:
     parser.add_argument("--weed", help="SeaweedFS's weed binary: measure on `weed mini`, not moto")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="remote-cli-bench-"))
-    server: MotoServer | WeedMini
-    if options.weed:
-        (work / "weed").mkdir()
-        server = WeedMini(options.weed, str(work / "weed"), BUCKET)
-    else:
-        server = MotoServer()
-        server.create_bucket(BUCKET)
+    server = start_server(options.weed, work, BUCKET)
     bench = Bench(server, work)
     shutil.copytree(options.tree, bench.root, symlinks=True)
     try:

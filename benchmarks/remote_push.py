@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from tests.remote_local import Counting, DirLocal, capture
-from tests.s3server import MotoServer, WeedMini
+from tests.s3server import start_server
 
 from worksnap.remote import open_transport
 from worksnap.remote.repository import Repository
@@ -56,13 +56,7 @@ def main() -> None:
     parser.add_argument("--weed", help="SeaweedFS's weed binary: measure on `weed mini`, not moto")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="remote-bench-"))
-    server: MotoServer | WeedMini
-    if options.weed:
-        (work / "weed").mkdir()
-        server = WeedMini(options.weed, str(work / "weed"), BUCKET)
-    else:
-        server = MotoServer()
-        server.create_bucket(BUCKET)
+    server = start_server(options.weed, work, BUCKET)
     env = server.environ()
     results: dict[str, list[float]] = {}
 

@@ -20,6 +20,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -235,3 +236,14 @@ class WeedMini:
             self._process.kill()
             self._process.wait()
         self._log.close()
+
+
+def start_server(weed: str | None, work: Path, bucket: str) -> MotoServer | WeedMini:
+    """A server with `bucket` made: SeaweedFS's `weed mini` (the binary `weed`) under
+    `work/weed`, or moto (`weed` None). For the benchmarks, which take either."""
+    if weed:
+        (work / "weed").mkdir()
+        return WeedMini(weed, str(work / "weed"), bucket)
+    server = MotoServer()
+    server.create_bucket(bucket)
+    return server
