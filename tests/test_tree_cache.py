@@ -26,7 +26,7 @@ from worksnap.layout import StorePaths
 from worksnap.manifest import Manifest
 from worksnap.paths import Digest
 from worksnap.storedir import StoreDir
-from worksnap.tree import Dir
+from worksnap.tree import Dir, Index, decode_node
 from worksnap.treebuild import LAST_ROOT
 from worksnap.treewalk import children
 from worksnap.workspace import Seams
@@ -301,3 +301,43 @@ def test_a_wrong_last_root_costs_only_compression(root: Path, tmp_path: Path, na
     assert encoded == 2 and second.tree == _cold_tree(root, tmp_path)
     with Workspace(root, store=_store(root)) as ws:
         assert ws.verify() == []
+
+
+def test_a_new_process_compresses_a_split_directory_part_by_part(
+    root: Path, tmp_path: Path
+) -> None:
+    # A directory of thousands of entries is split into parts under an index; a new
+    # process compresses each new part against the old part at its place (the old index
+    # alone made every part a nearly whole copy).
+    for i in range(6000):
+        write(root, f"big/f{i:05}.txt", f"{i}\n")
+    first, _, _ = _fresh_snapshot(root)
+    tick(root)
+    write(root, "big/f03000.txt", "changed\n")
+    second, _, _ = _fresh_snapshot(root)
+    assert second.tree == _cold_tree(root, tmp_path)
+    store = DiskStore(str(_store(root)))
+    try:
+        old, new = _tops(store, first.tree), _tops(store, second.tree)
+        index = store._load_index()
+        before, after = _objects(store, old["big"]), _objects(store, new["big"])
+        assert len(after) > 3, "not split: the test needs a split"
+        changed = [digest for digest in after if digest not in before]
+        assert changed, "no part changed"
+        for digest in changed:  # the part with the change, and the index nodes above it
+            slot = index[digest]
+            assert slot.base is not None and slot.stored < slot.raw // 4, (slot, digest)
+    finally:
+        store.close()
+
+
+def _objects(store: DiskStore, top: str) -> set[str]:
+    """Every object of a directory: its top, its index nodes and its parts."""
+    found, todo = set(), [top]
+    while todo:
+        digest = todo.pop()
+        found.add(digest)
+        node = decode_node(store.read(Digest(digest)), digest)
+        if isinstance(node, Index):
+            todo.extend(span.node.hex() for span in node.spans)
+    return found

@@ -32,10 +32,12 @@ from worksnap.tree import (
     Excluded,
     File,
     Ignored,
+    Index,
     Large,
     Read,
     Symlink,
     Write,
+    decode_node,
     encode_directory,
 )
 from worksnap.treewalk import Flat, Loose, children
@@ -365,8 +367,24 @@ class _OlderTrees:
         self._subdirs: dict[str, dict[str, str]] = {}
 
     def __call__(self, d: str) -> tuple[str, ...]:
+        """The directory's objects in `encode_directory`'s order, or none.
+
+        A split one's parts come first, then each level of its index, then its top: each
+        new part is compressed against the old part at its place, as the memo does.
+        """
         top = self._top(d)
-        return (top,) if top is not None else ()
+        if top is None:
+            return ()
+        layers = [[top]]
+        try:
+            while True:
+                nodes = [decode_node(self._read(Digest(n)), f"tree {n}") for n in layers[-1]]
+                if not all(isinstance(node, Index) for node in nodes):
+                    break
+                layers.append([s.node.hex() for n in nodes for s in n.spans])  # type: ignore[union-attr]
+        except WorksnapError:
+            return (top,)
+        return tuple(digest for layer in reversed(layers) for digest in layer)
 
     def _top(self, d: str) -> str | None:
         if d in self._tops:
