@@ -55,6 +55,7 @@ LEVELS: dict[str, int] = {
     "watch": 2,
     "scan": 2,
     "scanparts": 2,
+    "audit": 2,
     "plan": 2,
     "journal": 2,
     "apply": 2,

@@ -37,8 +37,11 @@ from worksnap.storedir import StoreDir
 Stamp = tuple[int, int, int, int]
 """(inode, size, mtime_ns, ctime_ns): the first four fields of `fsio.file_state`."""
 
-StatTable = dict[str, tuple[FileState, str]]
-"""The stat cache: path -> (file state when hashed, digest)."""
+StatRecord = tuple[FileState, str]
+"""A file's stat cache record: (its state when hashed, its digest)."""
+
+StatTable = dict[str, StatRecord]
+"""The stat cache: path -> record."""
 
 TreeRecord = tuple[str, int, int, tuple[str, ...]]
 """A directory as built: (tree digest, files below, bytes below, every object it is made of)."""

@@ -18,14 +18,16 @@ import gc as cyclic_gc
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Literal, Protocol
 
 import msgspec
 
-from worksnap.caches import Caches, Listings, StatTable
+from worksnap.audit import audit_memory
+from worksnap.caches import Caches, Listings, StatRecord, StatTable
 from worksnap.errors import InputError, SnapshotError, shown
 from worksnap.fsio import (
     COARSE_TICK_NS,
@@ -41,10 +43,11 @@ from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339
 from worksnap.paths import Digest, Root, fs_path, wire_name
 from worksnap.progress import Reporter
 from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
-from worksnap.scanparts import Seen, differences
+from worksnap.scanparts import Seen
 from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
 from worksnap.treebuild import CaptureTrees, unchanged_dirs
+from worksnap.treewalk import Flat
 from worksnap.watch import Changes, Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -159,7 +162,7 @@ class Capture:
         self._memory_key: bytes | None = None
         self._memory_tracked: Tracked | None = None
         self._has_links = False
-        self._entries: dict[str, tuple[Seen, Entry]] = {}
+        self._kept: dict[str, Kept] = {}  # per directory: its files' entries, as last made
         self._last_capture: Manifest | None = None
         self._last_stored = False
         self.trees = CaptureTrees(store, caches)  # the root tree as stored (undo compares)
@@ -217,6 +220,7 @@ class Capture:
     def forget_stat_table(self) -> None:
         """Trusts no cached digest until files are stat-ed again (they were rewritten)."""
         self._caches.forget_stat_table()
+        self._kept = {}
 
     def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").
@@ -233,7 +237,7 @@ class Capture:
         if cap != self._last_cap:
             # What the watcher lets us reuse was sorted into files and large by another cap.
             self._memory = {}
-            self._entries = {}
+            self._kept = {}
             self._last_capture = None
             self._last_cap = cap
         # A capture allocates a few objects per file and frees few of them: the cyclic
@@ -263,7 +267,7 @@ class Capture:
         self._caches.record_tick(COARSE_TICK_NS)
         self._caches.forget_all()
         self.forget_memory()
-        self._entries = {}
+        self._kept = {}
         return COARSE_TICK_NS
 
     def _capture_with(self, *, store_objects: bool, cap: int, tick: int) -> Manifest:
@@ -317,63 +321,86 @@ class Capture:
         packed = self._store.indexed()
         entries: list[Entry] = []
         total = len(found.files)
-        remembered = self._entries
-        kept: dict[str, tuple[Seen, Entry]] = {}
-        watching, dirty = self._watcher is not None, set[str]()
-        misses = 0
+        before = self._kept
+        # A directory the scan took whole from memory keeps its entries and stat records,
+        # unless a sweep may have taken their objects (or the last capture stored none).
+        whole = not swept and (self._last_stored or not store_objects)
+        kept: dict[str, Kept] = {}
+        groups = (
+            [(d, part.found.files) for d, part in remember.items()]
+            if remember is not None
+            else [("", found.files)]
+        )
+        dirty, made, whole_dirs = set[str](), list[Entry](), set[str]()
+        # (where entries were made again, and those; the directories taken whole)
+        done = misses = 0
         first_reads = 0.0  # when the first file missing from the cache began to be read
         with DirTree(self._root.path) as tree, self._prefetch() as prefetch:
-            for done, (rel, seen) in enumerate(found.files):
-                prev = remembered.get(rel)
-                if (
-                    prev is not None
-                    and prev[0] is seen  # the very stat of the last capture: a watched, quiet dir
-                    and (not store_objects or prev[1].hash in packed)
-                ):
-                    entries.append(prev[1])
-                    kept[rel] = prev
-                    if (hit := cache.get(rel)) is not None:
-                        fresh[rel] = hit
+            for group, (d, files) in enumerate(groups):
+                was = before.get(d)
+                if remember is not None and was is not None and was.part is remember[d] and whole:
+                    entries += was.entries
+                    fresh.update(was.stats)
+                    kept[d] = was
+                    whole_dirs.add(d)
+                    done += len(files)
                     continue
-                dirty.add(rel.rpartition("/")[0])  # its directory's tree is built again
-                st: StatLike = seen
-                hit = cache.get(rel)
-                if (
-                    hit is not None
-                    and hit[0] == file_state(st)
-                    and (not store_objects or hit[1] in packed or self._store.has(hit[1]))
-                ):
-                    digest = hit[1]
-                    fresh[rel] = hit  # trusted when cached, and unchanged since
-                else:
-                    misses += 1
-                    if misses == 1:
-                        first_reads = time.perf_counter()
-                    elif misses == PREFETCH_AFTER and (
-                        time.perf_counter() - first_reads > PREFETCH_AFTER * self._slow_read_seconds
+                reusable = was.reusable(packed if store_objects else None) if was else {}
+                mine: list[Entry] = []
+                for rel, seen in files:
+                    done += 1
+                    prev = reusable.get(rel)
+                    if prev is not None and prev[0] is seen:
+                        # The very stat of the last capture: a watched, quiet file.
+                        mine.append(prev[1])
+                        if (hit := cache.get(rel)) is not None:
+                            fresh[rel] = hit
+                        continue
+                    dirty.add(rel.rpartition("/")[0])  # its directory's tree is built again
+                    st: StatLike = seen
+                    hit = cache.get(rel)
+                    if (
+                        hit is not None
+                        and hit[0] == file_state(st)
+                        and (not store_objects or hit[1] in packed or self._store.has(hit[1]))
                     ):
-                        # Many files to read, and the disk is serving them: read ahead.
-                        prefetch.start(_unhashed(self._root.path, found.files[done + 1 :], cache))
-                    digest, st = self.hash_and_store(
-                        rel, store_objects=store_objects, tree=tree, recent_ns=margin,
-                        base=hit[1] if hit else self.trees.previous(rel))  # fmt: skip
-                    if not tick and is_coarse(st):
-                        tick = COARSE_TICK_NS
-                        self._caches.record_tick(tick)  # the caller captures again
-                    if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
-                        fresh[rel] = (file_state(st), digest)
-                entry = Entry(
-                    path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size
-                )
-                entries.append(entry)
-                if watching:
-                    kept[rel] = (seen, entry)
-                if done % 4096 == 4095:
-                    self._report("hash", done + 1, total)
-        entries.extend(Entry(path=rel, type="symlink", mode=mode, target=target)
-                       for rel, target, mode in found.symlinks)  # fmt: skip
-        entries.sort(key=lambda e: e.path)
-        dirs, found.files = sorted(found.dirs), []  # its stats are done with: memory at 200k
+                        digest = hit[1]
+                        fresh[rel] = hit  # trusted when cached, and unchanged since
+                    else:
+                        misses += 1
+                        if misses == 1:
+                            first_reads = time.perf_counter()
+                        elif misses == PREFETCH_AFTER and (
+                            time.perf_counter() - first_reads
+                            > PREFETCH_AFTER * self._slow_read_seconds
+                        ):
+                            # Many files to read, and the disk is serving them: read ahead.
+                            rest = (f for _, g in groups[group:] for f in g)
+                            prefetch.start(_unhashed(self._root.path, rest, cache))
+                        digest, st = self.hash_and_store(
+                            rel, store_objects=store_objects, tree=tree, recent_ns=margin,
+                            base=hit[1] if hit else self.trees.previous(rel))  # fmt: skip
+                        if not tick and is_coarse(st):
+                            tick = COARSE_TICK_NS
+                            self._caches.record_tick(tick)  # the caller captures again
+                        if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
+                            fresh[rel] = (file_state(st), digest)
+                    mine.append(Entry(path=rel, type="file", mode=st.st_mode & 0o777,
+                                      hash=digest, size=st.st_size))  # fmt: skip
+                    if done % 4096 == 0:
+                        self._report("hash", done, total)
+                entries += mine
+                made += mine
+                if remember is not None:
+                    stats = [(rel, fresh[rel]) for rel, _ in files if rel in fresh]
+                    kept[d] = Kept(remember[d], mine, stats)
+        links = [Entry(path=rel, type="symlink", mode=mode, target=target)
+                 for rel, target, mode in found.symlinks]  # fmt: skip
+        entries += links
+        entries.sort(key=attrgetter("path"))
+        found.files = []  # its stats are done with: memory at 200k
+        flat = Flat(entries, sorted(found.dirs), sorted(found.ignored), sorted(found.large),
+                    sorted(found.excluded))  # fmt: skip
         clean = unchanged_dirs(self._memory, remember, dirty)  # for the trees: see there
         self._caches.replace_stat_table(fresh)
         current = Manifest(
@@ -384,12 +411,14 @@ class Capture:
             step=None,
             time=now_rfc3339(),
             max_file_bytes=cap,
-            tree=self.trees.build(entries, dirs, found, store_objects, swept, clean=clean),
+            tree=self.trees.build(
+                flat, store_objects, swept, clean=clean, changed=(made + links, whole_dirs)
+            ),
             entries=entries,
-            dirs=dirs,
-            ignored=sorted(found.ignored),
-            large=sorted(found.large),
-            excluded=sorted(found.excluded),
+            dirs=flat.dirs,
+            ignored=flat.ignored,
+            large=flat.large,
+            excluded=flat.excluded,
             exclude=sorted(self._root.exclude - {self._root.store_rel or ""}),
         )
         self._caches.save(force=self._watcher is None)  # after the build: its trees too
@@ -399,7 +428,7 @@ class Capture:
             self._memory_key = rules.key
             self._memory_tracked = tracked
             self._has_links = any(part.linked for part in remember.values())
-            self._entries = kept
+            self._kept = kept
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects
             watcher.commit(alive=set(remember))
@@ -452,40 +481,10 @@ class Capture:
         watcher = self._watcher
         if watcher is None or not self._memory:
             return []
-        memory, key = self._memory, self._memory_key
-        before = watcher.peek()
-        rules = base_rules(Path(self._root.path))
-        if before.everything or rules.key != key:
-            return []  # the next capture reads everything anyway
-        tracked = tracked_below(Path(self._root.path))
-        plain: dict[str, DirScan] = {}
-        scan_tree(
-            self._root.path,
-            rules,
-            exclude=self._root.exclude,
-            max_file_bytes=self.max_file_bytes,
-            remember=plain,
-            tracked=tracked,
-            check=check,
-        )
-        after = watcher.peek()
-        if after.everything:
-            return []
-        after.merge(before)
-        missed: list[str] = []
-        for rel_dir in sorted(memory.keys() | plain.keys()):
-            if rel_dir in after.dirs or _under_any(rel_dir, after.subtrees):
-                continue
-            mine, theirs = memory.get(rel_dir), plain.get(rel_dir)
-            if mine is None or theirs is None:
-                parent = rel_dir.rpartition("/")[0]
-                if parent in after.dirs or _under_any(parent, after.subtrees):
-                    continue
-                what = "not scanned by the watcher" if mine is None else "no longer there"
-                missed.append(_described(watcher, rel_dir or ".", what))
-                continue
-            for path, what in differences(mine.found, theirs.found):
-                missed.append(_described(watcher, path, what))
+        missed = audit_memory(
+            self._root, watcher, self._memory, self._memory_key,
+            max_file_bytes=self.max_file_bytes, check=check,
+        )  # fmt: skip
         if missed:
             self.forget_memory()
         return missed
@@ -553,6 +552,25 @@ class Capture:
 
 
 @dataclass(frozen=True, slots=True)
+class Kept:
+    """What a watched capture made of one directory's files, taken whole while its scan is."""
+
+    part: DirScan
+    """The directory's scan they were made from: the very object while nothing changed there."""
+    entries: list[Entry]
+    """One per file of `part.found.files`, in that order."""
+    stats: list[tuple[str, StatRecord]]  # the stat cache records of those that had one
+
+    def reusable(self, stored: Container[str] | None) -> dict[str, tuple[Seen, Entry]]:
+        """Each file's stat and entry by path (with `stored`: those whose object it holds)."""
+        return {
+            rel: (seen, entry)
+            for (rel, seen), entry in zip(self.part.found.files, self.entries, strict=True)
+            if stored is None or entry.hash in stored
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class _IndexRead:
     """What git's index said, and what tells that it still says so."""
 
@@ -573,24 +591,7 @@ def _stamp(path: str) -> tuple[int, ...] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _under_any(path: str, roots: set[str]) -> bool:
-    """True when `path` is one of `roots` or below one."""
-    return any(path == r or path.startswith(r + "/") for r in roots)
-
-
-def _described(watcher: Watcher, path: str, what: str) -> str:
-    """A difference, with the latest events seen in the path's directory (or on it)."""
-    parent = path.rpartition("/")[0]
-    events = [
-        f"{time.strftime('%H:%M:%S', time.localtime(at))} {directory or '.'}/"
-        f"{name.decode(errors='replace')} mask={mask:#x}"
-        for at, directory, name, mask in watcher.history
-        if directory in (parent, path)
-    ][-5:]
-    return f"{path}: {what}; latest events there: {', '.join(events) or 'none'}"
-
-
-def _unhashed(root: str, files: list[tuple[str, Seen]], cache: StatTable) -> Iterator[bytes]:
+def _unhashed(root: str, files: Iterable[tuple[str, Seen]], cache: StatTable) -> Iterator[bytes]:
     """The absolute paths of the files whose cached digest cannot be used: what will be read."""
     base = os.fsencode(root) + b"/"
     for rel, st in files:

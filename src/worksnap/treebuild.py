@@ -13,7 +13,7 @@ tree holds. `tests/test_treebuild.py` and the watched differential test hold the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
 import msgspec
 from blake3 import blake3
@@ -22,7 +22,7 @@ from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
 from worksnap.errors import ManifestError, WorksnapError
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
-from worksnap.scanparts import DirScan, Scan
+from worksnap.scanparts import DirScan
 from worksnap.store import ObjectStore
 from worksnap.tree import (
     FORMAT,
@@ -76,6 +76,7 @@ class TreeMemo:
         self._dirs: dict[str, _Memo] = {}
         self._files: dict[str, dict[str, str]] = {}  # `previous`'s lookups, per directory
         self._loose = False  # the last build left paths out of every tree
+        self._stored = False  # every object of the last build is stored (none swept since)
         self.encoded = 0
         self.cached = self.unseen = 0
         self.new: TreeTable = {}
@@ -86,7 +87,15 @@ class TreeMemo:
     def forget(self) -> None:
         """Drops everything remembered (the next build encodes every directory)."""
         self._dirs = {}
+        self._stored = False
         self._files = {}
+
+    def holds(self, dirs: Iterable[str], clean: Container[str]) -> bool:
+        """True when a `build` with `clean` takes the children of each of `dirs` from the memo."""
+        if self._loose:
+            return False
+        known = self._dirs
+        return all(d in known and d in clean for d in dirs)
 
     def previous(self, rel: str) -> str | None:
         """The digest file `rel` had in the last build (a base for its new version), or None."""
@@ -201,9 +210,20 @@ class TreeMemo:
         self.new = {}
         self.bases = {}
         # Reverse path order reaches every directory after all of its subdirectories.
-        for d in [*sorted(flat.dirs, reverse=True), ""]:
+        order = [*sorted(flat.dirs, reverse=True), ""]
+        if stored is None or self._stored:
+            # A clean directory with clean subtrees is as the memo has it (every object of
+            # the last build is stored): only the others, and those above them, are visited.
+            gone = last.keys() - taken.keys()
+            todo = _with_parents({d for d in order if d not in reused} | gone)
+            memo = {d: last[d] for d in order if d not in todo}
+            order = [d for d in order if d in todo]
+        for d in order:
             prefix = f"{d}/" if d else ""
-            subs = sorted((name, built.pop(prefix + name)) for name in subdirs[d])
+            subs = sorted(
+                (name, built.pop(sub) if (sub := prefix + name) in built else memo[sub][1])
+                for name in subdirs[d]
+            )
             own = reused.get(d)
             key: _Key = (
                 own if own is not None else tuple(sorted(leaves[d], key=_name)),
@@ -250,6 +270,7 @@ class TreeMemo:
             self.encoded += 1
         self._dirs, self._files = memo, {}
         self._loose = bool(loose.ignored or loose.large or loose.excluded)
+        self._stored = stored is not None
         return built[""].digest, loose
 
 
@@ -268,6 +289,17 @@ def unchanged_dirs(
     if remember is None:
         return set()
     return {d for d, part in memory.items() if remember.get(d) is part} - dirty
+
+
+def _with_parents(dirs: set[str]) -> set[str]:
+    """`dirs` and every directory above one of them, the root ("") included."""
+    out = {""}
+    for d in dirs:
+        up = d
+        while up not in out:
+            out.add(up)
+            up = up.rpartition("/")[0]
+    return out
 
 
 def _record(memo: _Memo) -> TreeRecord:
@@ -297,20 +329,24 @@ class CaptureTrees:
         self._built: tuple[str, Loose] | None = None
 
     def build(
-        self, entries: list[Entry], dirs: list[str], found: Scan, store_objects: bool,
-        swept: bool, *, clean: Container[str] = frozenset(),
+        self, flat: Flat, store_objects: bool, swept: bool, *,
+        clean: Container[str] = frozenset(),
+        changed: tuple[list[Entry], Iterable[str]] | None = None,
     ) -> Digest:  # fmt: skip
         """Builds a capture's trees (stored when `store_objects`); returns the root's digest.
 
         `swept`: a gc swept objects since the last capture (nothing remembered is trusted).
         `clean`: directories whose children are as at the last build (`TreeMemo.build`).
+        `changed`: every entry of `flat` outside some `clean` directories, and those
+        directories: the entries looked at when the memo holds each of them (else all).
         A process's first build takes unchanged directories from the tree cache (`caches`,
         read once); later ones from the memo. What was encoded goes to the tree cache.
         """
         if swept:
             self.memo.forget()
-        left_out = (sorted(found.ignored), sorted(found.large), sorted(found.excluded))
-        flat = Flat(entries, dirs, *left_out)
+        if changed is not None and self.memo.holds(changed[1], clean):
+            # The memo takes those directories' children whole: their entries go unread.
+            flat = Flat(changed[0], flat.dirs, flat.ignored, flat.large, flat.excluded)
         write = self._add_tree if store_objects else _discard
         stored = self._store.indexed() if store_objects else None
         caches = self._caches

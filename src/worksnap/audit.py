@@ -1,0 +1,91 @@
+"""The audit: what a watched workspace vouches for, compared with a plain scan of the tree now.
+
+The daemon runs it while idle (`Capture.audit`): any difference is something the
+watcher missed, reported with the latest events seen where it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from worksnap.ignore import base_rules
+from worksnap.paths import Root
+from worksnap.scan import scan_tree
+from worksnap.scanparts import DirScan, differences
+from worksnap.sources import tracked_below
+from worksnap.watch import Watcher
+
+
+def audit_memory(
+    root: Root,
+    watcher: Watcher,
+    memory: dict[str, DirScan],
+    key: bytes | None,
+    *,
+    max_file_bytes: int,
+    check: Callable[[], None] | None,
+) -> list[str]:
+    """Compares `memory` (made under rules of `key`) with a plain scan of `root` now.
+
+    The plain scan uses no cache, no memory and no watcher, and reads the rules and
+    git's index afresh. Directories with events pending before or after it are left
+    out (they are read again at the next capture anyway).
+
+    Returns:
+        One line per difference: the path, what differs, and the latest events seen
+        in its directory. Empty when the watcher was right, or when the next capture
+        reads everything anyway.
+    """
+    before = watcher.peek()
+    rules = base_rules(Path(root.path))
+    if before.everything or rules.key != key:
+        return []  # the next capture reads everything anyway
+    tracked = tracked_below(Path(root.path))
+    plain: dict[str, DirScan] = {}
+    scan_tree(
+        root.path,
+        rules,
+        exclude=root.exclude,
+        max_file_bytes=max_file_bytes,
+        remember=plain,
+        tracked=tracked,
+        check=check,
+    )
+    after = watcher.peek()
+    if after.everything:
+        return []
+    after.merge(before)
+    missed: list[str] = []
+    for rel_dir in sorted(memory.keys() | plain.keys()):
+        if rel_dir in after.dirs or _under_any(rel_dir, after.subtrees):
+            continue
+        mine, theirs = memory.get(rel_dir), plain.get(rel_dir)
+        if mine is None or theirs is None:
+            parent = rel_dir.rpartition("/")[0]
+            if parent in after.dirs or _under_any(parent, after.subtrees):
+                continue
+            what = "not scanned by the watcher" if mine is None else "no longer there"
+            missed.append(_described(watcher, rel_dir or ".", what))
+            continue
+        for path, what in differences(mine.found, theirs.found):
+            missed.append(_described(watcher, path, what))
+    return missed
+
+
+def _under_any(path: str, roots: set[str]) -> bool:
+    """True when `path` is one of `roots` or below one."""
+    return any(path == r or path.startswith(r + "/") for r in roots)
+
+
+def _described(watcher: Watcher, path: str, what: str) -> str:
+    """A difference, with the latest events seen in the path's directory (or on it)."""
+    parent = path.rpartition("/")[0]
+    events = [
+        f"{time.strftime('%H:%M:%S', time.localtime(at))} {directory or '.'}/"
+        f"{name.decode(errors='replace')} mask={mask:#x}"
+        for at, directory, name, mask in watcher.history
+        if directory in (parent, path)
+    ][-5:]
+    return f"{path}: {what}; latest events there: {', '.join(events) or 'none'}"
