@@ -499,12 +499,16 @@ def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
     return Rules(tuple(levels), outer.root, outer.key)
 
 
-def ignore_checker(base: Rules, gitignores: dict[str, bytes]) -> Callable[[str, bool], bool]:
-    """Returns `ignored(path, is_dir)` for a tree whose `.gitignore` files are `gitignores`.
+def ignore_checker(
+    base: Rules, gitignore: Callable[[str], bytes | None]
+) -> Callable[[str, bool], bool]:
+    """Returns `ignored(path, is_dir)` for a tree whose `.gitignore` files `gitignore` gives.
 
-    `gitignores` maps a directory (wire form, "" for the root) to the bytes of its
-    `.gitignore`. Unlike `Rules.ignored`, the returned function may be asked
-    about any path: it answers True for everything below an ignored directory.
+    `gitignore(directory)` returns the bytes of a directory's `.gitignore` (wire form,
+    "" for the root), or None; it is asked once per directory, only about the
+    directories above the paths asked about. Unlike `Rules.ignored`, the returned
+    function may be asked about any path: it answers True for everything below an
+    ignored directory.
     Nested repositories are the ones on disk now (a restore never touches `.git`).
     """
     rules_at: dict[str, Rules] = {}
@@ -516,7 +520,7 @@ def ignore_checker(base: Rules, gitignores: dict[str, bytes]) -> Callable[[str, 
             if directory:
                 outer = rules_for(directory.rpartition("/")[0])
                 outer = repo_rules(outer, directory) or outer
-            data = gitignores.get(directory)
+            data = gitignore(directory)
             rules_at[directory] = outer.child(directory, data) if data else outer
         return rules_at[directory]
 

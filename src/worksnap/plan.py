@@ -6,8 +6,10 @@ Pure: it reads two manifests and writes nothing. `apply` carries a plan out.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from worksnap.errors import ConflictError, InputError
 from worksnap.manifest import Entry, Manifest, parse_time, tree_digest
@@ -303,6 +305,21 @@ Probe = Callable[[str], "tuple[int, int] | None"]
 """Returns a path's (size, newest of its mtime and ctime in ns) now, or None if it is gone."""
 
 
+def gitignores_of(target: Manifest, read: Callable[[str], bytes]) -> Callable[[str], bytes | None]:
+    """`ignore.ignore_checker`'s `gitignore` of a snapshot: its `.gitignore` files, when asked."""
+    entries = target.entries
+
+    def gitignore(directory: str) -> bytes | None:
+        path = f"{directory}/.gitignore" if directory else ".gitignore"
+        at = bisect_left(entries, path, key=attrgetter("path"))  # sorted by path
+        entry = entries[at] if at < len(entries) else None
+        if entry is None or entry.path != path or entry.type != "file" or not entry.hash:
+            return None
+        return read(entry.hash)
+
+    return gitignore
+
+
 def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unprotected]:
     """Lists the large files a restore of `target` leaves as they are, sorted by path.
 
@@ -317,7 +334,7 @@ def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unpro
         probe: what is on disk at a path now (see `Probe`).
     """
     since = int(parse_time(target.time).timestamp() * 1_000_000_000)
-    held = {e.path for e in target.entries}
+    held: set[str] | None = None  # the target's paths: made only if a large file asks
     rows: list[Unprotected] = []
     for path in target.large:
         found = probe(path)
@@ -331,6 +348,7 @@ def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unpro
             continue
         found = probe(path)
         size = found[0] if found is not None else None
+        held = {e.path for e in target.entries} if held is None else held
         rows.append(Unprotected(path, "too-large" if path in held else "added", size))
     rows.sort(key=lambda row: row.path)
     return rows

@@ -46,6 +46,7 @@ from worksnap.plan import (
     check_selected,
     check_unchanged,
     destroys_unstored,
+    gitignores_of,
     plan_restore,
     rollback_target,
     select_paths,
@@ -145,14 +146,7 @@ class Restorer:
     def _plan(
         self, current: Manifest, target: Manifest, selected: builtins.list[str] | None = None
     ) -> Plan:
-        gitignores: dict[str, bytes] = {}
-        for entry in target.entries:
-            if not entry.path.endswith(".gitignore"):
-                continue  # the cheap test first: this loop sees every entry
-            directory, _, name = entry.path.rpartition("/")
-            if name == ".gitignore" and entry.type == "file" and entry.hash is not None:
-                gitignores[directory] = self._store.read(entry.hash)
-        ignored = ignore_checker(self._capture.rules(), gitignores)
+        ignored = ignore_checker(self._capture.rules(), gitignores_of(target, self._store.read))
         # Never touched: what the target's exclusions (paths that appeared since) or the
         # current ones (paths gone since) exclude; what exists and is excluded now was
         # never captured, so the planner leaves it alone already.

@@ -92,7 +92,7 @@ def _checker_disagreements(root: Path, captured: set[bytes], ignored: list[bytes
         if b".gitignore" in filenames and not os.path.islink(ignore_file):
             with open(ignore_file, "rb") as f:
                 gitignores[wire_name(os.fsdecode(rel[:-1]))] = f.read()
-    checker = ignore_checker(base_rules(Path(os.path.realpath(root))), gitignores)
+    checker = ignore_checker(base_rules(Path(os.path.realpath(root))), gitignores.get)
     wrong = [p for p in captured if checker(wire_name(os.fsdecode(p)), False)]
     for p in ignored:
         full = os.path.join(broot, p)
