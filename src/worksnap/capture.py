@@ -15,6 +15,7 @@ it also guards the listing cache's stamps and `hash.read_file`'s double read.
 from __future__ import annotations
 
 import gc as cyclic_gc
+import itertools
 import os
 import stat
 import time
@@ -319,18 +320,13 @@ class Capture:
         cache = self._caches.stat_table()
         fresh: StatTable = {}
         packed = self._store.indexed()
-        entries: list[Entry] = []
-        total = len(found.files)
-        before = self._kept
+        entries, total, before = list[Entry](), len(found.files), self._kept
         # A directory the scan took whole from memory keeps its entries and stat records,
         # unless a sweep may have taken their objects (or the last capture stored none).
         whole = not swept and (self._last_stored or not store_objects)
         kept: dict[str, Kept] = {}
-        groups = (
-            [(d, part.found.files) for d, part in remember.items()]
-            if remember is not None
-            else [("", found.files)]
-        )
+        parts = remember.items() if remember is not None else ()
+        groups = [(d, part.found.files) for d, part in parts] or [("", found.files)]
         dirty, made, whole_dirs = set[str](), list[Entry](), set[str]()
         # (where entries were made again, and those; the directories taken whole)
         done = misses = 0
@@ -347,7 +343,7 @@ class Capture:
                     continue
                 reusable = was.reusable(packed if store_objects else None) if was else {}
                 mine: list[Entry] = []
-                for rel, seen in files:
+                for i, (rel, seen) in enumerate(files):
                     done += 1
                     prev = reusable.get(rel)
                     if prev is not None and prev[0] is seen:
@@ -375,7 +371,8 @@ class Capture:
                             > PREFETCH_AFTER * self._slow_read_seconds
                         ):
                             # Many files to read, and the disk is serving them: read ahead.
-                            rest = (f for _, g in groups[group:] for f in g)
+                            later = (f for _, g in groups[group + 1 :] for f in g)
+                            rest = itertools.chain(files[i + 1 :], later)
                             prefetch.start(_unhashed(self._root.path, rest, cache))
                         digest, st = self.hash_and_store(
                             rel, store_objects=store_objects, tree=tree, recent_ns=margin,
