@@ -163,6 +163,11 @@ class Walks:
         self.stats.matched.clear()
         return self.stats.matched
 
+    def patched(self) -> list[str]:
+        """Forgets what was patched so far; returns the list later patches go to."""
+        self.stats.patched.clear()
+        return self.stats.patched
+
     def open(self, root: Path, **options: Any) -> Workspace:
         return Workspace(root, seams=self.seams, **options)
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.compat.gitrun import GIT, clean_git_env, git, init_repo
-from tests.conftest import tree_state, write
+from tests.conftest import Walks, tree_state, write
 from worksnap import Workspace
 from worksnap.errors import SnapshotError
 from worksnap.manifest import Manifest
@@ -217,3 +217,38 @@ def test_the_audit_finds_a_change_no_event_announced(root: Path, tmp_path: Path)
         assert ws.audit() == []  # the state was dropped: nothing is vouched for now
         assert files(ws.snapshot()) == files(plain(root, tmp_path))
         assert ws.audit() == []
+
+
+# -- a listing event: the directory patched at the names it named, not listed ---------
+
+
+def test_a_directory_with_names_created_removed_or_renamed_is_patched_not_listed(
+    root: Path, tmp_path: Path
+) -> None:
+    write(root, ".gitignore", "*.log\n")
+    for i in range(200):
+        write(root, f"big/f{i:03d}.txt", f"{i}\n")
+    write(root, "other/moved.txt", "moved in\n")
+    walks = Walks()
+    with walks.open(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        (root / "big" / "f001.txt").unlink()
+        write(root, "big/new.txt", "new\n")
+        write(root, "big/x.log", "ignored\n")
+        os.rename(root / "big" / "f002.txt", root / "big" / "f002.renamed")
+        (root / "big" / "f003.txt").unlink()
+        os.symlink("f004.txt", root / "big" / "f003.txt")  # a file become a symlink
+        os.rename(root / "other" / "moved.txt", root / "big" / "moved.txt")
+        write(root, "big/sub/deep.txt", "deep\n")  # a new directory: read afresh
+        listed, patched = walks.listed(), walks.patched()
+        snap = ws.snapshot()
+        assert "big" in patched and "big" not in listed, (patched, listed)
+        assert "other" in patched
+        assert files(snap) == files(plain(root, tmp_path))
+        assert snap.ignored == plain(root, tmp_path).ignored
+        assert {"big/new.txt", "big/f002.renamed", "big/moved.txt", "big/sub/deep.txt"} <= (
+            files(snap).keys()
+        )
+        assert "big/x.log" in snap.ignored
+        assert [e.type for e in snap.entries if e.path == "big/f003.txt"] == ["symlink"]
+        assert not {"big/f001.txt", "big/f002.txt", "other/moved.txt"} & files(snap).keys()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from worksnap.errors import InputError
 from worksnap.ignore import Matcher, compile_ignore_file
@@ -118,7 +119,15 @@ def _escape_line(line: str) -> bytes:
     return b"\\" + data if data.startswith(b"#") else data
 
 
-def excluded_entry(rules: frozenset[str], rel: str, entry: os.DirEntry[str]) -> bool:
+class Typed(Protocol):
+    """What the exclusion rules ask of a directory entry (an `os.DirEntry` has it)."""
+
+    def is_dir(self, *, follow_symlinks: bool = ...) -> bool:
+        """True for a directory (never through a symlink, as the scan asks)."""
+        ...
+
+
+def excluded_entry(rules: frozenset[str], rel: str, entry: Typed) -> bool:
     """True when `rules` exclude the directory entry at `rel` (what the scan asks).
 
     Asked for every name of every directory the scan lists: 0.3 us with paths only

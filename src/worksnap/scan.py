@@ -63,6 +63,7 @@ from worksnap.scanparts import (
     classify,
     lstat_or_none,
     merge,
+    patched,
     read_ignore_file,
     refresh,
     remembered,
@@ -328,6 +329,7 @@ def _one_dir(
     # From memory: the kinds of the children, and the stats of files no event named.
     memory_hints: dict[str, str] = {}
     known: dict[str, Seen] = {}
+    patch: set[bytes] | None = None  # with a listing event: the names it is patched at
     events = w.changes.dirs.get(rel_dir) if last is not None else None
     if last is not None:
         w.reused_memory = True  # its stats (some or all) are taken from memory
@@ -344,6 +346,7 @@ def _one_dir(
                 part = _refreshed(w, last, anchor, path, names | events.names)
             else:
                 memory_hints, known = remembered(last, events.names | names)
+                patch = None if events.unnamed else events.names | names
         if part is not None:
             if w.stats is not None:
                 w.stats.reused.append(rel_dir)
@@ -379,6 +382,7 @@ def _one_dir(
             events=events,
             memory_hints=memory_hints,
             known=known,
+            patch=patch,
             fresh=fresh,
             pending=pending,
         )
@@ -401,6 +405,7 @@ def _read_dir(
     events: Events | None,
     memory_hints: dict[str, str],
     known: dict[str, Seen],
+    patch: set[bytes] | None,
     fresh: dict[str, Listing],
     pending: list[_Item],
 ) -> None:
@@ -446,6 +451,10 @@ def _read_dir(
     inodes: dict[str, int] = {}
     if reuse and cached is not None:
         children = cached.children
+    elif patch is not None and last is not None and last.ignore_data == ignore_data and dir_fd >= 0:
+        # Same rules, and every child created, removed or renamed is named: look at those.
+        children = patched(last.children, rel_dir, dir_fd, patch, dir_rules, exclude=w.exclude,
+                           stats=w.stats, hints=memory_hints, inodes=inodes)  # fmt: skip
     else:
         # Same rules as the cached listing: a child still there, of the same type,
         # gets the same decision; only new or changed names are matched again.

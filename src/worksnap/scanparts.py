@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from worksnap.caches import Stamp
 from worksnap.errors import SnapshotError
 from worksnap.exclusion import excluded_entry
 from worksnap.fsio import file_state
 from worksnap.ignore import Rules
-from worksnap.paths import is_git_name, wire_name
+from worksnap.paths import fs_path, is_git_name, wire_name
 from worksnap.sources import Tracked
 
 # Kinds of child in a listing (stored in the listing cache: never change one).
@@ -64,6 +65,8 @@ class WalkStats:
     """Paths the ignore rules were asked about (not taken from an earlier decision)."""
     reused: list[str] = field(default_factory=list)
     """Directories taken from the watched memory (with or without files stat-ed again)."""
+    patched: list[str] = field(default_factory=list)
+    """Directories with events whose memory was patched at the names they named, not listed."""
 
 
 @dataclass(slots=True)
@@ -243,6 +246,118 @@ def classify(
         raise SnapshotError(rel_dir or ".", f"cannot list directory: {exc.strerror}") from None
     if stats is not None:
         stats.listed.append(rel_dir)
+    return _classified(rel_dir, entries, dir_rules, exclude=exclude, stats=stats, hints=hints,
+                       inodes=inodes)  # fmt: skip
+
+
+def patched(
+    last: list[tuple[str, str]],
+    rel_dir: str,
+    dir_fd: int,
+    names: set[bytes],
+    dir_rules: Rules,
+    *,
+    exclude: frozenset[str],
+    stats: WalkStats | None,
+    hints: dict[str, str],
+    inodes: dict[str, int],
+) -> list[tuple[str, str]]:
+    """A directory's classification after events that named `names`, without listing it.
+
+    Every other child is as `last` has it; each named one is `lstat`ed (relative to
+    `dir_fd`, the directory's own descriptor) and classified as `classify` would. Equal
+    to `classify` of a new listing when the events named every child created, removed
+    or renamed since `last`, under the same rules: what inotify says of a local file
+    system, and what the watched differential test holds.
+    """
+    touched = {wire_name(os.fsdecode(raw)): raw for raw in names}
+    entries: list[_Named] = []
+    for wire, raw in touched.items():
+        try:
+            entries.append(_Named(os.fsdecode(raw), os.lstat(raw, dir_fd=dir_fd)))
+        except FileNotFoundError:
+            continue  # removed (or renamed away): no longer a child
+        except OSError as exc:
+            where = f"{rel_dir}/{wire}" if rel_dir else wire
+            raise SnapshotError(where, f"cannot read: {exc.strerror}") from None
+    entries.sort(key=lambda e: e.name)
+    if stats is not None:
+        stats.patched.append(rel_dir)
+    fresh = _classified(rel_dir, entries, dir_rules, exclude=exclude, stats=stats, hints=hints,
+                        inodes=inodes)  # fmt: skip
+    children = [child for child in last if child[0] not in touched] + fresh
+    children.sort(key=_listed_order)
+    return children
+
+
+def _listed_order(child: tuple[str, str]) -> str:
+    """The order of a listing: by the name as `os` gives it (not its wire form)."""
+    name = child[0]
+    return name if "\x00" not in name else os.fsdecode(fs_path(name))
+
+
+class _Named:
+    """One child, answered from its `lstat` as a listing's `os.DirEntry` answers."""
+
+    __slots__ = ("_st", "name")
+
+    def __init__(self, name: str, st: os.stat_result) -> None:
+        self.name = name
+        self._st = st
+
+    def is_dir(self, *, follow_symlinks: bool = False) -> bool:
+        """True for a directory (the `lstat`: never through a symlink)."""
+        return stat.S_ISDIR(self._st.st_mode)
+
+    def is_symlink(self) -> bool:
+        """True for a symlink."""
+        return stat.S_ISLNK(self._st.st_mode)
+
+    def is_file(self, *, follow_symlinks: bool = False) -> bool:
+        """True for a regular file (the `lstat`: never through a symlink)."""
+        return stat.S_ISREG(self._st.st_mode)
+
+    def inode(self) -> int:
+        """The inode."""
+        return self._st.st_ino
+
+
+class Listed(Protocol):
+    """What classifying asks of a child: an `os.DirEntry`, or a `_Named`."""
+
+    @property
+    def name(self) -> str:
+        """Its name as `os` gives it."""
+        ...
+
+    def is_dir(self, *, follow_symlinks: bool = ...) -> bool:
+        """True for a directory."""
+        ...
+
+    def is_symlink(self) -> bool:
+        """True for a symlink."""
+        ...
+
+    def is_file(self, *, follow_symlinks: bool = ...) -> bool:
+        """True for a regular file."""
+        ...
+
+    def inode(self) -> int:
+        """The inode."""
+        ...
+
+
+def _classified(
+    rel_dir: str,
+    entries: Iterable[Listed],
+    dir_rules: Rules,
+    *,
+    exclude: frozenset[str],
+    stats: WalkStats | None,
+    hints: dict[str, str],
+    inodes: dict[str, int],
+) -> list[tuple[str, str]]:
+    """Classifies children in listing order (see `classify`)."""
     children: list[tuple[str, str]] = []
     for entry in entries:
         name = wire_name(entry.name)
@@ -280,7 +395,7 @@ def classify(
     return children
 
 
-def still(kind: str, entry: os.DirEntry[str], *, is_dir: bool) -> bool:
+def still(kind: str, entry: Listed, *, is_dir: bool) -> bool:
     """True when `entry` is still of the type that `kind` was decided for."""
     if kind in (DIR, IGNORED_DIR):
         return is_dir

@@ -89,13 +89,15 @@ def _libc() -> ctypes.CDLL | None:
 class Events:
     """What happened in one watched directory: the names touched, and whether its listing moved."""
 
-    __slots__ = ("listing", "moved", "names", "written")
+    __slots__ = ("listing", "moved", "names", "unnamed", "written")
 
     def __init__(self) -> None:
         self.names: set[bytes] = set()
         """Every child named by an event (written, chmod-ed, created, removed, renamed)."""
         self.listing = False
         """True when a child was created, removed or renamed, or the directory itself changed."""
+        self.unnamed = False
+        """True when an event named no child (the directory itself): its listing is read again."""
         self.written: set[bytes] = set()
         """Children written to (their inode may have other names elsewhere)."""
         self.moved: dict[bytes, int] = {}
@@ -105,6 +107,7 @@ class Events:
         """Adds what `other` says."""
         self.names |= other.names
         self.listing |= other.listing
+        self.unnamed |= other.unnamed
         self.written |= other.written
         self.moved.update(other.moved)
 
@@ -334,6 +337,7 @@ class Watcher:
                         pending.subtrees.add(f"{directory}/{child}" if directory else child)
                 if not name or mask & ~_IN_PLACE:
                     events.listing = True  # not only written or chmod-ed in place
+                    events.unnamed |= not name
 
     def close(self) -> None:
         """Releases the inotify descriptor."""
