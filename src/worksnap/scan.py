@@ -346,7 +346,7 @@ def _one_dir(
                 part = _refreshed(w, last, anchor, path, names | events.names)
             else:
                 memory_hints, known = remembered(last, events.names | names)
-                patch = None if events.unnamed else events.names | names
+                patch = None if events.unnamed else events.names
         if part is not None:
             if w.stats is not None:
                 w.stats.reused.append(rel_dir)
