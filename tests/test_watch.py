@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.coarse_fs import coarse_fs, coarse_tmp  # noqa: F401  (fixtures)
 from tests.compat.gitrun import GIT, clean_git_env, git, init_repo
 from tests.conftest import Walks, tree_state, write
 from worksnap import Workspace
@@ -252,3 +254,53 @@ def test_a_directory_with_names_created_removed_or_renamed_is_patched_not_listed
         assert "big/x.log" in snap.ignored
         assert [e.type for e in snap.entries if e.path == "big/f003.txt"] == ["symlink"]
         assert not {"big/f001.txt", "big/f002.txt", "other/moved.txt"} & files(snap).keys()
+
+
+def test_a_directory_restatted_for_a_hard_link_is_kept_whole_when_nothing_changed(
+    root: Path, tmp_path: Path
+) -> None:
+    """A file with two names is stat-ed at every scan (a write through its other name
+    raises no event here); when its stat is as remembered, its directory counts as
+    unchanged (its trees are not looked at again), and a change is still seen."""
+    write(root, "a/one.txt", "one\n")
+    os.link(root / "a" / "one.txt", root / "a" / "two.txt")
+    write(root, "b/x.txt", "x\n")
+    seams = Seams(racy_margin_ns=0)  # trusted as soon as older than the scan
+    with Workspace(root, store=tmp_path / "store", watch=True, seams=seams) as ws:
+        ws.snapshot()
+        write(root, "b/x.txt", "changed\n")
+        ws.snapshot()
+        assert ws._capture.trees.memo.unseen == 2  # the root and a/: only b/ looked at
+        with open(root / "a" / "two.txt", "a") as f:  # written through the other name
+            f.write("more\n")
+        snap = ws.snapshot()
+        assert files(snap) == files(plain(root, tmp_path))
+        assert files(snap)["a/one.txt"] == files(snap)["a/two.txt"]
+
+
+def test_a_same_second_write_through_another_name_is_seen_on_a_coarse_file_system(
+    coarse_tmp: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A file with another name outside the root is stat-ed at every scan; written through
+    that name within the second it was remembered in, its stat does not change: the
+    remembered stat is not taken as proof then (a hostile review's differential run
+    found the snapshot keeping the old digest)."""
+    outside = coarse_tmp / "outside"
+    outside.mkdir()
+    for attempt in range(20):
+        time.sleep(1 - time.time() % 1 + 0.02)  # just after a second boundary
+        second = int(time.time())
+        root = coarse_tmp / f"ws{attempt}"
+        write(root, "a.txt", "one\n")
+        os.link(root / "a.txt", outside / f"b{attempt}")
+        with Workspace(root, store=tmp_path / f"store{attempt}", watch=True) as ws:
+            ws.snapshot()
+            (outside / f"b{attempt}").write_bytes(b"two\n")  # same size, no event here
+            snap = ws.snapshot()
+        if int(time.time()) == second:
+            break
+    else:
+        pytest.fail("never managed the writes and both snapshots inside one second")
+    assert (root / "a.txt").read_bytes() == b"two\n"
+    assert files(snap) == files(plain(root, tmp_path))

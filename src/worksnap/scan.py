@@ -38,21 +38,11 @@ from worksnap.fsio import file_state
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path, wire_name
 from worksnap.scanparts import (
-    DIR as _DIR,
-)
-from worksnap.scanparts import (
-    FILE as _FILE,
-)
-from worksnap.scanparts import (
-    IGNORED as _IGNORED,
-)
-from worksnap.scanparts import (
-    IGNORED_DIR as _IGNORED_DIR,
-)
-from worksnap.scanparts import (
-    LINK as _LINK,
-)
-from worksnap.scanparts import (
+    DIR,
+    FILE,
+    IGNORED,
+    IGNORED_DIR,
+    LINK,
     TRACKED_DIR,
     TRACKED_FILE,
     DirScan,
@@ -94,7 +84,9 @@ def _os_name(name: str) -> str:
 def _refreshed(
     w: _Walk, last: DirScan, anchor: _Anchor, path: str, names: set[bytes]
 ) -> DirScan | None:
-    part, new_links = refresh(last, anchor.fd, path, names, max_file_bytes=w.max_file_bytes)
+    part, new_links = refresh(
+        last, anchor.fd, path, names, max_file_bytes=w.max_file_bytes, trust_before=w.trust_before
+    )
     w.new_links |= new_links
     return part
 
@@ -493,6 +485,10 @@ def _read_dir(
         found=Scan(),
         subdirs=[],
         children=children,
+        # Stats from memory were last found unchanged by an earlier scan.
+        trusted_before=min(last.trusted_before, w.trust_before)
+        if last and known
+        else w.trust_before,
     )
     here = part.found
     tracked = w.tracked
@@ -500,12 +496,12 @@ def _read_dir(
     for name, listed_kind in children:
         rel = f"{rel_dir}/{name}" if rel_dir else name
         kind = listed_kind
-        if kind in (_IGNORED, _IGNORED_DIR) and tracked is not None:
+        if kind in (IGNORED, IGNORED_DIR) and tracked is not None:
             kind = tracked_kind(tracked, rel, kind)
-        if kind in (_DIR, TRACKED_DIR):
+        if kind in (DIR, TRACKED_DIR):
             here.dirs.append(rel)
             part.subdirs.append((rel, _os_name(name), kind == TRACKED_DIR))
-        elif kind in (_FILE, TRACKED_FILE):
+        elif kind in (FILE, TRACKED_FILE):
             try:
                 st = known.get(name) or Seen(os.lstat(prefix + _os_name(name), dir_fd=anchor.fd))
             except FileNotFoundError:
@@ -529,9 +525,9 @@ def _read_dir(
                 here.large.append(rel)
             else:
                 here.files.append((rel, st))
-        elif kind == _LINK:
+        elif kind == LINK:
             add_link(here, rel, prefix + _os_name(name), anchor.fd)
-        elif kind in (_IGNORED, _IGNORED_DIR):
+        elif kind in (IGNORED, IGNORED_DIR):
             here.ignored.append(rel)
         else:
             here.excluded.append(rel)

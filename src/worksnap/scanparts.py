@@ -89,6 +89,9 @@ class DirScan:
     """Names of its files with more than one hard link: stat-ed again at every scan."""
     tracked_only: bool = False
     """Entered only for the files git tracks in it (it is ignored)."""
+    trusted_before: int = 0
+    """The scan's `trust_before` when it was made: a file whose times are older than this,
+    stat-ed again and found as remembered, is unchanged (see `refresh`)."""
 
     def file_names(self) -> list[str]:
         """The names of every file it contributed (captured or over the size cap)."""
@@ -111,14 +114,18 @@ def remembered(last: DirScan, names: set[bytes]) -> tuple[dict[str, str], dict[s
 
 
 def refresh(
-    last: DirScan, dir_fd: int, path: str, names: set[bytes], *, max_file_bytes: int
-) -> tuple[DirScan | None, bool]:
+    last: DirScan, dir_fd: int, path: str, names: set[bytes], *, max_file_bytes: int,
+    trust_before: int,
+) -> tuple[DirScan | None, bool]:  # fmt: skip
     """Returns `last` with the named files (changed in place) stat-ed and sized again.
 
     The files are reached as `path/NAME` relative to `dir_fd`. Also returns whether
     a file got a hard link it did not have (its other names may have changed too).
     The DirScan is None when the directory must be read again: a named file is no
-    longer a regular file, or is not where the last listing put it.
+    longer a regular file, or is not where the last listing put it. It is `last`
+    itself when each named file's stat is as remembered and its times are older than
+    `last.trusted_before` (a write within one timestamp tick of the remembered one
+    could leave the stat as it was). `trust_before` is this scan's (see `scan_tree`).
     """
     prefix = f"{path}/" if path else ""
     fresh: dict[str, Seen] = {}
@@ -134,7 +141,10 @@ def refresh(
             return None, False  # a symlink or special file now where a name changed: list again
     if not fresh:
         return last, False
-    listed = {rel.rpartition("/")[2] for rel, _ in last.found.files}
+    stats = {rel.rpartition("/")[2]: st for rel, st in last.found.files}
+    if all(_same(stats.get(name), now, last.trusted_before) for name, now in fresh.items()):
+        return last, False  # each as remembered (stat-ed again for a link, or all of them)
+    listed = set(stats)
     listed.update(rel.rpartition("/")[2] for rel in last.found.large)
     listed.update(rel.rpartition("/")[2] for rel in last.found.ignored)
     if not fresh.keys() <= listed:
@@ -177,8 +187,20 @@ def refresh(
         children=last.children,
         linked=sorted(linked),
         tracked_only=last.tracked_only,
+        trusted_before=min(last.trusted_before, trust_before),
     )
     return part, new_links
+
+
+def _same(before: Seen | None, now: Seen, trusted_before: int) -> bool:
+    """True when a remembered stat older than `trusted_before` says what a new one says."""
+    return (
+        before is not None
+        and before.st_mtime_ns < trusted_before
+        and before.st_ctime_ns < trusted_before
+        and file_state(before) == file_state(now)
+        and before.st_nlink == now.st_nlink
+    )
 
 
 def merge(into: Scan, part: Scan) -> None:
