@@ -230,6 +230,12 @@ def test_kill_9_at_random_times_until_the_migration_is_done(root: Path) -> None:
     rng = random.Random(int(os.environ.get("WORKSNAP_MIGRATE_SEED", "13")))
     history(root, steps=30)
     downgrade(root / STORE)
+    # The kills are spread over what one whole upgrade takes here (a fixed range once
+    # outlasted it: every process finished before its kill).
+    start = time.monotonic()
+    assert run(root, "upgrade").returncode == 0
+    whole = time.monotonic() - start
+    downgrade(root / STORE)
     before = shown(root)
     environment = {**os.environ, "PYTHONPATH": SRC}
     kills = 0
@@ -240,7 +246,7 @@ def test_kill_9_at_random_times_until_the_migration_is_done(root: Path) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(rng.uniform(0.05, 0.6))
+        time.sleep(rng.uniform(0.2, 0.9) * whole)
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
             kills += 1
