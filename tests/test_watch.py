@@ -304,3 +304,23 @@ def test_a_same_second_write_through_another_name_is_seen_on_a_coarse_file_syste
         pytest.fail("never managed the writes and both snapshots inside one second")
     assert (root / "a.txt").read_bytes() == b"two\n"
     assert files(snap) == files(plain(root, tmp_path))
+
+
+def test_a_write_through_a_new_link_then_renamed_to_an_ignored_name_is_seen(
+    root: Path, tmp_path: Path
+) -> None:
+    """A new hard link written through and then renamed to an ignored name: the scan never
+    stats that name (it is ignored), so where it went must be looked at (found by a
+    hostile review; on main before too)."""
+    write(root, ".gitignore", "*.log\n")
+    write(root, "a.txt", "one")
+    write(root, "docs/x", "x")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.link(root / "a.txt", root / "docs" / "hl")  # a new name in a watched directory
+        with open(root / "docs" / "hl", "r+b") as f:  # written through it, in place
+            f.write(b"two")
+        os.rename(root / "docs" / "hl", root / "docs" / "hl.log")  # now ignored
+        snap = ws.snapshot()
+        assert (root / "a.txt").read_bytes() == b"two"
+        assert files(snap) == files(plain(root, tmp_path))

@@ -53,6 +53,7 @@ from worksnap.scanparts import (
     classify,
     lstat_or_none,
     merge,
+    os_name,
     patched,
     read_ignore_file,
     refresh,
@@ -75,10 +76,6 @@ from), the walk opens it and goes on relative to it: PATH_MAX is 4096."""
 
 def _stamp(st: os.stat_result) -> Stamp:
     return file_state(st)[:4]  # the listing cache's format has no st_mode (ctime covers it)
-
-
-def _os_name(name: str) -> str:
-    return name if "\x00" not in name else os.fsdecode(fs_path(name))
 
 
 def _refreshed(
@@ -109,8 +106,9 @@ def _written_elsewhere(w: _Walk, root_fd: int) -> bool:
             try:
                 st = os.lstat(base + raw, dir_fd=root_fd)
             except OSError:
-                if events.moved.get(raw) not in w.changes.arrived:
-                    return True  # written, then removed (or moved out of sight)
+                arrival = w.changes.arrived.get(events.moved.get(raw, -1))
+                if arrival is None or _linked_at(root_fd, *arrival):
+                    return True  # removed, out of sight, or to a name with other links
                 continue
             if (
                 stat.S_ISREG(st.st_mode)
@@ -119,6 +117,15 @@ def _written_elsewhere(w: _Walk, root_fd: int) -> bool:
             ):
                 return True
     return False
+
+
+def _linked_at(root_fd: int, directory: str, name: bytes) -> bool:
+    """True when a renamed file has other links (the scan may not stat it), or is gone."""
+    try:
+        st = os.lstat((fs_path(directory) + b"/" if directory else b"") + name, dir_fd=root_fd)
+    except OSError:
+        return True
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
 
 
 class _Anchor:
@@ -500,16 +507,16 @@ def _read_dir(
             kind = tracked_kind(tracked, rel, kind)
         if kind in (DIR, TRACKED_DIR):
             here.dirs.append(rel)
-            part.subdirs.append((rel, _os_name(name), kind == TRACKED_DIR))
+            part.subdirs.append((rel, os_name(name), kind == TRACKED_DIR))
         elif kind in (FILE, TRACKED_FILE):
             try:
-                st = known.get(name) or Seen(os.lstat(prefix + _os_name(name), dir_fd=anchor.fd))
+                st = known.get(name) or Seen(os.lstat(prefix + os_name(name), dir_fd=anchor.fd))
             except FileNotFoundError:
                 continue  # deleted while we walked: simply not part of this snapshot
             except OSError as exc:
                 raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
             if stat.S_ISLNK(st.st_mode) and kind == TRACKED_FILE:
-                add_link(here, rel, prefix + _os_name(name), anchor.fd)
+                add_link(here, rel, prefix + os_name(name), anchor.fd)
                 continue
             if not stat.S_ISREG(st.st_mode):
                 if kind == TRACKED_FILE:
@@ -526,7 +533,7 @@ def _read_dir(
             else:
                 here.files.append((rel, st))
         elif kind == LINK:
-            add_link(here, rel, prefix + _os_name(name), anchor.fd)
+            add_link(here, rel, prefix + os_name(name), anchor.fd)
         elif kind in (IGNORED, IGNORED_DIR):
             here.ignored.append(rel)
         else:

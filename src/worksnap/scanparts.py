@@ -308,13 +308,12 @@ def patched(
     fresh = _classified(rel_dir, entries, dir_rules, exclude=exclude, stats=stats, hints=hints,
                         inodes=inodes)  # fmt: skip
     children = [child for child in last if child[0] not in touched] + fresh
-    children.sort(key=_listed_order)
+    children.sort(key=lambda child: os_name(child[0]))
     return children
 
 
-def _listed_order(child: tuple[str, str]) -> str:
-    """The order of a listing: by the name as `os` gives it (not its wire form)."""
-    name = child[0]
+def os_name(name: str) -> str:
+    """A wire name as `os` functions give it (surrogate-escaped): what a listing sorts by."""
     return name if "\x00" not in name else os.fsdecode(fs_path(name))
 
 

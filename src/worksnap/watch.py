@@ -128,8 +128,8 @@ class Changes:
         """Directories (relative wire paths, "" the root) with events, and what they were."""
         self.subtrees: set[str] = set()
         """Directories read afresh with everything below them (no memory reused)."""
-        self.arrived: set[int] = set()
-        """Cookies of renames whose new name is in a watched directory."""
+        self.arrived: dict[int, tuple[str, bytes]] = {}
+        """Renames whose new name is in a watched directory: cookie -> (directory, name)."""
 
     def events(self, directory: str) -> Events:
         """The events of `directory`, created empty if it had none."""
@@ -154,7 +154,7 @@ class Changes:
         """Adds everything `other` says."""
         self.everything |= other.everything
         self.subtrees |= other.subtrees
-        self.arrived |= other.arrived
+        self.arrived.update(other.arrived)
         for directory, events in other.dirs.items():
             self.events(directory).merge(events)
 
@@ -329,7 +329,7 @@ class Watcher:
                     if mask & _IN_MOVED_FROM:
                         events.moved[name] = cookie
                     if mask & _IN_MOVED_TO:
-                        pending.arrived.add(cookie)
+                        pending.arrived[cookie] = (directory, name)
                     if mask & _IN_ISDIR and mask & _CHILD_DIR_MOVED:
                         # A directory created, moved in, removed or moved away: nothing
                         # remembered of that name holds, down to its deepest file.
