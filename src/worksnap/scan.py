@@ -101,30 +101,26 @@ def _written_elsewhere(w: _Walk, root_fd: int) -> bool:
             continue
         last = w.memory.get(directory)
         known = set(last.linked) if last is not None else set()
-        base = fs_path(directory) + b"/" if directory else b""
         for raw in events.written:
-            try:
-                st = os.lstat(base + raw, dir_fd=root_fd)
-            except OSError:
+            linked = _other_links(root_fd, directory, raw)
+            if linked is None:
                 arrival = w.changes.arrived.get(events.moved.get(raw, -1))
-                if arrival is None or _linked_at(root_fd, *arrival):
+                if arrival is None or _other_links(root_fd, *arrival) is not False:
                     return True  # removed, out of sight, or to a name with other links
-                continue
-            if (
-                stat.S_ISREG(st.st_mode)
-                and st.st_nlink > 1
-                and wire_name(os.fsdecode(raw)) not in known
-            ):
+            elif linked and wire_name(os.fsdecode(raw)) not in known:
                 return True
     return False
 
 
-def _linked_at(root_fd: int, directory: str, name: bytes) -> bool:
-    """True when a renamed file has other links (the scan may not stat it), or is gone."""
+def _other_links(root_fd: int, directory: str, name: bytes) -> bool | None:
+    """Whether `directory/name` is a file with other links (None: nothing there to look at).
+
+    A renamed file is looked at where it went: the scan may never stat it (an ignored name).
+    """
     try:
         st = os.lstat((fs_path(directory) + b"/" if directory else b"") + name, dir_fd=root_fd)
     except OSError:
-        return True
+        return None
     return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
 
 
