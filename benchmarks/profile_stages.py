@@ -45,6 +45,7 @@ import worksnap.hash
 import worksnap.ignore
 import worksnap.scan
 import worksnap.transaction
+import worksnap.treebuild
 import worksnap.watch
 import worksnap.workspace
 
@@ -66,12 +67,14 @@ STAGES: list[tuple[Any, str, str]] = [
     (worksnap.caches, "load_stat_table", "    load_stat_table (zstd + msgpack decode)"),
     (worksnap.caches, "load_listings", "    load_listings (per-directory cache)"),
     (worksnap.caches, "save_listings", "    save_listings"),
-    (worksnap.watch.Watcher, "drain", "    Watcher.drain (inotify events)"),
+    (worksnap.watch.Watcher, "take", "    Watcher.take (inotify events)"),
     (Store, "_load_index", "    store._load_index (every call)"),
     (Store, "has", "    store.has (incl. index load)"),
     (Capture, "hash_and_store", "    read + hash + store (misses)"),
     (Store, "add", "      store.add (pack append)"),
-    (worksnap.capture, "tree_digest", "    tree_digest (encode + blake3)"),
+    (worksnap.treebuild.CaptureTrees, "build", "    CaptureTrees.build (encode, digest, store)"),
+    (worksnap.caches, "load_tree_table", "      load_tree_table (the tree cache)"),
+    (worksnap.caches.Caches, "save", "    Caches.save (stat table, listings, trees)"),
     (worksnap.caches, "save_stat_table", "    save_stat_table (encode + zstd + write)"),
     (Store, "save_manifest", "  save_manifest (flush + encode + zstd + 2 fsynced writes)"),
     (Store, "flush", "    store.flush (pack fsync + idx)"),
