@@ -395,7 +395,7 @@ class Capture:
                  for rel, target, mode in found.symlinks]  # fmt: skip
         entries += links
         entries.sort(key=attrgetter("path"))
-        found.files = []  # its stats are done with: memory at 200k
+        found.files.clear()  # its stats are done with (a group may hold it): memory at 200k
         flat = Flat(entries, sorted(found.dirs), sorted(found.ignored), sorted(found.large),
                     sorted(found.excluded))  # fmt: skip
         clean = unchanged_dirs(self._memory, remember, dirty)  # for the trees: see there
