@@ -524,12 +524,13 @@ def describe_store(store: Path, normalise: Normaliser) -> str:
 def _check_cache(path: Path, normalise: Normaliser) -> None:
     """`cache/stat` and `cache/dirs`: a checksummed zstd frame of msgpack [root, table].
 
-    `cache/trees`: one of msgpack [version 1, root, table]; `cache/trees.log`: such frames,
-    each after its length (4 bytes, big-endian).
+    `cache/trees`: one of msgpack [version 1, root, table]; `cache/trees.log` and
+    `cache/stat.log`: such frames of their base's shape, each after its length (4 bytes,
+    big-endian).
     """
     raw = path.read_bytes()
     frames = [raw]
-    if path.name == "trees.log":
+    if path.name.endswith(".log"):
         frames = []
         while raw:
             length = int.from_bytes(raw[:4], "big")
@@ -544,7 +545,7 @@ def _check_cache(path: Path, normalise: Normaliser) -> None:
         cached_root, table = decoded
         assert normalise(cached_root) == "<TMP>/ws", cached_root
         assert isinstance(table, dict), path
-    assert path.name in ("stat", "dirs", "trees", "trees.log"), path
+    assert path.name in ("stat", "stat.log", "dirs", "trees", "trees.log"), path
 
 
 @pytest.mark.slow

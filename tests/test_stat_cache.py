@@ -14,10 +14,15 @@ from pathlib import Path
 import msgspec
 import pytest
 import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import ZSTD_MAGIC, Hashes, flip_middle, packed, tick, unpacked, write
 from worksnap import Workspace
+from worksnap.caches import StatRecord, StatTable, load_stat_table, stat_changes
 from worksnap.hash import hash_bytes
+from worksnap.layout import StorePaths
+from worksnap.storedir import StoreDir
 
 HOUR_NS = 3600 * 10**9
 
@@ -205,3 +210,129 @@ def test_plain_msgpack_stat_cache_from_before_compression_is_used(root: Path) ->
     hashed = hashes.counted()
     assert hashes.open(root).snapshot().tree == first.tree
     assert hashed == []
+
+
+# -- the log: a save appends what changed ------------------------------------------------
+
+
+def _stat_paths(root: Path) -> tuple[Path, Path]:
+    paths = StorePaths(str(root / ".worksnap"))
+    return Path(paths.stat_cache), Path(paths.stat_cache_log)
+
+
+def _stored_table(root: Path) -> StatTable:
+    return load_stat_table(StoreDir(str(root / ".worksnap")), str(root))[0]
+
+
+def test_a_warm_save_appends_only_the_changed_records_and_leaves_the_base(root: Path) -> None:
+    for name in ("a", "b", "c"):
+        age(write(root, name, name))
+    hashes = Hashes()
+    hashes.open(root).snapshot()
+    base, log = _stat_paths(root)
+    before = (base.stat().st_ino, base.read_bytes())
+    assert not log.exists()
+    age(write(root, "b", "b, changed"))
+    (root / "c").unlink()
+    age(write(root, "d", "d"))
+    hashes.open(root).snapshot()
+    assert (base.stat().st_ino, base.read_bytes()) == before
+    length = int.from_bytes(log.read_bytes()[:4], "big")
+    assert log.stat().st_size == 4 + length  # one record
+    cached_root, changes = msgspec.msgpack.decode(unpacked(log.read_bytes()[4:]))
+    assert cached_root == str(root)
+    assert sorted(changes) == ["b", "c", "d"] and changes["c"] is None
+    assert changes["b"][1] == hash_bytes(b"b, changed")
+    assert sorted(_stored_table(root)) == ["a", "b", "d"]
+    hashed = hashes.counted()
+    hashes.open(root).snapshot()  # base and log read back: nothing to hash
+    assert hashed == []
+    hashes.open(root).snapshot()
+    assert log.stat().st_size == 4 + length  # nothing changed: nothing appended
+
+
+def test_a_stat_log_cut_short_keeps_the_records_before_it(root: Path) -> None:
+    age(write(root, "a", "a"))
+    age(write(root, "b", "b"))
+    hashes = Hashes()
+    hashes.open(root).snapshot()
+    age(write(root, "a", "a2"))
+    hashes.open(root).snapshot()
+    age(write(root, "b", "b2"))
+    hashes.open(root).snapshot()
+    _, log = _stat_paths(root)
+    data = log.read_bytes()
+    first = 4 + int.from_bytes(data[:4], "big")
+    log.write_bytes(data[: len(data) - 1])  # a save killed part-way through its record
+    table = _stored_table(root)
+    assert table["a"][1] == hash_bytes(b"a2") and table["b"][1] == hash_bytes(b"b")
+    hashed = hashes.counted()
+    ws = hashes.open(root)
+    assert digests(ws) == {"a": hash_bytes(b"a2"), "b": hash_bytes(b"b2")}
+    assert hashed == ["b"]  # its record was cut: hashed again, never trusted wrongly
+    ws.close()
+    base, _ = _stat_paths(root)
+    assert not log.exists() or log.stat().st_size < first  # a log not read whole is folded
+    assert _stored_table(root)["b"][1] == hash_bytes(b"b2")
+    assert base.exists()
+
+
+def test_a_long_stat_log_is_folded_into_a_new_base(root: Path) -> None:
+    names = [f"f{i:03}" for i in range(300)]
+    for name in names:
+        age(write(root, name, name))
+    hashes = Hashes()
+    hashes.open(root).snapshot()
+    base, log = _stat_paths(root)
+    inodes = {base.stat().st_ino}
+    for round_ in range(12):
+        for name in names:
+            age(write(root, name, f"{name} {round_}"))
+        hashes.open(root).snapshot()
+        inodes.add(base.stat().st_ino)
+        # Never longer than what folding allows (64 KiB at this size) plus one record.
+        assert not log.exists() or log.stat().st_size < (64 << 10) + base.stat().st_size
+    assert len(inodes) > 1  # folded at least once
+    hashed = hashes.counted()
+    hashes.open(root).snapshot()
+    assert hashed == []
+
+
+def test_a_log_for_another_root_or_a_damaged_base_is_not_applied(root: Path) -> None:
+    age(write(root, "a", "a"))
+    hashes = Hashes()
+    hashes.open(root).snapshot()
+    age(write(root, "a", "a2"))
+    hashes.open(root).snapshot()
+    base, _ = _stat_paths(root)
+    base.write_bytes(flip_middle(base.read_bytes()))
+    assert _stored_table(root) == {}  # the log holds changes to that base: not used alone
+    hashed = hashes.counted()
+    assert digests(hashes.open(root)) == {"a": hash_bytes(b"a2")}
+    assert hashed == ["a"]
+
+
+@given(
+    st.dictionaries(st.sampled_from("abcdefgh"), st.integers(0, 3)),
+    st.dictionaries(st.sampled_from("abcdefgh"), st.integers(0, 3)),
+    st.sets(st.sampled_from("abcdefgh")),
+)
+def test_stat_changes_make_the_saved_table_into_the_new_one(
+    saved_digits: dict[str, int], new_digits: dict[str, int], shared: set[str]
+) -> None:
+    def record(digit: int) -> StatRecord:
+        return ((digit, 1, 2, 3, 4), str(digit))
+
+    saved = {rel: record(d) for rel, d in saved_digits.items()}
+    # A record the capture kept is the very object; one it made again is only equal.
+    table = {rel: saved[rel] if rel in shared and rel in saved else record(d)
+             for rel, d in new_digits.items()}  # fmt: skip
+    changes = stat_changes(saved, table)
+    rebuilt = dict(saved)
+    for rel, change in changes.items():
+        if change is None:
+            rebuilt.pop(rel)
+        else:
+            rebuilt[rel] = change
+    assert rebuilt == table
+    assert all(saved.get(rel) != change for rel, change in changes.items())

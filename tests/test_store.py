@@ -17,9 +17,18 @@ from worksnap import Workspace, packcodec
 from worksnap.cli import main
 from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError
+from worksnap.frames import CHUNK, msgpack_map, pack_pieces, unpack
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.manifest import encode_manifest
-from worksnap.packcodec import MAX_CHAIN
+from worksnap.packcodec import (
+    BASE_PREFIX,
+    MAX_CHAIN,
+    PACK_TAG,
+    PACK_VERSION,
+    Slot,
+    decode_index,
+    encode_index,
+)
 
 
 def test_objects_stored_once_and_read_back_across_instances(tmp_path: Path) -> None:
@@ -279,3 +288,35 @@ def test_a_large_object_changed_by_one_line_is_stored_as_a_small_delta(tmp_path:
     frame, used = packcodec.compress(new, old)
     assert used and len(frame) < 1000, len(frame)
     assert packcodec.decompress(frame, len(new), old) == new
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, CHUNK - 1, CHUNK, CHUNK + 1, 70_000])
+def test_an_index_or_cache_encoded_in_chunks_is_the_whole_encoding(count: int) -> None:
+    """The pieces `frames.msgpack_map`/`msgpack_array` yield join to what one encode gives."""
+    encoder = msgspec.msgpack.Encoder()
+    table = {f"d/{i}": ((i, 2, 3, 4, 0o100644), f"{i:064x}") for i in range(count)}
+    assert b"".join(msgpack_map(encoder, table)) == encoder.encode(table)
+    entries = [
+        (
+            hash_bytes(b"%d" % i),
+            Slot("p", 0, i % 100 + 1, i % 999, None if i % 2 else hash_bytes(b"base %d" % i), True),
+        )
+        for i in range(count)
+    ]
+    rows = [(bytes.fromhex(d), s.stored, s.raw, None if s.base is None
+             else bytes.fromhex(s.base)[:BASE_PREFIX]) for d, s in entries]  # fmt: skip
+    assert encode_index(entries) == encoder.encode((PACK_TAG, PACK_VERSION, rows))
+    assert decode_index(encode_index(entries), "p") == [
+        (d, s._replace(offset=at, base=s.base and s.base[: 2 * BASE_PREFIX]))
+        for (d, s), at in zip(entries, _offsets(entries), strict=True)
+    ]
+    packed = pack_pieces(lambda: msgpack_map(encoder, table))
+    assert msgspec.msgpack.decode(unpack(packed)) == msgspec.msgpack.decode(encoder.encode(table))
+
+
+def _offsets(entries: list[tuple[str, Slot]]) -> list[int]:
+    at, out = 0, []
+    for _, slot in entries:
+        out.append(at)
+        at += slot.stored
+    return out

@@ -6,7 +6,10 @@ directory's classified children when the directory and its `.gitignore` are
 unchanged under the same rules. Each is stored as one checksummed zstd frame
 (`<store>/cache/stat`, `<store>/cache/dirs`); one that fails its checksum or does
 not decode is dropped whole, so damage costs re-hashing and re-listing, never a
-wrong answer. They are not fsynced: losing them costs time only.
+wrong answer. They are not fsynced: losing them costs time only. A save of the stat
+cache appends the records that changed since the last save to `<store>/cache/stat.log`
+(a removed path: nil), so a warm snapshot writes what changed, not every file's record;
+the log is folded into a new base as the tree cache's is.
 
 The tree cache (`<store>/cache/trees`, and appended to it `<store>/cache/trees.log`)
 maps a directory's children (a digest of them) to the tree built from them, so a new
@@ -23,15 +26,18 @@ times (whole seconds), so that the racy margin (see capture.py) covers a tick.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import time
 from collections.abc import Callable
+from functools import partial
 from stat import S_ISREG
+from typing import Any, TypeVar
 
 import msgspec
 
 from worksnap.errors import StoreError
-from worksnap.frames import MAX_UNPACKED, pack, unpack
+from worksnap.frames import MAX_UNPACKED, msgpack_map, pack, pack_pieces, unpack
 from worksnap.fsio import FileState
 from worksnap.storedir import StoreDir
 
@@ -43,6 +49,9 @@ StatRecord = tuple[FileState, str]
 
 StatTable = dict[str, StatRecord]
 """The stat cache: path -> record."""
+
+StatChanges = dict[str, StatRecord | None]
+"""A record of the stat cache's log: what changed since the save before (None: removed)."""
 
 TreeRecord = tuple[str, int, int, tuple[str, ...]]
 """A directory as built: (tree digest, files below, bytes below, every object it is made of)."""
@@ -56,8 +65,9 @@ TREE_CACHE_VERSION = 1
 Raise it whenever how a tree object is encoded changes without `tree.FORMAT` changing:
 its records name trees by the encoding they were built with."""
 
-MAX_TREE_LOG = 64 << 20
-"""The most the tree cache's log may hold before it is read (more: dropped, and rebuilt)."""
+MAX_LOG = 64 << 20
+"""The most a cache's log may hold before it is read (more: dropped, and rebuilt)."""
+
 
 _LENGTH = struct.Struct(">I")
 
@@ -87,10 +97,11 @@ class Listings(msgspec.Struct):
 
 
 FOLD_AT = 8
-"""The tree cache's log is folded into a new base when it grows past 1/FOLD_AT of the base
-(and 64 KiB): the cache stays within 1.125 times its base. A log allowed to grow to the
-base's size was half of what a 200-step session added to the store (2.6 KB a step on
-the reference tree, against 3.8 KB of snapshots)."""
+"""A cache's log (the tree cache's, the stat cache's) is folded into a new base when it
+grows past 1/FOLD_AT of the base (and 64 KiB): the cache stays within 1.125 times its
+base. A tree cache log allowed to grow to the base's size was half of what a 200-step
+session added to the store (2.6 KB a step on the reference tree, against 3.8 KB of
+snapshots)."""
 
 
 def listing_key(rules_key: bytes, exclude: frozenset[str]) -> bytes:
@@ -109,21 +120,81 @@ def _read(store: StoreDir, path: str) -> bytes | None:
         return None
 
 
-def load_stat_table(store: StoreDir, root: str) -> StatTable:
-    """Returns the stat cache for `root` ({} if missing, damaged or for another root)."""
-    data = _read(store, store.paths.stat_cache)
+def _stat_records(data: bytes | None, root: str, kind: Any) -> Any:
+    """The stat cache's base or one log record, decoded as `kind` (None: damaged, another root)."""
     try:
-        cached_root, table = msgspec.msgpack.decode(
-            data or b"", type=tuple[str, dict[str, tuple[tuple[int, int, int, int, int], str]]]
-        )
+        cached_root, table = msgspec.msgpack.decode(unpack(data or b""), type=tuple[str, kind])
     except ValueError:  # a damaged frame; msgspec.DecodeError is a ValueError
-        return {}
-    return table if cached_root == root else {}
+        return None
+    return table if cached_root == root else None
 
 
-def save_stat_table(store: StoreDir, root: str, table: StatTable) -> None:
-    """Stores the stat cache; losing it only costs re-hashing, so it is not fsynced."""
-    store.write(store.paths.stat_cache, pack(_encoder.encode((root, table))), durable=False)
+def load_stat_table(store: StoreDir, root: str) -> tuple[StatTable, int, int]:
+    """Returns the stat cache for `root`, the bytes of its base and those of its log.
+
+    The base missing, damaged or for another root: an empty table, and its log is not
+    read (it holds changes to that base). The log is read as the tree cache's is.
+
+    Raises:
+        StoreError: a link, FIFO or folder is where a cache file belongs.
+    """
+    base = store.read_optional(store.paths.stat_cache, limit=MAX_UNPACKED)
+    table: StatTable | None = _stat_records(base, root, StatTable)
+    if table is None:
+        return {}, 0, 0
+
+    def changes(data: bytes) -> StatChanges | None:
+        found: StatChanges | None = _stat_records(data, root, StatChanges)
+        return found
+
+    log_bytes = _read_log(store, store.paths.stat_cache_log, changes, partial(_apply, table))
+    return table, len(base or b""), log_bytes
+
+
+def _apply(table: StatTable, changes: StatChanges) -> None:
+    for rel, record in changes.items():
+        if record is None:
+            table.pop(rel, None)
+        else:
+            table[rel] = record
+
+
+def save_stat_table(store: StoreDir, root: str, table: StatTable) -> int:
+    """Writes the stat cache's base afresh and drops its log; returns the base's bytes.
+
+    Encoded and compressed a piece at a time: at 200k files the whole encoding is 34 MB.
+    """
+    head = _encoder.encode((root, {}))[:-1]  # less the empty map's header
+    data = pack_pieces(lambda: itertools.chain([head], msgpack_map(_encoder, table)))
+    store.write(store.paths.stat_cache, data, durable=False)
+    store.unlink(store.paths.stat_cache_log)
+    return len(data)
+
+
+def append_stat_changes(store: StoreDir, root: str, changes: StatChanges) -> int:
+    """Appends changed records to the stat cache's log; returns the bytes appended."""
+    return _append_log(store, store.paths.stat_cache_log, _encoder.encode((root, changes)))
+
+
+def stat_changes(saved: StatTable, table: StatTable) -> StatChanges:
+    """What a log record must hold to make `saved` into `table`.
+
+    A record kept from `saved` is the same object (a capture keeps it when the file
+    is unchanged): only the others are compared. Removed paths are looked for only
+    when the counts say some were.
+    """
+    changes: StatChanges = {}
+    added = 0
+    for rel, record in table.items():
+        was = saved.get(rel)
+        if was is not record:
+            if was is None:
+                added += 1
+            if was != record:
+                changes[rel] = record
+    if len(saved) + added > len(table):
+        changes.update(dict.fromkeys(saved.keys() - table.keys()))
+    return changes
 
 
 def load_listings(store: StoreDir, root: str) -> Listings:
@@ -144,6 +215,9 @@ def save_listings(store: StoreDir, root: str, listings: Listings) -> None:
 _TreeFile = tuple[int, str, TreeTable]
 
 
+_T = TypeVar("_T")
+
+
 def _tree_records(data: bytes | None, root: str) -> TreeTable | None:
     """One base or log record of the tree cache (None: damaged, or another root or version)."""
     if data is None:
@@ -158,13 +232,48 @@ def _tree_records(data: bytes | None, root: str) -> TreeTable | None:
             in table.items()}  # fmt: skip
 
 
-def load_tree_table(store: StoreDir, root: str) -> tuple[TreeTable, int, int]:
-    """Returns the tree cache for `root`, the bytes of its base and those of its log.
+def _read_log(
+    store: StoreDir,
+    path: str,
+    decode: Callable[[bytes], _T | None],
+    use: Callable[[_T], None],
+) -> int:
+    """Reads a cache's log: each record after its length (4 bytes, big-endian); the bytes.
 
     The log is read up to its first record that is short, damaged, or for another root
     (a save killed part-way leaves at most a short last one). A log not read to its end
     (or too long to read) counts as longer than any base: records appended after the
     one that stopped the read would never be read, so the next save writes a new base.
+    """
+    found = store.lstat(path)
+    # Too long to be worth reading: dropped (the next save writes a new base). Anything
+    # but a regular file is refused by the read, as every store file is.
+    too_long = found is not None and S_ISREG(found.st_mode) and found.st_size > MAX_LOG
+    log = None if too_long else store.read_optional(path, limit=MAX_LOG)
+    view = memoryview(log or b"")
+    at = 0
+    while at + _LENGTH.size <= len(view):
+        (length,) = _LENGTH.unpack_from(view, at)
+        end = at + _LENGTH.size + length
+        records = decode(bytes(view[at + _LENGTH.size : end]))
+        if end > len(view) or records is None:
+            break
+        use(records)
+        at = end
+    whole = not too_long and at == len(view)
+    return len(view) if whole else _UNREAD_LOG
+
+
+def _append_log(store: StoreDir, path: str, encoded: bytes) -> int:
+    """Appends one record to a cache's log; returns the bytes appended."""
+    frame = pack(encoded)
+    data = _LENGTH.pack(len(frame)) + frame
+    store.append(path, data)
+    return len(data)
+
+
+def load_tree_table(store: StoreDir, root: str) -> tuple[TreeTable, int, int]:
+    """Returns the tree cache for `root`, the bytes of its base and those of its log.
 
     Raises:
         StoreError: a link, FIFO or folder is where a cache file belongs.
@@ -172,23 +281,10 @@ def load_tree_table(store: StoreDir, root: str) -> tuple[TreeTable, int, int]:
     table: TreeTable = {}
     base = store.read_optional(store.paths.tree_cache, limit=MAX_UNPACKED)
     table.update(_tree_records(base, root) or {})
-    found = store.lstat(store.paths.tree_cache_log)
-    # Too long to be worth reading: dropped (the next save writes a new base). Anything
-    # but a regular file is refused by the read, as every store file is.
-    too_long = found is not None and S_ISREG(found.st_mode) and found.st_size > MAX_TREE_LOG
-    log = None if too_long else store.read_optional(store.paths.tree_cache_log, limit=MAX_TREE_LOG)
-    view = memoryview(log or b"")
-    at = 0
-    while at + _LENGTH.size <= len(view):
-        (length,) = _LENGTH.unpack_from(view, at)
-        end = at + _LENGTH.size + length
-        records = _tree_records(bytes(view[at + _LENGTH.size : end]), root)
-        if end > len(view) or records is None:
-            break
-        table.update(records)
-        at = end
-    whole = not too_long and at == len(view)
-    return table, len(base or b""), len(view) if whole else _UNREAD_LOG
+    log_bytes = _read_log(
+        store, store.paths.tree_cache_log, lambda data: _tree_records(data, root), table.update
+    )
+    return table, len(base or b""), log_bytes
 
 
 def save_tree_table(store: StoreDir, root: str, table: TreeTable) -> int:
@@ -201,10 +297,13 @@ def save_tree_table(store: StoreDir, root: str, table: TreeTable) -> int:
 
 def append_tree_records(store: StoreDir, root: str, records: TreeTable) -> int:
     """Appends records to the tree cache's log; returns the bytes appended."""
-    frame = pack(_encoder.encode((TREE_CACHE_VERSION, root, records)))
-    data = _LENGTH.pack(len(frame)) + frame
-    store.append(store.paths.tree_cache_log, data)
-    return len(data)
+    return _append_log(store, store.paths.tree_cache_log,
+                       _encoder.encode((TREE_CACHE_VERSION, root, records)))  # fmt: skip
+
+
+def _fold(base: int, log: int) -> bool:
+    """Whether a cache's next save writes a new base (none yet, or its log is long)."""
+    return not base or log > max(base // FOLD_AT, 64 << 10)
 
 
 def load_tick(store: StoreDir) -> int:
@@ -236,6 +335,8 @@ class Caches:
         self._root = root
         self._store_exists = store_exists
         self._stat: StatTable | None = None
+        self._stat_saved: StatTable | None = None  # what the stored base and log hold
+        self._stat_bytes = (0, 0)  # of the stored base and log
         self._listings: Listings | None = None
         self._tick: int | None = None
         self._trees: TreeTable | None = None
@@ -248,7 +349,12 @@ class Caches:
     def stat_table(self) -> StatTable:
         """The stat cache (read from the store the first time)."""
         if self._stat is None:
-            self._stat = load_stat_table(self._store, self._root) if self._store_exists() else {}
+            if self._store_exists():
+                self._stat, *sizes = load_stat_table(self._store, self._root)
+                self._stat_bytes = (sizes[0], sizes[1])
+                self._stat_saved = self._stat
+            else:
+                self._stat = {}
         return self._stat
 
     def listings(self) -> Listings:
@@ -300,6 +406,7 @@ class Caches:
     def forget_all(self) -> None:
         """Drops both caches, in memory (the next save stores what is rebuilt)."""
         self._stat = {}
+        self._stat_saved = None  # the next save writes a new base
         self._listings = Listings()
         self._unsaved = True  # (the tree cache stays: it is keyed on content, not on times)
 
@@ -321,7 +428,7 @@ class Caches:
             return
         try:
             if self._stat is not None:
-                save_stat_table(self._store, self._root, self._stat)
+                self._save_stat(self._stat)
             if self._listings is not None:
                 save_listings(self._store, self._root, self._listings)
             if self._trees_new:
@@ -331,10 +438,19 @@ class Caches:
         self._unsaved = False
         self._saved_at = now
 
+    def _save_stat(self, table: StatTable) -> None:
+        """Appends what changed since the last save; folds the log into a new base when long."""
+        base, log = self._stat_bytes
+        if self._stat_saved is None or _fold(base, log):
+            self._stat_bytes = (save_stat_table(self._store, self._root, table), 0)
+        elif changes := stat_changes(self._stat_saved, table):
+            self._stat_bytes = (base, log + append_stat_changes(self._store, self._root, changes))
+        self._stat_saved = table
+
     def _save_trees(self) -> None:
         """Appends what was built since the last save; folds the log into a new base when long."""
         base, log = self._trees_bytes
-        if not base or log > max(base // FOLD_AT, 64 << 10):
+        if _fold(base, log):
             # The last build's directories, and what was built since the last save.
             table = {**(self._trees_current() if self._trees_current else {}), **self._trees_new}
             self._trees_bytes = (save_tree_table(self._store, self._root, table), 0)
@@ -360,9 +476,12 @@ class Caches:
     def drop(self) -> None:
         """Deletes both caches, in memory and in the store (the store was rebound)."""
         paths = self._store.paths
-        for path in (paths.stat_cache, paths.listing_cache, paths.tree_cache, paths.tree_cache_log):
+        for path in (paths.stat_cache, paths.stat_cache_log, paths.listing_cache,
+                     paths.tree_cache, paths.tree_cache_log):  # fmt: skip
             self._store.unlink(path)
         self._stat = None
+        self._stat_saved = None
+        self._stat_bytes = (0, 0)
         self._listings = None
         self._trees = None
         self._trees_new = {}

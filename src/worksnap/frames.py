@@ -8,6 +8,11 @@ are: stores written before compression hold plain JSON and msgpack.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import msgspec
 import zstandard
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -19,6 +24,59 @@ def pack(data: bytes) -> bytes:
     """Returns `data` as one zstd frame: level 1, its size and a checksum of it in the frame."""
     # A compressor per call (~10 us): one instance must not be used by two threads at once.
     return zstandard.ZstdCompressor(level=1, write_checksum=True).compress(data)
+
+
+def pack_pieces(pieces: Callable[[], Iterable[bytes]]) -> bytes:
+    """`pack` of the bytes `pieces()` yields joined, without ever holding them joined.
+
+    A frame declares its content size before its content: a first pass counts the
+    bytes, a second compresses them as they come (`pieces` must yield the same bytes
+    both times). A cold cache of 200k files is 34 MB of msgpack but 13 MB packed.
+
+    Raises:
+        ValueError: the second pass yielded another number of bytes than the first.
+    """
+    size = sum(len(piece) for piece in pieces())
+    compressor = zstandard.ZstdCompressor(level=1, write_checksum=True).compressobj(size=size)
+    out = [compressor.compress(piece) for piece in pieces()]
+    try:
+        out.append(compressor.flush())
+    except zstandard.ZstdError as exc:  # a content size other than declared
+        raise ValueError(f"pieces changed between passes ({exc})") from None
+    return b"".join(out)
+
+
+CHUNK = 8192
+"""Items msgpack-encoded at once by `msgpack_array` and `msgpack_map`."""
+
+
+def _header(count: int, small: int, short: bytes, long: bytes) -> bytes:
+    if count < 16:
+        return bytes([small | count])
+    if count < 1 << 16:
+        return short + count.to_bytes(2, "big")
+    return long + count.to_bytes(4, "big")
+
+
+def msgpack_array(
+    encoder: msgspec.msgpack.Encoder, count: int, chunks: Iterable[list[Any]]
+) -> Iterator[bytes]:
+    """The msgpack array of the `count` items `chunks` yields, a chunk at a time.
+
+    Exactly `encoder.encode` of the whole list: its header, then each chunk's items
+    (a chunk's own array header is left out).
+    """
+    yield _header(count, 0x90, b"\xdc", b"\xdd")
+    for chunk in chunks:
+        yield encoder.encode(chunk)[len(_header(len(chunk), 0x90, b"\xdc", b"\xdd")) :]
+
+
+def msgpack_map(encoder: msgspec.msgpack.Encoder, table: dict[Any, Any]) -> Iterator[bytes]:
+    """The msgpack map of `table`, `CHUNK` items at a time: exactly `encoder.encode(table)`."""
+    yield _header(len(table), 0x80, b"\xde", b"\xdf")
+    items = iter(table.items())
+    while chunk := dict(itertools.islice(items, CHUNK)):
+        yield encoder.encode(chunk)[len(_header(len(chunk), 0x80, b"\xde", b"\xdf")) :]
 
 
 def unpack(data: bytes, *, limit: int = MAX_UNPACKED) -> bytes:

@@ -314,6 +314,7 @@ class StorePaths:
         "snapshots",
         "socket",
         "stat_cache",
+        "stat_cache_log",
         "summaries",
         "timestamps",
         "tree_cache",
@@ -335,6 +336,8 @@ class StorePaths:
         self.summaries = os.path.join(directory, "summaries")
         self.cache = os.path.join(directory, "cache")
         self.stat_cache = os.path.join(self.cache, "stat")
+        """The stat cache's base (and `stat.log`, appended: the records changed since)."""
+        self.stat_cache_log = os.path.join(self.cache, "stat.log")
         self.listing_cache = os.path.join(self.cache, "dirs")
         self.tree_cache = os.path.join(self.cache, "trees")
         """Each directory's tree by a digest of its children (and `trees.log`, appended)."""

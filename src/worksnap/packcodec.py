@@ -20,13 +20,14 @@ import bisect
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 import msgspec
 import zstandard
 from blake3 import blake3
 
+from worksnap.frames import CHUNK, msgpack_array
 from worksnap.hash import SMALL
 from worksnap.layout import STORE_FORMAT
 from worksnap.storedir import MIB, StoreDir
@@ -134,17 +135,26 @@ def decode_index(data: bytes, pack_name: str) -> list[tuple[str, Slot]]:
 
 
 def encode_index(entries: list[tuple[str, Slot]]) -> bytes:
-    """A version 2 index of `entries` (all framed), in the order they were written."""
-    rows = [
-        (
-            bytes.fromhex(d),
-            s.stored,
-            s.raw,
-            None if s.base is None else bytes.fromhex(s.base)[:BASE_PREFIX],
-        )
-        for d, s in entries
-    ]
-    return _encoder.encode((PACK_TAG, PACK_VERSION, rows))
+    """A version 2 index of `entries` (all framed), in the order they were written.
+
+    Rows are made and encoded `CHUNK` at a time: a cold pack of 200k objects would hold
+    30 MB of them at once.
+    """
+
+    def rows() -> Iterator[list[Any]]:
+        for start in range(0, len(entries), CHUNK):
+            yield [
+                (
+                    bytes.fromhex(d),
+                    s.stored,
+                    s.raw,
+                    None if s.base is None else bytes.fromhex(s.base)[:BASE_PREFIX],
+                )
+                for d, s in entries[start : start + CHUNK]
+            ]
+
+    head = _encoder.encode((PACK_TAG, PACK_VERSION, []))[:-1]  # less the empty list's header
+    return b"".join([head, *msgpack_array(_encoder, len(entries), rows())])
 
 
 def _is_hex_digest(text: str) -> bool:

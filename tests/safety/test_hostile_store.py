@@ -126,6 +126,7 @@ LINKED_FILES = {
     "lock": [["snapshot"], ["restore", "latest", "--yes"], ["gc", "--keep-last", "5"]],
     "lock.gate": [["snapshot"], ["restore", "latest", "--yes"], ["gc", "--keep-last", "5"]],
     "cache/stat": [["snapshot"], ["restore", "latest", "--yes"], ["plan", "latest"]],
+    "cache/stat.log": [["snapshot"], ["plan", "latest"]],
     "sessions/default.json": [["undo"], ["snapshot"]],
 }
 
@@ -181,6 +182,7 @@ def _fifo(path: Path) -> None:
         ("config.json", ["gc"]),
         ("pins.json", ["gc", "--keep-last", "1"]),
         ("cache/stat", ["snapshot"]),
+        ("cache/stat.log", ["snapshot"]),
         ("cache/dirs", ["snapshot"]),
         ("packs/0000000000000000.idx", ["snapshot"]),
         ("packs/0000000000000000.idx", ["verify"]),
