@@ -11,9 +11,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from worksnap.errors import ConflictError, InputError
+from worksnap.errors import ConflictError, InputError, ObjectError
 from worksnap.manifest import Entry, Manifest, parse_time, tree_digest
-from worksnap.paths import ancestors, is_under
+from worksnap.paths import Digest, ancestors, is_under
+from worksnap.tree import Dir, Read
+from worksnap.treewalk import diff_trees, entry_of
 
 
 class Op(enum.Enum):
@@ -132,11 +134,67 @@ def differing(old: list[Entry], new: list[Entry]) -> tuple[list[Entry], list[Ent
     return only_old, only_new
 
 
+@dataclass(frozen=True, slots=True)
+class Differences:
+    """All a plan looks at: what differs between the workspace's state and a target."""
+
+    only_now: list[Entry]
+    """Files and symlinks now that the target lacks or holds otherwise."""
+    only_then: list[Entry]
+    """The target's files and symlinks that are not so now."""
+    dirs_now: set[str]
+    """Directories now that are not directories in the target."""
+    dirs_then: set[str]
+    """The target's directories that are not directories now."""
+
+
+def flat_differences(current: Manifest, target: Manifest) -> Differences:
+    """The differences of two flat views (every entry compared)."""
+    only_now, only_then = differing(current.entries, target.entries)
+    now_dirs, then_dirs = set(current.dirs), set(target.dirs)
+    return Differences(only_now, only_then, now_dirs - then_dirs, then_dirs - now_dirs)
+
+
+def tree_differences(current: Manifest, target: Manifest, read: Read) -> Differences:
+    """`flat_differences` from the two snapshots' trees, reading only the subtrees that differ.
+
+    Raises:
+        ManifestError: a tree object read is damaged or hostile.
+        ObjectError: a tree is not in the store (a capture that stored nothing).
+    """
+    found = Differences([], [], set(), set())
+    for difference in diff_trees(
+        Digest(current.tree), Digest(target.tree), read
+    ):  # all, before any is used
+        for child, entries, dirs in (
+            (difference.old, found.only_now, found.dirs_now),
+            (difference.new, found.only_then, found.dirs_then),
+        ):
+            if type(child) is Dir:
+                dirs.add(difference.path)  # (never a directory on both sides)
+            elif child is not None and (entry := entry_of(difference.path, child)) is not None:
+                entries.append(entry)
+    return found
+
+
+def differences_of(current: Manifest, target: Manifest, read: Read) -> Differences:
+    """`tree_differences` where both trees are stored, else `flat_differences`.
+
+    A capture that stored nothing (a preview after edits), a checkpoint's or a rollback's
+    target, and a format 1 manifest name trees that are not in the store.
+    """
+    try:
+        return tree_differences(current, target, read)
+    except ObjectError:
+        return flat_differences(current, target)
+
+
 def plan_restore(
     current: Manifest,
     target: Manifest,
     *,
     ignored_by_target: Callable[[str, bool], bool],
+    differences: Differences | None = None,
 ) -> Plan:
     """Lists what restoring `target` changes in a workspace whose state is `current`.
 
@@ -150,6 +208,7 @@ def plan_restore(
         current: the workspace's state now (a capture with the same options).
         target: the snapshot to restore.
         ignored_by_target: `ignored(path, is_dir)` under the target's ignore rules.
+        differences: what differs between the two (default: `flat_differences`).
     """
     if current.tree == target.tree:
         return Plan(target=target, current=current, changes=[])  # same entries and dirs
@@ -163,12 +222,11 @@ def plan_restore(
 
     # Only what differs matters: an unchanged path is never touched, and nothing
     # unchanged can lie below a directory the target lacks.
-    only_now, only_then = differing(current.entries, target.entries)
-    now_dirs, then_dirs = set(current.dirs), set(target.dirs)
-    now: dict[str, Entry | None] = dict.fromkeys(now_dirs - then_dirs)
-    now.update((e.path, e) for e in only_now)
-    then: dict[str, Entry | None] = dict.fromkeys(then_dirs - now_dirs)
-    then.update((e.path, e) for e in only_then)
+    found = differences or flat_differences(current, target)
+    now: dict[str, Entry | None] = dict.fromkeys(found.dirs_now)
+    now.update((e.path, e) for e in found.only_now)
+    then: dict[str, Entry | None] = dict.fromkeys(found.dirs_then)
+    then.update((e.path, e) for e in found.only_then)
 
     # A directory that holds something no restore touches can never be removed: it
     # blocks turning it into a file or symlink (its rmdir would fail every time).
@@ -188,8 +246,7 @@ def plan_restore(
     removed = {
         path
         for path, present in now.items()
-        if path not in then
-        and path not in then_dirs
+        if path not in then  # (nor a directory there: one that is not one now is in `then`)
         and not is_protected(path)
         and not ignored_by_target(path, present is None)
     }

@@ -46,6 +46,7 @@ from worksnap.plan import (
     check_selected,
     check_unchanged,
     destroys_unstored,
+    differences_of,
     gitignores_of,
     plan_restore,
     rollback_target,
@@ -55,6 +56,7 @@ from worksnap.plan import (
 from worksnap.progress import Reporter
 from worksnap.store import Store
 from worksnap.storedir import StoreDir
+from worksnap.treewalk import Nodes
 
 PRE_RECOVER = "pre-recover"
 """Kind of the snapshot a recovery takes of the tree before it rolls anything back."""
@@ -95,6 +97,7 @@ class Restorer:
     ) -> None:
         self._root = root
         self._store = store
+        self._nodes = Nodes(store.read)  # the trees plans compare, read once
         self._files = files
         self._paths = files.paths
         self._locks = locks
@@ -155,6 +158,7 @@ class Restorer:
             current,
             target,
             ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
+            differences=differences_of(current, target, self._nodes),
         )
         kept = [
             c

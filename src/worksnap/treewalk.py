@@ -16,6 +16,7 @@ tree entries), and yields the directory itself where `name` sorts: full-path ord
 from __future__ import annotations
 
 import heapq
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -95,11 +96,47 @@ class Difference:
 
 
 def _load(digest: Digest, read: Read, where: str) -> Node:
+    if isinstance(read, Nodes):
+        return read.node(digest, where)
+    return _checked(digest, read(digest), where)
+
+
+def _checked(digest: Digest, data: bytes, where: str) -> Node:
     source = f"tree {digest} of {where!r}"
-    data = read(digest)
     if node_digest(data) != digest:
         raise ManifestError(source, "its bytes do not match its digest (damaged?)")
     return decode_node(data, source)
+
+
+class Nodes:
+    """A `Read` that keeps the last `keep` tree nodes it read, checked and decoded.
+
+    An object is named by its content: a node read and checked once is that node ever
+    after. For a long-lived workspace's plans, which compare the same trees again; never
+    for verify, which must read the store. Safe to share between threads.
+    """
+
+    def __init__(self, read: Read, keep: int = 1024) -> None:
+        self._read = read
+        self._keep = keep
+        self._nodes: dict[Digest, Node] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, digest: Digest) -> bytes:
+        """An object's bytes, from the store (what any other `Read` gives)."""
+        return self._read(digest)
+
+    def node(self, digest: Digest, where: str) -> Node:
+        """The node `digest` names, read and checked the first time (as `children` does)."""
+        with self._lock:
+            node = self._nodes.get(digest)
+        if node is None:
+            node = _checked(digest, self._read(digest), where)
+            with self._lock:
+                self._nodes[digest] = node
+                if len(self._nodes) > self._keep:
+                    del self._nodes[next(iter(self._nodes))]  # the oldest
+        return node
 
 
 def _hex(raw: bytes) -> Digest:

@@ -35,6 +35,7 @@ from worksnap.hash import hash_bytes
 from worksnap.history import SessionState, undo_target
 from worksnap.manifest import VERSION, Entry, Manifest, tree_digest
 from worksnap.paths import Digest
+from worksnap.plan import flat_differences, plan_restore, tree_differences
 from worksnap.tree import (
     Builder,
     Child,
@@ -50,7 +51,15 @@ from worksnap.tree import (
     _plain_values,
     decode_node,
 )
-from worksnap.treewalk import Flat, count_changes, diff_trees, flatten, from_flat, reachable
+from worksnap.treewalk import (
+    Flat,
+    Nodes,
+    count_changes,
+    diff_trees,
+    flatten,
+    from_flat,
+    reachable,
+)
 
 pytestmark = pytest.mark.slow  # many examples, and long seeded sessions
 
@@ -503,3 +512,24 @@ def test_the_sessions_do_split_directories() -> None:
 def test_hostile_children_are_refused_by_the_builder() -> None:
     with pytest.raises(ManifestError):
         Builder(Objects().write).directory("", [Ignored(name="a/b")], [])
+
+
+@given(pairs())
+def test_a_plan_from_trees_equals_the_plan_from_flat_views(pair: tuple[Model, Model]) -> None:
+    """`plan.tree_differences` (what a restore's plan reads) equals `flat_differences`, and
+    so does the plan made of it; through `Nodes`, the same again when its nodes are kept."""
+    objects = Objects()
+    a, b = pair
+    now = msgspec.structs.replace(manifest_of(a), tree=check_one(a, objects))
+    then = msgspec.structs.replace(manifest_of(b), tree=check_one(b, objects))
+    flat = flat_differences(now, then)
+    nodes = Nodes(objects.read, keep=4)  # small: nodes are dropped and read again
+    for read in (objects.read, nodes, nodes):
+        assert tree_differences(now, then, read) == flat
+    if now.tree != then.tree:  # else `plan_restore` returns before it looks
+        plans = [
+            plan_restore(now, then, ignored_by_target=lambda p, d: p.endswith("1"),
+                         differences=differences).changes
+            for differences in (flat, tree_differences(now, then, nodes), None)
+        ]  # fmt: skip
+        assert plans[0] == plans[1] == plans[2]
