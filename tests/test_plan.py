@@ -7,9 +7,12 @@ changes a restore must make, as (op, path, was a directory now).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.trees import Spec, tree
-from worksnap.plan import Op, Plan, plan_restore, rollback_target, select_paths
+from worksnap.paths import ancestors
+from worksnap.plan import Op, Plan, _any_below, plan_restore, rollback_target, select_paths
 
 Changes = list[tuple[str, str, bool]]
 
@@ -225,3 +228,16 @@ def test_rollback_target(case: str) -> None:
     wanted = tree(expected)
     assert (aim.entries, aim.dirs, aim.tree) == (wanted.entries, wanted.dirs, wanted.tree)
     assert aim.id == "222222222222"
+
+
+_NAMES = st.sampled_from(["a", "a-b", "a.b", "a!", "b", "ab", "a b", "\u00e9"])
+
+
+@given(st.sets(st.lists(_NAMES, min_size=1, max_size=4).map("/".join)),
+       st.lists(_NAMES, min_size=1, max_size=3).map("/".join))  # fmt: skip
+def test_whether_a_path_lies_below_a_directory_is_found_by_bisection(
+    paths: set[str], directory: str
+) -> None:
+    """The planner's `_any_below` (sorted paths, bisect) agrees with every path's parents."""
+    parents = {a for p in paths for a in ancestors(p.rpartition("/")[0])}
+    assert _any_below(sorted(paths), directory) == (directory in parents)

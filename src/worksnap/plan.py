@@ -230,7 +230,7 @@ def plan_restore(
 
     # A directory that holds something no restore touches can never be removed: it
     # blocks turning it into a file or symlink (its rmdir would fail every time).
-    holding = {a for p in protected for a in ancestors(p.rpartition("/")[0])}
+    untouched = sorted(protected)
 
     changes: list[Change] = []
     for path, entry in then.items():
@@ -238,7 +238,8 @@ def plan_restore(
             continue
         if path in now:
             was_dir = now[path] is None
-            op = Op.BLOCKED if was_dir and entry is not None and path in holding else Op.MODIFIED
+            blocked = was_dir and entry is not None and _any_below(untouched, path)
+            op = Op.BLOCKED if blocked else Op.MODIFIED
             changes.append(Change(op, path, entry, was_dir=was_dir))
         else:
             changes.append(Change(Op.DELETED, path, entry, was_dir=False))
@@ -251,17 +252,19 @@ def plan_restore(
         and not ignored_by_target(path, present is None)
     }
     # A directory goes only once everything in it goes: what stays keeps its parents.
-    staying = {
-        parent
-        for path in (*now, *protected)
-        if path not in removed
-        for parent in ancestors(path.rpartition("/")[0])
-    }
+    staying = sorted(path for path in (*now, *protected) if path not in removed)
     for path in removed:
-        if path not in staying:
+        if not _any_below(staying, path):
             changes.append(Change(Op.ADDED, path, None, was_dir=now[path] is None))
     changes.sort(key=lambda c: c.path)
     return Plan(target=target, current=current, changes=changes)
+
+
+def _any_below(paths: list[str], directory: str) -> bool:
+    """Whether any of `paths` (sorted) lies below `directory`: those are side by side."""
+    below = directory + "/"
+    at = bisect_left(paths, below)
+    return at < len(paths) and paths[at].startswith(below)
 
 
 def select_paths(plan: Plan, paths: Iterable[str]) -> Plan:

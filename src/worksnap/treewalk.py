@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -175,13 +175,14 @@ def _open(digest: Digest, spot: _Spot, read: Read) -> Node:
     return node
 
 
-def _spots(node: Index, spot: _Spot) -> Iterator[tuple[Digest, _Spot]]:
-    """The nodes an index lists, each with the range of names it must hold."""
+def _spots(node: Index, spot: _Spot, skip: Container[bytes] = ()) -> Iterator[tuple[Digest, _Spot]]:
+    """The nodes an index lists (but those in `skip`), each with the range of names it must hold."""
     his: list[str | None] = [s.first for s in node.spans[1:]]
     his.append(spot.hi)
     for span, hi in zip(node.spans, his, strict=True):
-        # Below level 1 lie parts (spot level 1); below level n, indexes of level n - 1.
-        yield _hex(span.node), _Spot(span.first, hi, node.level, spot.where)
+        if span.node not in skip:
+            # Below level 1 lie parts (spot level 1); below level n, indexes of level n - 1.
+            yield _hex(span.node), _Spot(span.first, hi, node.level, spot.where)
 
 
 def children(digest: Digest, read: Read, where: str = ".") -> Iterator[Child]:
@@ -466,15 +467,23 @@ def _unshared(
     while fronts[0] or fronts[1]:
         for digest in fronts[0].keys() & fronts[1].keys():
             del fronts[0][digest], fronts[1][digest]
-        for front, found in zip(fronts, leaves, strict=True):
-            spots = list(front.items())
-            front.clear()
-            for digest, spot in spots:
+        indexes: tuple[list[tuple[Index, _Spot]], list[tuple[Index, _Spot]]] = ([], [])
+        for front, found, opened in zip(fronts, leaves, indexes, strict=True):
+            for digest, spot in front.items():
                 node = _open(digest, spot, read)
                 if isinstance(node, Index):
-                    front.update(_spots(node, spot))
+                    opened.append((node, spot))
                 else:
                     found[digest] = node.children
+            front.clear()
+        # What both sides' indexes list is left out before a spot is made for it: a large
+        # directory's index lists hundreds of parts, nearly all of them shared.
+        shared = {s.node for node, _ in indexes[0] for s in node.spans}.intersection(
+            s.node for node, _ in indexes[1] for s in node.spans
+        )
+        for front, opened in zip(fronts, indexes, strict=True):
+            for node, spot in opened:
+                front.update(_spots(node, spot, shared))
     for digest in leaves[0].keys() & leaves[1].keys():
         del leaves[0][digest], leaves[1][digest]
     # Parts cover disjoint ranges (checked as read): in order of first name, one sorted run.
