@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import write
 from worksnap import InputError, Workspace
-from worksnap.arguments import VERSION, build_parser
+from worksnap.arguments import VERSION, build_parser, parse
 from worksnap.cli import main
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
@@ -383,3 +383,18 @@ def test_the_readme_json_contract_names_every_field(
         line = line_of(name.split("`")[0])
         for key in fields(*args):
             assert f'"{key}"' in line, (name, key)
+
+
+def test_the_kept_parser_reads_the_session_from_each_commands_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`parse` keeps one parser (a daemon parses every command): the environment of the
+    command it parses, not of the first one, gives the session."""
+    monkeypatch.setenv("WORKSNAP_SESSION", "first")
+    assert parse(["list"]).session == "first"
+    monkeypatch.setenv("WORKSNAP_SESSION", "second")
+    assert parse(["list"]).session == "second"
+    assert parse(["--session", "given", "list"]).session == "given"
+    assert parse(["list", "--session", "after"]).session == "after"
+    monkeypatch.delenv("WORKSNAP_SESSION")
+    assert parse(["list"]).session == "default"
