@@ -109,17 +109,21 @@ def _checked(digest: Digest, data: bytes, where: str) -> Node:
 
 
 class Nodes:
-    """A `Read` that keeps the last `keep` tree nodes it read, checked and decoded.
+    """A `Read` that keeps the last tree nodes it read, and the last short comparisons.
 
-    An object is named by its content: a node read and checked once is that node ever
-    after. For a long-lived workspace's plans, which compare the same trees again; never
-    for verify, which must read the store. Safe to share between threads.
+    It keeps `keep` nodes, checked and decoded, and `keep` comparisons of two directories
+    (up to `_KEEP_DIFFERING` names each). An object is named by its content: a node read
+    and checked once is that node ever after, and what differs between two is what
+    differed. For a long-lived workspace's plans, which compare the same trees again (a
+    plan, then its restore); never for verify, which must read the store. Safe to share
+    between threads.
     """
 
     def __init__(self, read: Read, keep: int = 1024) -> None:
         self._read = read
         self._keep = keep
         self._nodes: dict[Digest, Node] = {}
+        self._pairs: dict[tuple[Digest, Digest], list[_Differs]] = {}
         self._lock = threading.Lock()
 
     def __call__(self, digest: Digest) -> bytes:
@@ -137,6 +141,31 @@ class Nodes:
                 if len(self._nodes) > self._keep:
                     del self._nodes[next(iter(self._nodes))]  # the oldest
         return node
+
+    def differing(
+        self, a: Digest, b: Digest, compare: Callable[[], list[_Differs]]
+    ) -> list[_Differs]:
+        """What `compare` says differs between directories `a` and `b`, kept if it is short.
+
+        Two digests name two contents: what differs between them never changes.
+        """
+        with self._lock:
+            found = self._pairs.get((a, b))
+        if found is None:
+            found = compare()
+            if len(found) <= _KEEP_DIFFERING:
+                with self._lock:
+                    self._pairs[(a, b)] = found
+                    if len(self._pairs) > self._keep:
+                        del self._pairs[next(iter(self._pairs))]  # the oldest
+        return found
+
+
+_Differs = tuple[str, Child | None, Child | None]
+"""A name whose child differs between two versions of a directory, and the two children."""
+
+_KEEP_DIFFERING = 256
+"""The longest comparison of two directories `Nodes` keeps."""
 
 
 def _hex(raw: bytes) -> Digest:
@@ -428,11 +457,21 @@ def diff_trees(
         stack.extend(event for _, event in reversed(events))
 
 
-def _differing(
-    a: Digest | None, b: Digest | None, read: Read, where: str
-) -> Iterator[tuple[str, Child | None, Child | None]]:
-    """Yields (name, old child, new child) for each name whose child differs, by name."""
+def _differing(a: Digest | None, b: Digest | None, read: Read, where: str) -> Iterable[_Differs]:
+    """(name, old child, new child) for each name whose child differs, by name."""
+    if isinstance(read, Nodes) and a is not None and b is not None:
+        return read.differing(a, b, lambda: list(_compared(a, b, read, where)))
+    return _compared(a, b, read, where)
+
+
+def _compared(a: Digest | None, b: Digest | None, read: Read, where: str) -> Iterator[_Differs]:
     old, new = _unshared(a, b, read, where)
+    if [x.name for x in old] == [y.name for y in new]:
+        # The same names (files modified, none added or removed): compared pair by pair.
+        for was, now in zip(old, new, strict=True):
+            if was != now:
+                yield was.name, was, now
+        return
     i = j = 0
     while i < len(old) or j < len(new):
         x = old[i] if i < len(old) else None
