@@ -12,8 +12,11 @@ The watched workspace runs under exclusion rules (a path, patterns, a directory-
 pattern), and the daemon gets them from `config exclude add` half-way: what they
 exclude is never captured by the watched path either.
 
+A fourth walk opens a new workspace at every step, as a plain command does: its caches
+come from the store alone.
+
 Derandomized: `WORKSNAP_WATCH_SEED` (default 1) and `WORKSNAP_WATCH_STEPS` (default
-5000 operations over the three tests; CI runs the default) choose the walk.
+5000 operations over the four tests; CI runs the default) choose the walk.
 """
 
 from __future__ import annotations
@@ -189,7 +192,7 @@ def test_a_watched_workspace_matches_a_plain_capture(
     ) as ws:
         assert ws.watching
         walk(
-            root, git_dir, global_excludes, outside, STEPS * 6 // 10, SEED,
+            root, git_dir, global_excludes, outside, STEPS * 5 // 10, SEED,
             snapshot=ws.snapshot,
             plain=plain,
             flaky=flaky,
@@ -197,6 +200,38 @@ def test_a_watched_workspace_matches_a_plain_capture(
         )  # fmt: skip
     assert flaky.failed > 0  # the failure path was taken
     assert ruled  # the rules excluded something the walk made
+
+
+def test_a_new_workspace_at_every_step_matches_a_plain_capture(
+    repo: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """What a plain command does at every step: a new process's caches, read back from the
+    store (the stat cache's base and log, the listings, the tree cache), vouch for nothing
+    a plain capture would not find."""
+    root, git_dir, global_excludes = repo
+    rnd = random.Random(SEED + 3)
+    seed_tree(root, rnd)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    log = tmp_path / "store" / "cache" / "stat.log"
+    logged = [0]
+    margin = Seams(racy_margin_ns=20_000_000)  # a tick of the kernel's clock is 4 ms at most
+
+    def snapshot() -> Manifest:
+        time.sleep(0.025)  # every change is older than the margin: every file's record is kept
+        with Workspace(root, store=tmp_path / "store", exclude=EXCLUDE, seams=margin) as ws:
+            taken = ws.snapshot()
+        logged[0] += log.exists()
+        return taken
+
+    walk(
+        root, git_dir, global_excludes, outside, STEPS // 10, SEED + 3,
+        snapshot=snapshot,
+        plain=lambda: plain_capture(root, tmp_path / "plain-store", EXCLUDE),
+        flaky=None,
+        label="a new workspace per step",
+    )  # fmt: skip
+    assert logged[0] > 0  # the stat cache's log was written and read back
 
 
 def test_a_watched_workspace_on_a_coarse_file_system(coarse_tmp: Path, tmp_path: Path) -> None:  # noqa: F811
