@@ -87,6 +87,9 @@ class Listing(msgspec.Struct, array_like=True):
     ignore_file: Stamp | None
     children: list[tuple[str, str]]
     """(wire name, kind) in name order."""
+    tracked_only: bool
+    """Classified inside an ignored directory (everything ignored, as git sees it): such a
+    listing is never taken for a directory entered normally, nor the other way round."""
 
 
 class Listings(msgspec.Struct):
@@ -104,9 +107,17 @@ session added to the store (2.6 KB a step on the reference tree, against 3.8 KB 
 snapshots)."""
 
 
+LISTING_VERSION = 2
+"""Of the listing cache's records; another one is dropped (1 did not say `tracked_only`)."""
+
+
 def listing_key(rules_key: bytes, exclude: frozenset[str]) -> bytes:
     """Returns what listings are valid under: they hold ignore and exclusion decisions."""
-    return rules_key + "\0".join(sorted(exclude)).encode("utf-8", "surrogatepass")
+    return (
+        b"%d\0" % LISTING_VERSION
+        + rules_key
+        + "\0".join(sorted(exclude)).encode("utf-8", "surrogatepass")
+    )
 
 
 def _read(store: StoreDir, path: str) -> bytes | None:

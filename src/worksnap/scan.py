@@ -407,6 +407,8 @@ def _read_dir(
     rel_dir, anchor, path, above, rules_as_cached, _, _, tracked_only = item
     prefix = f"{path}/" if path else ""
     stamp = _stamp(dir_stat)
+    if cached is not None and cached.tracked_only != tracked_only:
+        cached = None  # classified under other rules: entered for tracked files only, or not
     ignore_data: bytes | None = None
     nested_repo = False
     if tracked_only:
@@ -475,7 +477,7 @@ def _read_dir(
         w.trust_before
     )
     if trusted:
-        fresh[rel_dir] = Listing(stamp, ignore_stamp, children)
+        fresh[rel_dir] = Listing(stamp, ignore_stamp, children, tracked_only)
     linked_ignore = ignore_stat is not None and ignore_stat.st_nlink > 1
     part = DirScan(
         tracked_only=tracked_only,

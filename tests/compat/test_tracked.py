@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
+
+from worksnap import Workspace
+from worksnap.paths import fs_path
+from worksnap.workspace import Seams
 
 from .gitrun import GIT, clean_git_env, git, split_z, untracked
 from .harness import capture
@@ -93,3 +98,42 @@ def test_tracked_files_in_ignored_places(
             f"ignored by worksnap, not shown ignored by git: {sorted(wrong_ignored)}",
             pytrace=False,
         )
+
+
+def test_a_listing_made_outside_tracked_only_mode_is_not_taken_inside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory entered normally, then for git's tracked files only, is listed again.
+
+    Found by the per-process differential walk (seed 14): `x y` is tracked as a file but
+    is an ignored directory on disk (entered whole), then `git add -f` of a file inside it
+    drops that entry (entered for tracked files only). The listing cached the first time
+    said `docs` was a directory to capture: taken again, it captured what git ignores.
+    """
+    clean_git_env(monkeypatch, tmp_path / "home")
+    top = tmp_path / "tree"
+    top.mkdir()
+    git(top, "init", "-q")
+    (top / ".git" / "info" / "exclude").write_text("x*\n")
+    (top / "x y").write_text("a file, tracked\n")
+    git(top, "add", "-f", "--", "x y")
+    (top / "x y").unlink()
+    (top / "x y" / "docs").mkdir(parents=True)
+    (top / "x y" / "docs" / "a.txt").write_text("ignored by git\n")
+    (top / "x y" / "keep").mkdir()
+    (top / "x y" / "keep" / "t.txt").write_text("to be tracked\n")
+    time.sleep(0.05)  # older than the racy margin below: listings are cached
+
+    def cached(store: Path) -> tuple[set[bytes], list[bytes]]:
+        with Workspace(top, store=store, seams=Seams(racy_margin_ns=10_000_000)) as ws:
+            manifest = ws.snapshot()  # (a capture that stores nothing makes no store)
+        return {fs_path(e.path) for e in manifest.entries}, [fs_path(p) for p in manifest.ignored]
+
+    store = tmp_path / "store"
+    cached(store)  # lists `x y` as entered whole, and caches that listing
+    git(top, "add", "-f", "--", "x y/keep/t.txt")  # the file entry `x y` goes
+    captured, ignored = cached(store)
+    fresh, fresh_ignored = capture(top, tmp_path / "fresh-store")
+    assert (captured, ignored) == (fresh, fresh_ignored)
+    assert captured == {b"x y/keep/t.txt"}
+    assert b"x y/docs" in ignored
