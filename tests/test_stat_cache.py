@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import pytest
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from tests.conftest import ZSTD_MAGIC, Hashes, flip_middle, packed, tick, unpacked, write
 from worksnap import Workspace
 from worksnap.caches import StatRecord, StatTable, load_stat_table, stat_changes
+from worksnap.fsio import file_state, state_fields
 from worksnap.hash import hash_bytes
 from worksnap.layout import StorePaths
 from worksnap.storedir import StoreDir
@@ -336,3 +338,46 @@ def test_stat_changes_make_the_saved_table_into_the_new_one(
             rebuilt[rel] = change
     assert rebuilt == table
     assert all(saved.get(rel) != change for rel, change in changes.items())
+
+
+def test_a_stat_cache_from_before_states_were_packed_is_used(root: Path) -> None:
+    """Its states were five ints: read back, they vouch as the packed ones would."""
+    for name in ("a", "b"):
+        age(write(root, name, name))
+    hashes = Hashes()
+    hashes.open(root).snapshot()
+    base, _ = _stat_paths(root)
+    cached_root, table = msgspec.msgpack.decode(unpacked(base.read_bytes()))
+    assert all(isinstance(state, bytes) and len(state) == 36 for state, _ in table.values())
+    old = {rel: [list(state_fields(state)), digest] for rel, (state, digest) in table.items()}
+    base.write_bytes(packed(msgspec.msgpack.encode([cached_root, old])))
+    hashed = hashes.counted()
+    hashes.open(root).snapshot()
+    assert hashed == []
+
+
+def test_a_state_that_does_not_fit_64_bits_keeps_five_ints() -> None:
+    """A time past 2262 or before 1677 (tmpfs and btrfs keep them) is no 64-bit int: such
+    a state stays five ints, equal only to itself, never to a packed one."""
+    far = SimpleNamespace(st_ino=7, st_size=3, st_mtime_ns=2**63, st_ctime_ns=1, st_mode=0o100644)
+    near = SimpleNamespace(st_ino=7, st_size=3, st_mtime_ns=2**63 - 1, st_ctime_ns=1,
+                           st_mode=0o100644)  # fmt: skip
+    assert file_state(far) == (7, 3, 2**63, 1, 0o100644)
+    assert isinstance(file_state(near), bytes) and file_state(near) != file_state(far)
+    assert state_fields(file_state(near)) == (7, 3, 2**63 - 1, 1, 0o100644)
+
+
+def test_a_file_dated_in_the_future_is_hashed_at_every_capture(root: Path) -> None:
+    """Its times are never older than the scan: never vouched for by the cache."""
+    far = 15 * 10**18  # the year 2445 (ext4 keeps it; 2**63 ns does not hold it)
+    path = write(root, "far", "from the future")
+    os.utime(path, ns=(far, far))
+    age(write(root, "near", "now"))
+    hashes = Hashes()
+    hashes.open(root).snapshot()
+    assert "far" not in _stored_table(root)
+    hashed = hashes.counted()
+    path.write_text("from the future, changed")
+    os.utime(path, ns=(far, far))
+    assert digests(hashes.open(root))["far"] == hash_bytes(b"from the future, changed")
+    assert hashed == ["far"]

@@ -38,7 +38,7 @@ import msgspec
 
 from worksnap.errors import StoreError
 from worksnap.frames import MAX_UNPACKED, msgpack_map, pack, pack_pieces, unpack
-from worksnap.fsio import FileState
+from worksnap.fsio import FileState, packed_state
 from worksnap.storedir import StoreDir
 
 Stamp = tuple[int, int, int, int]
@@ -153,6 +153,10 @@ def load_stat_table(store: StoreDir, root: str) -> tuple[StatTable, int, int]:
     table: StatTable | None = _stat_records(base, root, StatTable)
     if table is None:
         return {}, 0, 0
+    if table and isinstance(next(iter(table.values()))[0], tuple):
+        # Written before states were packed: the same states, in the form compared now.
+        table = {rel: (packed_state(state), digest)  # type: ignore[arg-type]
+                 for rel, (state, digest) in table.items()}  # fmt: skip
 
     def changes(data: bytes) -> StatChanges | None:
         found: StatChanges | None = _stat_records(data, root, StatChanges)

@@ -32,6 +32,7 @@ from worksnap.caches import Caches, Listings, StatRecord, StatTable
 from worksnap.errors import InputError, SnapshotError, shown
 from worksnap.fsio import (
     COARSE_TICK_NS,
+    MODES,
     DirTree,
     StatLike,
     file_state,
@@ -382,7 +383,7 @@ class Capture:
                             self._caches.record_tick(tick)  # the caller captures again
                         if st.st_mtime_ns < trust_before and st.st_ctime_ns < trust_before:
                             fresh[rel] = (file_state(st), digest)
-                    mine.append(Entry(path=rel, type="file", mode=st.st_mode & 0o777,
+                    mine.append(Entry(path=rel, type="file", mode=MODES[st.st_mode & 0o777],
                                       hash=digest, size=st.st_size))  # fmt: skip
                     if done % 4096 == 0:
                         self._report("hash", done, total)
@@ -545,7 +546,8 @@ class Capture:
                 return "large"
             digest, st = self.hash_and_store(rel, store_objects=True, tree=tree)
         self._store.flush()
-        return Entry(path=rel, type="file", mode=st.st_mode & 0o777, hash=digest, size=st.st_size)
+        return Entry(path=rel, type="file", mode=MODES[st.st_mode & 0o777], hash=digest,
+                     size=st.st_size)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,14 +11,27 @@ import contextlib
 import errno
 import os
 import secrets
+import struct
 from collections import OrderedDict
 from typing import Protocol
 
 from worksnap.errors import shown
 from worksnap.paths import fs_path, is_under
 
-FileState = tuple[int, int, int, int, int]
-"""(inode, size, mtime_ns, ctime_ns, st_mode): what tells that a file is unchanged."""
+FileState = bytes | tuple[int, int, int, int, int]
+"""(inode, size, mtime_ns, ctime_ns, st_mode): what tells that a file is unchanged.
+
+Packed into 36 bytes (`_PACKED`): one object, not a tuple of five ints, for each of a
+tree's files (32 MB less at 200k files). The tuple itself only where a field does not fit
+(a time past the year 2262): the two forms never compare equal, so such a file is only
+hashed again, never taken for another.
+"""
+
+_PACKED = struct.Struct("<QQqqI")
+
+MODES = tuple(range(0o1000))
+"""Permission bits as shared ints: `MODES[st.st_mode & 0o777]` makes no new int per file
+(Python keeps only ints up to 256 shared; 0o644 is 420): 6 MB less at 200k files."""
 
 
 class StatLike(Protocol):
@@ -45,7 +58,22 @@ def file_state(st: StatLike) -> FileState:
     moves ctime, a replacement moves the inode; only a change within one timestamp
     tick hides, which the capture's racy margin covers.
     """
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+    return packed_state((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
+
+
+def packed_state(fields: tuple[int, int, int, int, int]) -> FileState:
+    """The state of these five fields (a stat cache written before states were packed)."""
+    try:
+        return _PACKED.pack(*fields)
+    except struct.error:
+        return fields
+
+
+def state_fields(state: FileState) -> tuple[int, int, int, int, int]:
+    """The five fields of a state, packed or not (for messages and old caches)."""
+    if isinstance(state, bytes):
+        return _PACKED.unpack(state)
+    return state
 
 
 COARSE_TICK_NS = 1_000_000_000

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 from worksnap.caches import Listing, Listings, Stamp, listing_key
 from worksnap.errors import SnapshotError
-from worksnap.fsio import file_state
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path, wire_name
 from worksnap.scanparts import (
@@ -75,7 +74,9 @@ from), the walk opens it and goes on relative to it: PATH_MAX is 4096."""
 
 
 def _stamp(st: os.stat_result) -> Stamp:
-    return file_state(st)[:4]  # the listing cache's format has no st_mode (ctime covers it)
+    # The first four fields of `fsio.file_state`: the listing cache's format has no st_mode
+    # (ctime covers it).
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _refreshed(

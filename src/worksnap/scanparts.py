@@ -17,7 +17,7 @@ from typing import Protocol
 from worksnap.caches import Stamp
 from worksnap.errors import SnapshotError
 from worksnap.exclusion import excluded_entry
-from worksnap.fsio import file_state
+from worksnap.fsio import file_state, state_fields
 from worksnap.ignore import Rules
 from worksnap.paths import fs_path, is_git_name, wire_name
 from worksnap.sources import Tracked
@@ -219,7 +219,14 @@ def differences(mine: Scan, theirs: Scan) -> Iterator[tuple[str, str]]:
     their_files = {rel: file_state(st) for rel, st in theirs.files}
     for rel in sorted(mine_files.keys() | their_files.keys()):
         if mine_files.get(rel) != their_files.get(rel):
-            yield rel, f"file state {mine_files.get(rel)} remembered, {their_files.get(rel)} now"
+            remembered, found = mine_files.get(rel), their_files.get(rel)
+            yield (
+                rel,
+                (
+                    f"file state {remembered and state_fields(remembered)} remembered, "
+                    f"{found and state_fields(found)} now"
+                ),
+            )
     for name, ours, now in (
         ("symlinks", sorted(mine.symlinks), sorted(theirs.symlinks)),
         ("dirs", sorted(mine.dirs), sorted(theirs.dirs)),
