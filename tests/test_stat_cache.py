@@ -244,7 +244,7 @@ def test_a_warm_save_appends_only_the_changed_records_and_leaves_the_base(root: 
     cached_root, changes = msgspec.msgpack.decode(unpacked(log.read_bytes()[4:]))
     assert cached_root == str(root)
     assert sorted(changes) == ["b", "c", "d"] and changes["c"] is None
-    assert changes["b"][1] == hash_bytes(b"b, changed")
+    assert changes["b"][1] == bytes.fromhex(hash_bytes(b"b, changed"))  # 32 bytes, not hex
     assert sorted(_stored_table(root)) == ["a", "b", "d"]
     hashed = hashes.counted()
     hashes.open(root).snapshot()  # base and log read back: nothing to hash
@@ -381,3 +381,20 @@ def test_a_file_dated_in_the_future_is_hashed_at_every_capture(root: Path) -> No
     os.utime(path, ns=(far, far))
     assert digests(hashes.open(root))["far"] == hash_bytes(b"from the future, changed")
     assert hashed == ["far"]
+
+
+def test_a_log_record_with_a_digest_that_is_not_32_bytes_ends_the_log(root: Path) -> None:
+    age(write(root, "a", "a"))
+    hashes = Hashes()
+    hashes.open(root).snapshot()
+    age(write(root, "a", "a2"))
+    hashes.open(root).snapshot()
+    _, log = _stat_paths(root)
+    cached_root, changes = msgspec.msgpack.decode(unpacked(log.read_bytes()[4:]))
+    changes["a"][1] = changes["a"][1][:31]
+    frame = packed(msgspec.msgpack.encode([cached_root, changes]))
+    log.write_bytes(len(frame).to_bytes(4, "big") + frame)
+    assert "a" not in _stored_table(root) or _stored_table(root)["a"][1] != hash_bytes(b"a2")
+    hashed = hashes.counted()
+    assert digests(hashes.open(root)) == {"a": hash_bytes(b"a2")}
+    assert hashed == ["a"]

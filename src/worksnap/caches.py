@@ -159,8 +159,10 @@ def load_stat_table(store: StoreDir, root: str) -> tuple[StatTable, int, int]:
                  for rel, (state, digest) in table.items()}  # fmt: skip
 
     def changes(data: bytes) -> StatChanges | None:
-        found: StatChanges | None = _stat_records(data, root, StatChanges)
-        return found
+        found: _LoggedChanges | None = _stat_records(data, root, _LoggedChanges)
+        if found is None or any(r is not None and len(r[1]) != 32 for r in found.values()):
+            return None  # damaged: the log is read no further
+        return {rel: None if r is None else (r[0], r[1].hex()) for rel, r in found.items()}
 
     log_bytes = _read_log(store, store.paths.stat_cache_log, changes, partial(_apply, table))
     return table, len(base or b""), log_bytes
@@ -186,9 +188,17 @@ def save_stat_table(store: StoreDir, root: str, table: StatTable) -> int:
     return len(data)
 
 
+_LoggedChanges = dict[str, tuple[FileState, bytes] | None]
+"""A log record as stored: each digest as its 32 bytes (random: hex only doubles them)."""
+
+
 def append_stat_changes(store: StoreDir, root: str, changes: StatChanges) -> int:
     """Appends changed records to the stat cache's log; returns the bytes appended."""
-    return _append_log(store, store.paths.stat_cache_log, _encoder.encode((root, changes)))
+    logged: _LoggedChanges = {
+        rel: None if record is None else (record[0], bytes.fromhex(record[1]))
+        for rel, record in changes.items()
+    }
+    return _append_log(store, store.paths.stat_cache_log, _encoder.encode((root, logged)))
 
 
 def stat_changes(saved: StatTable, table: StatTable) -> StatChanges:
