@@ -7,8 +7,8 @@ unchanged under the same rules. Each is stored as one checksummed zstd frame
 (`<store>/cache/stat`, `<store>/cache/dirs`); one that fails its checksum or does
 not decode is dropped whole, so damage costs re-hashing and re-listing, never a
 wrong answer. They are not fsynced: losing them costs time only. A save of the stat
-cache appends the records that changed since the last save to `<store>/cache/stat.log`
-(a removed path: nil), so a warm snapshot writes what changed, not every file's record;
+cache appends the records that changed since the last save to `<store>/cache/stat.log`,
+so a warm snapshot writes what changed, not every file's record;
 the log is folded into a new base as the tree cache's is.
 
 The tree cache (`<store>/cache/trees`, and appended to it `<store>/cache/trees.log`)
@@ -202,24 +202,16 @@ def append_stat_changes(store: StoreDir, root: str, changes: StatChanges) -> int
 
 
 def stat_changes(saved: StatTable, table: StatTable) -> StatChanges:
-    """What a log record must hold to make `saved` into `table`.
+    """What a log record holds: the records of `table` that `saved` lacks or holds otherwise.
 
-    A record kept from `saved` is the same object (a capture keeps it when the file
-    is unchanged): only the others are compared. Removed paths are looked for only
-    when the counts say some were.
+    A record kept from `saved` is the same object (a capture keeps it when the file is
+    unchanged): only the others are compared. A path `table` no longer holds is not
+    removed: a record vouches only for a file in exactly its state, so one left behind is
+    never taken for another file, and the next fold drops it. (Removing them doubled the
+    log: a file modified within the racy margin left the table, then came back.)
     """
-    changes: StatChanges = {}
-    added = 0
-    for rel, record in table.items():
-        was = saved.get(rel)
-        if was is not record:
-            if was is None:
-                added += 1
-            if was != record:
-                changes[rel] = record
-    if len(saved) + added > len(table):
-        changes.update(dict.fromkeys(saved.keys() - table.keys()))
-    return changes
+    return {rel: record for rel, record in table.items()
+            if (was := saved.get(rel)) is not record and was != record}  # fmt: skip
 
 
 def load_listings(store: StoreDir, root: str) -> Listings:
