@@ -300,12 +300,18 @@ def test_a_long_stat_log_is_folded_into_a_new_base(root: Path) -> None:
     assert hashed == []
 
 
-def test_a_log_for_another_root_or_a_damaged_base_is_not_applied(root: Path) -> None:
+def _a_then_a2(root: Path) -> Hashes:
+    """A base that caches `a`, then a log record that caches its next version."""
     age(write(root, "a", "a"))
     hashes = Hashes()
     hashes.open(root).snapshot()
     age(write(root, "a", "a2"))
     hashes.open(root).snapshot()
+    return hashes
+
+
+def test_a_log_for_another_root_or_a_damaged_base_is_not_applied(root: Path) -> None:
+    hashes = _a_then_a2(root)
     base, _ = _stat_paths(root)
     base.write_bytes(flip_middle(base.read_bytes()))
     assert _stored_table(root) == {}  # the log holds changes to that base: not used alone
@@ -387,11 +393,7 @@ def test_a_file_dated_in_the_future_is_hashed_at_every_capture(root: Path) -> No
 
 
 def test_a_log_record_with_a_digest_that_is_not_32_bytes_ends_the_log(root: Path) -> None:
-    age(write(root, "a", "a"))
-    hashes = Hashes()
-    hashes.open(root).snapshot()
-    age(write(root, "a", "a2"))
-    hashes.open(root).snapshot()
+    hashes = _a_then_a2(root)
     _, log = _stat_paths(root)
     cached_root, changes = msgspec.msgpack.decode(unpacked(log.read_bytes()[4:]))
     changes["a"][1] = changes["a"][1][:31]
