@@ -338,12 +338,7 @@ def test_stat_changes_give_every_record_of_the_new_table(
     table = {rel: saved[rel] if rel in shared and rel in saved else record(d)
              for rel, d in new_digits.items()}  # fmt: skip
     changes = stat_changes(saved, table)
-    rebuilt = dict(saved)
-    for rel, change in changes.items():
-        if change is None:
-            rebuilt.pop(rel)
-        else:
-            rebuilt[rel] = change
+    rebuilt = {**saved, **changes}
     assert {rel: rebuilt[rel] for rel in table} == table
     assert all(rebuilt[rel] is saved[rel] for rel in rebuilt.keys() - table.keys())
     assert all(saved.get(rel) != change for rel, change in changes.items())

@@ -30,7 +30,6 @@ import itertools
 import struct
 import time
 from collections.abc import Callable
-from functools import partial
 from stat import S_ISREG
 from typing import Any, TypeVar
 
@@ -50,8 +49,8 @@ StatRecord = tuple[FileState, str]
 StatTable = dict[str, StatRecord]
 """The stat cache: path -> record."""
 
-StatChanges = dict[str, StatRecord | None]
-"""A record of the stat cache's log: what changed since the save before (None: removed)."""
+StatChanges = StatTable
+"""A record of the stat cache's log: the records new or changed since the save before."""
 
 TreeRecord = tuple[str, int, int, tuple[str, ...]]
 """A directory as built: (tree digest, files below, bytes below, every object it is made of)."""
@@ -160,20 +159,12 @@ def load_stat_table(store: StoreDir, root: str) -> tuple[StatTable, int, int]:
 
     def changes(data: bytes) -> StatChanges | None:
         found: _LoggedChanges | None = _stat_records(data, root, _LoggedChanges)
-        if found is None or any(r is not None and len(r[1]) != 32 for r in found.values()):
+        if found is None or any(len(digest) != 32 for _, digest in found.values()):
             return None  # damaged: the log is read no further
-        return {rel: None if r is None else (r[0], r[1].hex()) for rel, r in found.items()}
+        return {rel: (state, digest.hex()) for rel, (state, digest) in found.items()}
 
-    log_bytes = _read_log(store, store.paths.stat_cache_log, changes, partial(_apply, table))
+    log_bytes = _read_log(store, store.paths.stat_cache_log, changes, table.update)
     return table, len(base or b""), log_bytes
-
-
-def _apply(table: StatTable, changes: StatChanges) -> None:
-    for rel, record in changes.items():
-        if record is None:
-            table.pop(rel, None)
-        else:
-            table[rel] = record
 
 
 def save_stat_table(store: StoreDir, root: str, table: StatTable) -> int:
@@ -188,15 +179,14 @@ def save_stat_table(store: StoreDir, root: str, table: StatTable) -> int:
     return len(data)
 
 
-_LoggedChanges = dict[str, tuple[FileState, bytes] | None]
+_LoggedChanges = dict[str, tuple[FileState, bytes]]
 """A log record as stored: each digest as its 32 bytes (random: hex only doubles them)."""
 
 
 def append_stat_changes(store: StoreDir, root: str, changes: StatChanges) -> int:
     """Appends changed records to the stat cache's log; returns the bytes appended."""
     logged: _LoggedChanges = {
-        rel: None if record is None else (record[0], bytes.fromhex(record[1]))
-        for rel, record in changes.items()
+        rel: (state, bytes.fromhex(digest)) for rel, (state, digest) in changes.items()
     }
     return _append_log(store, store.paths.stat_cache_log, _encoder.encode((root, logged)))
 
