@@ -23,8 +23,8 @@ FileState = bytes | tuple[int, int, int, int, int]
 
 Packed into 36 bytes (`_PACKED`): one object, not a tuple of five ints, for each of a
 tree's files (32 MB less at 200k files). The tuple itself only where a field does not fit
-(a time past the year 2262): the two forms never compare equal, so such a file is only
-hashed again, never taken for another.
+(a time past 2262 or before 1677): the two forms never compare equal, so such a file is
+only hashed again, never taken for another.
 """
 
 _PACKED = struct.Struct("<QQqqI")
@@ -70,7 +70,7 @@ def packed_state(fields: tuple[int, int, int, int, int]) -> FileState:
 
 
 def state_fields(state: FileState) -> tuple[int, int, int, int, int]:
-    """The five fields of a state, packed or not (for messages and old caches)."""
+    """The five fields of a state, packed or not (what a message shows)."""
     if isinstance(state, bytes):
         return _PACKED.unpack(state)
     return state

@@ -163,9 +163,8 @@ def tree_differences(current: Manifest, target: Manifest, read: Read) -> Differe
         ObjectError: a tree is not in the store (a capture that stored nothing).
     """
     found = Differences([], [], set(), set())
-    for difference in diff_trees(
-        Digest(current.tree), Digest(target.tree), read
-    ):  # all, before any is used
+    # All are collected before any is used: a bad object raises before a plan exists.
+    for difference in diff_trees(Digest(current.tree), Digest(target.tree), read):
         for child, entries, dirs in (
             (difference.old, found.only_now, found.dirs_now),
             (difference.new, found.only_then, found.dirs_then),
