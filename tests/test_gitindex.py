@@ -232,6 +232,36 @@ def test_split_index_merges_its_shared_index(repo: Path, version: int) -> None:
     assert "\n" not in str(caught.value)
 
 
+def gitlinks_of(top: Path) -> set[bytes]:
+    """Paths git lists with mode 160000 (a submodule's commit)."""
+    lines = split_z(git(top, "ls-files", "-z", "--stage"))
+    return {line.split(b"\t", 1)[1] for line in lines if line.startswith(b"160000 ")}
+
+
+@pytest.mark.parametrize(("version", "split"), [(2, False), (3, False), (4, False), (4, True)])
+def test_gitlinks_are_told_from_files(repo: Path, version: int, split: bool) -> None:
+    commit = "1" * 40
+    index_info(repo, [("100644", b"a.txt"), ("120000", b"link"), ("100755", b"tool")])
+    for path in ("sub", "deep/er/sub", "x"):
+        git(repo, "update-index", "--add", "--cacheinfo", f"160000,{commit},{path}")
+    if split:
+        git(repo, "config", "splitIndex.maxPercentChange", "100")
+        git(repo, "update-index", "--split-index")
+        # In the split part: a gitlink turned into a file, and a new gitlink.
+        git(repo, "update-index", "--force-remove", "x")
+        index_info(repo, [("100644", b"x")])
+        git(repo, "update-index", "--add", "--cacheinfo", f"160000,{commit},later")
+    if version == 3:  # written as 3 only with extended flags: an intent to add
+        write(repo, "new.txt", "intent to add\n")
+        git(repo, "add", "-N", "new.txt")
+    set_version(repo, version)
+    contents = read_index(repo / ".git" / "index")
+    assert contents is not None
+    assert contents.gitlinks == gitlinks_of(repo)
+    expected = {b"sub", b"deep/er/sub"} | ({b"later"} if split else {b"x"})
+    assert contents.gitlinks == expected
+
+
 def test_sparse_index_lists_directories_as_git_does(repo: Path) -> None:
     for d in ("in", "out", "far/deep"):
         for i in range(3):

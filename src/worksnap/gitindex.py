@@ -93,6 +93,7 @@ class IndexContents(NamedTuple):
             checkout, `git update-index --skip-worktree`); sparse directories too.
         intent_to_add: paths added with `git add -N`, content not yet staged.
         sparse_dirs: directory entries of a sparse index, each ending in `/`.
+        gitlinks: paths tracked as a commit of another repository (a submodule's).
     """
 
     version: int
@@ -100,6 +101,7 @@ class IndexContents(NamedTuple):
     skip_worktree: frozenset[bytes]
     intent_to_add: frozenset[bytes]
     sparse_dirs: frozenset[bytes]
+    gitlinks: frozenset[bytes] = frozenset()
 
 
 def find_git_dirs(work_tree: Path) -> GitDirs | None:
@@ -148,8 +150,17 @@ def tracked_paths(git_dir: Path) -> frozenset[bytes]:
         InputError: the index (or its shared index) is damaged, truncated, too
             large, of an unknown version, or needs an extension not known here.
     """
+    return work_tree_index(git_dir).paths
+
+
+def work_tree_index(git_dir: Path) -> IndexContents:
+    """What the index of `git_dir` says (nothing when there is no index).
+
+    Raises:
+        InputError: as for `tracked_paths`.
+    """
     contents = read_index(git_dir / "index", object_format=_object_format(_common_dir(git_dir)))
-    return frozenset() if contents is None else contents.paths
+    return contents if contents is not None else _NO_INDEX
 
 
 def read_index(index: Path, *, object_format: str = "sha1") -> IndexContents | None:
@@ -178,18 +189,32 @@ def read_index(index: Path, *, object_format: str = "sha1") -> IndexContents | N
     skip = {names[i] for i, bits in special.items() if bits & _SKIP_WORKTREE}
     intent = {names[i] for i, bits in special.items() if bits & _INTENT_TO_ADD}
     dirs = {names[i] for i, bits in special.items() if bits & _SPARSE_DIR}
+    gitlinks = {names[i] for i, bits in special.items() if bits & _GITLINK}
     return IndexContents(
         version=parsed.version,
         paths=frozenset(names),
         skip_worktree=frozenset(skip),
         intent_to_add=frozenset(intent),
         sparse_dirs=frozenset(dirs),
+        gitlinks=frozenset(gitlinks),
     )
+
+
+_NO_INDEX = IndexContents(
+    version=2,
+    paths=frozenset(),
+    skip_worktree=frozenset(),
+    intent_to_add=frozenset(),
+    sparse_dirs=frozenset(),
+)
 
 
 # -- parsing ---------------------------------------------------------------------
 
 _SPARSE_DIR = 0x10000  # not a git bit: marks a sparse directory entry in `special`
+_GITLINK = 0x20000  # nor this one: marks a gitlink (mode 160000) in `special`
+_TYPE_AT = _MODE_OFFSET + 2  # the byte holding the four object type bits of the mode
+_GITLINK_TYPE = 0xE0  # 0o160000 >> 8
 
 
 class _Link(NamedTuple):
@@ -297,6 +322,8 @@ def _entries_v2(data: bytes, count: int, hash_size: int) -> tuple[list[bytes], d
         if data[end]:
             raise _Damage(f"entry {i} has no end to its name")
         append(data[start:end])
+        if data[pos + _TYPE_AT] & 0xF0 == _GITLINK_TYPE:
+            special[i] = special.get(i, 0) | _GITLINK
         pos += (end - pos + 8) & ~7
     return names, special, pos
 
@@ -339,6 +366,8 @@ def _entries_v4(data: bytes, count: int, hash_size: int) -> tuple[list[bytes], d
             raise _Damage(f"entry {i} has no end to its name")
         previous = previous[:keep] + data[start:end]
         append(previous)
+        if data[pos + _TYPE_AT] & 0xF0 == _GITLINK_TYPE:
+            special[i] = special.get(i, 0) | _GITLINK
         pos = end + 1
     return names, special, pos
 

@@ -453,12 +453,17 @@ TRACKED_DIR, TRACKED_FILE = "T", "t"  # never stored: what git's index makes of 
 
 
 def tracked_kind(tracked: Tracked, rel: str, kind: str) -> str:
-    """What an ignored child is once the paths git tracks are taken into account."""
-    if tracked.is_tracked(rel):
-        return DIR if kind == IGNORED_DIR else TRACKED_FILE
-    if kind == IGNORED_DIR and tracked.holds(rel):
-        return TRACKED_DIR
-    return kind
+    """What an ignored child is once the paths git tracks are taken into account.
+
+    An ignored directory is entered whole when git tracks it itself (a gitlink), for
+    git's files only when it tracks some below it; tracked as a file before, it is
+    just an ignored directory to git.
+    """
+    if kind == IGNORED_DIR:
+        if tracked.enters_whole(rel):
+            return DIR
+        return TRACKED_DIR if tracked.holds(rel) else kind
+    return TRACKED_FILE if tracked.is_tracked(rel) else kind
 
 
 def add_link(here: Scan, rel: str, path: str, dir_fd: int) -> None:

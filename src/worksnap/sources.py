@@ -15,7 +15,7 @@ import stat
 import time
 from pathlib import Path
 
-from worksnap.gitindex import GitDirs, find_git_dirs, tracked_paths
+from worksnap.gitindex import GitDirs, find_git_dirs, work_tree_index
 from worksnap.paths import fs_path
 
 RACY_SOURCE_NS = 2_000_000_000
@@ -146,13 +146,15 @@ class Tracked:
     """The paths git's index tracks below a root: never ignored (`git add -f`), as in git.
 
     Paths are raw bytes relative to the root. A sparse index's directory entry
-    (ending in `/`) stands for everything below it.
+    (ending in `/`) stands for everything below it. `gitlinks`: the paths among
+    them tracked as another repository's commit (a submodule's).
     """
 
-    __slots__ = ("_dirs", "_sparse", "paths")
+    __slots__ = ("_dirs", "_sparse", "gitlinks", "paths")
 
-    def __init__(self, paths: frozenset[bytes]) -> None:
+    def __init__(self, paths: frozenset[bytes], gitlinks: frozenset[bytes] = frozenset()) -> None:
         self.paths = paths
+        self.gitlinks = gitlinks
         self._sparse = tuple(p for p in paths if p.endswith(b"/"))
         self._dirs: frozenset[bytes] | None = None
 
@@ -179,9 +181,20 @@ class Tracked:
         raw = fs_path(rel_dir)
         return raw in self._dirs or any(raw.startswith(d) for d in self._sparse)
 
+    def enters_whole(self, rel_dir: str) -> bool:
+        """True when git tracks the directory itself, as a gitlink or in a sparse directory.
+
+        A path tracked as a file or symlink that is a directory now is not: git sees
+        the file deleted and decides about the directory as about any untracked one.
+        """
+        raw = fs_path(rel_dir)
+        return raw in self.gitlinks or any(raw.startswith(d) for d in self._sparse)
+
     def changed_since(self, other: Tracked | None) -> set[bytes]:
-        """The paths tracked by one of the two and not the other."""
-        return set(self.paths) if other is None else set(self.paths ^ other.paths)
+        """The paths tracked by one of the two and not the other, or tracked otherwise."""
+        if other is None:
+            return set(self.paths)
+        return set(self.paths ^ other.paths) | (self.gitlinks ^ other.gitlinks)
 
 
 def is_git_dir(path: Path) -> bool:
@@ -252,10 +265,12 @@ def tracked_below(root: Path) -> Tracked | None:
     if found is None:
         return None
     top, dirs = found
-    paths = tracked_paths(dirs.git_dir)
+    index = work_tree_index(dirs.git_dir)
+    paths, gitlinks = index.paths, index.gitlinks
     parts = root.relative_to(top).parts
     if parts:
         below = os.fsencode("/".join(parts)) + b"/"
         cut = len(below)
         paths = frozenset(p[cut:] for p in paths if p.startswith(below) and len(p) > cut)
-    return Tracked(paths)
+        gitlinks = frozenset(p[cut:] for p in gitlinks if p.startswith(below) and len(p) > cut)
+    return Tracked(paths, gitlinks)

@@ -137,3 +137,57 @@ def test_a_listing_made_outside_tracked_only_mode_is_not_taken_inside_it(
     assert (captured, ignored) == (fresh, fresh_ignored)
     assert captured == {b"x y/keep/t.txt"}
     assert b"x y/docs" in ignored
+
+
+def test_a_path_tracked_as_a_file_that_is_now_an_ignored_directory_stays_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git tracks `x y` as a file; on disk it is a directory its ignore rules exclude.
+
+    git sees the file deleted and the directory ignored, contents and all: a gitlink
+    (a submodule's entry) is the only tracked path git enters as a directory.
+    """
+    clean_git_env(monkeypatch, tmp_path / "home")
+    top = tmp_path / "tree"
+    top.mkdir()
+    git(top, "init", "-q")
+    (top / ".git" / "info" / "exclude").write_text("x*\n")
+    (top / "x y").write_text("a file, tracked\n")
+    git(top, "add", "-f", "--", "x y")
+    (top / "x y").unlink()
+    (top / "x y" / "docs").mkdir(parents=True)
+    (top / "x y" / "docs" / "a.txt").write_text("ignored by git\n")
+    (top / "kept.txt").write_text("untracked, not ignored\n")
+    # A gitlink at an ignored path: its directory is entered, as before.
+    (top / "xsub").mkdir()
+    (top / "xsub" / "inside.txt").write_text("in a submodule's place\n")
+    commit = "1" * 40
+    git(top, "update-index", "--add", "--cacheinfo", f"160000,{commit},xsub")
+    others = git(top, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
+    assert split_z(others) == [b"x y/docs/a.txt"]
+    captured, ignored = capture(top, tmp_path / "store")
+    assert captured == {b"kept.txt", b"xsub/inside.txt"}
+    assert b"x y" in ignored
+
+
+def test_a_watched_workspace_sees_a_gitlink_become_a_file_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same path set, one entry's mode changed: the ignored directory is decided again."""
+    clean_git_env(monkeypatch, tmp_path / "home")
+    top = tmp_path / "tree"
+    top.mkdir()
+    git(top, "init", "-q")
+    (top / ".git" / "info" / "exclude").write_text("x*\n")
+    (top / "xsub").mkdir()
+    (top / "xsub" / "inside.txt").write_text("in a submodule's place\n")
+    git(top, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},xsub")
+    with Workspace(top, store=tmp_path / "store", watch=True) as ws:
+        assert {fs_path(e.path) for e in ws.snapshot().entries} == {b"xsub/inside.txt"}
+        git(top, "update-index", "--force-remove", "xsub")
+        blob = git(top, "hash-object", "-w", "--stdin", stdin=b"").strip().decode()
+        git(top, "update-index", "--add", "--cacheinfo", f"100644,{blob},xsub")
+        after = ws.snapshot()
+    assert [e.path for e in after.entries] == []
+    assert (set(), [b"xsub"]) == capture(top, tmp_path / "fresh-store")
+    assert after.ignored == ["xsub"]
