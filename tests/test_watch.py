@@ -19,6 +19,7 @@ from tests.compat.gitrun import GIT, clean_git_env, git, init_repo
 from tests.conftest import Walks, tree_state, write
 from worksnap import Workspace
 from worksnap.errors import SnapshotError
+from worksnap.ignore import base_rules
 from worksnap.manifest import Manifest
 from worksnap.scan import Scan, scan_tree
 from worksnap.workspace import Seams
@@ -219,6 +220,41 @@ def test_the_audit_finds_a_change_no_event_announced(root: Path, tmp_path: Path)
         assert ws.audit() == []  # the state was dropped: nothing is vouched for now
         assert files(ws.snapshot()) == files(plain(root, tmp_path))
         assert ws.audit() == []
+
+
+def test_a_walk_that_starts_again_hands_its_parts_again(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`each` (the audit's way to scan) is told when the walk starts over, and why it must be.
+
+    A file that turns into a FIFO between its listing and its lstat restarts the walk;
+    what the first pass handed on is void.
+    """
+    write(root, "a/x.txt", "x\n")
+    write(root, "b/y.txt", "y\n")
+    real_lstat = os.lstat
+    swapped: list[str] = []
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if path == "b/y.txt" and not swapped:
+            swapped.append(path)
+            os.unlink(root / "b" / "y.txt")
+            os.mkfifo(root / "b" / "y.txt")
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    handed: list[tuple[str, list[str] | None]] = []
+
+    def each(rel_dir: str, part: Any) -> None:
+        handed.append((rel_dir, None if part is None else [f for f, _ in part.found.files]))
+
+    found = scan_tree(str(root), base_rules(root), exclude=frozenset(), max_file_bytes=1 << 20,
+                      each=each)  # fmt: skip
+    assert swapped
+    assert found.files == []  # nothing is kept for the caller: it was all handed on
+    restart = handed.index(("", None))
+    assert ("a", ["a/x.txt"]) in handed[:restart]  # the first pass, void
+    assert sorted(handed[restart + 1 :]) == [("", []), ("a", ["a/x.txt"]), ("b", [])]
 
 
 # -- a listing event: the directory patched at the names it named, not listed ---------

@@ -44,6 +44,7 @@ from worksnap.scanparts import (
     LINK,
     TRACKED_DIR,
     TRACKED_FILE,
+    Anchor,
     DirScan,
     Scan,
     Seen,
@@ -53,6 +54,7 @@ from worksnap.scanparts import (
     lstat_or_none,
     merge,
     os_name,
+    other_links,
     patched,
     read_ignore_file,
     refresh,
@@ -63,7 +65,7 @@ from worksnap.scanparts import (
 from worksnap.sources import Tracked
 from worksnap.watch import Changes, Events, Watcher
 
-__all__ = ["DirScan", "Scan", "WalkStats", "scan_tree"]
+__all__ = ["DirScan", "Each", "Scan", "WalkStats", "scan_tree"]
 
 _SPECIAL = frozenset({b".gitignore", b".git"})
 
@@ -80,7 +82,7 @@ def _stamp(st: os.stat_result) -> Stamp:
 
 
 def _refreshed(
-    w: _Walk, last: DirScan, anchor: _Anchor, path: str, names: set[bytes]
+    w: _Walk, last: DirScan, anchor: Anchor, path: str, names: set[bytes]
 ) -> DirScan | None:
     part, new_links = refresh(
         last, anchor.fd, path, names, max_file_bytes=w.max_file_bytes, trust_before=w.trust_before
@@ -103,41 +105,14 @@ def _written_elsewhere(w: _Walk, root_fd: int) -> bool:
         last = w.memory.get(directory)
         known = set(last.linked) if last is not None else set()
         for raw in events.written:
-            linked = _other_links(root_fd, directory, raw)
+            linked = other_links(root_fd, directory, raw)
             if linked is None:
                 arrival = w.changes.arrived.get(events.moved.get(raw, -1))
-                if arrival is None or _other_links(root_fd, *arrival) is not False:
+                if arrival is None or other_links(root_fd, *arrival) is not False:
                     return True  # removed, out of sight, or to a name with other links
             elif linked and wire_name(os.fsdecode(raw)) not in known:
                 return True
     return False
-
-
-def _other_links(root_fd: int, directory: str, name: bytes) -> bool | None:
-    """Whether `directory/name` is a file with other links (None: nothing there to look at).
-
-    A renamed file is looked at where it went: the scan may never stat it (an ignored name).
-    """
-    try:
-        st = os.lstat((fs_path(directory) + b"/" if directory else b"") + name, dir_fd=root_fd)
-    except OSError:
-        return None
-    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
-
-
-class _Anchor:
-    """A directory descriptor the walk goes on from, closed when nothing pending needs it."""
-
-    __slots__ = ("fd", "users")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.users = 0
-
-    def release(self) -> None:
-        self.users -= 1
-        if self.users == 0:
-            os.close(self.fd)
 
 
 class _Restart(Exception):
@@ -163,6 +138,7 @@ def scan_tree(
     tracked: Tracked | None = None,
     stats: WalkStats | None = None,
     check: Callable[[], None] | None = None,
+    each: Each | None = None,
 ) -> Scan:
     """Walks `root` and sorts every path below it.
 
@@ -189,6 +165,10 @@ def scan_tree(
         tracked: the paths git tracks (captured whatever the ignore rules say).
         stats: where to record what had to be done afresh (None: nowhere).
         check: called before each directory; it may raise to abandon the walk.
+        each: given each directory's part as soon as it is done, which the walk then
+            drops (the Scan returned and `remember` stay empty): a whole tree is never
+            held at once. Given ("", None) when the walk starts again from the top
+            (what it was given before is void).
 
     Raises:
         SnapshotError: a directory or symlink could not be read.
@@ -215,9 +195,12 @@ def scan_tree(
                     restat_all=restat_all,
                     found=found,
                     visited=visited,
+                    each=each,
                 )
             )
         except _Restart as restart:
+            if each is not None:
+                each("", None)
             if restart.restat_all:
                 restat_all = True  # memory stays usable; every remembered file is stat-ed
             else:
@@ -227,6 +210,10 @@ def scan_tree(
             remember.clear()
             remember.update(visited)
         return found
+
+
+Each = Callable[[str, "DirScan | None"], None]
+"""`scan_tree`'s `each`: a directory's part as it is done, or ("", None) at a restart."""
 
 
 @dataclass(slots=True)
@@ -248,13 +235,14 @@ class _Walk:
     restat_all: bool
     found: Scan
     visited: dict[str, DirScan]
+    each: Each | None = None
     reused_memory: bool = False
     new_links: bool = False
 
 
 # (relative dir, anchor, path from the anchor, rules above it, rules as cached,
 #  memory usable, expected inode or None, entered for tracked files only)
-_Item = tuple[str, _Anchor, str, Rules, bool, bool, "int | None", bool]
+_Item = tuple[str, Anchor, str, Rules, bool, bool, "int | None", bool]
 
 
 def _walk(w: _Walk) -> None:
@@ -266,7 +254,7 @@ def _walk(w: _Walk) -> None:
         root_fd = os.open(w.root, _DIR_FLAGS)
     except OSError as exc:
         raise SnapshotError(".", f"cannot read: {exc.strerror}") from None
-    root_anchor = _Anchor(root_fd)
+    root_anchor = Anchor(root_fd)
     root_anchor.users = 1
     if w.memory and not w.restat_all and _written_elsewhere(w, root_fd):
         w.restat_all = True
@@ -346,8 +334,7 @@ def _one_dir(
         if part is not None:
             if w.stats is not None:
                 w.stats.reused.append(rel_dir)
-            merge(w.found, part.found)
-            w.visited[rel_dir] = part
+            _done(w, rel_dir, part)
             if rel_dir in old:
                 fresh[rel_dir] = old[rel_dir]
             _push_subdirs(pending, part, anchor, path, rules_as_cached=True, memory_ok=True)
@@ -477,7 +464,7 @@ def _read_dir(
     trusted = max(stamp[2], stamp[3], *(ignore_stamp[2:] if ignore_stamp else ())) < (
         w.trust_before
     )
-    if trusted:
+    if trusted and w.listings is not None:
         fresh[rel_dir] = Listing(stamp, ignore_stamp, children, tracked_only)
     linked_ignore = ignore_stat is not None and ignore_stat.st_nlink > 1
     part = DirScan(
@@ -537,8 +524,7 @@ def _read_dir(
             here.ignored.append(rel)
         else:
             here.excluded.append(rel)
-    merge(w.found, here)
-    w.visited[rel_dir] = part
+    _done(w, rel_dir, part)
     same_rules = (
         memory_ok
         and last is not None
@@ -558,10 +544,19 @@ def _read_dir(
     )
 
 
+def _done(w: _Walk, rel_dir: str, part: DirScan) -> None:
+    """Hands a directory's part on: to `each`, or to the scan and what it remembers."""
+    if w.each is not None:
+        w.each(rel_dir, part)
+        return
+    merge(w.found, part.found)
+    w.visited[rel_dir] = part
+
+
 def _push_subdirs(
     pending: list[_Item],
     part: DirScan,
-    anchor: _Anchor,
+    anchor: Anchor,
     path: str,
     *,
     rules_as_cached: bool,
@@ -574,7 +569,7 @@ def _push_subdirs(
     prefix = f"{path}/" if path else ""
     if len(prefix) > _ANCHOR_AFTER // 4 and len(os.fsencode(prefix)) > _ANCHOR_AFTER:
         # Deep: go on from this directory's own descriptor, so no path gets long.
-        own = _Anchor(os.open(path, _DIR_FLAGS, dir_fd=anchor.fd))
+        own = Anchor(os.open(path, _DIR_FLAGS, dir_fd=anchor.fd))
         anchor, prefix = own, ""
     inside = part.rules
     outside: Rules | None = None

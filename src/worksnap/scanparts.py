@@ -476,3 +476,31 @@ def add_link(here: Scan, rel: str, path: str, dir_fd: int) -> None:
     except OSError as exc:
         raise SnapshotError(rel, f"cannot read symlink: {exc.strerror}") from None
     here.symlinks.append((rel, target, mode))
+
+
+def other_links(root_fd: int, directory: str, name: bytes) -> bool | None:
+    """Whether `directory/name` is a file with other links (None: nothing there to look at).
+
+    A renamed file is looked at where it went: the scan may never stat it (an ignored name).
+    """
+    try:
+        st = os.lstat((fs_path(directory) + b"/" if directory else b"") + name, dir_fd=root_fd)
+    except OSError:
+        return None
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+
+
+class Anchor:
+    """A directory descriptor the walk goes on from, closed when nothing pending needs it."""
+
+    __slots__ = ("fd", "users")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.users = 0
+
+    def release(self) -> None:
+        """One user fewer: the last one closes the descriptor."""
+        self.users -= 1
+        if self.users == 0:
+            os.close(self.fd)
