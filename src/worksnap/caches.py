@@ -176,7 +176,7 @@ def save_stat_table(store: StoreDir, root: str, table: StatTable) -> int:
     data = pack_pieces(lambda: itertools.chain([head], msgpack_map(_encoder, table)))
     store.write(store.paths.stat_cache, data, durable=False)
     store.unlink(store.paths.stat_cache_log)
-    return len(data)
+    return sum(map(len, data))
 
 
 _LoggedChanges = dict[str, tuple[FileState, bytes]]

@@ -318,21 +318,22 @@ class StoreDir:
 
     # -- writing -----------------------------------------------------------------
 
-    def write(self, path: str, data: bytes, *, durable: bool = True) -> None:
+    def write(self, path: str, data: bytes | list[bytes], *, durable: bool = True) -> None:
         """Replaces a store file with `data` so that readers see the old or the new bytes.
 
         Args:
             path: the store file.
-            data: its new content.
+            data: its new content, or that in pieces (written one after the other).
             durable: fsync the file and its folder (off only for what may be lost:
                 caches, the lock note).
         """
         with self._parent(path, create=True) as (parent, name):
             tmp, fd = self._new_temp(parent, name)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                for piece in [data] if isinstance(data, bytes) else data:
+                    view = memoryview(piece)
+                    while view:
+                        view = view[os.write(fd, view) :]
                 if durable:
                     os.fsync(fd)
                 os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
