@@ -253,6 +253,29 @@ def test_a_warm_save_appends_only_the_changed_records_and_leaves_the_base(root: 
     assert log.stat().st_size == 4 + length  # nothing changed: nothing appended
 
 
+def test_a_long_lived_workspace_logs_what_changed_before_its_first_capture(root: Path) -> None:
+    """The table as read is dropped at the first capture only when there is nothing to log.
+
+    A watched workspace keeps one table, keyed by its scan's own path strings, once
+    what it found is what is stored (but the records of paths gone); a change found
+    by that first capture must still reach the log.
+    """
+    for name in ("a", "b", "c"):
+        age(write(root, name, name))
+    hashes = Hashes()
+    hashes.open(root).snapshot()
+    (root / "c").unlink()  # its record stays behind in the stored table
+    age(write(root, "b", "b, changed before the first capture"))
+    with hashes.open(root, watch=True) as ws:
+        ws.snapshot()
+        age(write(root, "d", "d, added later"))
+        ws.snapshot()
+    hashed = hashes.counted()
+    hashes.open(root).snapshot()  # a new process: every record came through the log
+    assert hashed == []
+    assert sorted(_stored_table(root)) == ["a", "b", "c", "d"]
+
+
 def test_a_stat_log_cut_short_keeps_the_records_before_it(root: Path) -> None:
     age(write(root, "a", "a"))
     age(write(root, "b", "b"))
