@@ -328,7 +328,7 @@ class Rules:
     `ignore_checker` find nested repositories on disk.
     """
 
-    __slots__ = ("_all", "key", "levels", "root", "sources")
+    __slots__ = ("_all", "key", "levels", "outside", "root", "sources")
 
     def __init__(
         self,
@@ -345,13 +345,19 @@ class Rules:
         self.sources = sources
         """For rules from `base_rules`: what they were read from (see `Sources.unchanged`)."""
         self._all: Rules | None = None
+        self.outside: Rules | None = None
+        """For rules from `ignore_all`: the rules in force where the ignored directory is,
+        which a directory git tracks whole (a gitlink) inside it is entered under."""
 
     def ignore_all(self) -> Rules:
         """Rules that ignore every path: those inside an ignored directory (as git sees it)."""
+        if self.outside is not None:
+            return self  # already inside one
         if self._all is None:
             matcher = compile_ignore_file(b"*")
             assert matcher is not None
             self._all = Rules((Level(matcher),), self.root, self.key)
+            self._all.outside = self
         return self._all
 
     def child(self, dir_path: str, data: bytes) -> Rules:
@@ -500,7 +506,9 @@ def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
 
 
 def ignore_checker(
-    base: Rules, gitignore: Callable[[str], bytes | None]
+    base: Rules,
+    gitignore: Callable[[str], bytes | None],
+    whole: Callable[[str], bool] | None = None,
 ) -> Callable[[str, bool], bool]:
     """Returns `ignored(path, is_dir)` for a tree whose `.gitignore` files `gitignore` gives.
 
@@ -508,7 +516,9 @@ def ignore_checker(
     "" for the root), or None; it is asked once per directory, only about the
     directories above the paths asked about. Unlike `Rules.ignored`, the returned
     function may be asked about any path: it answers True for everything below an
-    ignored directory.
+    ignored directory, except below one that `whole` says was entered whole (git
+    tracks it as a gitlink): that one is entered as the scan enters it, under the
+    rules in force above the ignored directories it is in, and its own `.gitignore`.
     Nested repositories are the ones on disk now (a restore never touches `.git`).
     """
     rules_at: dict[str, Rules] = {}
@@ -520,17 +530,22 @@ def ignore_checker(
             if directory:
                 outer = rules_for(directory.rpartition("/")[0])
                 outer = repo_rules(outer, directory) or outer
-            data = gitignore(directory)
+            # git reads no .gitignore inside an ignored directory.
+            data = None if directory and is_ignored_dir(directory) else gitignore(directory)
             rules_at[directory] = outer.child(directory, data) if data else outer
         return rules_at[directory]
 
+    def is_ignored_dir(directory: str) -> bool:
+        if directory not in dir_ignored:
+            dir_ignored[directory] = ignored(directory, True) and not (
+                whole is not None and whole(directory)
+            )
+        return dir_ignored[directory]
+
     def ignored(path: str, is_dir: bool) -> bool:
         parent, _, _ = path.rpartition("/")
-        if parent:
-            if parent not in dir_ignored:
-                dir_ignored[parent] = ignored(parent, True)
-            if dir_ignored[parent]:
-                return True
+        if parent and is_ignored_dir(parent):
+            return True
         return rules_for(parent).ignored(path, is_dir=is_dir)
 
     return ignored

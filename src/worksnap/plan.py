@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from worksnap.errors import ConflictError, InputError, ObjectError
+from worksnap.ignore import Rules, ignore_checker
 from worksnap.manifest import Entry, Manifest, parse_time, tree_digest
 from worksnap.paths import Digest, ancestors, is_under
+from worksnap.sources import Tracked
 from worksnap.tree import Dir, Read
 from worksnap.treewalk import diff_trees, entry_of
 
@@ -364,8 +366,18 @@ Probe = Callable[[str], "tuple[int, int] | None"]
 """Returns a path's (size, newest of its mtime and ctime in ns) now, or None if it is gone."""
 
 
-def gitignores_of(target: Manifest, read: Callable[[str], bytes]) -> Callable[[str], bytes | None]:
-    """`ignore.ignore_checker`'s `gitignore` of a snapshot: its `.gitignore` files, when asked."""
+def target_ignores(
+    target: Manifest, rules: Rules, tracked: Tracked | None, read: Callable[[str], bytes]
+) -> Callable[[str, bool], bool]:
+    """`ignored(path, is_dir)` under the target's ignore rules (`plan_restore`'s, less exclusions).
+
+    The target's `.gitignore` files over the rules read now (`rules`), and git's index now
+    (`tracked`): a directory git tracks whole (a gitlink) that the target captured is
+    entered as the scan entered it, so the target holds everything that was in it and what
+    is there now and not in the target came since. What the target lists as ignored is
+    ignored (entered for git's files only when it was taken, such a directory's other
+    children are there).
+    """
     entries = target.entries
 
     def gitignore(directory: str) -> bytes | None:
@@ -376,7 +388,20 @@ def gitignores_of(target: Manifest, read: Callable[[str], bytes]) -> Callable[[s
             return None
         return read(entry.hash)
 
-    return gitignore
+    if tracked is None or not tracked.enters_any:
+        return ignore_checker(rules, gitignore)
+    dirs: frozenset[str] | None = None
+
+    def whole(directory: str) -> bool:
+        nonlocal dirs
+        if not tracked.enters_whole(directory):
+            return False
+        dirs = frozenset(target.dirs) if dirs is None else dirs
+        return directory in dirs
+
+    ignored = ignore_checker(rules, gitignore, whole)
+    listed = frozenset(target.ignored)
+    return lambda path, is_dir: path in listed or ignored(path, is_dir)
 
 
 def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unprotected]:

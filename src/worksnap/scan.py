@@ -572,12 +572,11 @@ def _push_subdirs(
         own = Anchor(os.open(path, _DIR_FLAGS, dir_fd=anchor.fd))
         anchor, prefix = own, ""
     inside = part.rules
-    outside: Rules | None = None
+    # Below an ignored directory: git's files only, and a gitlink's directory whole,
+    # under the rules in force where the ignored directory is.
+    whole = inside.outside or inside
     for rel, name, tracked_only in reversed(part.subdirs):
-        rules = inside
-        if tracked_only:
-            outside = outside or inside.ignore_all()
-            rules = outside
+        rules = inside.ignore_all() if tracked_only else whole
         anchor.users += 1
         pending.append(
             (

@@ -181,6 +181,11 @@ class Tracked:
         raw = fs_path(rel_dir)
         return raw in self._dirs or any(raw.startswith(d) for d in self._sparse)
 
+    @property
+    def enters_any(self) -> bool:
+        """True when git tracks some directory itself (see `enters_whole`)."""
+        return bool(self.gitlinks or self._sparse)
+
     def enters_whole(self, rel_dir: str) -> bool:
         """True when git tracks the directory itself, as a gitlink or in a sparse directory.
 

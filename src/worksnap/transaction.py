@@ -35,7 +35,6 @@ from worksnap.errors import (
 )
 from worksnap.exclusion import compile_rules
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, undo_target
-from worksnap.ignore import ignore_checker
 from worksnap.journal import DISCARD, Journal, pending, read_journal, refuse_preview
 from worksnap.lock import Locks
 from worksnap.manifest import Manifest
@@ -47,10 +46,10 @@ from worksnap.plan import (
     check_unchanged,
     destroys_unstored,
     differences_of,
-    gitignores_of,
     plan_restore,
     rollback_target,
     select_paths,
+    target_ignores,
     unprotected,
 )
 from worksnap.progress import Reporter
@@ -149,7 +148,8 @@ class Restorer:
     def _plan(
         self, current: Manifest, target: Manifest, selected: builtins.list[str] | None = None
     ) -> Plan:
-        ignored = ignore_checker(self._capture.rules(), gitignores_of(target, self._store.read))
+        rules = self._capture.rules()
+        ignored = target_ignores(target, rules, self._capture.tracked(rules), self._store.read)
         # Never touched: what the target's exclusions (paths that appeared since) or the
         # current ones (paths gone since) exclude; what exists and is excluded now was
         # never captured, so the planner leaves it alone already.

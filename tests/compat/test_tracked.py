@@ -191,3 +191,61 @@ def test_a_watched_workspace_sees_a_gitlink_become_a_file_entry(
     assert [e.path for e in after.entries] == []
     assert (set(), [b"xsub"]) == capture(top, tmp_path / "fresh-store")
     assert after.ignored == ["xsub"]
+
+
+def _gitlink(top: Path, path: str) -> None:
+    git(top, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},{path}")
+
+
+def test_a_gitlink_inside_an_ignored_directory_is_entered_whole_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`vendor/` is entered for git's files only; its gitlink `vendor/xsub` whole, as `xsub`."""
+    clean_git_env(monkeypatch, tmp_path / "home")
+    top = tmp_path / "tree"
+    top.mkdir()
+    git(top, "init", "-q")
+    (top / ".gitignore").write_text("xsub\nvendor/\n*.o\n")
+    for where in ("xsub", "vendor/xsub"):
+        (top / where / "deep").mkdir(parents=True)
+        (top / where / "inside.txt").write_text("in a submodule's place\n")
+        (top / where / "deep" / "b.o").write_text("ignored by the rules above it\n")
+        _gitlink(top, where)
+    (top / "vendor" / "other.txt").write_text("untracked in an ignored directory\n")
+    captured, ignored = capture(top, tmp_path / "store")
+    assert captured == {b".gitignore", b"xsub/inside.txt", b"vendor/xsub/inside.txt"}
+    assert {b"vendor/other.txt", b"xsub/deep/b.o", b"vendor/xsub/deep/b.o"} <= set(ignored)
+
+
+def test_a_restore_removes_what_was_added_in_a_gitlink_at_an_ignored_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The target captured the directory whole: a file not in it did not exist then."""
+    clean_git_env(monkeypatch, tmp_path / "home")
+    top = tmp_path / "tree"
+    top.mkdir()
+    git(top, "init", "-q")
+    (top / ".gitignore").write_text("x*\nvendor/\n")
+    for where in ("xsub", "vendor/xsub"):
+        (top / where).mkdir(parents=True)
+        (top / where / "inside.txt").write_text("v1\n")
+        _gitlink(top, where)
+    (top / "vendor" / "untracked.txt").write_text("ignored: never touched\n")
+    with Workspace(top, store=tmp_path / "store") as ws:
+        snap = ws.snapshot()
+        for where in ("xsub", "vendor/xsub"):
+            (top / where / "inside.txt").write_text("v2\n")
+            (top / where / "new.txt").write_text("added after the snapshot\n")
+            (top / where / "newdir").mkdir()
+            (top / where / "xtra").mkdir()  # ignored there too, by `x*`: never touched
+        (top / "vendor" / "later.txt").write_text("ignored, new: never touched\n")
+        ws.restore(snap.id)
+    assert capture(top, tmp_path / "fresh-store")[0] == {
+        b".gitignore",
+        b"xsub/inside.txt",
+        b"vendor/xsub/inside.txt",
+    }
+    for where in ("xsub", "vendor/xsub"):
+        assert (top / where / "inside.txt").read_text() == "v1\n"
+        assert sorted(os.listdir(top / where)) == ["inside.txt", "xtra"]
+    assert sorted(os.listdir(top / "vendor")) == ["later.txt", "untracked.txt", "xsub"]
