@@ -14,7 +14,7 @@ from worksnap.ignore import base_rules
 from worksnap.paths import Root
 from worksnap.scan import scan_tree
 from worksnap.scanparts import DirScan, differences
-from worksnap.sources import tracked_below
+from worksnap.sources import Tracked, tracked_below
 from worksnap.watch import Watcher
 
 
@@ -23,15 +23,17 @@ def audit_memory(
     watcher: Watcher,
     memory: dict[str, DirScan],
     key: bytes | None,
+    tracked_then: Tracked | None,
     *,
     max_file_bytes: int,
     check: Callable[[], None] | None,
 ) -> list[str]:
-    """Compares `memory` (made under rules of `key`) with a plain scan of `root` now.
+    """Compares `memory` with a plain scan of `root` now.
 
-    The plain scan uses no cache, no memory and no watcher, and reads the rules and
-    git's index afresh. Directories with events pending before or after it are left
-    out (they are read again at the next capture anyway).
+    `memory` was made under the rules of `key` and git's index `tracked_then`. The
+    plain scan uses no cache, no memory and no watcher, and reads the rules and git's
+    index afresh. Directories with events pending before or after it are left out, and
+    those where git's index changed since (the next capture reads them again anyway).
 
     Returns:
         One line per difference: the path, what differs, and the latest events seen
@@ -71,6 +73,9 @@ def audit_memory(
     if after.everything:
         return []
     after.merge(before)
+    after.note_index(tracked, tracked_then)
+    if after.everything:
+        return []
     missed: list[str] = []
     for rel_dir in sorted(memory.keys() | scanned):
         if rel_dir in after.dirs or _under_any(rel_dir, after.subtrees):

@@ -58,10 +58,6 @@ DEFAULT_MAX_FILE_BYTES = 2 << 20
 RACY_MARGIN_NS = 100_000_000
 """How much older than the scan a file's times must be for its digest to be cached (0.1 s)."""
 
-_MANY_TRACKED_CHANGES = 1000
-"""More paths than this tracked or untracked at once (a checkout): the next capture reads
-everything rather than each changed path's directories."""
-
 PREFETCH_AFTER = 64
 """Files hashed before the rest may be read ahead (a few changed files are not worth a thread)."""
 
@@ -439,24 +435,7 @@ class Capture:
         if rules.key != self._memory_key:
             changes.everything = True  # every ignore decision may differ
             return
-        if tracked is self._memory_tracked:
-            return
-        differing = (
-            tracked.changed_since(self._memory_tracked)
-            if tracked is not None
-            else self._memory_tracked.changed_since(None)
-            if self._memory_tracked is not None
-            else set()
-        )
-        if len(differing) > _MANY_TRACKED_CHANGES:
-            changes.everything = True
-            return
-        for raw in differing:
-            # Each directory on the way down decides again whether to enter the next.
-            path = wire_name(os.fsdecode(raw.rstrip(b"/")))
-            while path:
-                changes.touch(path, subtree=False)
-                path = path.rpartition("/")[0]
+        changes.note_index(tracked, self._memory_tracked)
 
     def audit(self, *, check: Callable[[], None] | None = None) -> list[str]:
         """Compares what the watcher vouches for with a plain scan of the tree now.
@@ -480,7 +459,7 @@ class Capture:
         if watcher is None or not self._memory:
             return []
         missed = audit_memory(
-            self._root, watcher, self._memory, self._memory_key,
+            self._root, watcher, self._memory, self._memory_key, self._memory_tracked,
             max_file_bytes=self.max_file_bytes, check=check,
         )  # fmt: skip
         if missed:

@@ -39,6 +39,7 @@ import sys
 import time
 
 from worksnap.paths import fs_path, wire_name
+from worksnap.sources import Tracked
 
 _IN_MODIFY = 0x002
 _IN_ATTRIB = 0x004
@@ -68,6 +69,10 @@ _IN_PLACE = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE
 _IN_WRITTEN = _IN_MODIFY | _IN_CLOSE_WRITE
 _SELF_GONE = _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT
 _CHILD_DIR_MOVED = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
+
+_MANY_TRACKED_CHANGES = 1000
+"""More paths than this tracked or untracked at once (a checkout): the next capture reads
+everything rather than each changed path's directories."""
 
 HISTORY = 4096
 """How many raw events are remembered, for the audit to say what a miss was preceded by."""
@@ -137,6 +142,31 @@ class Changes:
         if found is None:
             found = self.dirs[directory] = Events()
         return found
+
+    def note_index(self, tracked: Tracked | None, was: Tracked | None) -> None:
+        """Notes what git's index changed since `was`: each such path's directories decide again.
+
+        A path tracked or untracked since (`git add -f`, a gitlink made a file) changes
+        what is ignored with no event in the tree.
+        """
+        if tracked is was:
+            return
+        differing = (
+            tracked.changed_since(was)
+            if tracked is not None
+            else was.changed_since(None)
+            if was is not None
+            else set()
+        )
+        if len(differing) > _MANY_TRACKED_CHANGES:
+            self.everything = True
+            return
+        for raw in differing:
+            # Each directory on the way down decides again whether to enter the next.
+            path = wire_name(os.fsdecode(raw.rstrip(b"/")))
+            while path:
+                self.touch(path, subtree=False)
+                path = path.rpartition("/")[0]
 
     def touch(self, path: str, *, subtree: bool) -> None:
         """Notes that `path` changed (and, with `subtree`, everything below it)."""

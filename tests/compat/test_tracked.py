@@ -217,6 +217,33 @@ def test_a_gitlink_inside_an_ignored_directory_is_entered_whole_too(
     assert {b"vendor/other.txt", b"xsub/deep/b.o", b"vendor/xsub/deep/b.o"} <= set(ignored)
 
 
+def test_the_audit_is_not_fooled_by_a_change_to_gits_index_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`git add -f`, or a gitlink made a file entry: no file changed, nothing was missed."""
+    clean_git_env(monkeypatch, tmp_path / "home")
+    top = tmp_path / "tree"
+    top.mkdir()
+    git(top, "init", "-q")
+    (top / ".git" / "info" / "exclude").write_text("*.log\nx*\n")
+    (top / "a.log").write_text("ignored\n")
+    (top / "xsub").mkdir()
+    (top / "xsub" / "inside.txt").write_text("in a submodule's place\n")
+    _gitlink(top, "xsub")
+    with Workspace(top, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        assert ws.audit() == []
+        git(top, "add", "-f", "a.log")
+        assert ws.audit() == []
+        git(top, "update-index", "--force-remove", "xsub")
+        blob = git(top, "hash-object", "-w", "--stdin", stdin=b"").strip().decode()
+        git(top, "update-index", "--add", "--cacheinfo", f"100644,{blob},xsub")
+        assert ws.audit() == []
+        after = ws.snapshot()
+    assert {fs_path(e.path) for e in after.entries} == {b"a.log"}
+    assert after.ignored == ["xsub"]
+
+
 def test_a_restore_removes_what_was_added_in_a_gitlink_at_an_ignored_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
