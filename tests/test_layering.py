@@ -27,6 +27,7 @@ LEVELS: dict[str, int] = {
     "gitindex": 0,
     "storedir": 0,
     "packcodec": 0,
+    "objectindex": 0,
     # the remote's transports: bytes under keys, conditional writes; nothing of snapshots
     "remote": 0,
     "remote.transport": 0,

@@ -317,8 +317,17 @@ def test_an_index_or_cache_encoded_in_chunks_is_the_whole_encoding(count: int) -
     )
 
 
-def _columns(entries: list[tuple[str, Slot]]) -> tuple[list[str], list[Slot]]:
-    return [d for d, _ in entries], [s for _, s in entries]
+def _columns(
+    entries: list[tuple[str, Slot]],
+) -> tuple[list[str], list[int], list[int], dict[int, str]]:
+    """`entries` as the columns a `PackWriter` keeps."""
+    bases = {i: s.base for i, (_, s) in enumerate(entries) if s.base is not None}
+    return (
+        [d for d, _ in entries],
+        [s.stored for _, s in entries],
+        [s.raw for _, s in entries],
+        bases,
+    )
 
 
 def _offsets(entries: list[tuple[str, Slot]]) -> list[int]:

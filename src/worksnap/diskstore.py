@@ -26,6 +26,7 @@ from worksnap.fsio import file_state
 from worksnap.hash import SMALL
 from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.manifest import Summary
+from worksnap.objectindex import ObjectIndex, join_indexes, used_copy
 from worksnap.packcodec import (
     MAX_CHAIN,
     OpenPacks,
@@ -35,11 +36,9 @@ from worksnap.packcodec import (
     compress,
     decode_index,
     format_problem,
-    join_indexes,
     moved,
     rebuild,
     sound_chain,
-    used_copy,
 )
 from worksnap.paths import Digest, is_digest
 from worksnap.record import Record, decode_record, encode_record, summary_of
@@ -73,7 +72,7 @@ class DiskStore(FormatOneFiles):
         self.files = StoreDir(directory)
         self.paths: StorePaths = self.files.paths
         self.max_unpacked = max_unpacked
-        self._index: dict[str, Slot] | None = None
+        self._index: ObjectIndex | None = None
         self._damaged: dict[str, str] = {}
         self._writer: PackWriter | None = None
         self._recent = Recent()
@@ -151,7 +150,7 @@ class DiskStore(FormatOneFiles):
             raise ObjectError(digest, "not a digest")
         return self.paths.loose(digest)
 
-    def _load_index(self) -> dict[str, Slot]:
+    def _load_index(self) -> ObjectIndex:
         if self._index is None:
             data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
             if data is not None and (reason := format_problem(data)) is not None:
@@ -252,7 +251,8 @@ class DiskStore(FormatOneFiles):
         frame, used = compress(data, base_data)
         if self._writer is None:
             self._writer = PackWriter(self.files)
-        index[digest] = self._writer.append(digest, frame, len(data), base if used else None)
+        self._writer.append(digest, frame, len(data), base if used else None)
+        index.add(digest, self._writer)
         self._find.added(digest)
         if base is not None:  # a version of something: the next one may stand on it
             self._recent.put(digest, data)

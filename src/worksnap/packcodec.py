@@ -16,11 +16,11 @@ to back, index [[hex digest, offset, size], ...]) are read as they are.
 
 from __future__ import annotations
 
-import bisect
 import os
 import threading
+from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -134,25 +134,28 @@ def decode_index(data: bytes, pack_name: str) -> list[tuple[str, Slot]]:
     return out
 
 
-def encode_index(digests: list[str], slots: list[Slot]) -> list[bytes]:
+def encode_index(
+    digests: Sequence[str], stored: Sequence[int], raw: Sequence[int], bases: Mapping[int, str]
+) -> list[bytes]:
     """A version 2 index of these objects (all framed), in the order they were written.
 
-    Rows are made and encoded `CHUNK` at a time, and returned in those pieces (for
-    `StoreDir.write`): a cold pack of 200k objects would hold 30 MB of rows at once, and
-    its 8 MB index twice if joined.
+    Columns, as `PackWriter` keeps them: row i is `digests[i]`, `stored[i]`, `raw[i]` and
+    `bases.get(i)` (a digest or the hex prefix an index names a base by). Rows are made
+    and encoded `CHUNK` at a time, and returned in those pieces (for `StoreDir.write`): a
+    cold pack of 200k objects would hold 30 MB of rows at once, and its 8 MB index twice
+    if joined.
     """
+
+    def base_prefix(row: int) -> bytes | None:
+        base = bases.get(row)
+        return None if base is None else bytes.fromhex(base)[:BASE_PREFIX]
 
     def rows() -> Iterator[list[Any]]:
         for start in range(0, len(digests), CHUNK):
-            end = start + CHUNK
+            end = min(start + CHUNK, len(digests))
             yield [
-                (
-                    bytes.fromhex(d),
-                    s.stored,
-                    s.raw,
-                    None if s.base is None else bytes.fromhex(s.base)[:BASE_PREFIX],
-                )
-                for d, s in zip(digests[start:end], slots[start:end], strict=True)
+                (bytes.fromhex(digests[i]), stored[i], raw[i], base_prefix(i) if bases else None)
+                for i in range(start, end)
             ]
 
     head = _encoder.encode((PACK_TAG, PACK_VERSION, []))[:-1]  # less the empty list's header
@@ -267,52 +270,6 @@ def chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
     return out
 
 
-class Finder:
-    """Finds packed objects by digest, or by the prefix an index entry names its base by.
-
-    The digests are sorted once, when a prefix is first asked for (47k digests: 8 ms);
-    objects added after that are remembered beside them.
-    """
-
-    def __init__(self, index: dict[str, Slot]) -> None:
-        self._index = index
-        self._sorted: list[str] | None = None
-        self._added: dict[str, list[str]] = {}
-
-    def added(self, digest: str) -> None:
-        """Takes note of an object added to the index since it was loaded."""
-        if self._sorted is not None:
-            self._added.setdefault(digest[: 2 * BASE_PREFIX], []).append(digest)
-
-    def __call__(self, key: str) -> tuple[str, Slot] | None:
-        """(digest, slot) of the object `key` names; None if none is packed.
-
-        Raises:
-            ValueError: `key` is a prefix that names more than one packed object.
-        """
-        if len(key) != 2 * BASE_PREFIX:
-            slot = self._index.get(key)
-            return None if slot is None else (key, slot)
-        if self._sorted is None:
-            self._sorted = sorted(self._index)
-        found = set(self._added.get(key, ()))
-        at = bisect.bisect_left(self._sorted, key)
-        while at < len(self._sorted) and self._sorted[at].startswith(key):
-            found.add(self._sorted[at])
-            at += 1
-        if len(found) > 1:
-            raise ValueError(f"its base prefix {key} names more than one object")
-        return (digest := found.pop(), self._index[digest]) if found else None
-
-    def base_of(self, slot: Slot) -> str | None:
-        """The digest of the base `slot` names (None: it has none, or none can be found)."""
-        try:
-            found = self(slot.base) if slot.base is not None else None
-        except ValueError:
-            return None
-        return None if found is None else found[0]
-
-
 def rebuild(
     digest: str,
     lookup: Lookup,
@@ -358,51 +315,6 @@ def sound_chain(digest: str, lookup: Lookup) -> list[tuple[str, Slot]]:
         return chain(digest, lookup)
     except ValueError:
         return []
-
-
-def join_indexes(
-    indexes: Iterable[list[tuple[str, Slot]]], *, prune: bool = False
-) -> tuple[dict[str, Slot], Finder]:
-    """The packs' indexes as one, and its Finder; of an object's twins, one that reads.
-
-    Snapshots side by side may store one object twice, each against its own base, and
-    a sweep killed part-way leaves an old copy whose base it already removed beside the
-    copy it wrote alone: the index keeps the last copy whose chain is whole.
-
-    `prune` (a pack index is damaged): objects whose chain is not whole are left out,
-    so that a snapshot stores again what is on disk instead of naming them.
-    """
-    index: dict[str, Slot] = {}
-    twins: dict[str, list[Slot]] = {}
-    for records in indexes:
-        for digest, slot in records:
-            if digest in index:
-                twins.setdefault(digest, [index[digest]]).append(slot)
-            index[digest] = slot
-    find = Finder(index)
-    for _ in range(2):  # a twin's chain may go through another twin
-        for digest, slots in twins.items():
-            for slot in reversed(slots):
-                index[digest] = slot
-                if sound_chain(digest, find):
-                    break
-            else:
-                index[digest] = slots[-1]
-    if prune:
-        for digest in [d for d in index if not sound_chain(d, find)]:
-            del index[digest]
-        find = Finder(index)
-    return index, find
-
-
-def used_copy(index: dict[str, Slot], digest: str, slot: Slot) -> bool:
-    """True when `slot` is the copy of `digest` that `index` reads.
-
-    Its base may be named by a whole digest in memory, by a prefix on disk: the place
-    says which copy.
-    """
-    found = index.get(digest)
-    return found is not None and (found.pack, found.offset) == (slot.pack, slot.offset)
 
 
 def moved(stored: bytes, slot: Slot, alone: bytes | None) -> tuple[bytes, int, str | None]:
@@ -490,6 +402,11 @@ class PackWriter:
     `write` per object cost a third of a cold snapshot. The pack stays locked
     (`StoreDir.create`) until its index is published, so a sweep by another
     process never takes it for the leftover of a writer that died.
+
+    Its objects are rows of columns, not a `Slot` each: a Slot and its three ints cost
+    about 190 bytes an object (45 MB for a cold snapshot of 200k files, with the lists);
+    a row costs 24 (the digest is the one the store's index holds). `slot` makes the
+    Slot of a row when one is asked for, which is rare for a pack being written.
     """
 
     _BUFFER = 1 << 20
@@ -500,20 +417,48 @@ class PackWriter:
         self.fd = store.create(self.path)
         self.offset = 0
         self.pending = bytearray()
-        # Two lists, not one of pairs: a pair costs 64 bytes an object (12 MB at 200k).
         self.digests: list[str] = []
-        self.slots: list[Slot] = []
+        self.offsets = array("Q")  # a pack may pass 4 GiB
+        self.stored = array("I")  # a frame takes at most MAX_FRAME
+        self.raw = array("I")  # a packed object is under SMALL
+        self.bases: dict[int, str] = {}  # by row: few objects of a snapshot have a base
+        self._rows: dict[str, int] = {}  # digest -> row, made on the first `slot_of`
+        self._rows_known = 0  # how many rows `_rows` holds
 
-    def append(self, digest: str, frame: bytes, raw: int, base: str | None) -> Slot:
-        """Appends one object's frame; returns where it is."""
-        slot = Slot(self.name, self.offset, len(frame), raw, base, framed=True)
+    def append(self, digest: str, frame: bytes, raw: int, base: str | None) -> int:
+        """Appends one object's frame; returns its row (see `slot`)."""
+        row = len(self.digests)
         self.pending += frame
         self.digests.append(digest)
-        self.slots.append(slot)
+        self.offsets.append(self.offset)
+        self.stored.append(len(frame))
+        self.raw.append(raw)
+        if base is not None:
+            self.bases[row] = base
         self.offset += len(frame)
         if len(self.pending) >= self._BUFFER:
             self.drain()
-        return slot
+        return row
+
+    def slot(self, row: int) -> Slot:
+        """Where the object of `row` is."""
+        return Slot(
+            self.name, self.offsets[row], self.stored[row], self.raw[row], self.bases.get(row), True
+        )
+
+    def slot_of(self, digest: str) -> Slot:
+        """Where the object `digest` is (the last row of it).
+
+        Raises:
+            KeyError: this writer did not append it.
+        """
+        known, count = self._rows_known, len(self.digests)
+        if known < count:
+            # The rows appended since the last lookup. Safe for two readers at once
+            # (the daemon's read-only commands): both add the same rows, counted after.
+            self._rows.update(zip(self.digests[known:count], range(known, count), strict=True))
+            self._rows_known = count
+        return self.slot(self._rows[digest])
 
     def drain(self) -> None:
         """Writes the gathered objects to the pack file."""
@@ -525,4 +470,4 @@ class PackWriter:
 
     def index(self) -> list[bytes]:
         """The pack's index in pieces, to be published once the pack is durable."""
-        return encode_index(self.digests, self.slots)
+        return encode_index(self.digests, self.stored, self.raw, self.bases)
