@@ -14,6 +14,7 @@ import zstandard
 from tests.conftest import ZSTD_MAGIC, cli_json, unpacked, write
 from tests.legacy import downgrade
 from worksnap import Workspace, packcodec
+from worksnap.caches import Listing, Listings, load_listings, save_listings
 from worksnap.cli import main
 from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError
@@ -29,6 +30,7 @@ from worksnap.packcodec import (
     decode_index,
     encode_index,
 )
+from worksnap.storedir import StoreDir
 
 
 def test_objects_stored_once_and_read_back_across_instances(tmp_path: Path) -> None:
@@ -291,7 +293,9 @@ def test_a_large_object_changed_by_one_line_is_stored_as_a_small_delta(tmp_path:
 
 
 @pytest.mark.parametrize("count", [0, 1, 15, 16, CHUNK - 1, CHUNK, CHUNK + 1, 70_000])
-def test_an_index_or_cache_encoded_in_chunks_is_the_whole_encoding(count: int) -> None:
+def test_an_index_or_cache_encoded_in_chunks_is_the_whole_encoding(
+    count: int, tmp_path: Path
+) -> None:
     """The pieces `frames.msgpack_map`/`msgpack_array` yield join to what one encode gives."""
     encoder = msgspec.msgpack.Encoder()
     table = {f"d/{i}": ((i, 2, 3, 4, 0o100644), f"{i:064x}") for i in range(count)}
@@ -311,10 +315,29 @@ def test_an_index_or_cache_encoded_in_chunks_is_the_whole_encoding(count: int) -
         (d, s._replace(offset=at, base=s.base and s.base[: 2 * BASE_PREFIX]))
         for (d, s), at in zip(entries, _offsets(entries), strict=True)
     ]
-    packed = pack_pieces(lambda: msgpack_map(encoder, table))
-    assert msgspec.msgpack.decode(unpack(b"".join(packed))) == msgspec.msgpack.decode(
-        encoder.encode(table)
+    packed = b"".join(pack_pieces(lambda: msgpack_map(encoder, table)))
+    assert unpack(packed) == encoder.encode(table)
+    # The listing cache, a struct whose last field is the map: its pieces too.
+    listings = Listings(b"key", {f"d/{i}": Listing((i, 2, 3, 4), None, [("f", "f")], False)
+                                 for i in range(count)})  # fmt: skip
+    store = StoreDir(str(tmp_path))
+    save_listings(store, "/root", listings)
+    assert unpack(store.read(store.paths.listing_cache, limit=1 << 30)) == encoder.encode(
+        ("/root", listings)
     )
+    assert load_listings(store, "/root") == listings
+
+
+def test_a_cache_whose_pieces_fail_leaves_the_file_it_replaces(tmp_path: Path) -> None:
+    """The frame is written as it is made: a second pass that differs fails the write."""
+    store = StoreDir(str(tmp_path))
+    store.write(store.paths.listing_cache, b"old")
+    for second in ([b"a", b"bc"], [b"a"]):  # longer, shorter
+        passes = iter([[b"a", b"b"], second])
+        with pytest.raises(ValueError, match="pieces changed"):
+            store.write(store.paths.listing_cache, pack_pieces(passes.__next__))
+        assert store.read(store.paths.listing_cache, limit=16) == b"old"
+        assert os.listdir(tmp_path / "cache") == ["dirs"]  # no temp file left
 
 
 def _columns(

@@ -174,9 +174,9 @@ def save_stat_table(store: StoreDir, root: str, table: StatTable) -> int:
     """
     head = _encoder.encode((root, {}))[:-1]  # less the empty map's header
     data = pack_pieces(lambda: itertools.chain([head], msgpack_map(_encoder, table)))
-    store.write(store.paths.stat_cache, data, durable=False)
+    written = store.write(store.paths.stat_cache, data, durable=False)
     store.unlink(store.paths.stat_cache_log)
-    return sum(map(len, data))
+    return written
 
 
 _LoggedChanges = dict[str, tuple[FileState, bytes]]
@@ -215,8 +215,13 @@ def load_listings(store: StoreDir, root: str) -> Listings:
 
 
 def save_listings(store: StoreDir, root: str, listings: Listings) -> None:
-    """Stores the per-directory scan cache; losing it only costs a full scan."""
-    store.write(store.paths.listing_cache, pack(_encoder.encode((root, listings))), durable=False)
+    """Stores the per-directory scan cache; losing it only costs a full scan.
+
+    Encoded and compressed a piece at a time, as the stat cache is.
+    """
+    head = _encoder.encode((root, Listings(listings.base)))[:-1]  # less `dirs`' empty map
+    data = pack_pieces(lambda: itertools.chain([head], msgpack_map(_encoder, listings.dirs)))
+    store.write(store.paths.listing_cache, data, durable=False)
 
 
 _TreeFile = tuple[int, str, TreeTable]

@@ -28,7 +28,7 @@ import fcntl
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from worksnap.errors import InputError, StoreError
 from worksnap.layout import TEMP_MARK, StorePaths
@@ -318,19 +318,25 @@ class StoreDir:
 
     # -- writing -----------------------------------------------------------------
 
-    def write(self, path: str, data: bytes | list[bytes], *, durable: bool = True) -> None:
+    def write(self, path: str, data: bytes | Iterable[bytes], *, durable: bool = True) -> int:
         """Replaces a store file with `data` so that readers see the old or the new bytes.
 
         Args:
             path: the store file.
-            data: its new content, or that in pieces (written one after the other).
+            data: its new content, or that in pieces (written one after the other, as
+                they come: an iterator's failure leaves the old file as it was).
             durable: fsync the file and its folder (off only for what may be lost:
                 caches, the lock note).
+
+        Returns:
+            How many bytes were written.
         """
+        written = 0
         with self._parent(path, create=True) as (parent, name):
             tmp, fd = self._new_temp(parent, name)
             try:
                 for piece in [data] if isinstance(data, bytes) else data:
+                    written += len(piece)
                     view = memoryview(piece)
                     while view:
                         view = view[os.write(fd, view) :]
@@ -345,6 +351,7 @@ class StoreDir:
                 os.close(fd)  # after the rename: the temp file is locked until it is gone
             if durable:
                 os.fsync(parent)
+        return written
 
     def _new_temp(self, parent: int, name: str) -> tuple[str, int]:
         """Creates and locks a temp file beside `name`; returns its name and descriptor."""
