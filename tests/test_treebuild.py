@@ -25,6 +25,8 @@ from tests.conftest import write
 from tests.watchops import Ops
 from worksnap import Workspace, frames
 from worksnap.config import Retention
+from worksnap.errors import ObjectError
+from worksnap.hash import hash_bytes
 from worksnap.layout import StorePaths
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
@@ -190,7 +192,8 @@ def test_equal_to_from_flat_on_what_no_tree_holds() -> None:
     assert fast[1].ignored == ["d/f", "gone/x"] and fast[1].large == ["nowhere/big"]
 
 
-def test_a_directory_is_encoded_again_when_one_of_its_objects_is_gone() -> None:
+@pytest.mark.parametrize("keep", [True, False], ids=["children", "digests"])
+def test_a_directory_is_encoded_again_when_one_of_its_objects_is_gone(keep: bool) -> None:
     objects: dict[str, bytes] = {}
     children: list[Child] = [File(name=f"f{i:04d}", mode=0o644, size=i, digest=bytes(32))
                              for i in range(400)]  # fmt: skip
@@ -199,7 +202,7 @@ def test_a_directory_is_encoded_again_when_one_of_its_objects_is_gone() -> None:
                        size=c.size) for c in children if isinstance(c, File)],
         dirs=["d"], ignored=[], large=[], excluded=[],
     )  # fmt: skip
-    memo = TreeMemo()
+    memo = TreeMemo(children=keep)
     first = memo.build(flat, objects.__setitem__, stored=objects.keys())
     assert memo.encoded == 2 and len(objects) > 3  # the root, and `d` split into parts
     second = memo.build(flat, objects.__setitem__, stored=objects.keys())
@@ -208,3 +211,29 @@ def test_a_directory_is_encoded_again_when_one_of_its_objects_is_gone() -> None:
     del objects[part]  # swept (a gc killed part-way could leave the index alone)
     third = memo.build(flat, objects.__setitem__, stored=objects.keys())
     assert third == first and memo.encoded == 1 and part in objects
+
+
+def test_without_children_the_memo_reads_a_files_previous_digest_from_the_store() -> None:
+    """`previous` (a changed file's compression base) answers alike either way."""
+    objects: dict[str, bytes] = {}
+    paths = [f"d/f{i:04d}" for i in range(400)] + ["top.txt", "e/x"]  # `d` split into parts
+    flat = Flat(
+        entries=[Entry(path=p, type="file", mode=0o644, hash=hash_bytes(p.encode()), size=1)
+                 for p in sorted(paths)],
+        dirs=["d", "e"], ignored=[], large=[], excluded=[],
+    )  # fmt: skip
+    kept, digests = TreeMemo(children=True), TreeMemo(children=False)
+    kept.build(flat, objects.__setitem__, stored=objects.keys())
+    digests.build(flat, objects.__setitem__, stored=objects.keys())
+    read = objects.__getitem__
+    for rel in [*paths, "d/new", "nowhere/x"]:
+        expected = hash_bytes(rel.encode()) if rel in paths else None
+        assert kept.previous(rel) == digests.previous(rel, read) == expected, rel
+    assert TreeMemo(children=False).previous("top.txt", read) is None  # nothing built
+    unread = TreeMemo(children=False)
+    unread.build(flat, _discard, stored=None)  # a preview: its trees were never stored
+    assert unread.previous("d/f0001", _missing) is None
+
+
+def _missing(digest: str) -> bytes:
+    raise ObjectError(digest, "missing from the store")

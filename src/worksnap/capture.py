@@ -163,7 +163,9 @@ class Capture:
         self._kept: dict[str, Kept] = {}  # per directory: its files' entries, as last made
         self._last_capture: Manifest | None = None
         self._last_stored = False
-        self.trees = CaptureTrees(store, caches)  # the root tree as stored (undo compares)
+        # The root tree as stored (undo compares). Each directory's children are kept
+        # only for a watcher, which takes a clean directory's whole.
+        self.trees = CaptureTrees(store, caches, children=watcher is not None)
         self._last_cap = max_file_bytes
 
     @property
