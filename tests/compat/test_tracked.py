@@ -55,6 +55,30 @@ def _on_disk(top: Path, path: bytes) -> bool:
     return os.path.islink(full) or os.path.isfile(full)
 
 
+def _repo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, exclude: str = "", gitignore: str = ""
+) -> Path:
+    """A new repository at `tmp_path/tree` with these rules, in a clean git environment."""
+    clean_git_env(monkeypatch, tmp_path / "home")
+    top = tmp_path / "tree"
+    top.mkdir()
+    git(top, "init", "-q")
+    if exclude:
+        (top / ".git" / "info" / "exclude").write_text(exclude)
+    if gitignore:
+        (top / ".gitignore").write_text(gitignore)
+    return top
+
+
+def _tracked_file_now_a_directory(top: Path) -> None:
+    """`x y` tracked as a file (`git add -f`), now a directory holding `docs/a.txt`."""
+    (top / "x y").write_text("a file, tracked\n")
+    git(top, "add", "-f", "--", "x y")
+    (top / "x y").unlink()
+    (top / "x y" / "docs").mkdir(parents=True)
+    (top / "x y" / "docs" / "a.txt").write_text("ignored by git\n")
+
+
 @pytest.mark.parametrize("seed", range(TREES))
 def test_tracked_files_in_ignored_places(
     seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -110,16 +134,8 @@ def test_a_listing_made_outside_tracked_only_mode_is_not_taken_inside_it(
     drops that entry (entered for tracked files only). The listing cached the first time
     said `docs` was a directory to capture: taken again, it captured what git ignores.
     """
-    clean_git_env(monkeypatch, tmp_path / "home")
-    top = tmp_path / "tree"
-    top.mkdir()
-    git(top, "init", "-q")
-    (top / ".git" / "info" / "exclude").write_text("x*\n")
-    (top / "x y").write_text("a file, tracked\n")
-    git(top, "add", "-f", "--", "x y")
-    (top / "x y").unlink()
-    (top / "x y" / "docs").mkdir(parents=True)
-    (top / "x y" / "docs" / "a.txt").write_text("ignored by git\n")
+    top = _repo(tmp_path, monkeypatch, exclude="x*\n")
+    _tracked_file_now_a_directory(top)
     (top / "x y" / "keep").mkdir()
     (top / "x y" / "keep" / "t.txt").write_text("to be tracked\n")
     time.sleep(0.05)  # older than the racy margin below: listings are cached
@@ -147,16 +163,8 @@ def test_a_path_tracked_as_a_file_that_is_now_an_ignored_directory_stays_ignored
     git sees the file deleted and the directory ignored, contents and all: a gitlink
     (a submodule's entry) is the only tracked path git enters as a directory.
     """
-    clean_git_env(monkeypatch, tmp_path / "home")
-    top = tmp_path / "tree"
-    top.mkdir()
-    git(top, "init", "-q")
-    (top / ".git" / "info" / "exclude").write_text("x*\n")
-    (top / "x y").write_text("a file, tracked\n")
-    git(top, "add", "-f", "--", "x y")
-    (top / "x y").unlink()
-    (top / "x y" / "docs").mkdir(parents=True)
-    (top / "x y" / "docs" / "a.txt").write_text("ignored by git\n")
+    top = _repo(tmp_path, monkeypatch, exclude="x*\n")
+    _tracked_file_now_a_directory(top)
     (top / "kept.txt").write_text("untracked, not ignored\n")
     # A gitlink at an ignored path: its directory is entered, as before.
     (top / "xsub").mkdir()
@@ -174,11 +182,7 @@ def test_a_watched_workspace_sees_a_gitlink_become_a_file_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same path set, one entry's mode changed: the ignored directory is decided again."""
-    clean_git_env(monkeypatch, tmp_path / "home")
-    top = tmp_path / "tree"
-    top.mkdir()
-    git(top, "init", "-q")
-    (top / ".git" / "info" / "exclude").write_text("x*\n")
+    top = _repo(tmp_path, monkeypatch, exclude="x*\n")
     (top / "xsub").mkdir()
     (top / "xsub" / "inside.txt").write_text("in a submodule's place\n")
     git(top, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},xsub")
@@ -201,11 +205,7 @@ def test_a_gitlink_inside_an_ignored_directory_is_entered_whole_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`vendor/` is entered for git's files only; its gitlink `vendor/xsub` whole, as `xsub`."""
-    clean_git_env(monkeypatch, tmp_path / "home")
-    top = tmp_path / "tree"
-    top.mkdir()
-    git(top, "init", "-q")
-    (top / ".gitignore").write_text("xsub\nvendor/\n*.o\n")
+    top = _repo(tmp_path, monkeypatch, gitignore="xsub\nvendor/\n*.o\n")
     for where in ("xsub", "vendor/xsub"):
         (top / where / "deep").mkdir(parents=True)
         (top / where / "inside.txt").write_text("in a submodule's place\n")
@@ -221,11 +221,7 @@ def test_the_audit_is_not_fooled_by_a_change_to_gits_index_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`git add -f`, or a gitlink made a file entry: no file changed, nothing was missed."""
-    clean_git_env(monkeypatch, tmp_path / "home")
-    top = tmp_path / "tree"
-    top.mkdir()
-    git(top, "init", "-q")
-    (top / ".git" / "info" / "exclude").write_text("*.log\nx*\n")
+    top = _repo(tmp_path, monkeypatch, exclude="*.log\nx*\n")
     (top / "a.log").write_text("ignored\n")
     (top / "xsub").mkdir()
     (top / "xsub" / "inside.txt").write_text("in a submodule's place\n")
@@ -248,11 +244,7 @@ def test_a_restore_removes_what_was_added_in_a_gitlink_at_an_ignored_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The target captured the directory whole: a file not in it did not exist then."""
-    clean_git_env(monkeypatch, tmp_path / "home")
-    top = tmp_path / "tree"
-    top.mkdir()
-    git(top, "init", "-q")
-    (top / ".gitignore").write_text("x*\nvendor/\n")
+    top = _repo(tmp_path, monkeypatch, gitignore="x*\nvendor/\n")
     for where in ("xsub", "vendor/xsub"):
         (top / where).mkdir(parents=True)
         (top / where / "inside.txt").write_text("v1\n")
