@@ -70,8 +70,6 @@ def audit_memory(
         each=compare,
     )
     after = watcher.peek()
-    if after.everything:
-        return []
     after.merge(before)
     after.note_index(tracked, tracked_then)
     if after.everything:
