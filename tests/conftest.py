@@ -15,6 +15,7 @@ import zstandard
 from worksnap.hash import read_file
 from worksnap.paths import Digest
 from worksnap.scan import Scan, WalkStats, scan_tree
+from worksnap.tree import Split
 from worksnap.workspace import Seams, Workspace
 
 # Tests must not see the developer's git configuration or store override.
@@ -91,6 +92,14 @@ def root(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
     path.mkdir()
     return path
+
+
+SMALL_SPLIT = Split(over=4096, part_max=8192, mask=0xF)
+"""Splits directories over 4 KiB into parts of about 16 children (1 name in 16 ends one),
+so a test of a few hundred files reaches parts and index levels. The split is the
+writer's choice alone: readers, walks and comparisons take any valid split
+(docs/format.md), and tests/test_tree.py covers the real one with directories of tens
+of thousands of entries."""
 
 
 # -- seams: see what a workspace does, without patching worksnap --------------

@@ -62,7 +62,7 @@ def test_the_memo_builds_what_from_flat_builds_after_every_step(
     for rel in ("src/main.py", "src/lib/util.py", "docs/a.log", "keep.log", "build/b.o"):
         write(root, rel, os.urandom(rnd.randint(0, 200)))
     write(root, ".gitignore", "*.log\n!keep.log\nbuild/\n")
-    for i in range(300):  # one directory large enough to be split into parts
+    for i in range(1000):  # one directory large enough to be split into parts
         write(root, f"big/file-{i:04d}.txt", f"{i}\n")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -141,7 +141,7 @@ def test_a_new_process_with_the_tree_cache_builds_what_from_flat_builds(tmp_path
     for rel in ("src/main.py", "src/lib/util.py", "docs/a.log", "keep.log", "build/b.o"):
         write(root, rel, os.urandom(rnd.randint(0, 200)))
     write(root, ".gitignore", "*.log\n!keep.log\nbuild/\n")
-    for i in range(300):  # one directory large enough to be split into parts
+    for i in range(1000):  # one directory large enough to be split into parts
         write(root, f"big/file-{i:04d}.txt", f"{i}\n")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -196,7 +196,7 @@ def test_equal_to_from_flat_on_what_no_tree_holds() -> None:
 def test_a_directory_is_encoded_again_when_one_of_its_objects_is_gone(keep: bool) -> None:
     objects: dict[str, bytes] = {}
     children: list[Child] = [File(name=f"f{i:04d}", mode=0o644, size=i, digest=bytes(32))
-                             for i in range(400)]  # fmt: skip
+                             for i in range(1500)]  # fmt: skip
     flat = Flat(
         entries=[Entry(path=f"d/{c.name}", type="file", mode=0o644, hash="00" * 32,
                        size=c.size) for c in children if isinstance(c, File)],
@@ -216,7 +216,7 @@ def test_a_directory_is_encoded_again_when_one_of_its_objects_is_gone(keep: bool
 def test_without_children_the_memo_reads_a_files_previous_digest_from_the_store() -> None:
     """`previous` (a changed file's compression base) answers alike either way."""
     objects: dict[str, bytes] = {}
-    paths = [f"d/f{i:04d}" for i in range(400)] + ["top.txt", "e/x"]  # `d` split into parts
+    paths = [f"d/f{i:04d}" for i in range(1500)] + ["top.txt", "e/x"]  # `d` split into parts
     flat = Flat(
         entries=[Entry(path=p, type="file", mode=0o644, hash=hash_bytes(p.encode()), size=1)
                  for p in sorted(paths)],

@@ -39,27 +39,50 @@ FORMAT = 2
 MAX_OBJECT = 1 << 20
 """No tree object is larger (1 MiB). What worksnap writes stays under `PART_MAX` plus one
 child (a child holds at most a 255-byte name and a 4 KiB link target, 3x as escapes), so
-about 22 KiB; a larger object is refused before it is decoded."""
+about 78 KiB; a larger object is refused before it is decoded."""
 
-SPLIT_BYTES = 4096
-"""A directory whose children encode to more than this is split into parts (when the cut
-finds at least two): one change then rewrites about 2 KiB per level instead of the whole
-listing. At 8 KiB, 5 files changed in the 5 directories just under it added up to 46 KB
-on the 47k-file tree; at 4 KiB, 31 KB, for 2.5% more objects (benchmarks/tree_costs.py)."""
+SPLIT_BYTES = 32768
+"""A directory whose children encode to more than this (about 500 children) is split into
+parts (when the cut finds at least two): one change then rewrites one part of about 8 KiB
+per level instead of the whole listing. Packs store a changed tree as a delta against its
+previous version, so a rewritten part costs tens of bytes whatever its size, and what a
+change adds is mostly a fixed cost per object (an index row of about 57 bytes and a zstd
+frame). Issue 13's 200-step session on the 47k-file tree grew the store by 880,598 bytes
+with directories split over 4 KiB into parts of about 2 KiB, and by 739,857 split over
+32 KiB into parts of about 9 KiB (git after `git gc`: 686 KB; benchmarks/trees_vs_git.py,
+docs/performance.md)."""
 
-PART_MIN = 1024
-"""A part (or index node) is not cut before it holds this many bytes of children."""
+PART_MAX = 65536
+"""A part (or index node) never grows past this many bytes of children (unless one child
+alone is bigger)."""
 
-PART_MAX = 8192
-"""Nor does it grow past this many (unless one child alone is bigger)."""
+BOUNDARY_MASK = 0x7F
+"""A part ends after a name whose hash has these bits clear (1 in 128) once it holds two
+children: parts average about 128 children (8 KiB of 64-byte children). There is no
+minimum size, so whether a part ends after a name depends on that name (and, rarely, the
+one before it), not on where the part began: adding or removing a name rewrites its own
+part, or two when that name ends one, and every other cut stays where it was."""
 
-BOUNDARY_MASK = 0xF
-"""Past `PART_MIN`, a part ends after a name whose hash has these bits clear (1 in 16):
-parts average about 2 KiB of children (1 KiB + 16 children of about 64 bytes)."""
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Where a writer cuts a large directory (the three settings above).
+
+    The cut is the writer's choice alone: readers and walks take any valid split. Tests
+    pass a smaller one so that a few hundred files reach parts and index levels.
+    """
+
+    over: int = SPLIT_BYTES
+    part_max: int = PART_MAX
+    mask: int = BOUNDARY_MASK
+
+
+SPLIT = Split()
 
 MAX_LEVELS = 32
-"""Index levels of one directory. Every level at least halves the node count (a node of
-`PART_MIN` bytes holds two entries of the longest name), so 32 is never reached."""
+"""Index levels of one directory. Every level at least halves the node count (an index
+node holds at least two spans: a span, at most a 765-byte name and a digest, is far
+smaller than `PART_MAX`), so 32 is never reached."""
 
 Read = Callable[[Digest], bytes]
 """Returns an object's bytes (the store's `read`)."""
@@ -346,7 +369,7 @@ def _encodable(text: str) -> bool:
 # -- splitting ----------------------------------------------------------------
 
 
-def _boundary(name: str, level: int) -> bool:
+def _boundary(name: str, level: int, mask: int = BOUNDARY_MASK) -> bool:
     """True when a node may end after `name`: a hash of the name hits the mask.
 
     BLAKE3 of the name's UTF-8 bytes (behind one byte `level` above level 0, so each
@@ -357,31 +380,31 @@ def _boundary(name: str, level: int) -> bool:
     data = name.encode("utf-8")
     if level:
         data = bytes((level,)) + data
-    return blake3(data).digest(1)[0] & BOUNDARY_MASK == 0
+    return blake3(data).digest(1)[0] & mask == 0
 
 
-def cut(names: Sequence[str], sizes: Sequence[int], level: int) -> list[int]:
+def cut(names: Sequence[str], sizes: Sequence[int], level: int, split: Split = SPLIT) -> list[int]:
     """Returns where a run of children (level 0) or spans (level n) is cut into nodes.
 
-    Content-defined: a node ends after a name whose hash hits the mask once it holds
-    `PART_MIN` bytes, or before the item that would take it past `PART_MAX`. A cut
-    depends only on the names and sizes since the previous cut, so an edit moves the
-    cuts of its own node at most, and the ones after it fall back into place.
+    Content-defined: a node ends after a name whose hash hits the mask once it holds two
+    items, or before the item that would take it past `split.part_max`. No minimum size: an
+    edit moves the cuts of its own node at most, and every other cut stays.
 
     Returns:
         The end index of each node, the last one `len(names)`.
     """
     ends: list[int] = []
-    held = 0
+    held = count = 0
     for i, size in enumerate(sizes):
-        if held and held + size > PART_MAX:
+        if count and held + size > split.part_max:
             ends.append(i)
-            held = 0
+            held = count = 0
         held += size
-        if held >= PART_MIN and _boundary(names[i], level):
+        count += 1
+        if count >= 2 and _boundary(names[i], level, split.mask):
             ends.append(i + 1)
-            held = 0
-    if held:
+            held = count = 0
+    if count:
         ends.append(len(sizes))
     return ends
 
@@ -397,12 +420,15 @@ class Encoded:
     objects: list[tuple[Digest, bytes]]
 
 
-def encode_directory(children: list[Child], source: str = "new tree") -> Encoded:
+def encode_directory(
+    children: list[Child], source: str = "new tree", split: Split = SPLIT
+) -> Encoded:
     """Encodes one directory, split into parts under an index when it is large.
 
     Args:
         children: every child, sorted by name (checked: a bad one is refused).
         source: names the directory in errors.
+        split: where to cut it when it is large.
 
     Raises:
         ManifestError: a child is unsorted, repeated, badly named or holds a bad value.
@@ -410,10 +436,10 @@ def encode_directory(children: list[Child], source: str = "new tree") -> Encoded
     check_children(children, source)
     data = encode_node(Tree(version=FORMAT, children=children))
     digest = node_digest(data)
-    if len(data) <= SPLIT_BYTES or len(children) < 2:
+    if len(data) <= split.over or len(children) < 2:
         return Encoded(digest, [(digest, data)])
     names = [c.name for c in children]
-    ends = cut(names, [len(_encoder.encode(c)) for c in children], 0)
+    ends = cut(names, [len(_encoder.encode(c)) for c in children], 0, split)
     if len(ends) == 1:
         return Encoded(digest, [(digest, data)])  # no place to cut: one part would be all
     objects: list[tuple[Digest, bytes]] = []
@@ -421,7 +447,8 @@ def encode_directory(children: list[Child], source: str = "new tree") -> Encoded
     level = 1
     while True:
         # Spans are cut like children, with the hash salted by level (independent cuts).
-        ends = cut([s.first for s in spans], [len(_encoder.encode(s)) for s in spans], level)
+        sizes = [len(_encoder.encode(s)) for s in spans]
+        ends = cut([s.first for s in spans], sizes, level, split)
         if len(ends) == 1:
             top = encode_node(Index(version=FORMAT, level=level, spans=spans))
             objects.append((node_digest(top), top))
@@ -475,10 +502,12 @@ class Builder:
 
     Args:
         write: stores one object (`write(digest, data)`; one already stored is skipped).
+        split: where a large directory is cut.
     """
 
-    def __init__(self, write: Write) -> None:
+    def __init__(self, write: Write, split: Split = SPLIT) -> None:
         self._write = write
+        self._split = split
         self._pending: dict[str, Built] = {}
 
     def directory(self, rel: str, leaves: Iterable[Child], subdirs: Iterable[str]) -> Built:
@@ -505,7 +534,7 @@ class Builder:
             files += sub.files
             size += sub.bytes
         children.sort(key=_name)
-        encoded = encode_directory(children, f"new tree of {rel or '.'!r}")
+        encoded = encode_directory(children, f"new tree of {rel or '.'!r}", self._split)
         for digest, data in encoded.objects:
             self._write(digest, data)
         built = Built(encoded.digest, files, size)

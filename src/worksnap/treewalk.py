@@ -25,6 +25,7 @@ from worksnap.errors import ManifestError
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
 from worksnap.tree import (
+    SPLIT,
     Builder,
     Child,
     Dir,
@@ -36,6 +37,7 @@ from worksnap.tree import (
     Node,
     Part,
     Read,
+    Split,
     Symlink,
     Write,
     decode_node,
@@ -327,13 +329,14 @@ def _merged(a: list[str], b: list[str]) -> list[str]:
 # -- flat to trees ---------------------------------------------------------------------
 
 
-def from_flat(flat: Flat, write: Write) -> tuple[Digest, Loose]:
+def from_flat(flat: Flat, write: Write, split: Split = SPLIT) -> tuple[Digest, Loose]:
     """Builds the trees of a format 1 snapshot (the migration, and tests).
 
     `flatten` gives back exactly `flat` for a manifest that passes
     `manifest.check_manifest` and whose `ignored`, `large` and `excluded` are sorted
     without repeats, as worksnap writes them (they are sets: a repeat is kept once).
-    A large file migrated from format 1 has no size (format 1 kept none).
+    A large file migrated from format 1 has no size (format 1 kept none). `split` says
+    where a large directory is cut (tests pass a small one).
 
     Returns:
         The root tree's digest, and the left-out paths no tree can hold.
@@ -378,7 +381,7 @@ def from_flat(flat: Flat, write: Write) -> tuple[Digest, Loose]:
                 left.append(path)
             else:
                 leaves[spot[0]].append(make(spot[1]))
-    builder = Builder(write)
+    builder = Builder(write, split)
     # Reverse path order reaches every directory after all of its subdirectories.
     for d in sorted(flat.dirs, reverse=True):
         builder.directory(d, leaves.pop(d), subdirs.pop(d))

@@ -12,7 +12,9 @@
 Hypothesis (derandomized in CI) shrinks a failure to a small tree; the seeded
 sessions (`test_seeded_session`) run long: WORKSNAP_TREE_SESSIONS sessions of
 WORKSNAP_TREE_STEPS snapshots each, with directories large enough to be split in
-two index levels. Rerun one with `-k "test_seeded_session[SEED]"`.
+two index levels. Rerun one with `-k "test_seeded_session[SEED]"`. Directories are
+split at a small scale, so a few hundred files reach parts and index
+levels (`SMALL_SPLIT`); the walks never depend on where a writer cut.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import SMALL_SPLIT
 from tests.trees import summary
 from worksnap.catalog import count_changes as flat_count_changes
 from worksnap.diff import compare, compare_trees
@@ -62,6 +65,7 @@ from worksnap.treewalk import (
 )
 
 pytestmark = pytest.mark.slow  # many examples, and long seeded sessions
+
 
 settings.register_profile(
     "ci", derandomize=True, max_examples=60, deadline=None,
@@ -132,7 +136,7 @@ def build(model: Model, objects: Objects) -> Digest:
             subdirs[parent].append(name)
         else:
             leaves[parent].append(child_of(name, spec))
-    builder = Builder(objects.write)
+    builder = Builder(objects.write, SMALL_SPLIT)
     for d in sorted(subdirs, reverse=True):
         builder.directory(d, leaves[d], subdirs[d])
     return builder.root().digest
@@ -242,7 +246,7 @@ def check_one(model: Model, objects: Objects) -> Digest:
     assert flatten(root, objects.read) == flat
     # Format 1 to trees and back (the migration): the identity.
     migrated = Objects()
-    again, loose = from_flat(flat, migrated.write)
+    again, loose = from_flat(flat, migrated.write, SMALL_SPLIT)
     assert flatten(again, migrated.read, loose=loose) == flat
     return root
 
@@ -382,7 +386,7 @@ def test_trees_round_trip_through_the_flat_view(model: Model) -> None:
     root = build(model, objects)
     flat = flatten(root, objects.read)
     assert flat == Flat.of(manifest_of(model))
-    again, loose = from_flat(flat, objects.write)
+    again, loose = from_flat(flat, objects.write, SMALL_SPLIT)
     assert flatten(again, objects.read, loose=loose) == flat
 
 
