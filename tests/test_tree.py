@@ -53,6 +53,7 @@ from worksnap.treewalk import (
     MAX_DEPTH,
     Difference,
     Flat,
+    Nodes,
     children,
     count_changes,
     diff_trees,
@@ -713,3 +714,14 @@ def test_five_changes_in_the_five_largest_directories_stay_well_under_64_kb() ->
         # Within the budget even when no object had a base (about 14 to 47 KB).
         assert alone + record + pack_index < 60_000
         objects.update(new)
+
+
+def test_the_node_cache_keeps_a_budget_of_children() -> None:
+    objects = Objects()
+    a = Digest(directory(objects, *icons(300)).hex())
+    b = Digest(directory(objects, *icons(300, tag="b")).hex())
+    nodes = Nodes(objects.read, budget=400)
+    for digest in (a, a, b, b, a):
+        nodes.node(digest, "x")
+    # a, then b (a dropped: 600 children are over the budget), then a read again
+    assert objects.reads == [a, b, a]

@@ -33,7 +33,7 @@ from worksnap.plan import differing
 from worksnap.progress import Reporter
 from worksnap.record import Record, check_record, loose_of, manifest_of, record_of
 from worksnap.store import Store
-from worksnap.treewalk import Flat, Loose, flatten, from_flat
+from worksnap.treewalk import Flat, Loose, Nodes, flatten, from_flat
 from worksnap.treewalk import count_changes as count_tree_changes
 
 MIN_PREFIX = 4
@@ -75,6 +75,8 @@ class Catalog:
         self._last_full: tuple[str, str, str] | None = None
         """(session, id, root tree) of the last full snapshot saved."""
         self._checked: dict[tuple[str, Hashable], Manifest] = {}
+        self.nodes = Nodes(store.read)
+        """The tree nodes compared last (the changed count, plans): read and checked once."""
 
     # -- finding --------------------------------------------------------------
 
@@ -415,8 +417,7 @@ class Catalog:
             return parent, 0  # equal root trees: nothing to read
         try:
             if self._store.load_record(parent) is not None:
-                read = self._store.read
-                return parent, count_tree_changes(Digest(tree), Digest(manifest.tree), read)
+                return parent, count_tree_changes(Digest(tree), Digest(manifest.tree), self.nodes)
             return parent, count_changes(self._store.load_manifest(parent), manifest)
         except (ManifestError, ObjectError):
             return parent, None

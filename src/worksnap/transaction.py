@@ -55,7 +55,6 @@ from worksnap.plan import (
 from worksnap.progress import Reporter
 from worksnap.store import Store
 from worksnap.storedir import StoreDir
-from worksnap.treewalk import Nodes
 
 PRE_RECOVER = "pre-recover"
 """Kind of the snapshot a recovery takes of the tree before it rolls anything back."""
@@ -96,7 +95,7 @@ class Restorer:
     ) -> None:
         self._root = root
         self._store = store
-        self._nodes = Nodes(store.read)  # the trees plans compare, read once
+        self._nodes = catalog.nodes  # the trees plans compare, read once
         self._files = files
         self._paths = files.paths
         self._locks = locks

@@ -113,17 +113,20 @@ def _checked(digest: Digest, data: bytes, where: str) -> Node:
 class Nodes:
     """A `Read` that keeps the last tree nodes it read, and the last short comparisons.
 
-    It keeps `keep` nodes, checked and decoded, and `keep` comparisons of two directories
-    (up to `_KEEP_DIFFERING` names each). An object is named by its content: a node read
-    and checked once is that node ever after, and what differs between two is what
-    differed. For a long-lived workspace's plans, which compare the same trees again (a
-    plan, then its restore); never for verify, which must read the store. Safe to share
-    between threads.
+    It keeps `keep` nodes, checked and decoded, holding `budget` children (and spans) in
+    all, and `keep` comparisons of two directories (up to `_KEEP_DIFFERING` names each).
+    An object is named by its content: a node read and checked once is that node ever
+    after, and what differs between two is what differed. For a long-lived workspace's
+    plans, which compare the same trees again (a plan, then its restore), and the changed
+    count of each snapshot (the new trees of one are the old of the next); never for
+    verify, which must read the store. Safe to share between threads.
     """
 
-    def __init__(self, read: Read, keep: int = 1024) -> None:
+    def __init__(self, read: Read, keep: int = 1024, budget: int = 1 << 16) -> None:
         self._read = read
         self._keep = keep
+        self._budget = budget
+        self._held = 0
         self._nodes: dict[Digest, Node] = {}
         self._pairs: dict[tuple[Digest, Digest], list[_Differs]] = {}
         self._lock = threading.Lock()
@@ -139,9 +142,12 @@ class Nodes:
         if node is None:
             node = _checked(digest, self._read(digest), where)
             with self._lock:
-                self._nodes[digest] = node
-                if len(self._nodes) > self._keep:
-                    del self._nodes[next(iter(self._nodes))]  # the oldest
+                if digest not in self._nodes:
+                    self._nodes[digest] = node
+                    self._held += _width(node)
+                while self._nodes and (len(self._nodes) > self._keep or self._held > self._budget):
+                    oldest = next(iter(self._nodes))
+                    self._held -= _width(self._nodes.pop(oldest))
         return node
 
     def differing(
@@ -161,6 +167,11 @@ class Nodes:
                     if len(self._pairs) > self._keep:
                         del self._pairs[next(iter(self._pairs))]  # the oldest
         return found
+
+
+def _width(node: Node) -> int:
+    """A node's children (or spans): what it costs `Nodes` to keep it."""
+    return len(node.spans) if isinstance(node, Index) else len(node.children)
 
 
 _Differs = tuple[str, Child | None, Child | None]
