@@ -260,7 +260,19 @@ class Ops:
         size = other.stat().st_size
         with open(other, "r+b") as f:  # written through the other name, in place
             f.write(self._data(size))
-        return f"hard link {path} as {other}, written through it"
+        # Then the name may lose the inode written: `path` changed, and no event says so.
+        fate = self.rnd.choice(["kept", "kept", "replaced", "moved on and replaced", "removed"])
+        if fate == "removed":
+            other.unlink()
+        elif fate != "kept":
+            if fate == "moved on and replaced":
+                moved = other.with_name(f"{other.name}m")
+                os.rename(other, moved)
+                other = moved
+            donor = other.with_name(f"{other.name}d")
+            donor.write_bytes(self._data())
+            os.rename(donor, other)  # another file renamed onto the name
+        return f"hard link {path} as {other}, written through it, {fate}"
 
     def link_outside(self, count: int) -> None:
         """Gives `count` files of the tree a second name outside it (before any watch)."""

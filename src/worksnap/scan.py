@@ -96,9 +96,12 @@ def _written_elsewhere(w: _Walk, root_fd: int) -> bool:
 
     A write raises an event only in the directory of the name written. When that
     name has other names not known to be linked (a hard link from an ignored `.log`
-    name, say), or was removed before this scan (so its link count is unknown),
-    those other names' directories heard nothing.
+    name, say), or the inode written left every name in sight since (removed, replaced
+    by a rename onto its name, renamed out of the watched tree: `Changes.lost`), those
+    other names' directories heard nothing.
     """
+    if w.changes.lost or w.changes.travelling:
+        return True
     for directory, events in w.changes.dirs.items():
         if not events.written:
             continue
@@ -106,12 +109,8 @@ def _written_elsewhere(w: _Walk, root_fd: int) -> bool:
         known = set(last.linked) if last is not None else set()
         for raw in events.written:
             linked = other_links(root_fd, directory, raw)
-            if linked is None:
-                arrival = w.changes.arrived.get(events.moved.get(raw, -1))
-                if arrival is None or other_links(root_fd, *arrival) is not False:
-                    return True  # removed, out of sight, or to a name with other links
-            elif linked and wire_name(os.fsdecode(raw)) not in known:
-                return True
+            if linked is None or (linked and wire_name(os.fsdecode(raw)) not in known):
+                return True  # gone since its last event, or with other names
     return False
 
 

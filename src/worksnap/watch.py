@@ -68,7 +68,7 @@ _EVENT = struct.Struct("iIII")
 _IN_PLACE = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE
 _IN_WRITTEN = _IN_MODIFY | _IN_CLOSE_WRITE
 _SELF_GONE = _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT
-_CHILD_DIR_MOVED = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
+_DISPLACING = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
 
 _MANY_TRACKED_CHANGES = 1000
 """More paths than this tracked or untracked at once (a checkout): the next capture reads
@@ -94,7 +94,7 @@ def _libc() -> ctypes.CDLL | None:
 class Events:
     """What happened in one watched directory: the names touched, and whether its listing moved."""
 
-    __slots__ = ("listing", "moved", "names", "unnamed", "written")
+    __slots__ = ("displaced", "listing", "names", "unnamed", "written")
 
     def __init__(self) -> None:
         self.names: set[bytes] = set()
@@ -104,17 +104,25 @@ class Events:
         self.unnamed = False
         """True when an event named no child (the directory itself): its listing is read again."""
         self.written: set[bytes] = set()
-        """Children written to (their inode may have other names elsewhere)."""
-        self.moved: dict[bytes, int] = {}
-        """Children renamed away, with the cookie that names where they went."""
+        """Children whose inode, the one at that name now, was written to (it may have other
+        names elsewhere)."""
+        self.displaced: set[bytes] = set()
+        """Children created, removed or renamed onto or away: the inode at that name changed."""
 
-    def merge(self, other: Events) -> None:
-        """Adds what `other` says."""
+    def merge(self, other: Events) -> bool:
+        """Adds what `other` says.
+
+        Returns:
+            True when one wrote to a name the other displaced: in which order is not
+            known, so the inode written may have left that name.
+        """
+        crossed = bool(self.written & other.displaced or other.written & self.displaced)
         self.names |= other.names
         self.listing |= other.listing
         self.unnamed |= other.unnamed
         self.written |= other.written
-        self.moved.update(other.moved)
+        self.displaced |= other.displaced
+        return crossed
 
 
 class Changes:
@@ -124,7 +132,7 @@ class Changes:
     exactly as that capture saw it, unless `everything` is set.
     """
 
-    __slots__ = ("arrived", "dirs", "everything", "subtrees")
+    __slots__ = ("dirs", "everything", "lost", "subtrees", "travelling")
 
     def __init__(self, *, everything: bool = False) -> None:
         self.everything = everything
@@ -133,8 +141,11 @@ class Changes:
         """Directories (relative wire paths, "" the root) with events, and what they were."""
         self.subtrees: set[str] = set()
         """Directories read afresh with everything below them (no memory reused)."""
-        self.arrived: dict[int, tuple[str, bytes]] = {}
-        """Renames whose new name is in a watched directory: cookie -> (directory, name)."""
+        self.lost = False
+        """An inode written to left every name in sight (removed, replaced by another file,
+        or gone with its directory): other names it had may be files remembered unchanged."""
+        self.travelling: set[int] = set()
+        """Cookies of written inodes renamed away whose new name no event has said yet."""
 
     def events(self, directory: str) -> Events:
         """The events of `directory`, created empty if it had none."""
@@ -184,9 +195,10 @@ class Changes:
         """Adds everything `other` says."""
         self.everything |= other.everything
         self.subtrees |= other.subtrees
-        self.arrived.update(other.arrived)
+        self.lost |= other.lost
+        self.travelling |= other.travelling
         for directory, events in other.dirs.items():
-            self.events(directory).merge(events)
+            self.lost |= self.events(directory).merge(events)
 
     @property
     def quiet(self) -> bool:
@@ -341,7 +353,10 @@ class Watcher:
                 self.history.append((now, directory, name, mask))
                 if mask & _SELF_GONE:
                     # The directory itself was removed, moved or unmounted: its watch
-                    # (and the watches below it, by path) no longer say anything.
+                    # (and the watches below it, by path) no longer say anything, and
+                    # the inodes written in it went with it.
+                    gone = pending.dirs.get(directory)
+                    pending.lost |= gone is not None and bool(gone.written)
                     del self._dirs[wd]
                     if self._by_dir.get(directory) == wd:
                         del self._by_dir[directory]
@@ -354,13 +369,22 @@ class Watcher:
                 events = pending.events(directory)
                 if name:
                     events.names.add(name)
+                    if mask & _DISPLACING:
+                        # Another inode at this name from here on. One written to is
+                        # followed where it is renamed; removed or replaced, it is lost.
+                        events.displaced.add(name)
+                        if name in events.written:
+                            events.written.discard(name)
+                            if mask & _IN_MOVED_FROM:
+                                pending.travelling.add(cookie)
+                            else:
+                                pending.lost = True
+                        if mask & _IN_MOVED_TO and cookie in pending.travelling:
+                            pending.travelling.discard(cookie)
+                            events.written.add(name)
                     if mask & _IN_WRITTEN:
                         events.written.add(name)
-                    if mask & _IN_MOVED_FROM:
-                        events.moved[name] = cookie
-                    if mask & _IN_MOVED_TO:
-                        pending.arrived[cookie] = (directory, name)
-                    if mask & _IN_ISDIR and mask & _CHILD_DIR_MOVED:
+                    if mask & _IN_ISDIR and mask & _DISPLACING:
                         # A directory created, moved in, removed or moved away: nothing
                         # remembered of that name holds, down to its deepest file.
                         child = wire_name(os.fsdecode(name))
