@@ -122,7 +122,7 @@ class Nodes:
     verify, which must read the store. Safe to share between threads.
     """
 
-    def __init__(self, read: Read, keep: int = 1024, budget: int = 1 << 16) -> None:
+    def __init__(self, read: Read, keep: int = 1024, budget: int = 1 << 14) -> None:
         self._read = read
         self._keep = keep
         self._budget = budget
