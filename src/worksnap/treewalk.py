@@ -123,10 +123,7 @@ class Nodes:
     """
 
     def __init__(self, read: Read, keep: int = 1024, budget: int = 1 << 14) -> None:
-        self._read = read
-        self._keep = keep
-        self._budget = budget
-        self._held = 0
+        self._read, self._keep, self._budget, self._held = read, keep, budget, 0
         self._nodes: dict[Digest, Node] = {}
         self._pairs: dict[tuple[Digest, Digest], list[_Differs]] = {}
         self._lock = threading.Lock()
@@ -146,8 +143,7 @@ class Nodes:
                     self._nodes[digest] = node
                     self._held += _width(node)
                 while self._nodes and (len(self._nodes) > self._keep or self._held > self._budget):
-                    oldest = next(iter(self._nodes))
-                    self._held -= _width(self._nodes.pop(oldest))
+                    self._held -= _width(self._nodes.pop(next(iter(self._nodes))))  # the oldest
         return node
 
     def differing(
