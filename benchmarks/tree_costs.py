@@ -168,7 +168,7 @@ class Store:
     def build(self, flat: Flat) -> tuple[Digest, int, int]:
         """Builds `flat`; returns its root and the objects and bytes it added."""
         self.added = []
-        root, _ = from_flat(flat, self.write)
+        root, _ = from_flat(flat, self.write, SPLIT[0])
         return root, len(self.added), sum(self.added)
 
 
@@ -218,6 +218,9 @@ def _best(repeat: int, work: Callable[[], object]) -> float:
     return min(times)
 
 
+SPLIT = [tree_mod.SPLIT]
+"""The split every build here uses (`sweep` tries others)."""
+
 IDX_ENTRY = 57
 """Bytes a pack index spends on each object: msgpack [digest, stored, raw, base], as
 measured on issue 13's session (344,759 bytes for 6,092 objects)."""
@@ -245,7 +248,7 @@ def change_costs(m: Manifest, seed: int, trials: int) -> dict[str, tuple[float, 
             if digest not in store.objects:
                 new[digest] = len(data)
 
-        from_flat(flat, write)
+        from_flat(flat, write, SPLIT[0])
         return len(new), sum(new.values()) + record
 
     scenarios: dict[str, Callable[[], Flat]] = {
@@ -344,7 +347,7 @@ def capture_build(
     found: Groups, reuse: dict[str, Built] | None = None, changed: set[str] | None = None
 ) -> dict[str, Built]:
     """Builds bottom-up as a capture would; with `reuse`, only `changed` directories encode."""
-    builder = Builder(lambda digest, data: None)
+    builder = Builder(lambda digest, data: None, SPLIT[0])
     built: dict[str, Built] = {}
     for d in sorted(found, reverse=True):  # subdirectories first; the root ("") last
         if reuse is not None and changed is not None and d not in changed:
@@ -400,7 +403,7 @@ def timings(m: Manifest, repeat: int, seed: int) -> dict[str, float]:
             repeat, lambda: capture_build(edited, first, changed)
         ),
         "migrate (format 1 manifest to trees)": _best(
-            repeat, lambda: from_flat(flat, lambda d, b: None)
+            repeat, lambda: from_flat(flat, lambda d, b: None, SPLIT[0])
         ),
         "decode every object": _best(repeat, lambda: [decode_node(b, "x") for b in blobs]),
         "flatten (trees to flat)": _best(repeat, lambda: flatten(root, store.read)),
@@ -425,15 +428,13 @@ def sweep(m: Manifest, seed: int) -> None:
     print("directories, in the 5 with the largest tree objects, and in random ones (mean)")
     print(f"{'split':>6} {'max':>6} {'1 in':>5} {'avg part':>9} {'objects':>8} "
           f"{'total':>10} {'largest':>8} {'fullest':>8} {'random':>8}")  # fmt: skip
-    names = ("SPLIT_BYTES", "PART_MAX", "BOUNDARY_MASK")
-    saved = [getattr(tree_mod, n) for n in names]
+    saved = SPLIT[0]
     try:
         for split, high, bits in (
             (4096, 8192, 4), (8192, 16384, 5), (16384, 32768, 6), (32768, 65536, 7),
             (65536, 131072, 8),
         ):  # fmt: skip
-            for name, value in zip(names, (split, high, (1 << bits) - 1), strict=True):
-                setattr(tree_mod, name, value)
+            SPLIT[0] = tree_mod.Split(over=split, part_max=high, mask=(1 << bits) - 1)
             store = Store()
             _, objects, total = store.build(Flat.of(m))
             parts = [len(d) for d in store.objects.values() if d[1:8] == b"\xa6wspart"]
@@ -446,8 +447,7 @@ def sweep(m: Manifest, seed: int) -> None:
                 f"{costs['5 modified, 5 random dirs'][1]:>8.0f}"
             )
     finally:
-        for name, value in zip(names, saved, strict=True):
-            setattr(tree_mod, name, value)
+        SPLIT[0] = saved
 
 
 def report(name: str, m: Manifest, repeat: int, seed: int, trials: int) -> None:
@@ -474,8 +474,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="47000,200000", help="synthetic tree sizes")
     args = parser.parse_args()
     print(
-        f"split: over {tree_mod.SPLIT_BYTES} bytes; parts of at most {tree_mod.PART_MAX} "
-        f"bytes, 1 name in {tree_mod.BOUNDARY_MASK + 1} ends one"
+        f"split: over {SPLIT[0].over} bytes; parts of at most {SPLIT[0].part_max} "
+        f"bytes, 1 name in {SPLIT[0].mask + 1} ends one"
     )
     if args.dir:
         report(str(args.dir), from_directory(args.dir), args.repeat, args.seed, args.trials)
