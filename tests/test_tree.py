@@ -43,6 +43,8 @@ from worksnap.tree import (
     Symlink,
     Tree,
     _boundary,
+    _encoder,
+    cut,
     decode_node,
     encode_directory,
     encode_node,
@@ -431,13 +433,25 @@ def test_one_change_in_a_60000_entry_directory_rewrites_one_part_and_the_index()
     new = _new_objects(kids, changed)
     assert [type(n).__name__ for n in new] == ["Part", "Index", "Index"]
     assert sum(len(encode_node(n)) for n in new) < 80_000  # of 3.8 MB
-    # An added or removed name moves no cut but its own: one part is new (two when
-    # the added name ends one).
+    # An added or removed name moves the cuts of its own part, or of the next one too
+    # when the next part's first name hits the mask (1 in 128): one or two parts are new.
     for i in random.Random(13).sample(range(60_000), 3):
         added = sorted([*kids, file(f"icon-{i:05d}-a.svg")], key=lambda c: c.name)
         assert sum(isinstance(n, Part) for n in _new_objects(kids, added)) <= 2
         removed = kids[:i] + kids[i + 1 :]
-        assert sum(isinstance(n, Part) for n in _new_objects(kids, removed)) == 1
+        assert sum(isinstance(n, Part) for n in _new_objects(kids, removed)) <= 2
+
+
+def test_a_removed_name_that_ends_a_part_before_a_hitting_name_rewrites_two_parts() -> None:
+    # Found by a hostile review: the claim of "its own part only" was too strong.
+    kids = icons(60_000)
+    names = [c.name for c in kids]
+    ends = cut(names, [len(_encoder.encode(c)) for c in kids], 0)
+    i = next(e - 1 for e in ends[:-1] if _boundary(names[e], 0, SPLIT.mask))
+    removed = kids[:i] + kids[i + 1 :]
+    new_parts = [n for n in _new_objects(kids, removed) if isinstance(n, Part)]
+    assert len(new_parts) == 2  # its own, merged up to the next name, and the rest of that
+    assert new_parts[0].children[-1].name == names[i + 1]
 
 
 def test_diff_and_count_read_only_the_changed_part() -> None:

@@ -48,9 +48,8 @@ per level instead of the whole listing. Packs store a changed tree as a delta ag
 previous version, so a rewritten part costs tens of bytes whatever its size, and what a
 change adds is mostly a fixed cost per object (an index row of about 57 bytes and a zstd
 frame). Issue 13's 200-step session on the 47k-file tree grew the store by 880,598 bytes
-with directories split over 4 KiB into parts of about 2 KiB, and by 739,857 split over
-32 KiB into parts of about 9 KiB (git after `git gc`: 686 KB; benchmarks/trees_vs_git.py,
-docs/performance.md)."""
+with directories split over 4 KiB into parts of about 2 KiB, and by 768,689 with this
+split (git after `git gc`: 686 KB; benchmarks/trees_vs_git.py, docs/performance.md)."""
 
 PART_MAX = 65536
 """A part (or index node) never grows past this many bytes of children (unless one child
@@ -59,9 +58,9 @@ alone is bigger)."""
 BOUNDARY_MASK = 0x7F
 """A part ends after a name whose hash has these bits clear (1 in 128) once it holds two
 children: parts average about 128 children (8 KiB of 64-byte children). There is no
-minimum size, so whether a part ends after a name depends on that name (and, rarely, the
-one before it), not on where the part began: adding or removing a name rewrites its own
-part, or two when that name ends one, and every other cut stays where it was."""
+minimum size, so whether a part ends after a name depends on that name and on whether it
+begins its part, not on where the part began: adding or removing a name rewrites its own
+part, or two when it or the next part's first name ends one (docs/format.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +79,9 @@ class Split:
 SPLIT = Split()
 
 MAX_LEVELS = 32
-"""Index levels of one directory. Every level at least halves the node count (an index
-node holds at least two spans: a span, at most a 765-byte name and a digest, is far
-smaller than `PART_MAX`), so 32 is never reached."""
+"""Index levels of one directory. Every level at least halves the node count (every index
+node but a level's last holds at least two spans: a span, at most a 765-byte name and a
+digest, is far smaller than `PART_MAX`), so 32 is never reached."""
 
 Read = Callable[[Digest], bytes]
 """Returns an object's bytes (the store's `read`)."""
@@ -388,7 +387,8 @@ def cut(names: Sequence[str], sizes: Sequence[int], level: int, split: Split = S
 
     Content-defined: a node ends after a name whose hash hits the mask once it holds two
     items, or before the item that would take it past `split.part_max`. No minimum size: an
-    edit moves the cuts of its own node at most, and every other cut stays.
+    added or removed item moves the cuts of its own node, or of the next one when that
+    node's first item hits the mask, and every later cut stays.
 
     Returns:
         The end index of each node, the last one `len(names)`.
