@@ -139,6 +139,7 @@ def walk(
         watched=lambda: watched,
     )  # fmt: skip
     ops.link_outside(links_outside)  # only before a watch: a later one raises no event
+    ops.note_watched()
     history: list[str] = []
     done = 0
     start = time.monotonic()
@@ -157,6 +158,7 @@ def walk(
         taken = snapshot()
         expected = plain()
         watched[:] = ["", *expected.dirs]
+        ops.note_watched()
         wrong = differences(taken, expected)
         slow = from_flat(Flat.of(expected), lambda digest, data: None)[0]
         if not wrong and taken.tree != slow:  # the trees built from the last capture's

@@ -11,6 +11,7 @@ excludes file), `git add -f` of an ignored file, and whole-second mtimes set wit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -57,6 +58,7 @@ class Ops:
         self.outside = outside
         self.watched = watched
         self.outer_links: list[Path] = []
+        self._watched_inodes: dict[str, int] = {}
         """Names outside the tree of files inside it, linked before the watch began."""
         self.counter = 0
         ops: list[tuple[int, Callable[[], str]]] = [
@@ -252,7 +254,12 @@ class Ops:
         path = self._file()
         if path is None:
             return "hard link skipped"
-        watched = self.watched() if self.watched is not None else [""]
+        # Only in a directory watched now: one made since the last capture (a directory
+        # moved away and made again at its path) is not watched until the next, and a
+        # link written and then removed there is out of any watcher's sight.
+        watched = [d for d in self.watched() if self._still_watched(d)] if self.watched else [""]
+        if not watched:
+            return "hard link skipped"
         other = self.root / self.rnd.choice(watched) / f"hl{self.counter}"
         if other.exists() or other.is_symlink() or not other.parent.is_dir():
             return "hard link skipped"
@@ -273,6 +280,19 @@ class Ops:
             donor.write_bytes(self._data())
             os.rename(donor, other)  # another file renamed onto the name
         return f"hard link {path} as {other}, written through it, {fate}"
+
+    def note_watched(self) -> None:
+        """Remembers which directory each path of `watched` is: a capture just watched them."""
+        self._watched_inodes = {}
+        for d in self.watched() if self.watched is not None else []:
+            with contextlib.suppress(OSError):
+                self._watched_inodes[d] = os.lstat(self.root / d).st_ino
+
+    def _still_watched(self, d: str) -> bool:
+        try:
+            return os.lstat(self.root / d).st_ino == self._watched_inodes.get(d)
+        except OSError:
+            return False
 
     def link_outside(self, count: int) -> None:
         """Gives `count` files of the tree a second name outside it (before any watch)."""
