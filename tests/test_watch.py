@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -362,42 +363,49 @@ def test_a_write_through_a_new_link_then_renamed_to_an_ignored_name_is_seen(
         assert files(snap) == files(plain(root, tmp_path))
 
 
-@pytest.mark.parametrize("where", ["same-directory", "another-directory"])
+def _write_through_a_new_link(root: Path, link: Path) -> None:
+    """Links `a.txt` as `link` and writes through it, in place: no event names a.txt."""
+    os.link(root / "a.txt", link)
+    with open(link, "r+b") as f:
+        f.write(b"two\n")
+
+
+def _matches_a_plain_capture(ws: Workspace, root: Path, tmp_path: Path) -> None:
+    snap = ws.snapshot()
+    assert (root / "a.txt").read_bytes() == b"two\n"
+    assert files(snap) == files(plain(root, tmp_path))
+
+
+def _replace(link: str, *, moved_on: bool = False) -> Callable[[Path], None]:
+    def then(root: Path) -> None:
+        name = link
+        if moved_on:  # renamed on first: the watcher follows it there
+            os.rename(root / link, root / f"{link}2")
+            name = f"{link}2"
+        os.rename(root / "docs" / "x", root / name)  # the name is taken by another file
+
+    return then
+
+
+@pytest.mark.parametrize(
+    ("link", "then"),
+    [("hl", _replace("hl")), ("docs/hl", _replace("docs/hl")),
+     ("docs/hl", _replace("docs/hl", moved_on=True))],
+    ids=["same-directory", "another-directory", "moved-on-then-replaced"],
+)  # fmt: skip
 def test_a_write_through_a_new_link_then_replaced_by_a_rename_is_seen(
-    root: Path, tmp_path: Path, where: str
+    root: Path, tmp_path: Path, link: str, then: Callable[[Path], None]
 ) -> None:
     """A new hard link written through, then replaced by a rename onto its name: the name
     now holds a file of one link, but the inode written is still `a.txt` (found while
     reviewing the restore's rule; on main before too)."""
     write(root, "a.txt", "one\n")
     write(root, "docs/x", "x\n")
-    link = root / ("hl" if where == "same-directory" else "docs/hl")
     with Workspace(root, store=tmp_path / "store", watch=True) as ws:
         ws.snapshot()
-        os.link(root / "a.txt", link)
-        with open(link, "r+b") as f:  # in place: no event names a.txt
-            f.write(b"two\n")
-        os.rename(root / "docs" / "x", link)  # the link's name is taken by another file
-        snap = ws.snapshot()
-        assert (root / "a.txt").read_bytes() == b"two\n"
-        assert files(snap) == files(plain(root, tmp_path))
-
-
-def test_a_write_through_a_new_link_moved_away_then_replaced_where_it_went_is_seen(
-    root: Path, tmp_path: Path
-) -> None:
-    write(root, "a.txt", "one\n")
-    write(root, "docs/x", "x\n")
-    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
-        ws.snapshot()
-        os.link(root / "a.txt", root / "docs" / "hl")
-        with open(root / "docs" / "hl", "r+b") as f:
-            f.write(b"two\n")
-        os.rename(root / "docs" / "hl", root / "docs" / "hl2")  # moved on: followed there
-        os.rename(root / "docs" / "x", root / "docs" / "hl2")  # and replaced there
-        snap = ws.snapshot()
-        assert (root / "a.txt").read_bytes() == b"two\n"
-        assert files(snap) == files(plain(root, tmp_path))
+        _write_through_a_new_link(root, root / link)
+        then(root)
+        _matches_a_plain_capture(ws, root, tmp_path)
 
 
 def test_a_write_through_a_link_before_a_failed_capture_then_replaced_is_seen(
@@ -409,13 +417,9 @@ def test_a_write_through_a_link_before_a_failed_capture_then_replaced_is_seen(
     fail = FailOnce()
     with Workspace(root, store=tmp_path / "store", watch=True, seams=fail.seams) as ws:
         ws.snapshot()
-        os.link(root / "a.txt", root / "docs" / "hl")
-        with open(root / "docs" / "hl", "r+b") as f:
-            f.write(b"two\n")
+        _write_through_a_new_link(root, root / "docs" / "hl")
         fail.armed = True
         with pytest.raises(SnapshotError):
             ws.snapshot()
         os.rename(root / "docs" / "x", root / "docs" / "hl")
-        snap = ws.snapshot()
-        assert (root / "a.txt").read_bytes() == b"two\n"
-        assert files(snap) == files(plain(root, tmp_path))
+        _matches_a_plain_capture(ws, root, tmp_path)
