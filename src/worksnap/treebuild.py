@@ -26,7 +26,6 @@ from worksnap.scanparts import DirScan
 from worksnap.store import ObjectStore
 from worksnap.tree import (
     FORMAT,
-    SPLIT,
     Built,
     Child,
     Dir,
@@ -36,7 +35,6 @@ from worksnap.tree import (
     Index,
     Large,
     Read,
-    Split,
     Symlink,
     Write,
     decode_node,
@@ -80,12 +78,10 @@ class TreeMemo:
             is taken again when its children's digest (`key_digest`) is equal, and the
             memo costs a few objects a directory instead of one per file (a cold capture
             of 200k files without a watcher: 38 MB less at its peak).
-        split: where a large directory is cut.
     """
 
-    def __init__(self, *, children: bool = True, split: Split = SPLIT) -> None:
+    def __init__(self, *, children: bool = True) -> None:
         self._children = children
-        self._split = split
         self._dirs: dict[str, _Memo] = {}
         self._files: dict[str, dict[str, str]] = {}  # `previous`'s lookups, per directory
         self._loose = False  # the last build left paths out of every tree
@@ -283,7 +279,7 @@ class TreeMemo:
             children = list(key[0])
             children.extend(Dir(name=name, tree=bytes.fromhex(sub.digest)) for name, sub in subs)
             children.sort(key=_name)
-            encoded = encode_directory(children, f"new tree of {d or '.'!r}", self._split)
+            encoded = encode_directory(children, f"new tree of {d or '.'!r}")
             before = hit[2] if hit is not None else older(d) if older is not None else ()
             for i, (digest, data) in enumerate(encoded.objects):
                 if before:  # the part at the same place, or the old top for the new one
