@@ -29,10 +29,11 @@ from worksnap.errors import ObjectError
 from worksnap.hash import hash_bytes
 from worksnap.layout import StorePaths
 from worksnap.manifest import Entry, Manifest
+from worksnap.memstore import MemoryStore
 from worksnap.paths import Digest
-from worksnap.tree import Child, File
-from worksnap.treebuild import TreeMemo
-from worksnap.treewalk import Flat, flatten, from_flat
+from worksnap.tree import Child, File, Node, decode_node, encode_node, node_digest
+from worksnap.treebuild import CaptureTrees, TreeMemo
+from worksnap.treewalk import Flat, Nodes, diff_trees, flatten, from_flat
 
 STEPS = int(os.environ.get("WORKSNAP_TREEBUILD_STEPS", "200"))
 SEED = int(os.environ.get("WORKSNAP_TREEBUILD_SEED", "1"))
@@ -237,3 +238,49 @@ def test_without_children_the_memo_reads_a_files_previous_digest_from_the_store(
 
 def _missing(digest: str) -> bytes:
     raise ObjectError(digest, "missing from the store")
+
+
+def _flat_of(paths: list[str], dirs: list[str]) -> Flat:
+    return Flat(
+        entries=[Entry(path=p, type="file", mode=0o644, hash=hash_bytes(p.encode()), size=1)
+                 for p in sorted(paths)],
+        dirs=dirs, ignored=[], large=[], excluded=[],
+    )  # fmt: skip
+
+
+def test_the_nodes_a_build_encodes_are_given_as_a_reader_would_get_them() -> None:
+    """`made` gets every object written, decoded: a cache of them answers reads unasked."""
+    objects: dict[str, bytes] = {}
+    made: dict[Digest, Node] = {}
+    paths = [f"d/f{i:04d}" for i in range(1500)] + ["top.txt", "e/x"]  # `d` split into parts
+    memo = TreeMemo()
+    old = memo.build(_flat_of(paths, ["d", "e"]), objects.__setitem__, stored=None,
+                     made=made.__setitem__)[0]  # fmt: skip
+    assert made.keys() == objects.keys() and len(made) > 3
+    for digest, node in made.items():
+        assert node_digest(encode_node(node)) == digest
+        assert decode_node(objects[digest], digest) == node
+    changed = [p for p in paths if p != "d/f0700"] + ["d/f0700x", "e/y"]
+    new = memo.build(_flat_of(changed, ["d", "e"]), objects.__setitem__, stored=None,
+                     made=made.__setitem__)[0]  # fmt: skip
+    reads: list[str] = []
+    nodes = Nodes(lambda digest: reads.append(digest) or objects[digest])
+    for digest, node in made.items():
+        nodes.add(digest, node)
+    assert list(diff_trees(old, new, nodes)) == list(diff_trees(old, new, objects.__getitem__))
+    assert [d.path for d in diff_trees(old, new, nodes)] == ["d/f0700", "d/f0700x", "e/y"]
+    assert reads == []  # every node compared was one the builds encoded
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["children", "digests"])
+def test_a_capture_adds_its_new_nodes_only_when_it_keeps_children(keep: bool) -> None:
+    store = MemoryStore()
+    reads: list[str] = []
+    nodes = Nodes(lambda digest: reads.append(digest) or store.read(digest))
+    trees = CaptureTrees(store, children=keep, nodes=nodes)
+    old = trees.build(_flat_of(["a/x", "b/y"], ["a", "b"]), True, False)
+    new = trees.build(_flat_of(["a/x", "b/z"], ["a", "b"]), True, False)
+    assert [d.path for d in diff_trees(old, new, nodes)] == ["b/y", "b/z"]
+    # Kept children: the nodes were added as built. Without, they are read (4: the two
+    # roots and the two versions of `b`), so that a cold capture holds no more memory.
+    assert len(reads) == (0 if keep else 4)

@@ -49,7 +49,7 @@ from worksnap.scanparts import Seen
 from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
 from worksnap.treebuild import CaptureTrees, unchanged_dirs
-from worksnap.treewalk import Flat
+from worksnap.treewalk import Flat, Nodes
 from worksnap.watch import Changes, Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -124,6 +124,8 @@ class Capture:
         slow_read_seconds: mean read time per file above which reading ahead starts.
         racy_margin_ns: see `RACY_MARGIN_NS`; tests set 0 so that fresh files are
             cached at once instead of waiting the margin out.
+        nodes: where a watched capture's new tree nodes are kept for the comparisons
+            that follow (the catalog's, `CaptureTrees`).
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class Capture:
         prefetch: Callable[[], Prefetch] = Prefetch,
         slow_read_seconds: float = SLOW_READ_SECONDS,
         racy_margin_ns: int = RACY_MARGIN_NS,
+        nodes: Nodes | None = None,
     ) -> None:
         self._root = root
         self._store = store
@@ -165,7 +168,7 @@ class Capture:
         self._last_stored = False
         # The root tree as stored (undo compares). Each directory's children are kept
         # only for a watcher, which takes a clean directory's whole.
-        self.trees = CaptureTrees(store, caches, children=watcher is not None)
+        self.trees = CaptureTrees(store, caches, children=watcher is not None, nodes=nodes)
         self._last_cap = max_file_bytes
 
     @property

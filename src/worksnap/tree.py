@@ -413,11 +413,13 @@ def cut(names: Sequence[str], sizes: Sequence[int], level: int, split: Split = S
 class Encoded:
     """A directory's tree objects.
 
-    `digest` is what its parent's `Dir` holds; `objects` are every object, the top one last.
+    `digest` is what its parent's `Dir` holds; `objects` are every object, the top one last,
+    and `nodes` each of them as `decode_node` gives it back (in the same order).
     """
 
     digest: Digest
     objects: list[tuple[Digest, bytes]]
+    nodes: list[Node]
 
 
 def encode_directory(
@@ -434,30 +436,35 @@ def encode_directory(
         ManifestError: a child is unsorted, repeated, badly named or holds a bad value.
     """
     check_children(children, source)
-    data = encode_node(Tree(version=FORMAT, children=children))
+    whole = Tree(version=FORMAT, children=children)
+    data = encode_node(whole)
     digest = node_digest(data)
     if len(data) <= split.over or len(children) < 2:
-        return Encoded(digest, [(digest, data)])
+        return Encoded(digest, [(digest, data)], [whole])
     names = [c.name for c in children]
     ends = cut(names, [len(_encoder.encode(c)) for c in children], 0, split)
     if len(ends) == 1:
-        return Encoded(digest, [(digest, data)])  # no place to cut: one part would be all
+        return Encoded(digest, [(digest, data)], [whole])  # no place to cut: one part is all
     objects: list[tuple[Digest, bytes]] = []
-    spans = _spans(objects, [Part(version=FORMAT, children=c) for c in _runs(children, ends)])
+    nodes: list[Node] = []
+    spans = _spans(
+        objects, nodes, [Part(version=FORMAT, children=c) for c in _runs(children, ends)]
+    )
     level = 1
     while True:
         # Spans are cut like children, with the hash salted by level (independent cuts).
         sizes = [len(_encoder.encode(s)) for s in spans]
         ends = cut([s.first for s in spans], sizes, level, split)
         if len(ends) == 1:
-            top = encode_node(Index(version=FORMAT, level=level, spans=spans))
+            index = Index(version=FORMAT, level=level, spans=spans)
+            top = encode_node(index)
             objects.append((node_digest(top), top))
-            return Encoded(objects[-1][0], objects)
+            nodes.append(index)
+            return Encoded(objects[-1][0], objects, nodes)
         if level == MAX_LEVELS:
             raise ManifestError(source, f"needs more than {MAX_LEVELS} index levels")
-        spans = _spans(
-            objects, [Index(version=FORMAT, level=level, spans=r) for r in _runs(spans, ends)]
-        )
+        runs = _runs(spans, ends)
+        spans = _spans(objects, nodes, [Index(version=FORMAT, level=level, spans=r) for r in runs])
         level += 1
 
 
@@ -468,13 +475,16 @@ def _runs(items: list[_T], ends: list[int]) -> Iterable[list[_T]]:
         start = end
 
 
-def _spans(objects: list[tuple[Digest, bytes]], nodes: list[Part] | list[Index]) -> list[Span]:
-    """Encodes `nodes` into `objects` and returns the spans that list them."""
+def _spans(
+    objects: list[tuple[Digest, bytes]], made: list[Node], nodes: list[Part] | list[Index]
+) -> list[Span]:
+    """Encodes `nodes` into `objects` (and adds them to `made`); returns the spans listing them."""
     spans = []
     for node in nodes:
         data = encode_node(node)
         digest = node_digest(data)
         objects.append((digest, data))
+        made.append(node)
         first = node.children[0].name if isinstance(node, Part) else node.spans[0].first
         spans.append(Span(first=first, node=bytes.fromhex(digest)))
     return spans

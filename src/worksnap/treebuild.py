@@ -34,13 +34,14 @@ from worksnap.tree import (
     Ignored,
     Index,
     Large,
+    Node,
     Read,
     Symlink,
     Write,
     decode_node,
     encode_directory,
 )
-from worksnap.treewalk import Flat, Loose, children
+from worksnap.treewalk import Flat, Loose, Nodes, children
 
 _Key = tuple[tuple[Child, ...], tuple[tuple[str, str], ...]]
 _Memo = tuple[_Key | None, Built, tuple[str, ...], bytes]
@@ -147,6 +148,7 @@ class TreeMemo:
         known: Mapping[bytes, TreeRecord] | None = None,
         clean: Container[str] = frozenset(),
         older: Callable[[str], tuple[str, ...]] | None = None,
+        made: Callable[[Digest, Node], None] | None = None,
     ) -> tuple[Digest, Loose]:
         """Builds the trees of a capture's flat view; returns `treewalk.from_flat`'s answer.
 
@@ -165,6 +167,7 @@ class TreeMemo:
                 the last build left paths out of every tree.
             older: where the memo does not hold a directory, the objects it had in an
                 earlier build (compression bases only: `bases`).
+            made: told of each object encoded, decoded (`Nodes.add`).
 
         Raises:
             ManifestError: a path's parent is not a captured directory, or a path repeats.
@@ -281,12 +284,16 @@ class TreeMemo:
             children.sort(key=_name)
             encoded = encode_directory(children, f"new tree of {d or '.'!r}")
             before = hit[2] if hit is not None else older(d) if older is not None else ()
-            for i, (digest, data) in enumerate(encoded.objects):
+            for i, ((digest, data), node) in enumerate(
+                zip(encoded.objects, encoded.nodes, strict=True)
+            ):
                 if before:  # the part at the same place, or the old top for the new one
                     self.bases[digest] = before[
                         -1 if i == len(encoded.objects) - 1 else min(i, len(before) - 1)
                     ]
                 write(digest, data)
+                if made is not None:
+                    made(digest, node)
             files = sum(1 for c in key[0] if type(c) in (File, Symlink))
             files += sum(sub.files for _, sub in subs)
             size = sum(c.size for c in key[0] if type(c) is File)
@@ -347,15 +354,24 @@ class CaptureTrees:
     """A capture engine's trees: each capture's built from the last one's (`TreeMemo`).
 
     Remembers what the last capture that stored its trees left out of them, so that
-    saving that snapshot does not build them again (`stored`).
+    saving that snapshot does not build them again (`stored`). With `nodes`, the nodes it
+    encodes are kept there for the comparisons that follow (`Nodes.add`): only when the
+    memo keeps `children`, which the nodes then share (else a cold capture would hold
+    a node cache's worth of children more at its peak).
     """
 
     def __init__(
-        self, store: ObjectStore, caches: Caches | None = None, *, children: bool = True
+        self,
+        store: ObjectStore,
+        caches: Caches | None = None,
+        *,
+        children: bool = True,
+        nodes: Nodes | None = None,
     ) -> None:
         self._store = store
         self._caches = caches
         self.memo = TreeMemo(children=children)
+        self._made = nodes.add if nodes is not None and children else None
         self._built: tuple[str, Loose] | None = None
 
     def build(
@@ -389,7 +405,9 @@ class CaptureTrees:
             if last is not None and stored is not None and last[0] in stored:
                 older = _OlderTrees(Digest(last[0]), self._store.read, stored)
         memo = self.memo
-        root, loose = memo.build(flat, write, stored=stored, known=known, clean=clean, older=older)
+        root, loose = memo.build(
+            flat, write, stored=stored, known=known, clean=clean, older=older, made=self._made
+        )
         if caches is not None:
             latest = {LAST_ROOT: (root, 0, 0, ())} if store_objects else {}
             new = {**memo.new, **latest} if memo.new else memo.new

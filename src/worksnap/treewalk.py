@@ -122,7 +122,7 @@ class Nodes:
     verify, which must read the store. Safe to share between threads.
     """
 
-    def __init__(self, read: Read, keep: int = 1024, budget: int = 1 << 14) -> None:
+    def __init__(self, read: Read, keep: int = 4096, budget: int = 1 << 15) -> None:
         self._read, self._keep, self._budget, self._held = read, keep, budget, 0
         self._nodes: dict[Digest, Node] = {}
         self._pairs: dict[tuple[Digest, Digest], list[_Differs]] = {}
@@ -138,13 +138,17 @@ class Nodes:
             node = self._nodes.get(digest)
         if node is None:
             node = _checked(digest, self._read(digest), where)
-            with self._lock:
-                if digest not in self._nodes:
-                    self._nodes[digest] = node
-                    self._held += _width(node)
-                while self._nodes and (len(self._nodes) > self._keep or self._held > self._budget):
-                    self._held -= _width(self._nodes.pop(next(iter(self._nodes))))  # the oldest
+            self.add(digest, node)
         return node
+
+    def add(self, digest: Digest, node: Node) -> None:
+        """Keeps a node known to be what `digest` names (a capture's new one: never read)."""
+        with self._lock:
+            if digest not in self._nodes:
+                self._nodes[digest] = node
+                self._held += _width(node)
+            while self._nodes and (len(self._nodes) > self._keep or self._held > self._budget):
+                self._held -= _width(self._nodes.pop(next(iter(self._nodes))))  # the oldest
 
     def differing(
         self, a: Digest, b: Digest, compare: Callable[[], list[_Differs]]
@@ -247,8 +251,7 @@ def _walk_order(kids: list[Child]) -> list[Child]:
     """Returns children in the order of full paths: a directory's contents where `name/` sorts.
 
     Only a directory followed by a name that starts with its own and a character below
-    `/` moves (`a` before `a-b`, `a/x` after it); mostly nothing does, and the list is
-    returned as it is.
+    `/` moves (`a` before `a-b`, `a/x` after it); mostly nothing does (returned as is).
     """
     for i, (a, b) in enumerate(pairwise(kids)):
         if type(a) is Dir and b.name < a.name + "/":
@@ -290,10 +293,7 @@ def flatten(
         ObjectError: `read` could not find an object.
     """
     entries: list[Entry] = []
-    dirs: list[str] = []
-    ignored: list[str] = []
-    large: list[str] = []
-    excluded: list[str] = []
+    dirs, ignored, large, excluded = list[str](), list[str](), list[str](), list[str]()
     leaves: dict[type, list[str]] = {Ignored: ignored, Large: large, Excluded: excluded}
     top = _walk_order(list(children(root, read)))
     # (prefix, depth, children in walk order, position): a frame per open directory.

@@ -172,8 +172,8 @@ class Workspace:
         )
         sessions = Sessions(files)
         caches = Caches(files, self.root, self.store.exists)
-        watcher = Watcher() if self._watch else None
-        cap = self._max_file_bytes
+        watcher, cap = Watcher() if self._watch else None, self._max_file_bytes
+        self._catalog = Catalog(self.store, self._root, sessions, locks=locks, lean=self._watch)
         self._capture = Capture(
             self._root,
             self.store,
@@ -186,8 +186,8 @@ class Workspace:
             prefetch=seams.prefetch,
             slow_read_seconds=seams.slow_read_seconds,
             racy_margin_ns=seams.racy_margin_ns,
+            nodes=self._catalog.nodes,  # the trees it builds are those plans compare next
         )
-        self._catalog = Catalog(self.store, self._root, sessions, locks=locks, lean=self._watch)
         self._restorer = Restorer(
             self._root,
             self.store,
