@@ -2,10 +2,11 @@
 
 A seeded random walk of file operations of every kind (tests/watchops.py) runs
 against a tree watched by a long-lived `Workspace(watch=True)`, by the daemon, and
-on a file system with whole-second timestamps. After each step the watched
-snapshot is compared with a plain capture of the same tree: a fresh `Workspace`
-with no watcher, no caches and no store, which reads every rule and hashes every
-file; and its root tree (built from the last capture's, treebuild.py) with
+on a file system with whole-second timestamps; the watched workspace now and then
+restores an earlier snapshot, and the operations go on on what it wrote. After each
+step the watched snapshot is compared with a plain capture of the same tree: a fresh
+`Workspace` with no watcher, no caches and no store, which reads every rule and hashes
+every file; and its root tree (built from the last capture's, treebuild.py) with
 `treewalk.from_flat` of that plain capture. Some captures are made to fail part-way
 (as a directory vanishing under a scan does): the events they took must not be lost.
 The watched workspace runs under exclusion rules (a path, patterns, a directory-only
@@ -130,8 +131,13 @@ def walk(
     flaky: Flaky | None,
     label: str,
     links_outside: int = 3,
+    restore: Callable[[str], object] | None = None,
 ) -> None:
-    """Runs `steps` random operations; after each batch, compares `snapshot()` with `plain()`."""
+    """Runs `steps` random operations; after each batch, compares `snapshot()` with `plain()`.
+
+    With `restore`, a batch now and then starts by restoring an earlier snapshot (by
+    id): the operations that follow act on the files it wrote.
+    """
     rnd = random.Random(seed)
     watched = [""]
     ops = Ops(
@@ -141,9 +147,14 @@ def walk(
     ops.link_outside(links_outside)  # only before a watch: a later one raises no event
     ops.note_watched()
     history: list[str] = []
+    refs: list[str] = []  # the snapshots taken, to restore
     done = 0
     start = time.monotonic()
     while done < steps:
+        if restore is not None and refs and rnd.random() < 0.05:
+            ref = rnd.choice(refs)
+            restore(ref)
+            history.append(f"restore {ref}")
         for _ in range(rnd.choice([1, 1, 1, 2, 3])):
             history.append(ops.step())
             done += 1
@@ -156,6 +167,7 @@ def walk(
                 history.append("(a capture failed part-way)")
             flaky.armed = False
         taken = snapshot()
+        refs.append(taken.id)
         expected = plain()
         watched[:] = ["", *expected.dirs]
         ops.note_watched()
@@ -199,6 +211,7 @@ def test_a_watched_workspace_matches_a_plain_capture(
             plain=plain,
             flaky=flaky,
             label="watched workspace",
+            restore=ws.restore,
         )  # fmt: skip
     assert flaky.failed > 0  # the failure path was taken
     assert ruled  # the rules excluded something the walk made

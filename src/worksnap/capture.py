@@ -19,7 +19,7 @@ import itertools
 import os
 import stat
 import time
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -224,6 +224,11 @@ class Capture:
         """Trusts no cached digest until files are stat-ed again (they were rewritten)."""
         self._caches.forget_stat_table()
         self._kept = {}
+
+    def settle(self, made: Mapping[str, tuple[int, int]]) -> None:
+        """Tells the watcher of the files a restore just made (`Watcher.settle`)."""
+        if self._watcher is not None:
+            self._watcher.settle(made, self._root.path)
 
     def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").

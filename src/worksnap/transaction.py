@@ -320,12 +320,14 @@ class Restorer:
             paths=[c.path for c in plan.changes],
         )
         self._files.write(self._paths.journal, msgspec.json.encode(journal))
+        made: dict[str, tuple[int, int]] = {}  # each file written: its new inode
         try:
             result = self._apply_plan(
                 self._root.path,
                 plan,
                 self._store.read_chunks,
                 progress=lambda done, total: self._report("apply", done, total),
+                made=made.__setitem__,
             )
         except BaseException as exc:
             # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
@@ -334,11 +336,12 @@ class Restorer:
             self._remove_journal()
             raise
         result.pre_restore = pre.id
-        if not result.ok:
+        if result.ok:
+            self._capture.settle(made)
+        else:
             self._roll_back(pre, None, result, plan.target, session=session)
         self._remove_journal()
-        # The stat cache stays: every file apply writes is a new inode (temp file renamed
-        # into place), so no cached digest can be taken for it.
+        # The stat cache stays: each file written is a new inode, so no cached digest holds.
         return result
 
     def _roll_back(

@@ -34,9 +34,11 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import stat
 import struct
 import sys
 import time
+from collections.abc import Mapping
 
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
@@ -307,6 +309,39 @@ class Watcher:
             seen.merge(self._taken)
         return seen
 
+    def settle(self, made: Mapping[str, tuple[int, int]], root: str) -> None:
+        """Forgets the writes at paths that hold a file just made there and nowhere else.
+
+        A write is remembered so that, should its inode leave every name in sight, the
+        next capture stats every file (one may be another name of it: `Changes.lost`).
+        An inode made since the last capture (a restore writes each file to a new one,
+        renamed into place) and found at its path with one link has no other name that
+        raised no event: any was made since, and making it raised one. So removing a
+        restored file does not cost the next capture a stat of every file.
+
+        Args:
+            made: paths (relative wire form) and the (st_dev, st_ino) made at each.
+            root: the directory they are relative to.
+        """
+        self._read()  # the mark at a path is about the inode there as of the last event
+        settled: dict[tuple[str, bytes], Events] = {}
+        for path, inode in made.items():
+            directory, _, name = path.rpartition("/")
+            events, raw = self._pending.dirs.get(directory), fs_path(name)
+            if events is None or raw not in events.written:
+                continue
+            try:
+                st = os.lstat(os.path.join(os.fsencode(root), fs_path(path)))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == inode and st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
+                settled[(directory, raw)] = events
+        named: set[tuple[str, bytes]] = set()
+        self._read(named)  # a path named since the first read may have held another inode
+        for (directory, raw), events in settled.items():
+            if (directory, raw) not in named:
+                events.written.discard(raw)
+
     def forget_all(self) -> None:
         """Vouches for nothing more: the next capture reads everything afresh."""
         self._pending.everything = True
@@ -321,8 +356,8 @@ class Watcher:
                 self._libc.inotify_rm_watch(self._fd, wd)
         self._untidy = False
 
-    def _read(self) -> None:
-        """Moves every queued kernel event into the pending changes."""
+    def _read(self, named: set[tuple[str, bytes]] | None = None) -> None:
+        """Moves every queued kernel event into the pending changes (adds each to `named`)."""
         if self._fd < 0:
             self._pending.everything = True
             return
@@ -351,6 +386,8 @@ class Watcher:
                 if directory is None:
                     continue  # a watch already dropped
                 self.history.append((now, directory, name, mask))
+                if named is not None:
+                    named.add((directory, name))
                 if mask & _SELF_GONE:
                     # The directory itself was removed, moved or unmounted: its watch
                     # (and the watches below it, by path) no longer say anything, and
