@@ -122,7 +122,7 @@ class Nodes:
     verify, which must read the store. Safe to share between threads.
     """
 
-    def __init__(self, read: Read, keep: int = 4096, budget: int = 1 << 15) -> None:
+    def __init__(self, read: Read, keep: int = 1024, budget: int = 1 << 14) -> None:
         self._read, self._keep, self._budget, self._held = read, keep, budget, 0
         self._nodes: dict[Digest, Node] = {}
         self._pairs: dict[tuple[Digest, Digest], list[_Differs]] = {}
