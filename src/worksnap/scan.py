@@ -50,6 +50,7 @@ from worksnap.scanparts import (
     Seen,
     WalkStats,
     add_link,
+    as_remembered,
     classify,
     lstat_or_none,
     merge,
@@ -312,6 +313,7 @@ def _one_dir(
     # From memory: the kinds of the children, and the stats of files no event named.
     memory_hints: dict[str, str] = {}
     known: dict[str, Seen] = {}
+    named: dict[str, Seen] = {}  # the remembered stats of files events named
     patch: set[bytes] | None = None  # with a listing event: the names it is patched at
     events = w.changes.dirs.get(rel_dir) if last is not None else None
     if last is not None:
@@ -328,7 +330,7 @@ def _one_dir(
             if not events.listing:
                 part = _refreshed(w, last, anchor, path, names | events.names)
             else:
-                memory_hints, known = remembered(last, events.names | names)
+                memory_hints, known, named = remembered(last, events.names | names)
                 patch = None if events.unnamed else events.names
         if part is not None:
             if w.stats is not None:
@@ -364,6 +366,7 @@ def _one_dir(
             events=events,
             memory_hints=memory_hints,
             known=known,
+            named=named,
             patch=patch,
             fresh=fresh,
             pending=pending,
@@ -387,6 +390,7 @@ def _read_dir(
     events: Events | None,
     memory_hints: dict[str, str],
     known: dict[str, Seen],
+    named: dict[str, Seen],
     patch: set[bytes] | None,
     fresh: dict[str, Listing],
     pending: list[_Item],
@@ -495,7 +499,11 @@ def _read_dir(
             part.subdirs.append((rel, os_name(name), kind == TRACKED_DIR))
         elif kind in (FILE, TRACKED_FILE):
             try:
-                st = known.get(name) or Seen(os.lstat(prefix + os_name(name), dir_fd=anchor.fd))
+                st = known.get(name) or as_remembered(
+                    named.get(name),
+                    Seen(os.lstat(prefix + os_name(name), dir_fd=anchor.fd)),
+                    last.trusted_before if last is not None else 0,
+                )
             except FileNotFoundError:
                 continue  # deleted while we walked: simply not part of this snapshot
             except OSError as exc:

@@ -100,17 +100,32 @@ class DirScan:
         ]
 
 
-def remembered(last: DirScan, names: set[bytes]) -> tuple[dict[str, str], dict[str, Seen]]:
+def remembered(
+    last: DirScan, names: set[bytes]
+) -> tuple[dict[str, str], dict[str, Seen], dict[str, Seen]]:
     """What a directory's memory still vouches for after events on `names`.
 
-    Returns the kinds of its children (hints for classifying it again) and the
-    stats of its files that no event named (unchanged since they were taken).
+    Returns the kinds of its children (hints for classifying it again), the stats of
+    its files that no event named (unchanged since they were taken), and the stats
+    remembered of those named (to compare with their new ones: `as_remembered`).
     """
     touched = {wire_name(os.fsdecode(raw)) for raw in names}
-    known = {
-        name: st for rel, st in last.found.files if (name := rel.rpartition("/")[2]) not in touched
-    }
-    return dict(last.children), known
+    known: dict[str, Seen] = {}
+    named: dict[str, Seen] = {}
+    for rel, st in last.found.files:
+        name = rel.rpartition("/")[2]
+        (named if name in touched else known)[name] = st
+    return dict(last.children), known, named
+
+
+def as_remembered(before: Seen | None, now: Seen, trusted_before: int) -> Seen:
+    """`before` itself when `now` says what it says (see `_same`), else `now`.
+
+    A file stat-ed again and found unchanged keeps its remembered stat, and so the
+    entry made of it (`capture`): a scan that stats every file again (a hard link's
+    write may hide anywhere) makes new objects only for the files that changed.
+    """
+    return before if before is not None and _same(before, now, trusted_before) else now
 
 
 def refresh(
@@ -129,6 +144,7 @@ def refresh(
     """
     prefix = f"{path}/" if path else ""
     fresh: dict[str, Seen] = {}
+    stats = {rel.rpartition("/")[2]: st for rel, st in last.found.files}
     for raw in names:
         name = os.fsdecode(raw)
         try:
@@ -136,13 +152,11 @@ def refresh(
         except FileNotFoundError:
             return None, False
         if stat.S_ISREG(now.st_mode):
-            fresh[wire_name(name)] = Seen(now)
+            wire = wire_name(name)
+            fresh[wire] = as_remembered(stats.get(wire), Seen(now), last.trusted_before)
         elif not stat.S_ISDIR(now.st_mode):
             return None, False  # a symlink or special file now where a name changed: list again
-    if not fresh:
-        return last, False
-    stats = {rel.rpartition("/")[2]: st for rel, st in last.found.files}
-    if all(_same(stats.get(name), now, last.trusted_before) for name, now in fresh.items()):
+    if all(stats.get(name) is now for name, now in fresh.items()):
         return last, False  # each as remembered (stat-ed again for a link, or all of them)
     listed = set(stats)
     listed.update(rel.rpartition("/")[2] for rel in last.found.large)
