@@ -30,14 +30,16 @@ from worksnap.objectindex import ObjectIndex, join_indexes, used_copy
 from worksnap.packcodec import (
     MAX_CHAIN,
     OpenPacks,
+    PackRows,
     PackWriter,
     Recent,
     Slot,
     compress,
-    decode_index,
+    decode_rows,
     format_problem,
     moved,
     rebuild,
+    slots,
     sound_chain,
 )
 from worksnap.paths import Digest, is_digest
@@ -165,18 +167,16 @@ class DiskStore(FormatOneFiles):
             self._recent.clear()
         return self._index
 
-    def _read_index(self, pack_name: str, damaged: dict[str, str]) -> list[tuple[str, Slot]]:
-        """A pack's index; [] (and a note in `damaged`) when it cannot be decoded."""
+    def _read_index(self, pack_name: str, damaged: dict[str, str]) -> tuple[list[str], PackRows]:
+        """A pack's index; none (and a note in `damaged`) when it cannot be decoded."""
         path = self.paths.pack_index(pack_name)
         try:
-            data = self.files.read(path, limit=_MAX_INDEX)
+            return decode_rows(self.files.read(path, limit=_MAX_INDEX), pack_name)
         except FileNotFoundError:
-            return []  # swept by a gc since the listing
-        try:
-            return decode_index(data, pack_name)
+            pass  # swept by a gc since the listing
         except ValueError as exc:
             damaged[pack_name] = str(exc)
-            return []
+        return [], PackRows(pack_name, framed=True)
 
     def _readable(self, digest: str) -> bytes | None:
         """An object's checked bytes, or None if it cannot be read."""
@@ -534,7 +534,7 @@ class DiskStore(FormatOneFiles):
         for name in sorted(self.files.listdir(self.paths.packs)):
             pack_name, kind = self.paths.pack_file(name)
             if kind == "index" and pack_name not in self._damaged:
-                records = self._read_index(pack_name, {})
+                records = slots(*self._read_index(pack_name, {}))
                 # A copy the index does not read (a twin, see join_indexes) goes.
                 unused = any(not used_copy(index, d, s) for d, s in records)
                 if unused or any(d not in live or d in orphans for d, _ in records):

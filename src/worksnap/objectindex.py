@@ -1,10 +1,10 @@
 """The store's index of packed objects: where each is, and which copy of a twin is read.
 
-`ObjectIndex` answers a `Slot` for every packed object: one read from a pack index has
-its own; one this process wrote is answered by its `PackWriter`, which keeps its objects
-as columns (a cold snapshot of 200k files writes 200k objects). `Finder` also finds an
-object by the prefix an index entry names its base by. `join_indexes` makes one index of
-every pack's; `used_copy` says which copy of an object it reads.
+`ObjectIndex` answers a `Slot` for every packed object, made when asked from the columns
+its pack's rows are kept in (`PackRows`): a pack index read back, or the `PackWriter` of
+a pack this process writes (a cold snapshot of 200k files writes 200k objects). `Finder`
+also finds an object by the prefix an index entry names its base by. `join_indexes` makes
+one index of every pack's; `used_copy` says which copy of an object it reads.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import bisect
 from collections.abc import Iterable, Iterator, KeysView, Mapping
 from typing import TypeVar, overload
 
-from worksnap.packcodec import BASE_PREFIX, PackWriter, Slot, sound_chain
+from worksnap.packcodec import BASE_PREFIX, PackRows, PackWriter, Slot, sound_chain
 
 
 class Finder:
@@ -63,7 +63,7 @@ class Finder:
 
 
 def join_indexes(
-    indexes: Iterable[list[tuple[str, Slot]]], *, prune: bool = False
+    indexes: Iterable[tuple[list[str], PackRows]], *, prune: bool = False
 ) -> tuple[ObjectIndex, Finder]:
     """The packs' indexes as one, and its Finder; of an object's twins, one that reads.
 
@@ -74,23 +74,27 @@ def join_indexes(
     `prune` (a pack index is damaged): objects whose chain is not whole are left out,
     so that a snapshot stores again what is on disk instead of naming them.
     """
-    entries: dict[str, Slot | PackWriter] = {}
-    index = ObjectIndex(entries)  # a view: it sees the changes made to `entries` below
-    twins: dict[str, list[Slot]] = {}
-    for records in indexes:
-        for digest, slot in records:
-            if digest in entries:
-                twins.setdefault(digest, [index[digest]]).append(slot)
-            entries[digest] = slot
+    entries: dict[str, int | PackWriter] = {}
+    packs: list[PackRows] = []
+    index = ObjectIndex(entries, packs)  # a view: it sees the changes made below
+    twins: dict[str, list[int]] = {}
+    for digests, rows in indexes:
+        pack = len(packs) << _ROW_BITS
+        packs.append(rows)
+        for row, digest in enumerate(digests):
+            if (was := entries.get(digest)) is not None:
+                assert not isinstance(was, PackWriter)  # none is written yet
+                twins.setdefault(digest, [was]).append(pack | row)
+            entries[digest] = pack | row
     find = Finder(index)
     for _ in range(2):  # a twin's chain may go through another twin
-        for digest, slots in twins.items():
-            for slot in reversed(slots):
-                entries[digest] = slot
+        for digest, places in twins.items():
+            for place in reversed(places):
+                entries[digest] = place
                 if sound_chain(digest, find):
                     break
             else:
-                entries[digest] = slots[-1]
+                entries[digest] = places[-1]
     if prune:
         for digest in [d for d in entries if not sound_chain(d, find)]:
             del entries[digest]
@@ -111,30 +115,44 @@ def used_copy(index: Mapping[str, Slot], digest: str, slot: Slot) -> bool:
 _T = TypeVar("_T")
 
 
+_ROW_BITS = 32
+_ROW_MASK = (1 << _ROW_BITS) - 1
+
+
 class ObjectIndex(Mapping[str, Slot]):
     """Where each packed object of the store is: the store's index of every pack.
 
-    An object read from a pack index has its `Slot`; one this process wrote has its
-    `PackWriter`, which makes the Slot when asked (no object of its own per digest: a
-    cold snapshot of 200k files writes 200k objects). Consumers only ever see Slots.
-    A writer stays here after its pack is published (its descriptor closed), so that a
-    long-lived store (the daemon's) keeps answering for what it wrote.
+    An object read from a pack index has one int, its pack's place in `packs` and its
+    row there; one this process wrote has its `PackWriter` (no object of its own per
+    digest: a cold snapshot of 200k files writes 200k objects). Either makes the Slot
+    when asked; consumers only ever see Slots. A writer stays here after its pack is
+    published (its descriptor closed), so that a long-lived store (the daemon's) keeps
+    answering for what it wrote.
 
     `in` and `keys()` go straight to the dict: the capture tests every file's digest.
     """
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_packs")
 
-    def __init__(self, entries: dict[str, Slot | PackWriter] | None = None) -> None:
+    def __init__(
+        self,
+        entries: dict[str, int | PackWriter] | None = None,
+        packs: list[PackRows] | None = None,
+    ) -> None:
         self._entries = {} if entries is None else entries
+        self._packs = [] if packs is None else packs
+
+    def _slot(self, digest: str, found: int | PackWriter) -> Slot:
+        if isinstance(found, PackWriter):
+            return found.slot_of(digest)
+        return self._packs[found >> _ROW_BITS].slot(found & _ROW_MASK)
 
     def add(self, digest: str, writer: PackWriter) -> None:
         """Records an object `writer` has just appended."""
         self._entries[digest] = writer
 
     def __getitem__(self, digest: str) -> Slot:
-        found = self._entries[digest]
-        return found.slot_of(digest) if isinstance(found, PackWriter) else found
+        return self._slot(digest, self._entries[digest])
 
     @overload
     def get(self, digest: str, /) -> Slot | None: ...
@@ -143,9 +161,7 @@ class ObjectIndex(Mapping[str, Slot]):
     def get(self, digest: str, /, default: object = None) -> object:
         """The Slot of `digest`, or `default` (without raising: a miss is common)."""
         found = self._entries.get(digest)
-        if found is None:
-            return default
-        return found.slot_of(digest) if isinstance(found, PackWriter) else found
+        return default if found is None else self._slot(digest, found)
 
     def __contains__(self, digest: object) -> bool:
         return digest in self._entries
