@@ -481,6 +481,36 @@ def test_another_inode_put_at_a_restored_path_before_it_settles_keeps_its_write(
         assert files(snap) == files(plain(root, tmp_path))
 
 
+def test_a_mark_heard_by_the_watch_of_a_directory_moved_away_is_not_settled(
+    root: Path, tmp_path: Path
+) -> None:
+    """After `d` is moved to `d2`, the watch of `d/q` still says `d/q` and hears `d2/q`: a
+    write there marks `d/q/x.txt`, and the restore's new file at `d/q/x.txt` must not
+    settle it (found by a hostile review of the settle: `old.txt` kept its old digest)."""
+    write(root, "old.txt", "old\n")
+    write(root, "d/q/x.txt", "one\n")
+
+    def moved_then_apply(*args: Any, **kwargs: Any) -> Any:
+        # Another process, after the restore's pre-restore capture, before its apply:
+        os.rename(root / "d", root / "d2")  # the watch called `d/q` is on d2/q now
+        (root / "d" / "q").mkdir(parents=True)  # not watched: the restore writes here
+        os.unlink(root / "d2" / "q" / "x.txt")
+        os.link(root / "old.txt", root / "d2" / "q" / "x.txt")
+        with open(root / "d2" / "q" / "x.txt", "r+b") as f:  # marks `d/q/x.txt` written
+            f.write(b"new")
+        return apply_plan(*args, **kwargs)
+
+    seams = Seams(apply_plan=moved_then_apply)
+    with Workspace(root, store=tmp_path / "store", watch=True, seams=seams) as ws:
+        first = ws.snapshot()
+        write(root, "d/q/x.txt", "two\n")
+        ws.snapshot()
+        ws.restore(first.id)
+        (root / "d2" / "q" / "x.txt").unlink()  # only the write's mark says where to look
+        assert (root / "old.txt").read_bytes() == b"new\n"
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
 def test_a_capture_that_stats_every_file_again_keeps_the_stats_of_those_unchanged(
     root: Path, tmp_path: Path
 ) -> None:

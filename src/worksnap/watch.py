@@ -202,6 +202,17 @@ class Changes:
         for directory, events in other.dirs.items():
             self.lost |= self.events(directory).merge(events)
 
+    def stale(self, directory: str) -> bool:
+        """True when `directory`, or one above it, is read afresh (moved, gone, unwatched)."""
+        if self.everything:
+            return True
+        path = directory
+        while path:
+            if path in self.subtrees:
+                return True
+            path = path.rpartition("/")[0]
+        return False
+
     @property
     def quiet(self) -> bool:
         """True when nothing at all happened."""
@@ -317,7 +328,9 @@ class Watcher:
         An inode made since the last capture (a restore writes each file to a new one,
         renamed into place) and found at its path with one link has no other name that
         raised no event: any was made since, and making it raised one. So removing a
-        restored file does not cost the next capture a stat of every file.
+        restored file does not cost the next capture a stat of every file. A mark stays
+        when an event named its path after the check, or when its directory (or one
+        above) was moved or is gone: its watch then hears another place by that name.
 
         Args:
             made: paths (relative wire form) and the (st_dev, st_ino) made at each.
@@ -338,8 +351,11 @@ class Watcher:
                 settled[(directory, raw)] = events
         named: set[tuple[str, bytes]] = set()
         self._read(named)  # a path named since the first read may have held another inode
+        moved = [c for c in (self._pending, self._taken) if c is not None]
         for (directory, raw), events in settled.items():
-            if (directory, raw) not in named:
+            # A directory moved or gone (or one above it) leaves its watch hearing another
+            # place under its old name: the path checked is not the one the mark is about.
+            if (directory, raw) not in named and not any(c.stale(directory) for c in moved):
                 events.written.discard(raw)
 
     def forget_all(self) -> None:
