@@ -37,6 +37,7 @@ from tests.coarse_fs import coarse_fs, coarse_tmp  # noqa: F401
 from tests.compat.gitrun import GIT, clean_git_env, init_repo
 from tests.watchops import Ops
 from worksnap import Workspace, client, daemon
+from worksnap.apply import Result, apply_plan
 from worksnap.errors import SnapshotError
 from worksnap.manifest import Manifest, decode_manifest
 from worksnap.scan import Scan, scan_tree
@@ -82,7 +83,17 @@ class Flaky:
         self.rnd = rnd
         self.armed = False
         self.failed = 0
-        self.seams = Seams(scan_tree=self._scan_tree)
+        self.meddle: Callable[[], None] | None = None
+        """Run once, between a restore's pre-restore capture and its apply (another
+        process acting then; not again before a rollback's apply, whose plan would be
+        stale and fail, as it should)."""
+        self.seams = Seams(scan_tree=self._scan_tree, apply_plan=self._apply_plan)
+
+    def _apply_plan(self, *args: Any, **kwargs: Any) -> Result:
+        meddle, self.meddle = self.meddle, None
+        if meddle is not None:
+            meddle()
+        return apply_plan(*args, **kwargs)
 
     def _scan_tree(self, *args: Any, **kwargs: Any) -> Scan:
         if not self.armed:
@@ -148,13 +159,22 @@ def walk(
     ops.note_watched()
     history: list[str] = []
     refs: list[str] = []  # the snapshots taken, to restore
+
+    def meddle() -> None:  # another process, while a restore runs, before its apply
+        for _ in range(rnd.choice([0, 0, 1, 2])):
+            history.append(f"(during the restore) {ops.step()}")
+
     done = 0
     start = time.monotonic()
     while done < steps:
         if restore is not None and refs and rnd.random() < 0.05:
             ref = rnd.choice(refs)
-            restore(ref)
+            if flaky is not None:
+                flaky.meddle = meddle
             history.append(f"restore {ref}")
+            restore(ref)
+            if flaky is not None:
+                flaky.meddle = None  # nothing to apply: not used
         for _ in range(rnd.choice([1, 1, 1, 2, 3])):
             history.append(ops.step())
             done += 1
