@@ -452,6 +452,34 @@ def test_a_file_a_restore_wrote_and_then_removed_does_not_make_every_file_stat_e
         assert files(snap) == files(plain(root, tmp_path)) and "b/y.txt" not in files(snap)
 
 
+def _restore_while_another_process_acts(
+    root: Path, tmp_path: Path, path: str, meddle: Callable[[], None], *, after_apply: bool,
+    link: str,
+) -> None:  # fmt: skip
+    """Restores `path`'s first version (one\n over two\n) while `meddle` runs just before
+    or just after the apply (before the watcher settles what it wrote): another process
+    writing `old.txt` through a link, `link`, which is removed after the restore: only
+    the write's mark says where to look."""
+
+    def apply_meddled(*args: Any, **kwargs: Any) -> Any:
+        if not after_apply:
+            meddle()
+        done = apply_plan(*args, **kwargs)
+        if after_apply:
+            meddle()
+        return done
+
+    with Workspace(root, store=tmp_path / "store", watch=True,
+                   seams=Seams(apply_plan=apply_meddled)) as ws:  # fmt: skip
+        first = ws.snapshot()
+        write(root, path, "two\n")
+        ws.snapshot()
+        ws.restore(first.id)
+        assert (root / "old.txt").read_bytes() == b"new\n"
+        (root / link).unlink()
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
 def test_another_inode_put_at_a_restored_path_before_it_settles_keeps_its_write(
     root: Path, tmp_path: Path
 ) -> None:
@@ -461,24 +489,15 @@ def test_another_inode_put_at_a_restored_path_before_it_settles_keeps_its_write(
     write(root, "a/x.txt", "one\n")
     write(root, "old.txt", "old\n")  # one link when captured: no reason to stat it again
 
-    def then_meddle(*args: Any, **kwargs: Any) -> Any:
-        done = apply_plan(*args, **kwargs)
+    def meddle() -> None:
         os.rename(root / "a" / "x.txt", root / "a" / "moved.txt")  # the restored inode
         os.link(root / "old.txt", root / "a" / "x.txt")
         with open(root / "a" / "x.txt", "r+b") as f:  # in place: no event at old.txt
             f.write(b"new")
-        return done
 
-    seams = Seams(apply_plan=then_meddle)
-    with Workspace(root, store=tmp_path / "store", watch=True, seams=seams) as ws:
-        first = ws.snapshot()
-        write(root, "a/x.txt", "two\n")
-        ws.snapshot()
-        ws.restore(first.id)
-        assert (root / "old.txt").read_bytes() == b"new\n"
-        (root / "a" / "x.txt").unlink()  # the link goes: only the write says where to look
-        snap = ws.snapshot()
-        assert files(snap) == files(plain(root, tmp_path))
+    _restore_while_another_process_acts(
+        root, tmp_path, "a/x.txt", meddle, after_apply=True, link="a/x.txt"
+    )
 
 
 def test_a_mark_heard_by_the_watch_of_a_directory_moved_away_is_not_settled(
@@ -490,25 +509,17 @@ def test_a_mark_heard_by_the_watch_of_a_directory_moved_away_is_not_settled(
     write(root, "old.txt", "old\n")
     write(root, "d/q/x.txt", "one\n")
 
-    def moved_then_apply(*args: Any, **kwargs: Any) -> Any:
-        # Another process, after the restore's pre-restore capture, before its apply:
+    def meddle() -> None:  # after the restore's pre-restore capture, before its apply
         os.rename(root / "d", root / "d2")  # the watch called `d/q` is on d2/q now
         (root / "d" / "q").mkdir(parents=True)  # not watched: the restore writes here
         os.unlink(root / "d2" / "q" / "x.txt")
         os.link(root / "old.txt", root / "d2" / "q" / "x.txt")
         with open(root / "d2" / "q" / "x.txt", "r+b") as f:  # marks `d/q/x.txt` written
             f.write(b"new")
-        return apply_plan(*args, **kwargs)
 
-    seams = Seams(apply_plan=moved_then_apply)
-    with Workspace(root, store=tmp_path / "store", watch=True, seams=seams) as ws:
-        first = ws.snapshot()
-        write(root, "d/q/x.txt", "two\n")
-        ws.snapshot()
-        ws.restore(first.id)
-        (root / "d2" / "q" / "x.txt").unlink()  # only the write's mark says where to look
-        assert (root / "old.txt").read_bytes() == b"new\n"
-        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+    _restore_while_another_process_acts(
+        root, tmp_path, "d/q/x.txt", meddle, after_apply=False, link="d2/q/x.txt"
+    )
 
 
 def test_a_capture_that_stats_every_file_again_keeps_the_stats_of_those_unchanged(
