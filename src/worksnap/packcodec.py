@@ -119,11 +119,6 @@ class PackRows:
                     self.framed)  # fmt: skip
 
 
-def decode_index(data: bytes, pack_name: str) -> list[tuple[str, Slot]]:
-    """A pack index's entries, either version (see `decode_rows`)."""
-    return slots(*decode_rows(data, pack_name))
-
-
 def slots(digests: list[str], rows: PackRows) -> list[tuple[str, Slot]]:
     """Each object of a pack and its Slot, in the order of its index."""
     return [(digest, rows.slot(row)) for row, digest in enumerate(digests)]
