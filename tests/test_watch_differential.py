@@ -143,21 +143,30 @@ def walk(
     label: str,
     links_outside: int = 3,
     restore: Callable[[str], object] | None = None,
+    settle: Callable[[], None] | None = None,
 ) -> None:
     """Runs `steps` random operations; after each batch, compares `snapshot()` with `plain()`.
 
     With `restore`, a batch now and then starts by restoring an earlier snapshot (by
-    id): the operations that follow act on the files it wrote.
+    id): the operations that follow act on the files it wrote. With `settle`, the
+    events are read and the files written checked now and then between operations, as
+    the daemon does while idle (`Workspace.settle`).
     """
     rnd = random.Random(seed)
     watched = [""]
+    history: list[str] = []
+
+    def maybe_settle() -> None:
+        if settle is not None and rnd.random() < 0.3:
+            settle()
+            history.append("(events read and settled)")
+
     ops = Ops(
         root, rnd, git_dir=git_dir, global_excludes=global_excludes, outside=outside,
-        watched=lambda: watched,
+        watched=lambda: watched, between=maybe_settle if settle is not None else None,
     )  # fmt: skip
     ops.link_outside(links_outside)  # only before a watch: a later one raises no event
     ops.note_watched()
-    history: list[str] = []
     refs: list[str] = []  # the snapshots taken, to restore
 
     def meddle() -> None:  # another process, while a restore runs, before its apply
@@ -178,6 +187,7 @@ def walk(
         for _ in range(rnd.choice([1, 1, 1, 2, 3])):
             history.append(ops.step())
             done += 1
+            maybe_settle()
         if flaky is not None and rnd.random() < 0.05:
             flaky.armed = True
             try:
@@ -232,6 +242,7 @@ def test_a_watched_workspace_matches_a_plain_capture(
             flaky=flaky,
             label="watched workspace",
             restore=ws.restore,
+            settle=ws.settle,
         )  # fmt: skip
     assert flaky.failed > 0  # the failure path was taken
     assert ruled  # the rules excluded something the walk made
