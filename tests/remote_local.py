@@ -1,7 +1,7 @@
 """A local side for push and pull over a real `DiskStore`, with format 2 records in a directory.
 
 Snapshots are captured by a real `Workspace` (format 1 manifests, real packs); their
-trees are built with `treewalk.from_flat` into the same store, and their records
+trees are built with `treebuild.from_flat` into the same store, and their records
 (`record.record_of`) kept as files. Also a script for the push killed with kill -9:
 `python -m tests.remote_local push|pull URL STORE RECORDS SESSION KILL_AT PACK_BYTES`.
 """
@@ -20,7 +20,8 @@ from worksnap.paths import Digest
 from worksnap.record import Record, decode_record, encode_record, loose_of, record_of
 from worksnap.remote import open_transport
 from worksnap.remote.transport import ListEntry, Ref, Stat, Transport
-from worksnap.treewalk import Flat, flatten, from_flat
+from worksnap.treebuild import from_flat
+from worksnap.treewalk import Flat, flatten
 from worksnap.workspace import Workspace
 
 

@@ -13,7 +13,8 @@ import worksnap
 from tests.conftest import tick, write
 from worksnap import Workspace
 from worksnap.manifest import Manifest
-from worksnap.treewalk import Flat, from_flat
+from worksnap.treebuild import from_flat
+from worksnap.treewalk import Flat
 from worksnap.workspace import Seams
 
 SRC = str(Path(worksnap.__file__).resolve().parents[1])

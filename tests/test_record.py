@@ -22,7 +22,8 @@ from worksnap.record import (
     record_of,
     summary_of,
 )
-from worksnap.treewalk import Flat, flatten, from_flat
+from worksnap.treebuild import from_flat
+from worksnap.treewalk import Flat, flatten
 
 ROOT = "/home/someone/projects/app"
 

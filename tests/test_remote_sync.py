@@ -1,7 +1,7 @@
 """Push, pull, gc and verify of a remote repository, on `file://` and on S3 (moto on 127.0.0.1).
 
 Each test body runs against both backends. Snapshots are real: captured by a
-`Workspace`, their trees built by `treewalk.from_flat` into a real `DiskStore`
+`Workspace`, their trees built by `treebuild.from_flat` into a real `DiskStore`
 (`remote_local.py`). Kills are real `SIGKILL`s of a pushing subprocess.
 """
 

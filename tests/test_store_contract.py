@@ -35,7 +35,8 @@ from worksnap.manifest import (
 from worksnap.memstore import MemoryStore
 from worksnap.record import Record, record_of, summary_of
 from worksnap.store import Store
-from worksnap.treewalk import Flat, from_flat
+from worksnap.treebuild import from_flat
+from worksnap.treewalk import Flat
 
 
 @dataclass(frozen=True)

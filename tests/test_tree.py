@@ -50,7 +50,7 @@ from worksnap.tree import (
     encode_node,
     node_digest,
 )
-from worksnap.treebuild import TreeMemo
+from worksnap.treebuild import TreeMemo, from_flat
 from worksnap.treewalk import (
     MAX_DEPTH,
     Difference,
@@ -60,7 +60,6 @@ from worksnap.treewalk import (
     count_changes,
     diff_trees,
     flatten,
-    from_flat,
     reachable,
 )
 

@@ -4,7 +4,7 @@ A long-lived `Workspace` builds each snapshot's trees from the last capture's, e
 only the directories whose children changed. After every step of a seeded random walk
 of file operations (tests/watchops.py), interleaved with previews that store nothing,
 gc runs that sweep objects, and failed captures, its root tree must be exactly
-`treewalk.from_flat` of a cold full scan (a fresh workspace with no caches), and every
+`treebuild.from_flat` of a cold full scan (a fresh workspace with no caches), and every
 object of the stored snapshot must be there (its trees flatten to that scan).
 
 Derandomized: `WORKSNAP_TREEBUILD_SEED` (default 1) and `WORKSNAP_TREEBUILD_STEPS`
@@ -32,8 +32,8 @@ from worksnap.manifest import Entry, Manifest
 from worksnap.memstore import MemoryStore
 from worksnap.paths import Digest
 from worksnap.tree import Child, File, Node, decode_node, encode_node, node_digest
-from worksnap.treebuild import CaptureTrees, TreeMemo
-from worksnap.treewalk import Flat, Nodes, diff_trees, flatten, from_flat
+from worksnap.treebuild import CaptureTrees, TreeMemo, from_flat
+from worksnap.treewalk import Flat, Nodes, diff_trees, flatten
 
 STEPS = int(os.environ.get("WORKSNAP_TREEBUILD_STEPS", "200"))
 SEED = int(os.environ.get("WORKSNAP_TREEBUILD_SEED", "1"))

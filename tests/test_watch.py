@@ -621,3 +621,28 @@ def test_a_capture_that_stats_every_file_again_keeps_the_stats_of_those_unchange
             now = dict(ws._capture._memory[d].found.files)
             kept = {rel for rel, seen in now.items() if before[d].get(rel) is seen}
             assert kept == now.keys() - changed, d
+
+
+def test_a_watched_workspace_loads_what_it_shares_with_its_last_capture_from_there(
+    root: Path, tmp_path: Path
+) -> None:
+    """A snapshot loaded by a watched workspace takes each directory whose tree is as the
+    last capture built it from that capture, its entries shared (before, every tree was
+    read and every entry made anew: 0.3 s and 15 MB held at 47k files); a directory that
+    changed since, or below which something was left out, is read."""
+    write(root, ".gitignore", "*.log\n")
+    for rel in ("a/1.txt", "a/b/2.txt", "c/3.txt", "d/4.txt", "d/x.log"):
+        write(root, rel, rel)
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        first = ws.snapshot()
+        write(root, "c/3.txt", "changed")
+        ws.snapshot()
+        ws._catalog._checked.clear()
+        loaded = ws.load(first.id)
+        last = {e.path: e for e in ws._capture._last_capture.entries}  # type: ignore[union-attr]
+    with Workspace(root, store=tmp_path / "store") as plain_ws:
+        read = plain_ws.load(first.id)
+    for field in ("entries", "dirs", "ignored", "large", "excluded"):
+        assert getattr(loaded, field) == getattr(read, field)
+    shared = {e.path for e in loaded.entries if last.get(e.path) is e}
+    assert shared == {"a/1.txt", "a/b/2.txt"}  # c changed; d holds an ignored file

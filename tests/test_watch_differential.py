@@ -7,7 +7,7 @@ restores an earlier snapshot, and the operations go on on what it wrote. After e
 step the watched snapshot is compared with a plain capture of the same tree: a fresh
 `Workspace` with no watcher, no caches and no store, which reads every rule and hashes
 every file; and its root tree (built from the last capture's, treebuild.py) with
-`treewalk.from_flat` of that plain capture. Some captures are made to fail part-way
+`treebuild.from_flat` of that plain capture. Some captures are made to fail part-way
 (as a directory vanishing under a scan does): the events they took must not be lost.
 The watched workspace runs under exclusion rules (a path, patterns, a directory-only
 pattern), and the daemon gets them from `config exclude add` half-way: what they
@@ -41,7 +41,8 @@ from worksnap.apply import Result, apply_plan
 from worksnap.errors import SnapshotError
 from worksnap.manifest import Manifest, decode_manifest
 from worksnap.scan import Scan, scan_tree
-from worksnap.treewalk import Flat, from_flat
+from worksnap.treebuild import from_flat
+from worksnap.treewalk import Flat
 from worksnap.workspace import Seams
 
 pytestmark = [
@@ -144,13 +145,16 @@ def walk(
     links_outside: int = 3,
     restore: Callable[[str], object] | None = None,
     settle: Callable[[], None] | None = None,
+    load: Callable[[str], Manifest] | None = None,
 ) -> None:
     """Runs `steps` random operations; after each batch, compares `snapshot()` with `plain()`.
 
     With `restore`, a batch now and then starts by restoring an earlier snapshot (by
     id): the operations that follow act on the files it wrote. With `settle`, the
     events are read and the files written checked now and then between operations, as
-    the daemon does while idle (`Workspace.settle`).
+    the daemon does while idle (`Workspace.settle`). With `load`, an earlier snapshot
+    loaded now and then must hold exactly what its capture held (a watched workspace
+    takes what it shares with the last capture from there: `treewalk.subtrees_of`).
     """
     rnd = random.Random(seed)
     watched = [""]
@@ -168,6 +172,7 @@ def walk(
     ops.link_outside(links_outside)  # only before a watch: a later one raises no event
     ops.note_watched()
     refs: list[str] = []  # the snapshots taken, to restore
+    kept: dict[str, Manifest] = {}  # some of them as captured, to load again
 
     def meddle() -> None:  # another process, while a restore runs, before its apply
         for _ in range(rnd.choice([0, 0, 1, 2])):
@@ -198,6 +203,21 @@ def walk(
             flaky.armed = False
         taken = snapshot()
         refs.append(taken.id)
+        if load is not None:
+            kept[taken.id] = taken
+            if len(kept) > 64:
+                del kept[rnd.choice(list(kept))]
+            if rnd.random() < 0.3:
+                ref = rnd.choice(list(kept))
+                loaded, was = load(ref), kept[ref]
+                fields = ("entries", "dirs", "ignored", "large", "excluded")
+                if any(getattr(loaded, f) != getattr(was, f) for f in fields):
+                    pytest.fail(
+                        f"{label}, seed {seed}, after {done} steps: snapshot {ref} loads as "
+                        f"other than it was captured:\n  "
+                        + "\n  ".join(differences(loaded, was)[:20] or ["(in order only)"]),
+                        pytrace=False,
+                    )  # fmt: skip
         expected = plain()
         watched[:] = ["", *expected.dirs]
         ops.note_watched()
@@ -243,6 +263,7 @@ def test_a_watched_workspace_matches_a_plain_capture(
             label="watched workspace",
             restore=ws.restore,
             settle=ws.settle,
+            load=ws.load,
         )  # fmt: skip
     assert flaky.failed > 0  # the failure path was taken
     assert ruled  # the rules excluded something the walk made

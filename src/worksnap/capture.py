@@ -49,7 +49,7 @@ from worksnap.scanparts import Seen
 from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
 from worksnap.store import ObjectStore
 from worksnap.treebuild import CaptureTrees, unchanged_dirs
-from worksnap.treewalk import Flat, Nodes
+from worksnap.treewalk import Flat, Nodes, Subtrees, subtrees_of
 from worksnap.watch import Changes, Watcher
 
 DEFAULT_MAX_FILE_BYTES = 2 << 20
@@ -166,6 +166,7 @@ class Capture:
         self._kept: dict[str, Kept] = {}  # per directory: its files' entries, as last made
         self._last_capture: Manifest | None = None
         self._last_stored = False
+        self._subtrees: Subtrees = lambda path, digest: None  # the last committed capture's
         # The root tree as stored (undo compares). Each directory's children are kept
         # only for a watcher, which takes a clean directory's whole.
         self.trees = CaptureTrees(store, caches, children=watcher is not None, nodes=nodes)
@@ -224,6 +225,10 @@ class Capture:
         """Trusts no cached digest until files are stat-ed again (they were rewritten)."""
         self._caches.forget_stat_table()
         self._kept = {}
+
+    def subtree(self, path: str, digest: Digest) -> Flat | None:
+        """The flat view below `path` in the last committed capture (`treewalk.subtrees_of`)."""
+        return self._subtrees(path, digest)
 
     @property
     def events_fd(self) -> int:
@@ -440,6 +445,7 @@ class Capture:
             self._kept = kept
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects
+            self._subtrees = subtrees_of(current, self.trees.memo.digests())
             watcher.commit(alive=set(remember))
         return current
 

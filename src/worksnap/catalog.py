@@ -33,7 +33,8 @@ from worksnap.plan import differing
 from worksnap.progress import Reporter
 from worksnap.record import Record, check_record, loose_of, manifest_of, record_of
 from worksnap.store import Store
-from worksnap.treewalk import Flat, Loose, Nodes, flatten, from_flat
+from worksnap.treebuild import from_flat
+from worksnap.treewalk import Flat, Loose, Nodes, Subtrees, flatten
 from worksnap.treewalk import count_changes as count_tree_changes
 
 MIN_PREFIX = 4
@@ -77,6 +78,9 @@ class Catalog:
         self._checked: dict[tuple[str, Hashable], Manifest] = {}
         self.nodes = Nodes(store.read)
         """The tree nodes compared last (the changed count, plans): read and checked once."""
+        self.known: Subtrees | None = None
+        """What a loaded snapshot shares with the last capture (`Capture.subtree`): its
+        entries are taken from there, not read (a watched workspace's)."""
 
     # -- finding --------------------------------------------------------------
 
@@ -216,7 +220,9 @@ class Catalog:
             raise ManifestError(snapshot_id, f"file holds snapshot {record.id!r}")
         check_record(record, root=self._root.wire, source=snapshot_id)
         try:
-            flat = flatten(Digest(record.tree), self._store.read, loose=loose_of(record))
+            flat = flatten(
+                Digest(record.tree), self._store.read, loose=loose_of(record), known=self.known
+            )
         except ObjectError as exc:
             raise ManifestError(snapshot_id, f"tree object {exc.digest} {exc.reason}") from None
         except ManifestError as exc:  # named after the snapshot, as every refusal of one is

@@ -4,7 +4,7 @@ For each snapshot that still has a format 1 manifest, in id order:
 
 1. its manifest is read and checked (a damaged or hostile one is left as it is, and
    reported: it stays refused as before, and the next migration tries it again);
-2. its trees are built (`treewalk.from_flat`) and written as objects, and flushed;
+2. its trees are built (`treebuild.from_flat`) and written as objects, and flushed;
 3. its record is written (atomically: temp file, fsync, rename);
 4. its format 1 summary, then its manifest, are deleted.
 
@@ -28,7 +28,8 @@ from worksnap.manifest import check_manifest
 from worksnap.progress import Reporter
 from worksnap.record import record_of
 from worksnap.store import Store
-from worksnap.treewalk import Flat, from_flat
+from worksnap.treebuild import from_flat
+from worksnap.treewalk import Flat
 
 STOP_AFTER_ENV = "WORKSNAP_MIGRATE_STOP_AFTER"
 """For crash tests only: `N:POINT` kills this process (SIGKILL) when the Nth snapshot

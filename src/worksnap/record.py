@@ -195,8 +195,8 @@ def record_of(
 
     Args:
         manifest: the snapshot as format 1 stored it.
-        tree: its root tree's digest (`treewalk.from_flat`).
-        loose: the left-out paths no tree holds (`treewalk.from_flat`).
+        tree: its root tree's digest (`treebuild.from_flat`).
+        loose: the left-out paths no tree holds (`treebuild.from_flat`).
         parent: the session's previous full snapshot, if known.
         changed: its summary's count, if it had one.
     """

@@ -6,7 +6,7 @@ its children as last built and the result, and takes that result again (nothing
 encoded, checked, hashed or written) when the children are equal and, for a capture
 that stores, the directory's top object is still in the store.
 
-This is a second implementation of `treewalk.from_flat` (the slow, obvious one, which
+`TreeMemo` is a second implementation of `from_flat` (below: the slow, obvious one, which
 the migration uses): same placement of every path, same trees, same left-out paths no
 tree holds. `tests/test_treebuild.py` and the watched differential test hold them equal.
 """
@@ -26,6 +26,8 @@ from worksnap.scanparts import DirScan
 from worksnap.store import ObjectStore
 from worksnap.tree import (
     FORMAT,
+    SPLIT,
+    Builder,
     Built,
     Child,
     Dir,
@@ -36,6 +38,7 @@ from worksnap.tree import (
     Large,
     Node,
     Read,
+    Split,
     Symlink,
     Write,
     decode_node,
@@ -135,6 +138,16 @@ class TreeMemo:
         """How many directories the last `build` had."""
         return len(self._dirs)
 
+    def digests(self) -> Callable[[str], str | None]:
+        """The digest each directory's tree had in the last `build` (not the next one)."""
+        memo = self._dirs  # replaced, never changed, by the next build
+
+        def digest(d: str) -> str | None:
+            hit = memo.get(d)
+            return None if hit is None else hit[1].digest
+
+        return digest
+
     def records(self) -> TreeTable:
         """The tree cache records of every directory of the last `build`."""
         return {memo[3]: _record(memo) for memo in self._dirs.values()}
@@ -150,7 +163,7 @@ class TreeMemo:
         older: Callable[[str], tuple[str, ...]] | None = None,
         made: Callable[[Digest, Node], None] | None = None,
     ) -> tuple[Digest, Loose]:
-        """Builds the trees of a capture's flat view; returns `treewalk.from_flat`'s answer.
+        """Builds the trees of a capture's flat view; returns `treebuild.from_flat`'s answer.
 
         Args:
             flat: what the capture found (entries, dirs, left-out paths; all sorted).
@@ -492,3 +505,80 @@ class _OlderTrees:
 
 def _discard(digest: Digest, data: bytes) -> None:
     """A tree object's `write` when nothing is stored (a capture that only compares)."""
+
+
+# -- flat to trees ---------------------------------------------------------------------
+
+
+def from_flat(flat: Flat, write: Write, split: Split = SPLIT) -> tuple[Digest, Loose]:
+    """Builds the trees of a format 1 snapshot (the migration, and tests).
+
+    `flatten` gives back exactly `flat` for a manifest that passes
+    `manifest.check_manifest` and whose `ignored`, `large` and `excluded` are sorted
+    without repeats, as worksnap writes them (they are sets: a repeat is kept once).
+    A large file migrated from format 1 has no size (format 1 kept none). `split` says
+    where a large directory is cut (tests pass a small one).
+
+    Returns:
+        The root tree's digest, and the left-out paths no tree can hold.
+
+    Raises:
+        ManifestError: an entry's parent is not a captured directory, or a path repeats.
+    """
+    leaves: dict[str, list[Child]] = {"": [], **{d: [] for d in flat.dirs}}
+    subdirs: dict[str, list[str]] = {"": [], **{d: [] for d in flat.dirs}}
+    taken: dict[str, set[str]] = {"": set(), **{d: set() for d in flat.dirs}}
+
+    def place(path: str) -> tuple[str, str] | None:
+        parent, _, name = path.rpartition("/")
+        names = taken.get(parent)
+        if names is None or name in names:
+            return None
+        names.add(name)
+        return parent, name
+
+    for d in flat.dirs:
+        spot = place(d)
+        if spot is None:
+            raise ManifestError("flat manifest", f"directory {d!r} has no parent or repeats")
+        subdirs[spot[0]].append(spot[1])
+    for entry in flat.entries:
+        spot = place(entry.path)
+        if spot is None:
+            raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
+        leaves[spot[0]].append(_child_of(spot[1], entry))
+    loose = Loose()
+    makers: list[tuple[Callable[[str], Child], list[str], list[str]]] = [
+        (lambda name: Ignored(name=name), flat.ignored, loose.ignored),
+        (lambda name: Large(name=name, size=None), flat.large, loose.large),
+        (lambda name: Excluded(name=name), flat.excluded, loose.excluded),
+    ]
+    for make, paths, left in makers:
+        for i, path in enumerate(paths):
+            if i and paths[i - 1] == path:
+                continue
+            spot = place(path)
+            if spot is None:
+                left.append(path)
+            else:
+                leaves[spot[0]].append(make(spot[1]))
+    builder = Builder(write, split)
+    # Reverse path order reaches every directory after all of its subdirectories.
+    for d in sorted(flat.dirs, reverse=True):
+        builder.directory(d, leaves.pop(d), subdirs.pop(d))
+    builder.directory("", leaves[""], subdirs[""])
+    return builder.root().digest, loose
+
+
+def _child_of(name: str, entry: Entry) -> Child:
+    if entry.type == "symlink":
+        if entry.target is None:
+            raise ManifestError("flat manifest", f"symlink {entry.path!r} has no target")
+        return Symlink(name=name, mode=entry.mode, target=entry.target)
+    if entry.hash is None or entry.size is None:
+        raise ManifestError("flat manifest", f"file {entry.path!r} has no hash or size")
+    try:
+        digest = bytes.fromhex(entry.hash)
+    except ValueError:
+        raise ManifestError("flat manifest", f"file {entry.path!r} has a bad hash") from None
+    return File(name=name, mode=entry.mode, size=entry.size, digest=digest)

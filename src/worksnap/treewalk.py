@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import heapq
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
+from operator import attrgetter
 
 from worksnap.errors import ManifestError
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
 from worksnap.tree import (
-    SPLIT,
-    Builder,
     Child,
     Dir,
     Excluded,
@@ -37,9 +37,7 @@ from worksnap.tree import (
     Node,
     Part,
     Read,
-    Split,
     Symlink,
-    Write,
     decode_node,
     node_digest,
 )
@@ -276,8 +274,18 @@ def entry_of(path: str, child: Child) -> Entry | None:
     return None
 
 
+Subtrees = Callable[[str, Digest], Flat | None]
+"""The flat view below a directory (its path, its tree's digest) known without reading it:
+the last capture's, when its tree there is that very digest (`Capture.subtree`)."""
+
+
 def flatten(
-    root: Digest, read: Read, *, loose: Loose | None = None, max_paths: int = MAX_PATHS
+    root: Digest,
+    read: Read,
+    *,
+    loose: Loose | None = None,
+    max_paths: int = MAX_PATHS,
+    known: Subtrees | None = None,
 ) -> Flat:
     """Returns the flat view of a snapshot's trees, sorted exactly as format 1 sorts it.
 
@@ -286,6 +294,8 @@ def flatten(
         read: returns an object's bytes.
         loose: the record's left-out paths that no tree holds (merged in).
         max_paths: refuse a tree of more paths than this.
+        known: the flat view below a directory whose tree is known (equal digests:
+            equal trees): taken as it is, its entries shared, instead of read.
 
     Raises:
         ManifestError: an object is damaged, not canonical or hostile; the tree is
@@ -310,6 +320,11 @@ def flatten(
                 if depth == MAX_DEPTH:
                     raise ManifestError(f"tree {root}", f"deeper than {MAX_DEPTH} directories")
                 dirs.append(path)
+                below = known(path, _hex(child.tree)) if known is not None else None
+                if below is not None:  # this very tree, as captured: nothing to read or check
+                    entries += below.entries
+                    dirs += below.dirs
+                    continue
                 stack.append((prefix, depth, kids, i + 1))
                 sub = _walk_order(list(children(_hex(child.tree), read, path)))
                 count += len(sub)
@@ -329,85 +344,33 @@ def flatten(
     return Flat(entries, dirs, ignored, large, excluded)
 
 
+def subtrees_of(last: Manifest, digest_of: Callable[[str], str | None]) -> Subtrees:
+    """The flat view below a directory of `last`, a capture whose trees had `digest_of`.
+
+    Only for a directory whose tree is the digest asked about, and below which `last`
+    left nothing out (a left-out path may be held by the tree or by the record): the
+    entries are `last`'s own, shared.
+    """
+    path_of = attrgetter("path")
+
+    def below(path: str, digest: Digest) -> Flat | None:
+        if digest_of(path) != digest:
+            return None
+        start, end = path + "/", path + "0"  # "0" follows "/": every path below, no other
+        for left_out in (last.ignored, last.large, last.excluded):
+            at = bisect_left(left_out, start)
+            if at < len(left_out) and left_out[at] < end:
+                return None
+        first = bisect_left(last.entries, start, key=path_of)
+        entries = last.entries[first : bisect_left(last.entries, end, key=path_of)]
+        first = bisect_left(last.dirs, start)
+        return Flat(entries, last.dirs[first : bisect_left(last.dirs, end)], [], [], [])
+
+    return below
+
+
 def _merged(a: list[str], b: list[str]) -> list[str]:
     return list(heapq.merge(a, b)) if b else a
-
-
-# -- flat to trees ---------------------------------------------------------------------
-
-
-def from_flat(flat: Flat, write: Write, split: Split = SPLIT) -> tuple[Digest, Loose]:
-    """Builds the trees of a format 1 snapshot (the migration, and tests).
-
-    `flatten` gives back exactly `flat` for a manifest that passes
-    `manifest.check_manifest` and whose `ignored`, `large` and `excluded` are sorted
-    without repeats, as worksnap writes them (they are sets: a repeat is kept once).
-    A large file migrated from format 1 has no size (format 1 kept none). `split` says
-    where a large directory is cut (tests pass a small one).
-
-    Returns:
-        The root tree's digest, and the left-out paths no tree can hold.
-
-    Raises:
-        ManifestError: an entry's parent is not a captured directory, or a path repeats.
-    """
-    leaves: dict[str, list[Child]] = {"": [], **{d: [] for d in flat.dirs}}
-    subdirs: dict[str, list[str]] = {"": [], **{d: [] for d in flat.dirs}}
-    taken: dict[str, set[str]] = {"": set(), **{d: set() for d in flat.dirs}}
-
-    def place(path: str) -> tuple[str, str] | None:
-        parent, _, name = path.rpartition("/")
-        names = taken.get(parent)
-        if names is None or name in names:
-            return None
-        names.add(name)
-        return parent, name
-
-    for d in flat.dirs:
-        spot = place(d)
-        if spot is None:
-            raise ManifestError("flat manifest", f"directory {d!r} has no parent or repeats")
-        subdirs[spot[0]].append(spot[1])
-    for entry in flat.entries:
-        spot = place(entry.path)
-        if spot is None:
-            raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
-        leaves[spot[0]].append(_child_of(spot[1], entry))
-    loose = Loose()
-    makers: list[tuple[Callable[[str], Child], list[str], list[str]]] = [
-        (lambda name: Ignored(name=name), flat.ignored, loose.ignored),
-        (lambda name: Large(name=name, size=None), flat.large, loose.large),
-        (lambda name: Excluded(name=name), flat.excluded, loose.excluded),
-    ]
-    for make, paths, left in makers:
-        for i, path in enumerate(paths):
-            if i and paths[i - 1] == path:
-                continue
-            spot = place(path)
-            if spot is None:
-                left.append(path)
-            else:
-                leaves[spot[0]].append(make(spot[1]))
-    builder = Builder(write, split)
-    # Reverse path order reaches every directory after all of its subdirectories.
-    for d in sorted(flat.dirs, reverse=True):
-        builder.directory(d, leaves.pop(d), subdirs.pop(d))
-    builder.directory("", leaves[""], subdirs[""])
-    return builder.root().digest, loose
-
-
-def _child_of(name: str, entry: Entry) -> Child:
-    if entry.type == "symlink":
-        if entry.target is None:
-            raise ManifestError("flat manifest", f"symlink {entry.path!r} has no target")
-        return Symlink(name=name, mode=entry.mode, target=entry.target)
-    if entry.hash is None or entry.size is None:
-        raise ManifestError("flat manifest", f"file {entry.path!r} has no hash or size")
-    try:
-        digest = bytes.fromhex(entry.hash)
-    except ValueError:
-        raise ManifestError("flat manifest", f"file {entry.path!r} has a bad hash") from None
-    return File(name=name, mode=entry.mode, size=entry.size, digest=digest)
 
 
 # -- comparing two trees ------------------------------------------------------------------

@@ -188,6 +188,7 @@ class Workspace:
             racy_margin_ns=seams.racy_margin_ns,
             nodes=self._catalog.nodes,  # the trees it builds are those plans compare next
         )
+        self._catalog.known = self._capture.subtree if self._watch else None
         self._restorer = Restorer(
             self._root,
             self.store,
