@@ -42,13 +42,13 @@ from worksnap.manifest import VERSION, Entry, Manifest, encode_manifest, tree_di
 from worksnap.paths import Digest, ancestors
 from worksnap.record import Record, encode_record
 from worksnap.tree import Builder, Built, decode_node
+from worksnap.treebuild import from_flat
 from worksnap.treewalk import (
     Flat,
     children,
     count_changes,
     diff_trees,
     flatten,
-    from_flat,
     reachable,
 )
 
