@@ -23,7 +23,6 @@ from tests.compat.gitrun import GIT, init_repo
 from tests.conftest import tree_state, write
 from worksnap import client, daemon
 from worksnap.layout import StorePaths
-from worksnap.pool import WorkspacePool
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
@@ -316,7 +315,7 @@ def test_config_without_daemon_starts_none(tmp_path: Path) -> None:
 
 
 def test_a_client_that_went_away_interrupts_its_command() -> None:
-    pool = WorkspacePool()
+    pool = daemon.WorkspacePool()
     ours, theirs = socket.socketpair()
     seen: list[object] = []
     with ours:

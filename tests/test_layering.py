@@ -90,7 +90,6 @@ LEVELS: dict[str, int] = {
     "inspection": 5,
     "completion": 5,
     "daemon": 5,
-    "pool": 5,
     "client": 5,
     "clientctx": 5,
     "autostart": 5,

@@ -6,11 +6,10 @@ of the same tree says, after exactly the steps a user took.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from worksnap.apply import apply_plan
 from worksnap.errors import SnapshotError
 from worksnap.ignore import base_rules
 from worksnap.manifest import Manifest
-from worksnap.pool import WorkspacePool
 from worksnap.scan import Scan, scan_tree
 from worksnap.workspace import Seams
 
@@ -522,78 +520,6 @@ def test_a_mark_heard_by_the_watch_of_a_directory_moved_away_is_not_settled(
     _restore_while_another_process_acts(
         root, tmp_path, "d/q/x.txt", meddle, after_apply=False, link="d2/q/x.txt"
     )
-
-
-@contextlib.contextmanager
-def _pooled(root: Path, tmp_path: Path) -> Iterator[tuple[WorkspacePool, Workspace]]:
-    """The daemon's pool with the watched workspace of `root`, snapshot once, idle."""
-    pool = WorkspacePool()
-    pool.start_command("snapshot", None)
-    try:
-        ws = pool.open(str(root), str(tmp_path / "store"), {"session": "s", "progress": None})
-        ws.snapshot()
-    finally:
-        pool.end_command()
-    try:
-        yield pool, ws
-    finally:
-        pool.drop_all()
-
-
-def _idle_capture(pool: WorkspacePool) -> Manifest:
-    pool.start_command("snapshot", None)
-    try:
-        return next(iter(pool.workspaces.values())).snapshot()
-    finally:
-        pool.end_command()
-
-
-def test_the_daemon_settles_a_file_another_program_wrote_while_it_is_there(
-    root: Path, tmp_path: Path
-) -> None:
-    """The daemon reads events as they come: a file another program writes and removes
-    soon after is checked while it is there (one link), and its removal then costs the
-    next capture no stat of every file (before: `lost`, so every file was stat-ed)."""
-    write(root, "a/x.txt", "one\n")
-    write(root, "b.txt", "b\n")
-    with _pooled(root, tmp_path) as (pool, ws):
-        write(root, "a/x.txt", "two\n")  # in place: marks a/x.txt written
-        assert pool.settle(5.0)
-        watcher = ws._capture._watcher
-        assert watcher is not None and not watcher.peek().dirs["a"].written
-        (root / "a" / "x.txt").unlink()
-        assert not watcher.peek().lost
-        assert files(_idle_capture(pool)) == files(plain(root, tmp_path))
-
-
-def test_the_daemon_does_not_settle_a_write_through_a_hard_link(root: Path, tmp_path: Path) -> None:
-    """A file written through a link whose other name is `a.txt` keeps its mark: when the
-    link is removed, the next capture stats every file and finds a.txt's new bytes."""
-    write(root, "a.txt", "one\n")
-    with _pooled(root, tmp_path) as (pool, ws):
-        _write_through_a_new_link(root, root / "hl")
-        assert pool.settle(5.0)
-        (root / "hl").unlink()
-        watcher = ws._capture._watcher
-        assert watcher is not None and watcher.peek().lost
-        snap = _idle_capture(pool)
-        assert files(snap) == files(plain(root, tmp_path))
-        assert (root / "a.txt").read_bytes() == b"two\n"
-
-
-def test_the_daemon_leaves_the_events_of_a_busy_workspace_to_its_command(
-    root: Path, tmp_path: Path
-) -> None:
-    write(root, "a/x.txt", "one\n")
-    with _pooled(root, tmp_path) as (pool, ws):
-        pool.start_command("restore", None)
-        held = pool.open(str(root), str(tmp_path / "store"), {"session": "s", "progress": None})
-        assert held is ws
-        write(root, "a/x.txt", "two\n")
-        assert pool.settle(5.0)  # events wait, but the command holds the workspace
-        pool.end_command()
-        watcher = ws._capture._watcher
-        assert watcher is not None and watcher.peek().dirs["a"].written
 
 
 def test_a_capture_that_stats_every_file_again_keeps_the_stats_of_those_unchanged(

@@ -144,33 +144,25 @@ def walk(
     label: str,
     links_outside: int = 3,
     restore: Callable[[str], object] | None = None,
-    settle: Callable[[], None] | None = None,
     load: Callable[[str], Manifest] | None = None,
 ) -> None:
     """Runs `steps` random operations; after each batch, compares `snapshot()` with `plain()`.
 
     With `restore`, a batch now and then starts by restoring an earlier snapshot (by
-    id): the operations that follow act on the files it wrote. With `settle`, the
-    events are read and the files written checked now and then between operations, as
-    the daemon does while idle (`Workspace.settle`). With `load`, an earlier snapshot
-    loaded now and then must hold exactly what its capture held (a watched workspace
-    takes what it shares with the last capture from there: `treewalk.subtrees_of`).
+    id): the operations that follow act on the files it wrote. With `load`, an earlier
+    snapshot loaded now and then must hold exactly what its capture held (a watched
+    workspace takes what it shares with the last capture from there:
+    `treewalk.subtrees_of`).
     """
     rnd = random.Random(seed)
     watched = [""]
-    history: list[str] = []
-
-    def maybe_settle() -> None:
-        if settle is not None and rnd.random() < 0.3:
-            settle()
-            history.append("(events read and settled)")
-
     ops = Ops(
         root, rnd, git_dir=git_dir, global_excludes=global_excludes, outside=outside,
-        watched=lambda: watched, between=maybe_settle if settle is not None else None,
+        watched=lambda: watched,
     )  # fmt: skip
     ops.link_outside(links_outside)  # only before a watch: a later one raises no event
     ops.note_watched()
+    history: list[str] = []
     refs: list[str] = []  # the snapshots taken, to restore
     kept: dict[str, Manifest] = {}  # some of them as captured, to load again
 
@@ -192,7 +184,6 @@ def walk(
         for _ in range(rnd.choice([1, 1, 1, 2, 3])):
             history.append(ops.step())
             done += 1
-            maybe_settle()
         if flaky is not None and rnd.random() < 0.05:
             flaky.armed = True
             try:
@@ -262,7 +253,6 @@ def test_a_watched_workspace_matches_a_plain_capture(
             flaky=flaky,
             label="watched workspace",
             restore=ws.restore,
-            settle=ws.settle,
             load=ws.load,
         )  # fmt: skip
     assert flaky.failed > 0  # the failure path was taken

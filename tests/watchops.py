@@ -50,12 +50,8 @@ class Ops:
         outside: Path | None = None,
         watched: Callable[[], list[str]] | None = None,
         hard_links: bool = True,
-        between: Callable[[], None] | None = None,
     ) -> None:
         self.root = root
-        self.between = between
-        """Called within an operation, between the write and what follows it (the daemon
-        reading events then, `Workspace.settle`)."""
         self.rnd = rnd
         self.git_dir = git_dir
         self.global_excludes = global_excludes
@@ -271,8 +267,6 @@ class Ops:
         size = other.stat().st_size
         with open(other, "r+b") as f:  # written through the other name, in place
             f.write(self._data(size))
-        if self.between is not None:
-            self.between()
         # Then the name may lose the inode written: `path` changed, and no event says so.
         fate = self.rnd.choice(["kept", "kept", "replaced", "moved on and replaced", "removed"])
         if fate == "removed":

@@ -19,7 +19,7 @@ import itertools
 import os
 import stat
 import time
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -230,15 +230,10 @@ class Capture:
         """The flat view below `path` in the last committed capture (`treewalk.subtrees_of`)."""
         return self._subtrees(path, digest)
 
-    @property
-    def events_fd(self) -> int:
-        """The watcher's descriptor, readable when events wait (-1 without a watcher)."""
-        return self._watcher.fileno() if self._watcher is not None else -1
-
-    def settle(self, paths: Iterable[str] | None = None) -> None:
-        """Forgets the writes at paths now holding a file with no other name (`Watcher.settle`)."""
+    def settle(self, made: Mapping[str, tuple[int, int]]) -> None:
+        """Tells the watcher of the files a restore just made (`Watcher.settle`)."""
         if self._watcher is not None:
-            self._watcher.settle(self._root.path, paths)
+            self._watcher.settle(made, self._root.path)
 
     def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").

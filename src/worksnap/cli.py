@@ -35,8 +35,8 @@ from worksnap.output import (
 )
 
 if TYPE_CHECKING:
+    from worksnap.daemon import WorkspacePool
     from worksnap.manifest import Summary
-    from worksnap.pool import WorkspacePool
     from worksnap.workspace import Seams
 
 __all__ = ["display", "main"]

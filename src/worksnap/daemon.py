@@ -28,6 +28,7 @@ Imported only where the daemon is started or served; clients import client.py.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import signal
@@ -36,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worksnap.client import (
     PROTOCOL,
@@ -49,11 +50,13 @@ from worksnap.client import (
     request,
     send,
 )
-from worksnap.clientctx import ClientInput, Context, private_fs
-from worksnap.layout import StorePaths
-from worksnap.pool import WorkspacePool
+from worksnap.clientctx import ClientInput, Context, RWLock, hung_up, private_fs
+from worksnap.layout import StorePaths, store_location
 
-__all__ = ["SUPPORTED", "serve", "spawn", "start", "stop"]
+if TYPE_CHECKING:
+    from worksnap.workspace import Workspace
+
+__all__ = ["SUPPORTED", "WorkspacePool", "serve", "spawn", "start", "stop"]
 
 DEFAULT_IDLE_SECONDS = 1800.0
 HANDSHAKE_SECONDS = 5.0
@@ -64,7 +67,10 @@ AUDIT_AFTER_IDLE_SECONDS = 5.0
 """An audit starts only after this long without a command."""
 MAX_CLIENTS = 32
 _TICK_SECONDS = 1.0  # how often an idle daemon checks its socket, idle time and audit
-_SETTLE_PAUSE_SECONDS = 0.01  # after reading events: a command may hold them, more may come
+_MAX_WORKSPACES = 4
+
+READERS = frozenset({"list", "show", "du", "attachment", "verify", "cat"})
+"""Commands that neither capture nor write: they run side by side."""
 
 
 # -- starting and stopping ---------------------------------------------------
@@ -152,7 +158,132 @@ def stop(store_dir: str) -> bool:
 # -- the workspaces ----------------------------------------------------------
 
 
-Runner = Callable[[list[str], WorkspacePool], int]
+class WorkspacePool:
+    """Long-lived watched workspaces, by everything a command opens them with but the session."""
+
+    def __init__(self) -> None:
+        self.workspaces: dict[tuple[Any, ...], Workspace] = {}
+        self.readers: dict[tuple[Any, ...], Workspace] = {}
+        self._locks: dict[int, RWLock] = {}
+        self._guard = threading.Lock()
+        self._local = threading.local()
+        self.report: Callable[[], dict[str, Any]] = lambda: {"pid": os.getpid()}
+        """What the serving daemon says of itself (set by it; its `status` answer)."""
+
+    def status(self) -> dict[str, Any]:
+        """The serving daemon's `status` answer, for a command it runs (`worksnap status`)."""
+        return self.report()
+
+    def start_command(self, command: str, conn: socket.socket | None) -> None:
+        """Notes what this thread runs (a reader or not) and for which client."""
+        self._local.reader = command in READERS
+        self._local.conn = conn
+        self._local.held = []
+
+    def end_command(self) -> None:
+        """Releases every workspace this thread's command opened."""
+        for lock, write in getattr(self._local, "held", []):
+            lock.release(write=write)
+        self._local.held = []
+
+    def open(self, root: str, store: str | None, options: dict[str, Any]) -> Workspace:
+        """The workspace for these options (opened and watched on first use), for this command.
+
+        A command that only reads gets a view with its own session of an unwatched
+        workspace shared by all such commands; any other gets the watched workspace
+        to itself until it ends.
+        """
+        from worksnap.workspace import Workspace
+
+        session = options.pop("session")
+        progress = options.pop("progress")
+        options.setdefault("exclude", ())
+        options.setdefault("max_file_bytes", None)  # the store's setting, read per command
+        options.setdefault("force", False)
+        key = (
+            os.path.realpath(root),
+            store_location(os.path.realpath(root), store),
+            *sorted(options.items()),
+        )
+        reader = getattr(self._local, "reader", False)
+        with self._guard:
+            if reader:
+                # Commands that only read share an unwatched workspace of their own: they
+                # never wait for a snapshot or restore (one may sit at its prompt).
+                shared = self.readers.get(key)
+                if shared is None:
+                    shared = Workspace(root, store=store, session=session, **options)
+                    self.readers[key] = shared
+                view = copy.copy(shared)  # the same engine; only the session is this command's
+                view.session = session
+                return view
+            ws = self.workspaces.pop(key, None)
+            if ws is None:
+                ws = Workspace(root, store=store, watch=True, session=session, **options)
+                self._locks[id(ws)] = RWLock()
+                if len(self.workspaces) >= _MAX_WORKSPACES:
+                    self._retire(next(iter(self.workspaces)))
+            self.workspaces[key] = ws  # most recently used last
+            lock = self._locks[id(ws)]
+        lock.acquire(write=True)
+        self._local.held = [*getattr(self._local, "held", []), (lock, True)]
+        ws.use(session=session, progress=self._interruptible(progress))
+        return ws
+
+    def _retire(self, key: tuple[Any, ...]) -> None:
+        ws = self.workspaces.pop(key)
+        lock = self._locks.pop(id(ws))
+        lock.acquire(write=True)  # let the commands using it finish
+        try:
+            ws.close()
+        finally:
+            lock.release(write=True)
+
+    def _interruptible(self, progress: Callable[[Any], None] | None) -> Callable[[Any], None]:
+        """Wraps a progress callback so that a client gone (Ctrl-C) interrupts the command.
+
+        The command then stops as it would on Ctrl-C in the client's own process (a
+        restore rolls back).
+        """
+        client = getattr(self._local, "conn", None)
+
+        def report(done: Any) -> None:
+            if client is not None and hung_up(client):
+                raise KeyboardInterrupt
+            if progress is not None:
+                progress(done)
+
+        return report
+
+    def audit(self, check: Callable[[], None], log: Callable[[str], None]) -> tuple[int, int]:
+        """Audits every idle workspace; returns (workspaces audited, differences found)."""
+        audited = found = 0
+        with self._guard:
+            workspaces = [(ws, self._locks[id(ws)]) for ws in self.workspaces.values()]
+        for ws, lock in workspaces:
+            if not ws.watching or not lock.acquire(write=True, blocking=False):
+                continue
+            try:
+                missed = ws.audit(check=check)
+            finally:
+                lock.release(write=True)
+            audited += 1
+            found += len(missed)
+            for line in missed:
+                log(f"audit: the watcher missed {line}; the watched state was rebuilt")
+        return audited, found
+
+    def drop_all(self) -> None:
+        """Closes every workspace (storing their caches)."""
+        with self._guard:
+            for key in list(self.workspaces):
+                self._retire(key)
+            for ws in self.readers.values():
+                ws.close()
+            self.readers.clear()
+
+
+Runner = Callable[[list[str], "WorkspacePool"], int]
 """Runs one command line with workspaces from the pool (the CLI's own entry point)."""
 
 
@@ -200,7 +331,7 @@ class _Daemon:
         """What a `status` request is answered with."""
         with self.lock:
             state = dict(self.state)
-        return {**state, "workspaces": len(self.pool.workspaces), "watching": self.pool.watching}
+        return {**state, "workspaces": len(self.pool.workspaces), "watching": _watching(self.pool)}
 
     def log(self, line: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -347,7 +478,7 @@ class _Daemon:
                     raise _AuditAbandoned
 
             try:
-                audited, found = self.pool.audit(check, self.log, wait=asked)
+                audited, found = self.pool.audit(check, self.log)
             except _AuditAbandoned:
                 continue
             except Exception as exc:  # an audit must never take the daemon down
@@ -360,22 +491,6 @@ class _Daemon:
                 self.audit_done.notify_all()
             if audited:
                 self.log(f"audit: {audited} workspace(s), {found} difference(s)")
-
-    def settle_loop(self) -> None:
-        """The settle thread: reads each idle watched workspace's events as they come.
-
-        A file another program writes and then removes is checked while it is there
-        (`Watcher.settle`): else the next capture stats every file.
-        """
-        while not self.stopping.is_set():
-            try:
-                busy = self.pool.settle(_TICK_SECONDS)
-            except Exception as exc:  # must never take the daemon down
-                self.log(f"reading events failed: {exc!r}")
-                busy = False
-                self.stopping.wait(_TICK_SECONDS)
-            if busy:
-                self.stopping.wait(_SETTLE_PAUSE_SECONDS)  # let a burst gather
 
 
 def serve(root: str, store_dir: str, *, idle: float, run: Runner) -> None:
@@ -418,8 +533,8 @@ def serve(root: str, store_dir: str, *, idle: float, run: Runner) -> None:
             finally:
                 daemon.pool.end_command()
         _trim_memory()
-        for loop, name in ((daemon.audit_loop, "audit"), (daemon.settle_loop, "settle")):
-            threading.Thread(target=loop, name=name, daemon=True).start()
+        auditor = threading.Thread(target=daemon.audit_loop, name="audit", daemon=True)
+        auditor.start()
         while not daemon.stopping.is_set():
             try:
                 conn, _ = listener.accept()
@@ -474,3 +589,7 @@ def _still_ours(path: str, inode: int) -> bool:
         return os.stat(path).st_ino == inode
     except OSError:
         return False
+
+
+def _watching(pool: WorkspacePool) -> bool:
+    return any(ws.watching for ws in list(pool.workspaces.values()))

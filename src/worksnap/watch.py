@@ -38,7 +38,7 @@ import stat
 import struct
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
@@ -320,52 +320,39 @@ class Watcher:
             seen.merge(self._taken)
         return seen
 
-    def fileno(self) -> int:
-        """The inotify descriptor, readable when events wait (-1 without one)."""
-        return self._fd
-
-    def settle(self, root: str, paths: Iterable[str] | None = None) -> None:
-        """Forgets the writes at paths that now hold a file with no other name.
+    def settle(self, made: Mapping[str, tuple[int, int]], root: str) -> None:
+        """Forgets the writes at paths that hold a file just made there and nowhere else.
 
         A write is remembered so that, should its inode leave every name in sight, the
         next capture stats every file (one may be another name of it: `Changes.lost`).
-        A path still holding the inode written (no event named it since), a regular
-        file with one link, has no other name that raised no event: any name the inode
-        had when written and lost since raised one, and any it has now would count as
-        a link. So removing the file later costs the next capture nothing more. The
-        daemon settles as events come (a file another program writes and then removes
-        is checked while it is there), and a restore settles the files it wrote. A mark
-        stays when an event named its path after the check, or when its directory (or
-        one above) was moved or is gone: its watch then hears another place by that name.
+        An inode made since the last capture (a restore writes each file to a new one,
+        renamed into place) and found at its path with one link has no other name that
+        raised no event: any was made since, and making it raised one. So removing a
+        restored file does not cost the next capture a stat of every file. A mark stays
+        when an event named its path after the check, or when its directory (or one
+        above) was moved or is gone: its watch then hears another place by that name.
 
         Args:
-            root: the directory the watched paths are relative to.
-            paths: the paths (relative wire form) to settle; None for every mark.
+            made: paths (relative wire form) and the (st_dev, st_ino) made at each.
+            root: the directory they are relative to.
         """
         self._read()  # the mark at a path is about the inode there as of the last event
-        marks = [
-            (directory, raw, events)
-            for directory, events in self._pending.dirs.items()
-            for raw in events.written
-        ]
-        if paths is not None:
-            wanted = {(d, fs_path(n)) for d, _, n in (p.rpartition("/") for p in paths)}
-            marks = [m for m in marks if m[:2] in wanted]
-        settled = []
-        base = os.fsencode(root)
-        for directory, raw, events in marks:
+        settled: dict[tuple[str, bytes], Events] = {}
+        for path, inode in made.items():
+            directory, _, name = path.rpartition("/")
+            events, raw = self._pending.dirs.get(directory), fs_path(name)
+            if events is None or raw not in events.written:
+                continue
             try:
-                st = os.lstat(os.path.join(base, fs_path(directory), raw))
+                st = os.lstat(os.path.join(os.fsencode(root), fs_path(path)))
             except OSError:
                 continue
-            if st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
-                settled.append((directory, raw, events))
-        if not settled:
-            return
+            if (st.st_dev, st.st_ino) == inode and st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
+                settled[(directory, raw)] = events
         named: set[tuple[str, bytes]] = set()
         self._read(named)  # a path named since the first read may have held another inode
         moved = [c for c in (self._pending, self._taken) if c is not None]
-        for directory, raw, events in settled:
+        for (directory, raw), events in settled.items():
             # A directory moved or gone (or one above it) leaves its watch hearing another
             # place under its old name: the path checked is not the one the mark is about.
             if (directory, raw) not in named and not any(c.stale(directory) for c in moved):

@@ -201,13 +201,23 @@ class Workspace:
             apply_plan=seams.apply_plan,
         )
         self._checkpoints = Checkpoints(
-            self._root, self.store, files=files, locks=self._locks, capture=self._capture,
-            catalog=self._catalog, sessions=sessions,
-        )  # fmt: skip
+            self._root,
+            self.store,
+            files=files,
+            locks=self._locks,
+            capture=self._capture,
+            catalog=self._catalog,
+            sessions=sessions,
+        )
         self._maintenance = Maintenance(
-            self._root, self.store, files=files, locks=self._locks, catalog=self._catalog,
-            sessions=sessions, caches=caches,
-        )  # fmt: skip
+            self._root,
+            self.store,
+            files=files,
+            locks=self._locks,
+            catalog=self._catalog,
+            sessions=sessions,
+            caches=caches,
+        )
 
     # -- the object ----------------------------------------------------------
 
@@ -234,15 +244,6 @@ class Workspace:
     def objects_added(self) -> int:
         """How many new objects this workspace has stored so far."""
         return self.store.added
-
-    @property
-    def events_fd(self) -> int:
-        """The watcher's descriptor, readable when events wait (-1 when not watching)."""
-        return self._capture.events_fd
-
-    def settle(self) -> None:
-        """Reads the events waiting and checks the files written (`Watcher.settle`)."""
-        self._capture.settle()
 
     def audit(self, *, check: Callable[[], None] | None = None) -> builtins.list[str]:
         """Compares the watched state with a plain scan, rebuilt on a difference.
