@@ -572,3 +572,45 @@ def test_a_watched_workspace_loads_what_it_shares_with_its_last_capture_from_the
         assert getattr(loaded, field) == getattr(read, field)
     shared = {e.path for e in loaded.entries if last.get(e.path) is e}
     assert shared == {"a/1.txt", "a/b/2.txt"}  # c changed; d holds an ignored file
+
+
+@pytest.mark.parametrize("then", ["kept", "removed", "replaced again"])
+def test_a_write_through_a_descriptor_whose_name_was_replaced_is_seen(
+    root: Path, tmp_path: Path, then: str
+) -> None:
+    """A write through a descriptor is heard under the name it was opened by, even once
+    another file took that name: here the inode written is a.txt's, linked as docs/hl
+    and opened there, and the event names docs/hl, now another file of one link (found
+    by a hostile review; the watched snapshot kept a.txt's old digest)."""
+    write(root, "a.txt", "one\n")
+    write(root, "docs/x", "x\n")
+    write(root, "docs/y", "y\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.link(root / "a.txt", root / "docs" / "hl")
+        with open(root / "docs" / "hl", "r+b") as f:
+            os.rename(root / "docs" / "x", root / "docs" / "hl")  # one link, another inode
+            f.write(b"two\n")  # a.txt's bytes; the event names docs/hl
+        if then == "removed":
+            (root / "docs" / "hl").unlink()
+        elif then == "replaced again":
+            (root / "docs" / "hl").unlink()
+            os.rename(root / "docs" / "y", root / "docs" / "hl")
+        snap = ws.snapshot()
+        assert (root / "a.txt").read_bytes() == b"two\n"
+        assert files(snap) == files(plain(root, tmp_path))
+
+
+def test_a_write_through_a_descriptor_whose_name_was_removed_and_made_again_is_seen(
+    root: Path, tmp_path: Path
+) -> None:
+    write(root, "a.txt", "one\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.link(root / "a.txt", root / "hl")
+        with open(root / "hl", "r+b") as f:
+            (root / "hl").unlink()
+            write(root, "hl", "new\n")  # created anew: one link
+            f.write(b"two\n")  # a.txt's bytes; the event names hl
+        snap = ws.snapshot()
+        assert files(snap) == files(plain(root, tmp_path))

@@ -96,7 +96,7 @@ def _libc() -> ctypes.CDLL | None:
 class Events:
     """What happened in one watched directory: the names touched, and whether its listing moved."""
 
-    __slots__ = ("displaced", "listing", "names", "unnamed", "written")
+    __slots__ = ("displaced", "listing", "names", "unnamed", "vacated", "written")
 
     def __init__(self) -> None:
         self.names: set[bytes] = set()
@@ -110,6 +110,9 @@ class Events:
         names elsewhere)."""
         self.displaced: set[bytes] = set()
         """Children created, removed or renamed onto or away: the inode at that name changed."""
+        self.vacated: set[bytes] = set()
+        """Children removed or renamed onto: an inode left that name, and a descriptor opened
+        on it there still writes under that name."""
 
     def merge(self, other: Events) -> bool:
         """Adds what `other` says.
@@ -124,6 +127,7 @@ class Events:
         self.unnamed |= other.unnamed
         self.written |= other.written
         self.displaced |= other.displaced
+        self.vacated |= other.vacated
         return crossed
 
 
@@ -435,7 +439,12 @@ class Watcher:
                         if mask & _IN_MOVED_TO and cookie in pending.travelling:
                             pending.travelling.discard(cookie)
                             events.written.add(name)
+                    if mask & (_IN_DELETE | _IN_MOVED_TO):
+                        events.vacated.add(name)
                     if mask & _IN_WRITTEN:
+                        # Through a descriptor opened on an inode that has left this name
+                        # since, a write is heard here: that inode may be another file's.
+                        pending.lost |= name in events.vacated
                         events.written.add(name)
                     if mask & _IN_ISDIR and mask & _DISPLACING:
                         # A directory created, moved in, removed or moved away: nothing
