@@ -614,3 +614,50 @@ def test_a_write_through_a_descriptor_whose_name_was_removed_and_made_again_is_s
             f.write(b"two\n")  # a.txt's bytes; the event names hl
         snap = ws.snapshot()
         assert files(snap) == files(plain(root, tmp_path))
+
+
+def test_a_restored_file_then_written_in_place_does_not_make_every_file_stat_ed(
+    root: Path, tmp_path: Path
+) -> None:
+    """A restore renames each file onto its path: the file it replaced had one link, so
+    a later write heard there is about the restored file (before the rule below, the
+    next capture stat-ed every file after a rewind and an edit)."""
+    write(root, "a/x.txt", "one\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        first = ws.snapshot()
+        write(root, "a/x.txt", "two\n")
+        ws.snapshot()
+        ws.restore(first.id)
+        write(root, "a/x.txt", "three\n")  # in place, after the rename onto it
+        watcher = ws._capture._watcher
+        assert watcher is not None and not watcher.peek().lost
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
+def test_a_descriptor_on_a_file_put_at_a_restored_path_before_the_apply_is_heard(
+    root: Path, tmp_path: Path
+) -> None:
+    """Between the restore's capture and its apply, another process renames a link to
+    old.txt onto the path and keeps it open; after the restore replaced it, a write
+    through that descriptor is heard at the path and changes old.txt: the path was
+    displaced twice, so the restore's settle keeps it vacated."""
+    write(root, "a/x.txt", "one\n")
+    write(root, "old.txt", "old\n")
+    held: list[Any] = []
+
+    def apply_meddled(*args: Any, **kwargs: Any) -> Any:
+        os.link(root / "old.txt", root / "a" / "tmp")
+        os.rename(root / "a" / "tmp", root / "a" / "x.txt")
+        held.append(open(root / "a" / "x.txt", "r+b"))  # noqa: SIM115
+        return apply_plan(*args, **kwargs)
+
+    with Workspace(root, store=tmp_path / "store", watch=True,
+                   seams=Seams(apply_plan=apply_meddled)) as ws:  # fmt: skip
+        first = ws.snapshot()
+        write(root, "a/x.txt", "two\n")
+        ws.snapshot()
+        ws.restore(first.id)
+        with held[0] as f:
+            f.write(b"new")  # old.txt's bytes; the event names a/x.txt
+        assert (root / "old.txt").read_bytes() == b"new\n"
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))

@@ -79,6 +79,7 @@ class Ops:
         ]
         if hard_links:
             ops += [(3, self.hard_link_write), (2, self.outer_link_write)]
+            ops.append((2, self.descriptor_write))
         if git_dir is not None:
             ops += [(1, self.info_exclude), (1, self.git_add_force)]
         if global_excludes is not None:
@@ -280,6 +281,32 @@ class Ops:
             donor.write_bytes(self._data())
             os.rename(donor, other)  # another file renamed onto the name
         return f"hard link {path} as {other}, written through it, {fate}"
+
+    def descriptor_write(self) -> str:
+        """A file linked at another name and opened there; the name is then taken by another
+        file (renamed onto it, or removed and made again) and the descriptor is written
+        through: the event names the new file's path, the bytes change at the first."""
+        path = self._file()
+        watched = [d for d in self.watched() if self._still_watched(d)] if self.watched else [""]
+        if path is None or not watched:
+            return "descriptor write skipped"
+        other = self.root / self.rnd.choice(watched) / f"fd{self.counter}"
+        if other.exists() or other.is_symlink() or not other.parent.is_dir():
+            return "descriptor write skipped"
+        os.link(path, other)
+        how = self.rnd.choice(["renamed onto", "removed and made again", "removed"])
+        with open(other, "r+b") as f:
+            if how == "renamed onto":
+                donor = other.with_name(f"{other.name}d")
+                donor.write_bytes(self._data())
+                os.rename(donor, other)
+            else:
+                other.unlink()
+                if how == "removed and made again":
+                    other.write_bytes(self._data())
+            size = path.stat().st_size
+            f.write(self._data(size))  # in place, at `path`'s inode
+        return f"linked {path} as {other}, opened it, {how}, wrote through the descriptor"
 
     def note_watched(self) -> None:
         """Remembers which directory each path of `watched` is: a capture just watched them."""

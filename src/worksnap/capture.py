@@ -231,9 +231,14 @@ class Capture:
         return self._subtrees(path, digest)
 
     def settle(self, made: Mapping[str, tuple[int, int]]) -> None:
-        """Tells the watcher of the files a restore just made (`Watcher.settle`)."""
+        """Tells the watcher of the files a restore made, and which replaced one of one link."""
         if self._watcher is not None:
-            self._watcher.settle(made, self._root.path)
+            single = set()
+            for path in made:
+                directory, _, name = path.rpartition("/")
+                if (scan := self._memory.get(directory)) is not None and name not in scan.linked:
+                    single.add(path)
+            self._watcher.settle(made, self._root.path, single)
 
     def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").

@@ -38,7 +38,7 @@ import stat
 import struct
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
@@ -96,7 +96,7 @@ def _libc() -> ctypes.CDLL | None:
 class Events:
     """What happened in one watched directory: the names touched, and whether its listing moved."""
 
-    __slots__ = ("displaced", "listing", "names", "unnamed", "vacated", "written")
+    __slots__ = ("displaced", "listing", "moves", "names", "unnamed", "vacated", "written")
 
     def __init__(self) -> None:
         self.names: set[bytes] = set()
@@ -113,6 +113,8 @@ class Events:
         self.vacated: set[bytes] = set()
         """Children removed or renamed onto: an inode left that name, and a descriptor opened
         on it there still writes under that name."""
+        self.moves: dict[bytes, int] = {}
+        """How many times each displaced child was (a restore's rename onto it is one)."""
 
     def merge(self, other: Events) -> bool:
         """Adds what `other` says.
@@ -128,6 +130,8 @@ class Events:
         self.written |= other.written
         self.displaced |= other.displaced
         self.vacated |= other.vacated
+        for name, count in other.moves.items():
+            self.moves[name] = self.moves.get(name, 0) + count
         return crossed
 
 
@@ -324,7 +328,9 @@ class Watcher:
             seen.merge(self._taken)
         return seen
 
-    def settle(self, made: Mapping[str, tuple[int, int]], root: str) -> None:
+    def settle(
+        self, made: Mapping[str, tuple[int, int]], root: str, single: Container[str] = ()
+    ) -> None:
         """Forgets the writes at paths that hold a file just made there and nowhere else.
 
         A write is remembered so that, should its inode leave every name in sight, the
@@ -336,12 +342,20 @@ class Watcher:
         when an event named its path after the check, or when its directory (or one
         above) was moved or is gone: its watch then hears another place by that name.
 
+        A restored path is vacated too (the restore's rename moved an inode away from it:
+        `Events.vacated`), and a later write heard there would make the next capture stat
+        every file. That is dropped as well where the inode moved away had one link when
+        the restore's capture looked (`single`, or there was none) and the rename is the
+        only event that displaced the path since: a descriptor opened on it writes to a
+        file of no name, or of one made since, which the next capture reads afresh.
+
         Args:
             made: paths (relative wire form) and the (st_dev, st_ino) made at each.
             root: the directory they are relative to.
+            single: the paths of `made` whose file before had one link, or was none.
         """
         self._read()  # the mark at a path is about the inode there as of the last event
-        settled: dict[tuple[str, bytes], Events] = {}
+        settled: dict[tuple[str, bytes], tuple[Events, str]] = {}
         for path, inode in made.items():
             directory, _, name = path.rpartition("/")
             events, raw = self._pending.dirs.get(directory), fs_path(name)
@@ -352,15 +366,17 @@ class Watcher:
             except OSError:
                 continue
             if (st.st_dev, st.st_ino) == inode and st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
-                settled[(directory, raw)] = events
+                settled[(directory, raw)] = events, path
         named: set[tuple[str, bytes]] = set()
         self._read(named)  # a path named since the first read may have held another inode
         moved = [c for c in (self._pending, self._taken) if c is not None]
-        for (directory, raw), events in settled.items():
+        for (directory, raw), (events, path) in settled.items():
             # A directory moved or gone (or one above it) leaves its watch hearing another
             # place under its old name: the path checked is not the one the mark is about.
             if (directory, raw) not in named and not any(c.stale(directory) for c in moved):
                 events.written.discard(raw)
+                if events.moves.get(raw) == 1 and path in single:
+                    events.vacated.discard(raw)
 
     def forget_all(self) -> None:
         """Vouches for nothing more: the next capture reads everything afresh."""
@@ -430,6 +446,7 @@ class Watcher:
                         # Another inode at this name from here on. One written to is
                         # followed where it is renamed; removed or replaced, it is lost.
                         events.displaced.add(name)
+                        events.moves[name] = events.moves.get(name, 0) + 1
                         if name in events.written:
                             events.written.discard(name)
                             if mask & _IN_MOVED_FROM:
