@@ -661,3 +661,45 @@ def test_a_descriptor_on_a_file_put_at_a_restored_path_before_the_apply_is_heard
             f.write(b"new")  # old.txt's bytes; the event names a/x.txt
         assert (root / "old.txt").read_bytes() == b"new\n"
         assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
+def test_a_path_a_restore_removed_then_made_again_does_not_make_every_file_stat_ed(
+    root: Path, tmp_path: Path
+) -> None:
+    """The restore benchmark's pattern: a file added since is removed by the restore, then
+    made and written again; the file removed had one link, so the write heard there is
+    about the new one."""
+    write(root, "a/x.txt", "one\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        first = ws.snapshot()
+        write(root, "a/new.txt", "added\n")
+        ws.restore(first.id)  # removes a/new.txt
+        write(root, "a/new.txt", "added again\n")
+        watcher = ws._capture._watcher
+        assert watcher is not None and not watcher.peek().lost
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
+def test_a_descriptor_on_a_file_put_at_a_path_a_restore_removes_is_heard(
+    root: Path, tmp_path: Path
+) -> None:
+    write(root, "a/x.txt", "one\n")
+    write(root, "old.txt", "old\n")
+    held: list[Any] = []
+
+    def apply_meddled(*args: Any, **kwargs: Any) -> Any:
+        os.link(root / "old.txt", root / "a" / "tmp")
+        os.rename(root / "a" / "tmp", root / "a" / "new.txt")  # onto the added file
+        held.append(open(root / "a" / "new.txt", "r+b"))  # noqa: SIM115
+        return apply_plan(*args, **kwargs)
+
+    with Workspace(root, store=tmp_path / "store", watch=True,
+                   seams=Seams(apply_plan=apply_meddled)) as ws:  # fmt: skip
+        first = ws.snapshot()
+        write(root, "a/new.txt", "added\n")
+        ws.restore(first.id)  # removes a/new.txt: old.txt's inode, by then
+        write(root, "a/new.txt", "made again\n")
+        with held[0] as f:
+            f.write(b"new")  # old.txt's bytes; the event names a/new.txt
+        assert (root / "old.txt").read_bytes() == b"new\n"
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))

@@ -230,15 +230,10 @@ class Capture:
         """The flat view below `path` in the last committed capture (`treewalk.subtrees_of`)."""
         return self._subtrees(path, digest)
 
-    def settle(self, made: Mapping[str, tuple[int, int]]) -> None:
-        """Tells the watcher of the files a restore made, and which replaced one of one link."""
+    def settle(self, made: Mapping[str, tuple[int, int]], touched: Iterable[str]) -> None:
+        """Tells the watcher what a restore made and what it wrote or removed (`Watcher.settle`)."""
         if self._watcher is not None:
-            single = set()
-            for path in made:
-                directory, _, name = path.rpartition("/")
-                if (scan := self._memory.get(directory)) is not None and name not in scan.linked:
-                    single.add(path)
-            self._watcher.settle(made, self._root.path, single)
+            self._watcher.settle(made, self._root.path, touched)
 
     def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").

@@ -337,12 +337,12 @@ class Restorer:
             raise
         result.pre_restore = pre.id
         if result.ok:
-            self._capture.settle(made)
+            touched = (c.path for c in plan.changes if c.op is not Op.BLOCKED and not c.was_dir)
+            self._capture.settle(made, touched)
         else:
             self._roll_back(pre, None, result, plan.target, session=session)
         self._remove_journal()
-        # The stat cache stays: each file written is a new inode, so no cached digest holds.
-        return result
+        return result  # the stat cache stays: no cached digest holds for a new inode
 
     def _roll_back(
         self,

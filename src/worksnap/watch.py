@@ -38,7 +38,7 @@ import stat
 import struct
 import sys
 import time
-from collections.abc import Container, Mapping
+from collections.abc import Iterable, Mapping
 
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
@@ -329,7 +329,7 @@ class Watcher:
         return seen
 
     def settle(
-        self, made: Mapping[str, tuple[int, int]], root: str, single: Container[str] = ()
+        self, made: Mapping[str, tuple[int, int]], root: str, touched: Iterable[str] = ()
     ) -> None:
         """Forgets the writes at paths that hold a file just made there and nowhere else.
 
@@ -342,20 +342,20 @@ class Watcher:
         when an event named its path after the check, or when its directory (or one
         above) was moved or is gone: its watch then hears another place by that name.
 
-        A restored path is vacated too (the restore's rename moved an inode away from it:
+        A path the restore wrote or removed is vacated too (an inode left it:
         `Events.vacated`), and a later write heard there would make the next capture stat
-        every file. That is dropped as well where the inode moved away had one link when
-        the restore's capture looked (`single`, or there was none) and the rename is the
-        only event that displaced the path since: a descriptor opened on it writes to a
-        file of no name, or of one made since, which the next capture reads afresh.
+        every file. That mark is dropped where the restore's rename or removal is the only
+        event that displaced the path since its capture: the inode that left is the one
+        that capture saw there, and its other names in the tree were then either seen
+        with several links (stat-ed at every capture) or made since (read afresh).
 
         Args:
             made: paths (relative wire form) and the (st_dev, st_ino) made at each.
             root: the directory they are relative to.
-            single: the paths of `made` whose file before had one link, or was none.
+            touched: the paths the restore wrote or removed (and only those).
         """
         self._read()  # the mark at a path is about the inode there as of the last event
-        settled: dict[tuple[str, bytes], tuple[Events, str]] = {}
+        settled: dict[tuple[str, bytes], Events] = {}
         for path, inode in made.items():
             directory, _, name = path.rpartition("/")
             events, raw = self._pending.dirs.get(directory), fs_path(name)
@@ -366,17 +366,24 @@ class Watcher:
             except OSError:
                 continue
             if (st.st_dev, st.st_ino) == inode and st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
-                settled[(directory, raw)] = events, path
+                settled[(directory, raw)] = events
         named: set[tuple[str, bytes]] = set()
         self._read(named)  # a path named since the first read may have held another inode
         moved = [c for c in (self._pending, self._taken) if c is not None]
-        for (directory, raw), (events, path) in settled.items():
+        for (directory, raw), events in settled.items():
             # A directory moved or gone (or one above it) leaves its watch hearing another
             # place under its old name: the path checked is not the one the mark is about.
             if (directory, raw) not in named and not any(c.stale(directory) for c in moved):
                 events.written.discard(raw)
-                if events.moves.get(raw) == 1 and path in single:
-                    events.vacated.discard(raw)
+        for path in touched:
+            directory, _, name = path.rpartition("/")
+            events, raw = self._pending.dirs.get(directory), fs_path(name)
+            if (
+                events is not None
+                and events.moves.get(raw) == 1
+                and not any(c.stale(directory) for c in moved)
+            ):
+                events.vacated.discard(raw)  # that one move was the restore's
 
     def forget_all(self) -> None:
         """Vouches for nothing more: the next capture reads everything afresh."""
