@@ -54,13 +54,13 @@ from worksnap.tree import (
     _plain_values,
     decode_node,
 )
+from worksnap.treebuild import from_flat
 from worksnap.treewalk import (
     Flat,
     Nodes,
     count_changes,
     diff_trees,
     flatten,
-    from_flat,
     reachable,
 )
 
