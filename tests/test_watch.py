@@ -634,31 +634,33 @@ def test_a_restored_file_then_written_in_place_does_not_make_every_file_stat_ed(
         assert files(ws.snapshot()) == files(plain(root, tmp_path))
 
 
-def test_a_descriptor_on_a_file_put_at_a_restored_path_before_the_apply_is_heard(
-    root: Path, tmp_path: Path
+@pytest.mark.parametrize("path", ["a/x.txt", "a/new.txt"])  # written anew; removed
+def test_a_descriptor_on_a_file_put_at_a_path_a_restore_replaces_is_heard(
+    root: Path, tmp_path: Path, path: str
 ) -> None:
     """Between the restore's capture and its apply, another process renames a link to
-    old.txt onto the path and keeps it open; after the restore replaced it, a write
-    through that descriptor is heard at the path and changes old.txt: the path was
-    displaced twice, so the restore's settle keeps it vacated."""
+    old.txt onto a path the restore writes (or removes) and keeps it open; after the
+    restore, a write through that descriptor is heard at the path and changes old.txt:
+    the path was displaced twice, so the restore's settle keeps it vacated."""
     write(root, "a/x.txt", "one\n")
     write(root, "old.txt", "old\n")
     held: list[Any] = []
 
     def apply_meddled(*args: Any, **kwargs: Any) -> Any:
         os.link(root / "old.txt", root / "a" / "tmp")
-        os.rename(root / "a" / "tmp", root / "a" / "x.txt")
-        held.append(open(root / "a" / "x.txt", "r+b"))  # noqa: SIM115
+        os.rename(root / "a" / "tmp", root / path)
+        held.append(open(root / path, "r+b"))  # noqa: SIM115
         return apply_plan(*args, **kwargs)
 
     with Workspace(root, store=tmp_path / "store", watch=True,
                    seams=Seams(apply_plan=apply_meddled)) as ws:  # fmt: skip
         first = ws.snapshot()
-        write(root, "a/x.txt", "two\n")
+        write(root, path, "two\n")  # a/x.txt modified, or a/new.txt added
         ws.snapshot()
         ws.restore(first.id)
+        write(root, path, "made again\n")
         with held[0] as f:
-            f.write(b"new")  # old.txt's bytes; the event names a/x.txt
+            f.write(b"new")  # old.txt's bytes; the event names the path
         assert (root / "old.txt").read_bytes() == b"new\n"
         assert files(ws.snapshot()) == files(plain(root, tmp_path))
 
@@ -677,29 +679,4 @@ def test_a_path_a_restore_removed_then_made_again_does_not_make_every_file_stat_
         write(root, "a/new.txt", "added again\n")
         watcher = ws._capture._watcher
         assert watcher is not None and not watcher.peek().lost
-        assert files(ws.snapshot()) == files(plain(root, tmp_path))
-
-
-def test_a_descriptor_on_a_file_put_at_a_path_a_restore_removes_is_heard(
-    root: Path, tmp_path: Path
-) -> None:
-    write(root, "a/x.txt", "one\n")
-    write(root, "old.txt", "old\n")
-    held: list[Any] = []
-
-    def apply_meddled(*args: Any, **kwargs: Any) -> Any:
-        os.link(root / "old.txt", root / "a" / "tmp")
-        os.rename(root / "a" / "tmp", root / "a" / "new.txt")  # onto the added file
-        held.append(open(root / "a" / "new.txt", "r+b"))  # noqa: SIM115
-        return apply_plan(*args, **kwargs)
-
-    with Workspace(root, store=tmp_path / "store", watch=True,
-                   seams=Seams(apply_plan=apply_meddled)) as ws:  # fmt: skip
-        first = ws.snapshot()
-        write(root, "a/new.txt", "added\n")
-        ws.restore(first.id)  # removes a/new.txt: old.txt's inode, by then
-        write(root, "a/new.txt", "made again\n")
-        with held[0] as f:
-            f.write(b"new")  # old.txt's bytes; the event names a/new.txt
-        assert (root / "old.txt").read_bytes() == b"new\n"
         assert files(ws.snapshot()) == files(plain(root, tmp_path))

@@ -211,24 +211,9 @@ class TreeMemo:
             if names is None or name in names:
                 raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
             names.add(name)
-            if entry.type == "symlink":
-                if entry.target is None:
-                    raise ManifestError("flat manifest", f"symlink {entry.path!r} has no target")
-                child: Child = Symlink(name=name, mode=entry.mode, target=entry.target)
-            elif entry.hash is None or entry.size is None:
-                raise ManifestError("flat manifest", f"file {entry.path!r} has no hash or size")
-            else:
-                child = File(
-                    name=name, mode=entry.mode, size=entry.size, digest=bytes.fromhex(entry.hash)
-                )
-            leaves[parent].append(child)
+            leaves[parent].append(_child_of(name, entry))
         loose = Loose()
-        makers: list[tuple[Callable[[str], Child], list[str], list[str]]] = [
-            (lambda name: Ignored(name=name), flat.ignored, loose.ignored),
-            (lambda name: Large(name=name, size=None), flat.large, loose.large),
-            (lambda name: Excluded(name=name), flat.excluded, loose.excluded),
-        ]
-        for make, paths, left in makers:
+        for make, paths, left in _left_out(flat, loose):
             previous = None
             for path in paths:
                 if path == previous:
@@ -548,12 +533,7 @@ def from_flat(flat: Flat, write: Write, split: Split = SPLIT) -> tuple[Digest, L
             raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
         leaves[spot[0]].append(_child_of(spot[1], entry))
     loose = Loose()
-    makers: list[tuple[Callable[[str], Child], list[str], list[str]]] = [
-        (lambda name: Ignored(name=name), flat.ignored, loose.ignored),
-        (lambda name: Large(name=name, size=None), flat.large, loose.large),
-        (lambda name: Excluded(name=name), flat.excluded, loose.excluded),
-    ]
-    for make, paths, left in makers:
+    for make, paths, left in _left_out(flat, loose):
         for i, path in enumerate(paths):
             if i and paths[i - 1] == path:
                 continue
@@ -568,6 +548,17 @@ def from_flat(flat: Flat, write: Write, split: Split = SPLIT) -> tuple[Digest, L
         builder.directory(d, leaves.pop(d), subdirs.pop(d))
     builder.directory("", leaves[""], subdirs[""])
     return builder.root().digest, loose
+
+
+def _left_out(
+    flat: Flat, loose: Loose
+) -> list[tuple[Callable[[str], Child], list[str], list[str]]]:
+    """For each kind of left-out path: its child's maker, `flat`'s paths, and `loose`'s."""
+    return [
+        (lambda name: Ignored(name=name), flat.ignored, loose.ignored),
+        (lambda name: Large(name=name, size=None), flat.large, loose.large),
+        (lambda name: Excluded(name=name), flat.excluded, loose.excluded),
+    ]
 
 
 def _child_of(name: str, entry: Entry) -> Child:
