@@ -201,23 +201,13 @@ class Workspace:
             apply_plan=seams.apply_plan,
         )
         self._checkpoints = Checkpoints(
-            self._root,
-            self.store,
-            files=files,
-            locks=self._locks,
-            capture=self._capture,
-            catalog=self._catalog,
-            sessions=sessions,
-        )
+            self._root, self.store, files=files, locks=self._locks, capture=self._capture,
+            catalog=self._catalog, sessions=sessions,
+        )  # fmt: skip
         self._maintenance = Maintenance(
-            self._root,
-            self.store,
-            files=files,
-            locks=self._locks,
-            catalog=self._catalog,
-            sessions=sessions,
-            caches=caches,
-        )
+            self._root, self.store, files=files, locks=self._locks, catalog=self._catalog,
+            sessions=sessions, caches=caches,
+        )  # fmt: skip
 
     # -- the object ----------------------------------------------------------
 
