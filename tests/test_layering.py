@@ -56,6 +56,7 @@ LEVELS: dict[str, int] = {
     "watch": 2,
     "scan": 2,
     "scanparts": 2,
+    "heat": 2,
     "audit": 2,
     "plan": 2,
     "journal": 2,

@@ -616,6 +616,48 @@ def test_a_write_through_a_descriptor_whose_name_was_removed_and_made_again_is_s
         assert files(snap) == files(plain(root, tmp_path))
 
 
+@pytest.mark.parametrize("how", ["renamed onto", "removed"])
+@pytest.mark.parametrize(
+    "named", ["linked before", "linked after", "own name", "ignored name", "then renamed"]
+)
+def test_a_descriptor_kept_open_across_a_snapshot_on_a_name_another_file_took_is_seen(
+    root: Path, tmp_path: Path, how: str, named: str
+) -> None:
+    """A descriptor opened on a file by a name that then loses it (removed, or another
+    file renamed onto it) writes under that name for as long as it stays open, across
+    any number of snapshots: the event names the path, not the file. Here the file
+    lives on as keep.txt with one link; its writes must be seen after the snapshot
+    that saw the name go (a second hostile review: the watched snapshot kept keep.txt's
+    old digest once that snapshot had committed)."""
+    write(root, ".gitignore", "*.log\n")
+    write(root, "keep.txt", "one\n")
+    write(root, "docs/x", "x\n")
+    name = {"own name": "docs/own", "ignored name": "docs/hl.log"}.get(named, "docs/hl")
+    if named in ("own name", "ignored name"):
+        os.rename(root / "keep.txt", root / name)  # the file's only name at the snapshot
+    elif named in ("linked before", "then renamed"):
+        os.link(root / "keep.txt", root / name)
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        if named in ("own name", "ignored name"):
+            os.link(root / name, root / "keep.txt")  # a second name, made since
+        elif named == "linked after":
+            os.link(root / "keep.txt", root / name)
+        with open(root / name, "r+b") as f:
+            if how == "renamed onto":
+                os.rename(root / "docs" / "x", root / name)
+            else:
+                os.unlink(root / name)
+            ws.snapshot()  # sees the name go: keep.txt has one link now
+            if named == "then renamed":
+                os.rename(root / "keep.txt", root / "kept.txt")
+                ws.snapshot()
+            f.write(b"two\n")  # the file's bytes; the event names the old name
+        kept = root / ("kept.txt" if named == "then renamed" else "keep.txt")
+        assert kept.read_bytes() == b"two\n"
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
 def test_a_restored_file_then_written_in_place_does_not_make_every_file_stat_ed(
     root: Path, tmp_path: Path
 ) -> None:
@@ -641,7 +683,8 @@ def test_a_descriptor_on_a_file_put_at_a_path_a_restore_replaces_is_heard(
     """Between the restore's capture and its apply, another process renames a link to
     old.txt onto a path the restore writes (or removes) and keeps it open; after the
     restore, a write through that descriptor is heard at the path and changes old.txt:
-    the path was displaced twice, so the restore's settle keeps it vacated."""
+    the path was displaced twice, so which file left it is not known: every file is
+    stat-ed again, and the changed ones are kept hot (heat.py)."""
     write(root, "a/x.txt", "one\n")
     write(root, "old.txt", "old\n")
     held: list[Any] = []

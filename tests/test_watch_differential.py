@@ -172,57 +172,60 @@ def walk(
 
     done = 0
     start = time.monotonic()
-    while done < steps:
-        if restore is not None and refs and rnd.random() < 0.05:
-            ref = rnd.choice(refs)
-            if flaky is not None:
-                flaky.meddle = meddle
-            history.append(f"restore {ref}")
-            restore(ref)
-            if flaky is not None:
-                flaky.meddle = None  # nothing to apply: not used
-        for _ in range(rnd.choice([1, 1, 1, 2, 3])):
-            history.append(ops.step())
-            done += 1
-        if flaky is not None and rnd.random() < 0.05:
-            flaky.armed = True
-            try:
-                snapshot()
-                history.append("(a capture the injected failure did not reach)")
-            except SnapshotError:
-                history.append("(a capture failed part-way)")
-            flaky.armed = False
-        taken = snapshot()
-        refs.append(taken.id)
-        if load is not None:
-            kept[taken.id] = taken
-            if len(kept) > 64:
-                del kept[rnd.choice(list(kept))]
-            if rnd.random() < 0.3:
-                ref = rnd.choice(list(kept))
-                loaded, was = load(ref), kept[ref]
-                fields = ("entries", "dirs", "ignored", "large", "excluded")
-                if any(getattr(loaded, f) != getattr(was, f) for f in fields):
-                    pytest.fail(
-                        f"{label}, seed {seed}, after {done} steps: snapshot {ref} loads as "
-                        f"other than it was captured:\n  "
-                        + "\n  ".join(differences(loaded, was)[:20] or ["(in order only)"]),
-                        pytrace=False,
-                    )  # fmt: skip
-        expected = plain()
-        watched[:] = ["", *expected.dirs]
-        ops.note_watched()
-        wrong = differences(taken, expected)
-        slow = from_flat(Flat.of(expected), lambda digest, data: None)[0]
-        if not wrong and taken.tree != slow:  # the trees built from the last capture's
-            wrong = [f"root tree {taken.tree}, but from_flat of the plain capture: {slow}"]
-        if wrong:
-            pytest.fail(
-                f"{label}, seed {seed}, after {done} steps: the watched snapshot differs from "
-                f"a plain capture:\n  " + "\n  ".join(wrong[:20]) + "\nlast steps:\n  "
-                + "\n  ".join(history[-15:]),
-                pytrace=False,
-            )  # fmt: skip
+    try:
+        while done < steps:
+            if restore is not None and refs and rnd.random() < 0.05:
+                ref = rnd.choice(refs)
+                if flaky is not None:
+                    flaky.meddle = meddle
+                history.append(f"restore {ref}")
+                restore(ref)
+                if flaky is not None:
+                    flaky.meddle = None  # nothing to apply: not used
+            for _ in range(rnd.choice([1, 1, 1, 2, 3])):
+                history.append(ops.step())
+                done += 1
+            if flaky is not None and rnd.random() < 0.05:
+                flaky.armed = True
+                try:
+                    snapshot()
+                    history.append("(a capture the injected failure did not reach)")
+                except SnapshotError:
+                    history.append("(a capture failed part-way)")
+                flaky.armed = False
+            taken = snapshot()
+            refs.append(taken.id)
+            if load is not None:
+                kept[taken.id] = taken
+                if len(kept) > 64:
+                    del kept[rnd.choice(list(kept))]
+                if rnd.random() < 0.3:
+                    ref = rnd.choice(list(kept))
+                    loaded, was = load(ref), kept[ref]
+                    fields = ("entries", "dirs", "ignored", "large", "excluded")
+                    if any(getattr(loaded, f) != getattr(was, f) for f in fields):
+                        pytest.fail(
+                            f"{label}, seed {seed}, after {done} steps: snapshot {ref} loads as "
+                            f"other than it was captured:\n  "
+                            + "\n  ".join(differences(loaded, was)[:20] or ["(in order only)"]),
+                            pytrace=False,
+                        )  # fmt: skip
+            expected = plain()
+            watched[:] = ["", *expected.dirs]
+            ops.note_watched()
+            wrong = differences(taken, expected)
+            slow = from_flat(Flat.of(expected), lambda digest, data: None)[0]
+            if not wrong and taken.tree != slow:  # the trees built from the last capture's
+                wrong = [f"root tree {taken.tree}, but from_flat of the plain capture: {slow}"]
+            if wrong:
+                pytest.fail(
+                    f"{label}, seed {seed}, after {done} steps: the watched snapshot differs from "
+                    f"a plain capture:\n  " + "\n  ".join(wrong[:20]) + "\nlast steps:\n  "
+                    + "\n  ".join(history[-15:]),
+                    pytrace=False,
+                )  # fmt: skip
+    finally:
+        ops.close()  # the descriptors it kept open
     print(f"{label}: {done} steps, seed {seed}, {time.monotonic() - start:.1f} s")
 
 

@@ -40,6 +40,7 @@ from worksnap.fsio import (
     is_coarse_stamp,
 )
 from worksnap.hash import SMALL, Prefetch, read_file
+from worksnap.heat import Heat, heat_for
 from worksnap.ignore import Rules, base_rules
 from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339
 from worksnap.paths import Digest, Root, fs_path, wire_name
@@ -102,6 +103,7 @@ class ScanTree(Protocol):
         tracked: Tracked | None = None,
         stats: WalkStats | None = None,
         check: Callable[[], None] | None = None,
+        heat: Heat | None = None,
     ) -> Scan:
         """Returns what the walk found."""
         ...
@@ -162,7 +164,8 @@ class Capture:
         self._memory: dict[str, DirScan] = {}
         self._memory_key: bytes | None = None
         self._memory_tracked: Tracked | None = None
-        self._has_links = False
+        self._seen: dict[str, DirScan] = {}  # the last committed memory, even when forgotten
+        self._hot: frozenset[int] = frozenset()  # its hot inodes, stat-ed each time (heat.py)
         self._kept: dict[str, Kept] = {}  # per directory: its files' entries, as last made
         self._last_capture: Manifest | None = None
         self._last_stored = False
@@ -230,10 +233,10 @@ class Capture:
         """The flat view below `path` in the last committed capture (`treewalk.subtrees_of`)."""
         return self._subtrees(path, digest)
 
-    def settle(self, made: Mapping[str, tuple[int, int]], touched: Iterable[str]) -> None:
-        """Tells the watcher what a restore made and what it wrote or removed (`Watcher.settle`)."""
+    def settle(self, made: Mapping[str, tuple[int, int]]) -> None:
+        """Tells the watcher what a restore made (`Watcher.settle`)."""
         if self._watcher is not None:
-            self._watcher.settle(made, self._root.path, touched)
+            self._watcher.settle(made, self._root.path)
 
     def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").
@@ -301,7 +304,7 @@ class Capture:
             and changes.quiet
             and last is not None
             and not swept
-            and not self._has_links
+            and not self._hot
         ):
             # Not one event in any watched directory, same rules, same tracked files:
             # the tree is as last captured.
@@ -311,6 +314,7 @@ class Capture:
         listings = self._caches.listings()
         listed = listings.dirs
         remember: dict[str, DirScan] | None = {} if watcher is not None else None
+        heat = heat_for(changes, self._seen, self._hot) if changes is not None else None
         found = self._scan_tree(
             self._root.path,
             rules,
@@ -323,6 +327,7 @@ class Capture:
             changes=changes,
             remember=remember,
             tracked=tracked,
+            heat=heat,
         )
         if listings.dirs != listed:
             self._caches.listings_changed()
@@ -436,7 +441,7 @@ class Capture:
             self._memory = remember
             self._memory_key = rules.key
             self._memory_tracked = tracked
-            self._has_links = any(part.linked for part in remember.values())
+            self._seen, self._hot = remember, frozenset(heat.found if heat else ())
             self._kept = kept
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects

@@ -31,11 +31,13 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from worksnap.caches import Listing, Listings, Stamp, listing_key
 from worksnap.errors import SnapshotError
+from worksnap.heat import CHANGES, Heat, written_elsewhere
 from worksnap.ignore import Rules, repo_rules
-from worksnap.paths import fs_path, wire_name
+from worksnap.paths import fs_path
 from worksnap.scanparts import (
     DIR,
     FILE,
@@ -55,7 +57,6 @@ from worksnap.scanparts import (
     lstat_or_none,
     merge,
     os_name,
-    other_links,
     patched,
     read_ignore_file,
     refresh,
@@ -83,36 +84,14 @@ def _stamp(st: os.stat_result) -> Stamp:
 
 
 def _refreshed(
-    w: _Walk, last: DirScan, anchor: Anchor, path: str, names: set[bytes]
+    w: _Walk, last: DirScan, anchor: Anchor, path: str, names: set[bytes], *, rel_dir: str
 ) -> DirScan | None:
     part, new_links = refresh(
-        last, anchor.fd, path, names, max_file_bytes=w.max_file_bytes, trust_before=w.trust_before
-    )
+        last, anchor.fd, path, names, max_file_bytes=w.max_file_bytes,
+        trust_before=w.trust_before, keeps=partial(w.heat.keeps, rel_dir),
+    )  # fmt: skip
     w.new_links |= new_links
     return part
-
-
-def _written_elsewhere(w: _Walk, root_fd: int) -> bool:
-    """True when an inode written since the last scan may have names remembered as unchanged.
-
-    A write raises an event only in the directory of the name written. When that
-    name has other names not known to be linked (a hard link from an ignored `.log`
-    name, say), or the inode written left every name in sight since (removed, replaced
-    by a rename onto its name, renamed out of the watched tree: `Changes.lost`), those
-    other names' directories heard nothing.
-    """
-    if w.changes.lost or w.changes.travelling:
-        return True
-    for directory, events in w.changes.dirs.items():
-        if not events.written:
-            continue
-        last = w.memory.get(directory)
-        known = set(last.linked) if last is not None else set()
-        for raw in events.written:
-            linked = other_links(root_fd, directory, raw)
-            if linked is None or (linked and wire_name(os.fsdecode(raw)) not in known):
-                return True  # gone since its last event, or with other names
-    return False
 
 
 class _Restart(Exception):
@@ -139,6 +118,7 @@ def scan_tree(
     stats: WalkStats | None = None,
     check: Callable[[], None] | None = None,
     each: Each | None = None,
+    heat: Heat | None = None,
 ) -> Scan:
     """Walks `root` and sorts every path below it.
 
@@ -169,12 +149,16 @@ def scan_tree(
             drops (the Scan returned and `remember` stay empty): a whole tree is never
             held at once. Given ("", None) when the walk starts again from the top
             (what it was given before is void).
+        heat: which files are stat-ed at every scan though no event names them, in
+            `remember` (`heat.py`; None: the files with several links).
 
     Raises:
         SnapshotError: a directory or symlink could not be read.
     """
-    restat_all = False
+    heat = heat if heat is not None else Heat()
+    restat_all = heat.mode == CHANGES
     while True:
+        heat.found.clear()
         found = Scan()
         visited: dict[str, DirScan] = {}
         try:
@@ -196,6 +180,7 @@ def scan_tree(
                     found=found,
                     visited=visited,
                     each=each,
+                    heat=heat,
                 )
             )
         except _Restart as restart:
@@ -235,6 +220,7 @@ class _Walk:
     restat_all: bool
     found: Scan
     visited: dict[str, DirScan]
+    heat: Heat
     each: Each | None = None
     reused_memory: bool = False
     new_links: bool = False
@@ -256,7 +242,7 @@ def _walk(w: _Walk) -> None:
         raise SnapshotError(".", f"cannot read: {exc.strerror}") from None
     root_anchor = Anchor(root_fd)
     root_anchor.users = 1
-    if w.memory and not w.restat_all and _written_elsewhere(w, root_fd):
+    if w.memory and not w.restat_all and written_elsewhere(w.changes, w.memory, root_fd):
         w.restat_all = True
     pending: list[_Item] = [("", root_anchor, "", w.rules, True, True, None, False)]
     everything = w.changes.everything
@@ -325,10 +311,10 @@ def _one_dir(
             # and decide again below it (the rules are compared byte for byte).
             pass
         elif events is None:
-            part = _refreshed(w, last, anchor, path, names) if names else last
+            part = _refreshed(w, last, anchor, path, names, rel_dir=rel_dir) if names else last
         elif not events.names & _SPECIAL:
             if not events.listing:
-                part = _refreshed(w, last, anchor, path, names | events.names)
+                part = _refreshed(w, last, anchor, path, names | events.names, rel_dir=rel_dir)
             else:
                 memory_hints, known, named = remembered(last, events.names | names)
                 patch = None if events.unnamed else events.names
@@ -517,10 +503,10 @@ def _read_dir(
                     continue
                 # Replaced by something else after the listing: take it from the top.
                 raise _Restart(restat_all=False)
-            if st.st_nlink > 1:
+            if st.st_nlink > 1 and name not in known_links:
+                w.new_links = True
+            if name not in known and w.heat.keeps(rel_dir, name, st):
                 part.linked.append(name)
-                if name not in known_links:
-                    w.new_links = True
             if st.st_size > w.max_file_bytes:
                 here.large.append(rel)
             else:

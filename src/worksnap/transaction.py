@@ -337,8 +337,7 @@ class Restorer:
             raise
         result.pre_restore = pre.id
         if result.ok:
-            touched = (c.path for c in plan.changes if c.op is not Op.BLOCKED and not c.was_dir)
-            self._capture.settle(made, touched)
+            self._capture.settle(made)
         else:
             self._roll_back(pre, None, result, plan.target, session=session)
         self._remove_journal()

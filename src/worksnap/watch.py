@@ -38,7 +38,7 @@ import stat
 import struct
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
@@ -96,7 +96,7 @@ def _libc() -> ctypes.CDLL | None:
 class Events:
     """What happened in one watched directory: the names touched, and whether its listing moved."""
 
-    __slots__ = ("displaced", "listing", "moves", "names", "unnamed", "vacated", "written")
+    __slots__ = ("displaced", "listing", "names", "unnamed", "vacated", "written")
 
     def __init__(self) -> None:
         self.names: set[bytes] = set()
@@ -110,11 +110,11 @@ class Events:
         names elsewhere)."""
         self.displaced: set[bytes] = set()
         """Children created, removed or renamed onto or away: the inode at that name changed."""
-        self.vacated: set[bytes] = set()
+        self.vacated: dict[bytes, int] = {}
         """Children removed or renamed onto: an inode left that name, and a descriptor opened
-        on it there still writes under that name."""
-        self.moves: dict[bytes, int] = {}
-        """How many times each displaced child was (a restore's rename onto it is one)."""
+        on it there still writes under that name (`heat.py`). 1: nothing else happened at
+        that name before, so the inode that left is the one the last capture saw there;
+        2: which one left is not known."""
 
     def merge(self, other: Events) -> bool:
         """Adds what `other` says.
@@ -124,14 +124,15 @@ class Events:
             known, so the inode written may have left that name.
         """
         crossed = bool(self.written & other.displaced or other.written & self.displaced)
+        for name, count in other.vacated.items():
+            self.vacated[name] = max(count, self.vacated.get(name, 0))
+        for name in self.displaced & other.displaced & self.vacated.keys():
+            self.vacated[name] = 2  # in which order is not known
         self.names |= other.names
         self.listing |= other.listing
         self.unnamed |= other.unnamed
         self.written |= other.written
         self.displaced |= other.displaced
-        self.vacated |= other.vacated
-        for name, count in other.moves.items():
-            self.moves[name] = self.moves.get(name, 0) + count
         return crossed
 
 
@@ -317,6 +318,11 @@ class Watcher:
                 other are dropped (None: keep all).
         """
         self._taken = None
+        # Heard while the capture ran: maybe before it saw the name, so the inode that
+        # left it may not be the one it saw there.
+        self._read()
+        for events in self._pending.dirs.values():
+            events.vacated = dict.fromkeys(events.vacated, 2)
         if alive is not None and (self._untidy or len(self._by_dir) > len(alive)):
             self._tidy(alive)
 
@@ -328,9 +334,7 @@ class Watcher:
             seen.merge(self._taken)
         return seen
 
-    def settle(
-        self, made: Mapping[str, tuple[int, int]], root: str, touched: Iterable[str] = ()
-    ) -> None:
+    def settle(self, made: Mapping[str, tuple[int, int]], root: str) -> None:
         """Forgets the writes at paths that hold a file just made there and nowhere else.
 
         A write is remembered so that, should its inode leave every name in sight, the
@@ -342,17 +346,10 @@ class Watcher:
         when an event named its path after the check, or when its directory (or one
         above) was moved or is gone: its watch then hears another place by that name.
 
-        A path the restore wrote or removed is vacated too (an inode left it:
-        `Events.vacated`), and a later write heard there would make the next capture stat
-        every file. That mark is dropped where the restore's rename or removal is the only
-        event that displaced the path since its capture: the inode that left is the one
-        that capture saw there, and its other names in the tree were then either seen
-        with several links (stat-ed at every capture) or made since (read afresh).
 
         Args:
             made: paths (relative wire form) and the (st_dev, st_ino) made at each.
             root: the directory they are relative to.
-            touched: the paths the restore wrote or removed (and only those).
         """
         self._read()  # the mark at a path is about the inode there as of the last event
         settled: dict[tuple[str, bytes], Events] = {}
@@ -375,15 +372,6 @@ class Watcher:
             # place under its old name: the path checked is not the one the mark is about.
             if (directory, raw) not in named and not any(c.stale(directory) for c in moved):
                 events.written.discard(raw)
-        for path in touched:
-            directory, _, name = path.rpartition("/")
-            events, raw = self._pending.dirs.get(directory), fs_path(name)
-            if (
-                events is not None
-                and events.moves.get(raw) == 1
-                and not any(c.stale(directory) for c in moved)
-            ):
-                events.vacated.discard(raw)  # that one move was the restore's
 
     def forget_all(self) -> None:
         """Vouches for nothing more: the next capture reads everything afresh."""
@@ -449,11 +437,12 @@ class Watcher:
                 events = pending.events(directory)
                 if name:
                     events.names.add(name)
+                    if mask & (_IN_DELETE | _IN_MOVED_TO):
+                        events.vacated[name] = 2 if name in events.displaced else 1
                     if mask & _DISPLACING:
                         # Another inode at this name from here on. One written to is
                         # followed where it is renamed; removed or replaced, it is lost.
                         events.displaced.add(name)
-                        events.moves[name] = events.moves.get(name, 0) + 1
                         if name in events.written:
                             events.written.discard(name)
                             if mask & _IN_MOVED_FROM:
@@ -463,12 +452,7 @@ class Watcher:
                         if mask & _IN_MOVED_TO and cookie in pending.travelling:
                             pending.travelling.discard(cookie)
                             events.written.add(name)
-                    if mask & (_IN_DELETE | _IN_MOVED_TO):
-                        events.vacated.add(name)
                     if mask & _IN_WRITTEN:
-                        # Through a descriptor opened on an inode that has left this name
-                        # since, a write is heard here: that inode may be another file's.
-                        pending.lost |= name in events.vacated
                         events.written.add(name)
                     if mask & _IN_ISDIR and mask & _DISPLACING:
                         # A directory created, moved in, removed or moved away: nothing
