@@ -86,7 +86,8 @@ class DirScan:
     children: list[tuple[str, str]]
     """The classification it was made from: (wire name, kind) in name order."""
     linked: list[str] = field(default_factory=list)
-    """Names of its files with more than one hard link: stat-ed again at every scan."""
+    """Names of its hot files (several links, or maybe written where no event is heard:
+    `heat.py`): stat-ed again at every scan."""
     tracked_only: bool = False
     """Entered only for the files git tracks in it (it is ignored)."""
     trusted_before: int = 0
