@@ -19,6 +19,7 @@ LEVELS: dict[str, int] = {
     # 0: no knowledge of snapshots; paths, bytes, files, names
     "errors": 0,
     "paths": 0,
+    "fanotify": 0,
     "layout": 0,
     "fsio": 0,
     "hash": 0,
@@ -56,7 +57,7 @@ LEVELS: dict[str, int] = {
     "watch": 2,
     "scan": 2,
     "scanparts": 2,
-    "heat": 2,
+    "written": 2,
     "audit": 2,
     "plan": 2,
     "journal": 2,

@@ -683,8 +683,8 @@ def test_a_descriptor_on_a_file_put_at_a_path_a_restore_replaces_is_heard(
     """Between the restore's capture and its apply, another process renames a link to
     old.txt onto a path the restore writes (or removes) and keeps it open; after the
     restore, a write through that descriptor is heard at the path and changes old.txt:
-    the path was displaced twice, so which file left it is not known: every file is
-    stat-ed again, and the changed ones are kept hot (heat.py)."""
+    fanotify names old.txt's file as the one written, at no name an event named, so
+    the capture stats every file (written.py)."""
     write(root, "a/x.txt", "one\n")
     write(root, "old.txt", "old\n")
     held: list[Any] = []

@@ -59,7 +59,7 @@ class Ops:
         self.outside = outside
         self.watched = watched
         self.outer_links: list[Path] = []
-        self.held: list[tuple[BinaryIO, str]] = []
+        self.held: list[tuple[BinaryIO, str, int]] = []
         """Descriptors kept open across steps (`hold_descriptor`), and how each was made."""
         self._watched_inodes: dict[str, int] = {}
         """Names outside the tree of files inside it, linked before the watch began."""
@@ -304,28 +304,41 @@ class Ops:
         held = self._hold()
         if held is None:
             return "descriptor hold skipped"
-        self.held.append(held)
+        f, what = held
+        # Its directory, to tell whether it is removed by the time of a write.
+        self.held.append((f, what, os.open(os.path.dirname(f.name), os.O_PATH | os.O_DIRECTORY)))
         if len(self.held) > 4:
-            self.held.pop(0)[0].close()
-        return f"{held[1]}, kept the descriptor open"
+            self._release(self.held.pop(0))
+        return f"{what}, kept the descriptor open"
 
     def held_write(self) -> str:
         """Writes through a descriptor `hold_descriptor` kept open (and closes it, now and then)."""
         if not self.held:
             return self.write_same_size()
-        f, what = held = self.rnd.choice(self.held)
+        f, what, directory = held = self.rnd.choice(self.held)
+        if os.fstat(directory).st_nlink == 0:
+            # The directory of the name it was opened by was removed, and with it every
+            # watch and mark on it: nothing is heard (docs/performance.md).
+            self._release(held)
+            self.held.remove(held)
+            return f"descriptor dropped, its directory removed: {what}"
         f.seek(self.rnd.choice([0, 0, 3]))
         f.write(self._data())
         if self.rnd.random() < 0.2:
-            f.close()
+            self._release(held)
             self.held.remove(held)
         return f"wrote through the descriptor held since: {what}"
 
     def close(self) -> None:
         """Closes the descriptors `hold_descriptor` kept open."""
-        for f, _ in self.held:
-            f.close()
+        for held in self.held:
+            self._release(held)
         self.held.clear()
+
+    @staticmethod
+    def _release(held: tuple[BinaryIO, str, int]) -> None:
+        held[0].close()
+        os.close(held[2])
 
     def _hold(self) -> tuple[BinaryIO, str] | None:
         path = self._file()

@@ -40,7 +40,6 @@ from worksnap.fsio import (
     is_coarse_stamp,
 )
 from worksnap.hash import SMALL, Prefetch, read_file
-from worksnap.heat import Heat, heat_for
 from worksnap.ignore import Rules, base_rules
 from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339
 from worksnap.paths import Digest, Root, fs_path, wire_name
@@ -103,7 +102,6 @@ class ScanTree(Protocol):
         tracked: Tracked | None = None,
         stats: WalkStats | None = None,
         check: Callable[[], None] | None = None,
-        heat: Heat | None = None,
     ) -> Scan:
         """Returns what the walk found."""
         ...
@@ -164,8 +162,7 @@ class Capture:
         self._memory: dict[str, DirScan] = {}
         self._memory_key: bytes | None = None
         self._memory_tracked: Tracked | None = None
-        self._seen: dict[str, DirScan] = {}  # the last committed memory, even when forgotten
-        self._hot: frozenset[int] = frozenset()  # its hot inodes, stat-ed each time (heat.py)
+        self._has_links = False
         self._kept: dict[str, Kept] = {}  # per directory: its files' entries, as last made
         self._last_capture: Manifest | None = None
         self._last_stored = False
@@ -304,7 +301,7 @@ class Capture:
             and changes.quiet
             and last is not None
             and not swept
-            and not self._hot
+            and not self._has_links
         ):
             # Not one event in any watched directory, same rules, same tracked files:
             # the tree is as last captured.
@@ -314,7 +311,6 @@ class Capture:
         listings = self._caches.listings()
         listed = listings.dirs
         remember: dict[str, DirScan] | None = {} if watcher is not None else None
-        heat = heat_for(changes, self._seen, self._hot) if changes is not None else None
         found = self._scan_tree(
             self._root.path,
             rules,
@@ -327,7 +323,6 @@ class Capture:
             changes=changes,
             remember=remember,
             tracked=tracked,
-            heat=heat,
         )
         if listings.dirs != listed:
             self._caches.listings_changed()
@@ -441,12 +436,12 @@ class Capture:
             self._memory = remember
             self._memory_key = rules.key
             self._memory_tracked = tracked
-            self._seen, self._hot = remember, frozenset(heat.found if heat else ())
+            self._has_links = any(part.linked for part in remember.values())
             self._kept = kept
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects
             self._subtrees = subtrees_of(current, self.trees.memo.digests())
-            watcher.commit(alive=set(remember))
+            watcher.commit(alive=set(remember), root=self._root.path)
         return current
 
     def _changes_since_memory(

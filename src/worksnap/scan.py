@@ -31,11 +31,9 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from worksnap.caches import Listing, Listings, Stamp, listing_key
 from worksnap.errors import SnapshotError
-from worksnap.heat import CHANGES, Heat, written_elsewhere
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path
 from worksnap.scanparts import (
@@ -66,6 +64,7 @@ from worksnap.scanparts import (
 )
 from worksnap.sources import Tracked
 from worksnap.watch import Changes, Events, Watcher
+from worksnap.written import written_elsewhere
 
 __all__ = ["DirScan", "Each", "Scan", "WalkStats", "scan_tree"]
 
@@ -84,12 +83,11 @@ def _stamp(st: os.stat_result) -> Stamp:
 
 
 def _refreshed(
-    w: _Walk, last: DirScan, anchor: Anchor, path: str, names: set[bytes], *, rel_dir: str
+    w: _Walk, last: DirScan, anchor: Anchor, path: str, names: set[bytes]
 ) -> DirScan | None:
     part, new_links = refresh(
-        last, anchor.fd, path, names, max_file_bytes=w.max_file_bytes,
-        trust_before=w.trust_before, keeps=partial(w.heat.keeps, rel_dir),
-    )  # fmt: skip
+        last, anchor.fd, path, names, max_file_bytes=w.max_file_bytes, trust_before=w.trust_before
+    )
     w.new_links |= new_links
     return part
 
@@ -118,7 +116,6 @@ def scan_tree(
     stats: WalkStats | None = None,
     check: Callable[[], None] | None = None,
     each: Each | None = None,
-    heat: Heat | None = None,
 ) -> Scan:
     """Walks `root` and sorts every path below it.
 
@@ -149,16 +146,12 @@ def scan_tree(
             drops (the Scan returned and `remember` stay empty): a whole tree is never
             held at once. Given ("", None) when the walk starts again from the top
             (what it was given before is void).
-        heat: which files are stat-ed at every scan though no event names them, in
-            `remember` (`heat.py`; None: the files with several links).
 
     Raises:
         SnapshotError: a directory or symlink could not be read.
     """
-    heat = heat if heat is not None else Heat()
-    restat_all = heat.mode == CHANGES
+    restat_all = False
     while True:
-        heat.found.clear()
         found = Scan()
         visited: dict[str, DirScan] = {}
         try:
@@ -180,7 +173,6 @@ def scan_tree(
                     found=found,
                     visited=visited,
                     each=each,
-                    heat=heat,
                 )
             )
         except _Restart as restart:
@@ -220,7 +212,6 @@ class _Walk:
     restat_all: bool
     found: Scan
     visited: dict[str, DirScan]
-    heat: Heat
     each: Each | None = None
     reused_memory: bool = False
     new_links: bool = False
@@ -311,10 +302,10 @@ def _one_dir(
             # and decide again below it (the rules are compared byte for byte).
             pass
         elif events is None:
-            part = _refreshed(w, last, anchor, path, names, rel_dir=rel_dir) if names else last
+            part = _refreshed(w, last, anchor, path, names) if names else last
         elif not events.names & _SPECIAL:
             if not events.listing:
-                part = _refreshed(w, last, anchor, path, names | events.names, rel_dir=rel_dir)
+                part = _refreshed(w, last, anchor, path, names | events.names)
             else:
                 memory_hints, known, named = remembered(last, events.names | names)
                 patch = None if events.unnamed else events.names
@@ -503,10 +494,10 @@ def _read_dir(
                     continue
                 # Replaced by something else after the listing: take it from the top.
                 raise _Restart(restat_all=False)
-            if st.st_nlink > 1 and name not in known_links:
-                w.new_links = True
-            if name not in known and w.heat.keeps(rel_dir, name, st):
+            if st.st_nlink > 1:
                 part.linked.append(name)
+                if name not in known_links:
+                    w.new_links = True
             if st.st_size > w.max_file_bytes:
                 here.large.append(rel)
             else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -86,8 +86,7 @@ class DirScan:
     children: list[tuple[str, str]]
     """The classification it was made from: (wire name, kind) in name order."""
     linked: list[str] = field(default_factory=list)
-    """Names of its hot files (several links, or maybe written where no event is heard:
-    `heat.py`): stat-ed again at every scan."""
+    """Names of its files with more than one hard link: stat-ed again at every scan."""
     tracked_only: bool = False
     """Entered only for the files git tracks in it (it is ignored)."""
     trusted_before: int = 0
@@ -120,25 +119,23 @@ def remembered(
 
 
 def as_remembered(before: Seen | None, now: Seen, trusted_before: int) -> Seen:
-    """`before` itself when `now` says what it says (see `unchanged`), else `now`.
+    """`before` itself when `now` says what it says (see `_same`), else `now`.
 
     A file stat-ed again and found unchanged keeps its remembered stat, and so the
     entry made of it (`capture`): a scan that stats every file again (a hard link's
     write may hide anywhere) makes new objects only for the files that changed.
     """
-    return before if before is not None and unchanged(before, now, trusted_before) else now
+    return before if before is not None and _same(before, now, trusted_before) else now
 
 
 def refresh(
     last: DirScan, dir_fd: int, path: str, names: set[bytes], *, max_file_bytes: int,
-    trust_before: int, keeps: Callable[[str, Seen], bool],
+    trust_before: int,
 ) -> tuple[DirScan | None, bool]:  # fmt: skip
     """Returns `last` with the named files (changed in place) stat-ed and sized again.
 
     The files are reached as `path/NAME` relative to `dir_fd`. Also returns whether
     a file got a hard link it did not have (its other names may have changed too).
-    `keeps` says of each file stat-ed whether it is stat-ed at every scan from here
-    on (`heat.Heat.keeps`: given its name and stat).
     The DirScan is None when the directory must be read again: a named file is no
     longer a regular file, or is not where the last listing put it. It is `last`
     itself when each named file's stat is as remembered and its times are older than
@@ -159,15 +156,7 @@ def refresh(
             fresh[wire] = as_remembered(stats.get(wire), Seen(now), last.trusted_before)
         elif not stat.S_ISDIR(now.st_mode):
             return None, False  # a symlink or special file now where a name changed: list again
-    linked = set(last.linked)
-    new_links = False
-    for name, seen in fresh.items():
-        new_links |= seen.st_nlink > 1 and name not in linked
-        if keeps(name, seen):
-            linked.add(name)
-        else:
-            linked.discard(name)
-    if linked == set(last.linked) and all(stats.get(name) is now for name, now in fresh.items()):
+    if all(stats.get(name) is now for name, now in fresh.items()):
         return last, False  # each as remembered (stat-ed again for a link, or all of them)
     listed = set(stats)
     listed.update(rel.rpartition("/")[2] for rel in last.found.large)
@@ -188,6 +177,14 @@ def refresh(
             here.large.append(rel)
         else:
             sized.append((rel, changed))
+    linked = set(last.linked)
+    new_links = False
+    for name, seen in fresh.items():
+        if seen.st_nlink > 1:
+            new_links |= name not in linked
+            linked.add(name)
+        else:
+            linked.discard(name)
     for rel, seen in sized:
         if seen.st_size > max_file_bytes:
             here.large.append(rel)
@@ -209,7 +206,7 @@ def refresh(
     return part, new_links
 
 
-def unchanged(before: Seen | None, now: Seen, trusted_before: int) -> bool:
+def _same(before: Seen | None, now: Seen, trusted_before: int) -> bool:
     """True when a remembered stat older than `trusted_before` says what a new one says."""
     return (
         before is not None

@@ -40,6 +40,7 @@ import sys
 import time
 from collections.abc import Mapping
 
+from worksnap.fanotify import Fanotify, handle_of
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
 
@@ -72,6 +73,8 @@ _IN_WRITTEN = _IN_MODIFY | _IN_CLOSE_WRITE
 _SELF_GONE = _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT
 _DISPLACING = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
 
+_AT_FDCWD = -100
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MANY_TRACKED_CHANGES = 1000
 """More paths than this tracked or untracked at once (a checkout): the next capture reads
 everything rather than each changed path's directories."""
@@ -96,7 +99,7 @@ def _libc() -> ctypes.CDLL | None:
 class Events:
     """What happened in one watched directory: the names touched, and whether its listing moved."""
 
-    __slots__ = ("displaced", "listing", "names", "unnamed", "vacated", "written")
+    __slots__ = ("displaced", "listing", "names", "unnamed", "written")
 
     def __init__(self) -> None:
         self.names: set[bytes] = set()
@@ -110,11 +113,6 @@ class Events:
         names elsewhere)."""
         self.displaced: set[bytes] = set()
         """Children created, removed or renamed onto or away: the inode at that name changed."""
-        self.vacated: dict[bytes, int] = {}
-        """Children removed or renamed onto: an inode left that name, and a descriptor opened
-        on it there still writes under that name (`heat.py`). 1: nothing else happened at
-        that name before, so the inode that left is the one the last capture saw there;
-        2: which one left is not known."""
 
     def merge(self, other: Events) -> bool:
         """Adds what `other` says.
@@ -124,10 +122,6 @@ class Events:
             known, so the inode written may have left that name.
         """
         crossed = bool(self.written & other.displaced or other.written & self.displaced)
-        for name, count in other.vacated.items():
-            self.vacated[name] = max(count, self.vacated.get(name, 0))
-        for name in self.displaced & other.displaced & self.vacated.keys():
-            self.vacated[name] = 2  # in which order is not known
         self.names |= other.names
         self.listing |= other.listing
         self.unnamed |= other.unnamed
@@ -143,7 +137,7 @@ class Changes:
     exactly as that capture saw it, unless `everything` is set.
     """
 
-    __slots__ = ("dirs", "everything", "lost", "subtrees", "travelling")
+    __slots__ = ("dirs", "everything", "handles", "lost", "subtrees", "travelling")
 
     def __init__(self, *, everything: bool = False) -> None:
         self.everything = everything
@@ -157,6 +151,9 @@ class Changes:
         or gone with its directory): other names it had may be files remembered unchanged."""
         self.travelling: set[int] = set()
         """Cookies of written inodes renamed away whose new name no event has said yet."""
+        self.handles: set[bytes] = set()
+        """The files written or chmod-ed, by handle (`fanotify.py`): each must be at a name
+        some event named, or it was written where the scan will not look (`written.py`)."""
 
     def events(self, directory: str) -> Events:
         """The events of `directory`, created empty if it had none."""
@@ -208,6 +205,7 @@ class Changes:
         self.subtrees |= other.subtrees
         self.lost |= other.lost
         self.travelling |= other.travelling
+        self.handles |= other.handles
         for directory, events in other.dirs.items():
             self.lost |= self.events(directory).merge(events)
 
@@ -225,7 +223,7 @@ class Changes:
     @property
     def quiet(self) -> bool:
         """True when nothing at all happened."""
-        return not (self.everything or self.dirs or self.subtrees)
+        return not (self.everything or self.dirs or self.subtrees or self.handles)
 
     def copy(self) -> Changes:
         """An independent copy."""
@@ -241,15 +239,20 @@ class Watcher:
     directory it lists, before listing it), and calls `commit` once what it
     built from the changes is kept. Anything not committed comes back at the
     next `take`.
+
+    Args:
+        fanotify: ask fanotify which files were written (False: as where it cannot).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, fanotify: bool = True) -> None:
         self._libc = _libc()
         self._fd = -1
         if self._libc is not None:
             self._fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         self._dirs: dict[int, str] = {}
         self._by_dir: dict[str, int] = {}
+        self._fan = Fanotify.open() if self._fd >= 0 and fanotify else None
+        self._marks: dict[str, bytes] = {}  # directory: its handle, once marked
         self._pending = Changes(everything=True)  # nothing is vouched for before a full scan
         self._taken: Changes | None = None
         self._untidy = False  # watches may remain on directories no longer scanned
@@ -298,6 +301,11 @@ class Watcher:
             self._untidy = True  # the watch of a directory once at this name
         self._dirs[wd] = directory
         self._by_dir[directory] = wd
+        handle = handle_of(b"", fd) if self._fan is not None else None
+        if handle is not None and self._fan is not None and self._fan.mark(fd):
+            self._marks[directory] = handle
+        else:
+            self._marks.pop(directory, None)  # a write heard there is looked for everywhere
 
     def take(self) -> Changes:
         """Returns what changed since the last `commit` (anything taken and not committed too)."""
@@ -310,21 +318,17 @@ class Watcher:
         self._pending = Changes()
         return taken
 
-    def commit(self, alive: set[str] | None = None) -> None:
+    def commit(self, alive: set[str] | None = None, root: str | None = None) -> None:
         """Consumes what the last `take` returned: a capture built on it is kept.
 
         Args:
             alive: the directories the committed capture scanned; watches on any
                 other are dropped (None: keep all).
+            root: the directory they are relative to (None: fanotify marks stay).
         """
         self._taken = None
-        # Heard while the capture ran: maybe before it saw the name, so the inode that
-        # left it may not be the one it saw there.
-        self._read()
-        for events in self._pending.dirs.values():
-            events.vacated = dict.fromkeys(events.vacated, 2)
         if alive is not None and (self._untidy or len(self._by_dir) > len(alive)):
-            self._tidy(alive)
+            self._tidy(alive, root)
 
     def peek(self) -> Changes:
         """What `take` would return now, without taking it."""
@@ -346,13 +350,13 @@ class Watcher:
         when an event named its path after the check, or when its directory (or one
         above) was moved or is gone: its watch then hears another place by that name.
 
-
         Args:
             made: paths (relative wire form) and the (st_dev, st_ino) made at each.
             root: the directory they are relative to.
         """
         self._read()  # the mark at a path is about the inode there as of the last event
         settled: dict[tuple[str, bytes], Events] = {}
+        handles: dict[tuple[str, bytes], bytes] = {}
         for path, inode in made.items():
             directory, _, name = path.rpartition("/")
             events, raw = self._pending.dirs.get(directory), fs_path(name)
@@ -364,6 +368,9 @@ class Watcher:
                 continue
             if (st.st_dev, st.st_ino) == inode and st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
                 settled[(directory, raw)] = events
+                handle = handle_of(os.path.join(os.fsencode(root), fs_path(path)), _AT_FDCWD)
+                if handle is not None:
+                    handles[(directory, raw)] = handle
         named: set[tuple[str, bytes]] = set()
         self._read(named)  # a path named since the first read may have held another inode
         moved = [c for c in (self._pending, self._taken) if c is not None]
@@ -372,15 +379,37 @@ class Watcher:
             # place under its old name: the path checked is not the one the mark is about.
             if (directory, raw) not in named and not any(c.stale(directory) for c in moved):
                 events.written.discard(raw)
+                self._pending.handles.discard(handles.get((directory, raw), b""))
 
     def forget_all(self) -> None:
         """Vouches for nothing more: the next capture reads everything afresh."""
         self._pending.everything = True
 
-    def _tidy(self, alive: set[str]) -> None:
+    def _unmark(self, directory: str, root: str) -> None:
+        """Removes the mark of a directory no longer scanned, if it is still there.
+
+        One that is gone keeps its mark: a descriptor opened by a name in a removed
+        directory still writes there, to a file that may have another name in the tree.
+        """
+        handle = self._marks.pop(directory, None)
+        if handle is None or self._fan is None:
+            return
+        try:
+            fd = os.open(os.path.join(os.fsencode(root), fs_path(directory)), _DIR_FLAGS)
+        except OSError:
+            return
+        try:
+            if handle_of(b"", fd) == handle:
+                self._fan.mark(fd, remove=True)  # ignored or excluded now: not asked about
+        finally:
+            os.close(fd)
+
+    def _tidy(self, alive: set[str], root: str | None = None) -> None:
         assert self._libc is not None
         for wd, directory in list(self._dirs.items()):
             if directory not in alive or self._by_dir.get(directory) != wd:
+                if directory not in alive and root is not None:
+                    self._unmark(directory, root)
                 del self._dirs[wd]
                 if self._by_dir.get(directory) == wd:
                     del self._by_dir[directory]
@@ -437,8 +466,6 @@ class Watcher:
                 events = pending.events(directory)
                 if name:
                     events.names.add(name)
-                    if mask & (_IN_DELETE | _IN_MOVED_TO):
-                        events.vacated[name] = 2 if name in events.displaced else 1
                     if mask & _DISPLACING:
                         # Another inode at this name from here on. One written to is
                         # followed where it is renamed; removed or replaced, it is lost.
@@ -454,6 +481,10 @@ class Watcher:
                             events.written.add(name)
                     if mask & _IN_WRITTEN:
                         events.written.add(name)
+                    if mask & _IN_PLACE and directory not in self._marks:
+                        # No file handles from here: the file written may be another
+                        # name's (a descriptor opened by a name that has gone since).
+                        pending.lost = True
                     if mask & _IN_ISDIR and mask & _DISPLACING:
                         # A directory created, moved in, removed or moved away: nothing
                         # remembered of that name holds, down to its deepest file.
@@ -462,9 +493,16 @@ class Watcher:
                 if not name or mask & ~_IN_PLACE:
                     events.listing = True  # not only written or chmod-ed in place
                     events.unnamed |= not name
+        if self._fan is not None:
+            handles, overflowed = self._fan.read()
+            pending.everything |= overflowed
+            pending.handles.update(handles)
 
     def close(self) -> None:
-        """Releases the inotify descriptor."""
+        """Releases the inotify descriptor and the fanotify group."""
+        if self._fan is not None:
+            self._fan.close()
+            self._fan = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -77,6 +77,7 @@ class Seams:
         slow_read_seconds: mean read time per file above which reading ahead starts.
         apply_plan: carries out a plan (`apply.apply_plan`).
         open_store: opens the store directory (`diskstore.DiskStore`).
+        watcher: makes a watched workspace's change source (`watch.Watcher`).
     """
 
     racy_margin_ns: int = RACY_MARGIN_NS
@@ -86,6 +87,7 @@ class Seams:
     slow_read_seconds: float = SLOW_READ_SECONDS
     apply_plan: ApplyPlan = apply_plan
     open_store: Callable[[str], DiskStore] = DiskStore
+    watcher: Callable[[], Watcher] = Watcher
 
 
 @api_errors
@@ -172,7 +174,7 @@ class Workspace:
         )
         sessions = Sessions(files)
         caches = Caches(files, self.root, self.store.exists)
-        watcher, cap = Watcher() if self._watch else None, self._max_file_bytes
+        watcher, cap = self._seams.watcher() if self._watch else None, self._max_file_bytes
         self._catalog = Catalog(self.store, self._root, sessions, locks=locks, lean=self._watch)
         self._capture = Capture(
             self._root,

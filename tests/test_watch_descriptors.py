@@ -1,0 +1,195 @@
+"""Writes the watcher hears at a path that holds another file (issue 12).
+
+A descriptor opened on a file by a name that then went (removed, or another file
+renamed onto it) writes under that name for as long as it stays open, while the file
+lives on under another name in the tree. inotify names the path; fanotify names the
+file (`fanotify.py`), and a file written that is at no name an event named makes the
+capture stat every file (`written.py`). Most of these cases were found by a hostile
+review of stop 28's first answer (files kept "hot" by inode, `481105b`), which each of
+them defeated; the descriptor is written through, or `fchmod`-ed, after snapshots.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pytest
+
+from tests.conftest import write
+from tests.test_watch import plain
+from worksnap import Workspace
+from worksnap.errors import SnapshotError
+from worksnap.manifest import Manifest
+from worksnap.scan import scan_tree
+from worksnap.watch import Watcher
+from worksnap.workspace import Seams
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux")
+
+
+def state(manifest: Manifest) -> dict[str, tuple[str | None, int]]:
+    return {e.path: (e.hash, e.mode) for e in manifest.entries}
+
+
+def touch_through(f: BinaryIO, how: str) -> None:
+    if how == "write":
+        f.write(b"two\n")
+        f.truncate()
+    else:
+        os.fchmod(f.fileno(), 0o755)  # IN_ATTRIB, heard at the name it was opened by
+
+
+def watcher(ws: Workspace) -> Watcher:
+    found = ws._capture._watcher
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize("how", ["write", "fchmod"])
+@pytest.mark.parametrize("via", ["ignored name", "ignored dir", "outside the root"])
+def test_a_file_that_lost_its_name_is_seen_after_it_left_the_tree_and_came_back(
+    root: Path, tmp_path: Path, via: str, how: str
+) -> None:
+    write(root, ".gitignore", "*.log\nbuild/\n")
+    write(root, "a.txt", "one\n")
+    (root / "build").mkdir()
+    away = {"ignored name": root / "c.log", "ignored dir": root / "build" / "c",
+            "outside the root": tmp_path / "c"}[via]  # fmt: skip
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        with open(root / "a.txt", "r+b") as f:
+            os.link(root / "a.txt", root / "b.txt")
+            os.unlink(root / "a.txt")
+            write(root, "a.txt", "another file\n")
+            ws.snapshot()
+            os.rename(root / "b.txt", away)
+            ws.snapshot()
+            os.rename(away, root / "d.txt")  # back, under a new name, with one link
+            ws.snapshot()
+            touch_through(f, how)  # heard at a.txt, which holds another file
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+@pytest.mark.parametrize("how", ["write", "fchmod"])
+def test_a_file_linked_through_an_ignored_name_opened_there_is_seen(
+    root: Path, tmp_path: Path, how: str
+) -> None:
+    write(root, ".gitignore", "*.log\n")
+    write(root, "k.txt", "one\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.link(root / "k.txt", root / "x.log")  # heard at an ignored name only
+        ws.snapshot()
+        with open(root / "x.log", "r+b") as f:
+            os.unlink(root / "x.log")
+            write(root, "x.log", "another file\n")
+            ws.snapshot()
+            touch_through(f, how)
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+@pytest.mark.parametrize("how", ["write", "fchmod"])
+def test_a_name_lost_in_a_directory_made_since_the_last_snapshot_is_seen(
+    root: Path, tmp_path: Path, how: str
+) -> None:
+    write(root, "a.txt", "a\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        write(root, "new/x", "one\n")  # new/ is watched from the next snapshot on
+        with open(root / "new" / "x", "r+b") as f:
+            os.link(root / "new" / "x", root / "keep.txt")
+            os.unlink(root / "new" / "x")  # not heard
+            write(root, "new/x", "another file\n")
+            ws.snapshot()
+            touch_through(f, how)  # heard at new/x: another file
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_a_name_lost_after_a_failed_snapshot_relabelled_its_directory_is_seen(
+    root: Path, tmp_path: Path
+) -> None:
+    fail: list[int] = []
+
+    def scan(*args: Any, **kwargs: Any) -> Any:  # the real walk (it watches), then a failure
+        found = scan_tree(*args, **kwargs)
+        if fail:
+            fail.clear()
+            raise SnapshotError("x", "cannot read: injected")
+        return found
+
+    (root / "a").mkdir()
+    write(root, "b/x", "in b\n")
+    with Workspace(root, store=tmp_path / "store", watch=True,
+                   seams=Seams(scan_tree=scan)) as ws:  # fmt: skip
+        ws.snapshot()
+        os.rename(root / "b", root / "a")  # onto the empty directory a
+        fail.append(1)
+        with pytest.raises(SnapshotError):
+            ws.snapshot()  # b's directory now watched as "a"; nothing committed
+        with open(root / "a" / "x", "r+b") as f:
+            os.link(root / "a" / "x", root / "keep.txt")
+            os.unlink(root / "a" / "x")
+            write(root, "a/x", "another file\n")
+            ws.snapshot()
+            touch_through(f, "write")
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_a_name_lost_while_the_queue_overflowed_is_seen(root: Path, tmp_path: Path) -> None:
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    write(root, "a.txt", "one\n")
+    (root / "flood").mkdir()
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        for i in range(limit // 2 + 1):  # CREATE and CLOSE_WRITE each: the queue fills
+            (root / "flood" / str(i)).touch()
+        with open(root / "a.txt", "r+b") as f:  # nothing is queued from here on
+            os.link(root / "a.txt", root / "keep.txt")
+            os.unlink(root / "a.txt")
+            write(root, "a.txt", "another file\n")
+            ws.snapshot()  # reads everything afresh
+            assert watcher(ws).overflows == 1
+            touch_through(f, "write")
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_without_fanotify_a_write_makes_the_capture_stat_every_file(
+    root: Path, tmp_path: Path
+) -> None:
+    """Where fanotify cannot report handles (an older kernel, a seccomp filter), a write
+    the watcher hears may have gone to any file: the capture stats every one."""
+    write(root, "a.txt", "one\n")
+    write(root, "docs/x", "x\n")
+    seams = Seams(watcher=lambda: Watcher(fanotify=False))
+    with Workspace(root, store=tmp_path / "store", watch=True, seams=seams) as ws:
+        ws.snapshot()
+        write(root, "docs/x", "x, in place\n")
+        assert watcher(ws).peek().lost
+        ws.snapshot()
+        with open(root / "a.txt", "r+b") as f:
+            os.link(root / "a.txt", root / "docs" / "hl")
+            os.unlink(root / "a.txt")
+            os.rename(root / "docs" / "x", root / "a.txt")
+            ws.snapshot()
+            touch_through(f, "write")
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_a_directory_ignored_since_is_no_longer_marked(root: Path, tmp_path: Path) -> None:
+    """Its files are not captured: writes there must not make every capture stat every
+    file (its mark stays only while it is not where it was: moved or removed)."""
+    write(root, "out/f", "one\n")
+    write(root, "a.txt", "a\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        write(root, "out/f", "two\n")
+        assert watcher(ws).peek().handles  # marked: the file written is reported
+        ws.snapshot()
+        write(root, ".gitignore", "out/\n")
+        ws.snapshot()
+        write(root, "out/f", "three\n")
+        assert not watcher(ws).peek().handles
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
