@@ -19,7 +19,10 @@ hide a change:
 
 The scan adds the watch on a directory it opened before it lists it, through
 the descriptor it lists (`/proc/self/fd/N`), so the watch is on the very
-directory listed and nothing created in between goes unseen.
+directory listed and nothing created in between goes unseen. It also gets a
+fanotify mark, which names each file written there by its handle (`Changes.handles`):
+inotify names only the path written through, which a descriptor keeps after its file
+lost that name (`written.py`).
 
 What inotify cannot see at all (writes through a shared `mmap`, writes through a
 hard link from outside the tree made after the file was last looked at, other
