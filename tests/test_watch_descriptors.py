@@ -178,18 +178,75 @@ def test_without_fanotify_a_write_makes_the_capture_stat_every_file(
         assert state(ws.snapshot()) == state(plain(root, tmp_path))
 
 
-def test_a_directory_ignored_since_is_no_longer_marked(root: Path, tmp_path: Path) -> None:
-    """Its files are not captured: writes there must not make every capture stat every
-    file (its mark stays only while it is not where it was: moved or removed)."""
-    write(root, "out/f", "one\n")
-    write(root, "a.txt", "a\n")
+def test_a_descriptor_opened_in_a_directory_ignored_since_is_heard(
+    root: Path, tmp_path: Path
+) -> None:
+    """The directory's watch goes when it is ignored, but its fanotify mark stays (found
+    by a hostile review: removing it left the write unheard)."""
+    write(root, "keep.txt", "one\n")
+    (root / "d").mkdir()
+    os.link(root / "keep.txt", root / "d" / "hl")
     with Workspace(root, store=tmp_path / "store", watch=True) as ws:
         ws.snapshot()
-        write(root, "out/f", "two\n")
-        assert watcher(ws).peek().handles  # marked: the file written is reported
+        with open(root / "d" / "hl", "r+b") as f:
+            os.unlink(root / "d" / "hl")
+            ws.snapshot()  # keep.txt: one link
+            write(root, ".gitignore", "d/\n")
+            ws.snapshot()  # d is not scanned, nor watched, from here on
+            f.write(b"two\n")
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_a_write_is_not_vouched_for_through_a_symlink_put_where_its_directory_was(
+    root: Path, tmp_path: Path
+) -> None:
+    """The names events named are looked up through directories only: here d/sub/x,
+    through a symlink d -> e put in d's place, is the file written (a hostile review)."""
+    write(root, "d/sub/x", "one\n")
+    (root / "e" / "sub").mkdir(parents=True)
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
         ws.snapshot()
-        write(root, ".gitignore", "out/\n")
+        with open(root / "d" / "sub" / "x", "r+b") as f:
+            os.link(root / "d" / "sub" / "x", root / "e" / "sub" / "x")
+            os.unlink(root / "d" / "sub" / "x")
+            ws.snapshot()
+            f.write(b"two\n")  # heard at d/sub/x
+        os.rename(root / "d", tmp_path / "d-away")  # d/sub's watch stays, labelled d/sub
+        os.symlink("e", root / "d")
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_a_write_is_not_vouched_for_by_an_ignored_name_of_the_file(
+    root: Path, tmp_path: Path
+) -> None:
+    """Only a name the scan stats counts: k.log, a link to keep.txt at an ignored name an
+    event named, is not looked at (a hostile review)."""
+    write(root, ".gitignore", "*.log\n")
+    write(root, "keep.txt", "one\n")
+    (root / "docs").mkdir()
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
         ws.snapshot()
-        write(root, "out/f", "three\n")
-        assert not watcher(ws).peek().handles
+        os.link(root / "keep.txt", root / "docs" / "hl")
+        with open(root / "docs" / "hl", "r+b") as f:
+            os.unlink(root / "docs" / "hl")
+            write(root, "docs/hl", "another file\n")
+            ws.snapshot()
+            os.link(root / "keep.txt", root / "k.log")
+            f.write(b"two\n")  # heard at docs/hl; the handle is k.log's (and keep.txt's)
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_a_descriptor_opened_in_a_directory_moved_away_is_heard(root: Path, tmp_path: Path) -> None:
+    """Moving a directory out of the tree ends its watch, not its fanotify mark."""
+    write(root, "keep.txt", "one\n")
+    (root / "d").mkdir()
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.link(root / "keep.txt", root / "d" / "hl")
+        with open(root / "d" / "hl", "r+b") as f:
+            os.unlink(root / "d" / "hl")
+            ws.snapshot()
+            os.rename(root / "d", tmp_path / "d-away")
+            ws.snapshot()
+            f.write(b"two\n")
         assert state(ws.snapshot()) == state(plain(root, tmp_path))

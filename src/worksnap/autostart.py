@@ -23,6 +23,7 @@ import ctypes.util
 import os
 from dataclasses import dataclass
 
+from worksnap import fanotify
 from worksnap.client import SUPPORTED, request
 from worksnap.layout import StorePaths, store_location
 
@@ -153,6 +154,11 @@ def unsound_file_system(root: str) -> str | None:
     for point, name in _mounts_below(root):
         if name.split(".")[0] not in _LOCAL_NAMES and name not in _HARMLESS_MOUNTS:
             return f"{point} is mounted inside the root ({name}): inotify may miss changes there"
+    if not fanotify.available():
+        return (
+            "fanotify cannot say here which file a write went to (Linux 5.13 or later, "
+            "not blocked by a seccomp filter): every write would cost a look at every file"
+        )
     return None
 
 

@@ -441,7 +441,7 @@ class Capture:
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects
             self._subtrees = subtrees_of(current, self.trees.memo.digests())
-            watcher.commit(alive=set(remember), root=self._root.path)
+            watcher.commit(alive=set(remember))
         return current
 
     def _changes_since_memory(

@@ -73,6 +73,15 @@ def handle_of(name: bytes, dir_fd: int) -> bytes | None:
     return struct.pack("=i", fh.handle_type) + bytes(fh.f_handle[: fh.handle_bytes])
 
 
+def available() -> bool:
+    """True when fanotify can report here which file a write went to."""
+    group = Fanotify.open()
+    if group is None:
+        return False
+    group.close()
+    return True
+
+
 class Fanotify:
     """A fanotify group marking directories; reads which files were written in them."""
 

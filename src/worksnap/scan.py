@@ -64,7 +64,7 @@ from worksnap.scanparts import (
 )
 from worksnap.sources import Tracked
 from worksnap.watch import Changes, Events, Watcher
-from worksnap.written import written_elsewhere
+from worksnap.written import written_elsewhere, written_unseen
 
 __all__ = ["DirScan", "Each", "Scan", "WalkStats", "scan_tree"]
 
@@ -259,9 +259,14 @@ def _walk(w: _Walk) -> None:
         for item in pending:
             item[1].release()
         raise
-    if w.new_links and w.reused_memory and not w.restat_all:
+    if (
+        w.reused_memory
+        and not w.restat_all
+        and (w.new_links or written_unseen(w.changes, w.visited, w.root))
+    ):
         # A file with a new hard link: its other names may be files remembered as
-        # unchanged (a write through a new name raises no event at an old one).
+        # unchanged (a write through a new name raises no event at an old one). Or a
+        # file written is not one this walk stat-ed afresh (`written.py`).
         raise _Restart(restat_all=True)
     if w.listings is not None:
         w.listings.base = key

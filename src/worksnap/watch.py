@@ -77,7 +77,6 @@ _SELF_GONE = _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT
 _DISPLACING = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
 
 _AT_FDCWD = -100
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MANY_TRACKED_CHANGES = 1000
 """More paths than this tracked or untracked at once (a checkout): the next capture reads
 everything rather than each changed path's directories."""
@@ -321,17 +320,16 @@ class Watcher:
         self._pending = Changes()
         return taken
 
-    def commit(self, alive: set[str] | None = None, root: str | None = None) -> None:
+    def commit(self, alive: set[str] | None = None) -> None:
         """Consumes what the last `take` returned: a capture built on it is kept.
 
         Args:
             alive: the directories the committed capture scanned; watches on any
                 other are dropped (None: keep all).
-            root: the directory they are relative to (None: fanotify marks stay).
         """
         self._taken = None
         if alive is not None and (self._untidy or len(self._by_dir) > len(alive)):
-            self._tidy(alive, root)
+            self._tidy(alive)
 
     def peek(self) -> Changes:
         """What `take` would return now, without taking it."""
@@ -388,31 +386,12 @@ class Watcher:
         """Vouches for nothing more: the next capture reads everything afresh."""
         self._pending.everything = True
 
-    def _unmark(self, directory: str, root: str) -> None:
-        """Removes the mark of a directory no longer scanned, if it is still there.
-
-        One that is gone keeps its mark: a descriptor opened by a name in a removed
-        directory still writes there, to a file that may have another name in the tree.
-        """
-        handle = self._marks.pop(directory, None)
-        if handle is None or self._fan is None:
-            return
-        try:
-            fd = os.open(os.path.join(os.fsencode(root), fs_path(directory)), _DIR_FLAGS)
-        except OSError:
-            return
-        try:
-            if handle_of(b"", fd) == handle:
-                self._fan.mark(fd, remove=True)  # ignored or excluded now: not asked about
-        finally:
-            os.close(fd)
-
-    def _tidy(self, alive: set[str], root: str | None = None) -> None:
+    def _tidy(self, alive: set[str]) -> None:
         assert self._libc is not None
         for wd, directory in list(self._dirs.items()):
             if directory not in alive or self._by_dir.get(directory) != wd:
-                if directory not in alive and root is not None:
-                    self._unmark(directory, root)
+                # Its fanotify mark stays: a descriptor opened by a name in it (ignored
+                # now, or moved away) may still write to a file of the tree.
                 del self._dirs[wd]
                 if self._by_dir.get(directory) == wd:
                     del self._by_dir[directory]

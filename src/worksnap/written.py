@@ -12,8 +12,8 @@ event named:
   went through a descriptor opened by a name the file has lost since, which writes
   under that name for as long as it stays open (found by two hostile reviews).
 
-fanotify names the file written by its handle (`fanotify.py`): each one must be the
-file now at a name some event named, or the scan stats every file. Where a directory
+fanotify names the file written by its handle (`fanotify.py`): each one must be a
+file the scan captured at a name some event named, or the scan stats every file. Where a directory
 has no fanotify mark (an older kernel, a seccomp filter, the marks' limit), a write
 heard there makes the scan stat every file (`Watcher`).
 """
@@ -32,15 +32,72 @@ def written_elsewhere(changes: Changes, memory: dict[str, DirScan], root_fd: int
     """True when a file written since `memory` was made may have names remembered unchanged."""
     if changes.lost or changes.travelling:
         return True
-    unseen = set(changes.handles)
     for directory, events in changes.dirs.items():
-        prefix = fs_path(directory) + b"/" if directory else b""
         last = memory.get(directory)
         known = set(last.linked) if last is not None else set()
         for raw in events.written:
             linked = other_links(root_fd, directory, raw)
             if linked is None or (linked and wire_name(os.fsdecode(raw)) not in known):
                 return True  # gone since its last event, or with other names
-        for raw in events.names if unseen else ():
-            unseen.discard(handle_of(prefix + raw, root_fd) or b"")
-    return bool(unseen)  # written, and at no name an event named
+    return False
+
+
+def written_unseen(changes: Changes, visited: dict[str, DirScan], root: str) -> bool:
+    """True when a file fanotify says was written is not one the scan just stat-ed.
+
+    Once the walk is done: each file written must be at a name an event named (so
+    stat-ed afresh), reached through directories (never a symlink put where one was),
+    and either a file the scan captured there or one with no other name (an ignored
+    log written: nothing captured changed).
+    """
+    unseen = set(changes.handles)
+    for directory, events in changes.dirs.items() if unseen else ():
+        part = visited.get(directory)
+        if part is None:
+            continue
+        captured = {rel.rpartition("/")[2] for rel, _ in part.found.files}
+        captured.update(rel.rpartition("/")[2] for rel in part.found.large)
+        fd = _open_dir(root, directory)
+        if fd < 0:
+            continue
+        try:
+            for raw in events.names:
+                handle, links = _file_at(raw, fd)
+                if handle in unseen and (wire_name(os.fsdecode(raw)) in captured or links == 1):
+                    unseen.discard(handle)
+        finally:
+            os.close(fd)
+    return bool(unseen)
+
+
+def _file_at(name: bytes, dir_fd: int) -> tuple[bytes | None, int]:
+    """The handle and link count of what is at `name` (one look: not two names' answers)."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None, 0
+    try:
+        return handle_of(b"", fd), os.fstat(fd).st_nlink
+    finally:
+        os.close(fd)
+
+
+def _open_dir(root: str, directory: str) -> int:
+    """`directory` opened from the root one name at a time, never through a symlink (-1)."""
+    try:
+        fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+    except OSError:
+        return -1
+    for name in fs_path(directory).split(b"/") if directory else ():
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            child = -1
+        os.close(fd)
+        if child < 0:
+            return -1
+        fd = child
+    return fd
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
