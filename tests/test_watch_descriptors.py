@@ -250,3 +250,50 @@ def test_a_descriptor_opened_in_a_directory_moved_away_is_heard(root: Path, tmp_
             ws.snapshot()
             f.write(b"two\n")
         assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_a_link_made_at_a_name_linked_before_for_another_file_is_a_new_link(
+    root: Path, tmp_path: Path
+) -> None:
+    """n.txt had several links at the last snapshot; now it is another file's second
+    name, written through: its other name q.txt heard nothing (a hostile review; the
+    walk asked only whether the name was linked before)."""
+    write(root, "q.txt", "one\n")
+    write(root, "n.txt", "other\n")
+    os.link(root / "n.txt", root / "m.txt")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.unlink(root / "n.txt")
+        os.link(root / "q.txt", root / "n.txt")
+        with open(root / "n.txt", "r+b") as f:
+            f.write(b"two\n")
+        assert state(ws.snapshot()) == state(plain(root, tmp_path))
+
+
+def test_a_file_written_is_judged_by_what_the_walk_saw_not_by_a_later_look(
+    root: Path, tmp_path: Path
+) -> None:
+    """q.txt is chmod-ed through x.log, an ignored link to it; once the walk has taken
+    q.txt from memory, another process removes it, so x.log has one link when the walk
+    is done. A look then would vouch for the file (a hostile review); the look before
+    the walk sees two links."""
+    removed: list[Path] = []
+
+    def scan(*args: Any, **kwargs: Any) -> Any:
+        def check() -> None:  # before each directory: the root is done before sub
+            if removed and removed[0].exists():
+                removed[0].unlink()
+
+        return scan_tree(*args, **{**kwargs, "check": check})
+
+    write(root, ".gitignore", "*.log\n")
+    write(root, "q.txt", "one\n")
+    write(root, "sub/s.txt", "s\n")
+    with Workspace(root, store=tmp_path / "store", watch=True,
+                   seams=Seams(scan_tree=scan)) as ws:  # fmt: skip
+        ws.snapshot()
+        os.link(root / "q.txt", root / "x.log")
+        os.chmod(root / "x.log", 0o755)  # IN_ATTRIB at x.log; fanotify: q.txt's file
+        removed.append(root / "q.txt")
+        got = state(ws.snapshot())
+    assert got.get("q.txt", (None, 0o755))[1] == 0o755  # 0o755 from before until removed

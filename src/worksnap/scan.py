@@ -64,7 +64,7 @@ from worksnap.scanparts import (
 )
 from worksnap.sources import Tracked
 from worksnap.watch import Changes, Events, Watcher
-from worksnap.written import written_elsewhere, written_unseen
+from worksnap.written import written_alone, written_elsewhere, written_unseen
 
 __all__ = ["DirScan", "Each", "Scan", "WalkStats", "scan_tree"]
 
@@ -235,6 +235,7 @@ def _walk(w: _Walk) -> None:
     root_anchor.users = 1
     if w.memory and not w.restat_all and written_elsewhere(w.changes, w.memory, root_fd):
         w.restat_all = True
+    unseen = written_alone(w.changes, w.root) if not w.restat_all else set()
     pending: list[_Item] = [("", root_anchor, "", w.rules, True, True, None, False)]
     everything = w.changes.everything
     subtrees = w.changes.subtrees
@@ -262,7 +263,7 @@ def _walk(w: _Walk) -> None:
     if (
         w.reused_memory
         and not w.restat_all
-        and (w.new_links or written_unseen(w.changes, w.visited, w.root))
+        and (w.new_links or written_unseen(w.changes, unseen, w.visited, w.root))
     ):
         # A file with a new hard link: its other names may be files remembered as
         # unchanged (a write through a new name raises no event at an old one). Or a
@@ -501,7 +502,8 @@ def _read_dir(
                 raise _Restart(restat_all=False)
             if st.st_nlink > 1:
                 part.linked.append(name)
-                if name not in known_links:
+                was = named.get(name) or known.get(name)  # linked before for another file?
+                if name not in known_links or (was is not None and was.st_ino != st.st_ino):
                     w.new_links = True
             if st.st_size > w.max_file_bytes:
                 here.large.append(rel)

@@ -181,7 +181,9 @@ def refresh(
     new_links = False
     for name, seen in fresh.items():
         if seen.st_nlink > 1:
-            new_links |= name not in linked
+            # A name not linked before, or linked before for another file.
+            was = stats.get(name)
+            new_links |= name not in linked or (was is not None and was.st_ino != seen.st_ino)
             linked.add(name)
         else:
             linked.discard(name)

@@ -21,6 +21,7 @@ heard there makes the scan stat every file (`Watcher`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 from worksnap.fanotify import handle_of
 from worksnap.paths import fs_path, wire_name
@@ -42,42 +43,76 @@ def written_elsewhere(changes: Changes, memory: dict[str, DirScan], root_fd: int
     return False
 
 
-def written_unseen(changes: Changes, visited: dict[str, DirScan], root: str) -> bool:
-    """True when a file fanotify says was written is not one the scan just stat-ed.
+def written_alone(changes: Changes, root: str) -> set[bytes]:
+    """The files fanotify says were written, less those now alone at a name an event named.
 
-    Once the walk is done: each file written must be at a name an event named (so
-    stat-ed afresh), reached through directories (never a symlink put where one was),
-    and either a file the scan captured there or one with no other name (an ignored
-    log written: nothing captured changed).
+    Asked before the walk: a file with one link at such a name (an ignored log written,
+    say) has no other name the walk could take from memory. Links made after this look
+    are made at new names, which the walk reads afresh (or which are not in this
+    snapshot); one removed after it cannot make an answer wrong.
     """
     unseen = set(changes.handles)
-    for directory, events in changes.dirs.items() if unseen else ():
+    for _, _, handle, now in _looks(changes, root, unseen):
+        if now.st_nlink == 1:
+            unseen.discard(handle)
+    return unseen
+
+
+def written_unseen(
+    changes: Changes, unseen: set[bytes], visited: dict[str, DirScan], root: str
+) -> bool:
+    """True when a file written (of `written_alone`'s) is not one the walk just stat-ed.
+
+    Asked once the walk is done: each must be the very file the walk captured at a
+    name an event named (so stat-ed afresh): the same inode, with the same ctime (no
+    link made or removed since). Its other names, if it has any, are the walk's to
+    judge (`new_links`).
+    """
+    for directory, name, handle, now in _looks(changes, root, unseen):
         part = visited.get(directory)
-        if part is None:
-            continue
-        captured = {rel.rpartition("/")[2] for rel, _ in part.found.files}
-        captured.update(rel.rpartition("/")[2] for rel in part.found.large)
+        walked = dict(part.found.files).get(_rel(directory, name)) if part else None
+        if walked is not None and (walked.st_ino, walked.st_ctime_ns) == (
+            now.st_ino,
+            now.st_ctime_ns,
+        ):
+            unseen.discard(handle)
+    return bool(unseen)
+
+
+def _rel(directory: str, raw: bytes) -> str:
+    name = wire_name(os.fsdecode(raw))
+    return f"{directory}/{name}" if directory else name
+
+
+def _looks(
+    changes: Changes, root: str, handles: set[bytes]
+) -> Iterator[tuple[str, bytes, bytes, os.stat_result]]:
+    """(directory, name, handle, stat) of each file with a handle of `handles` at a name.
+
+    Only names an event named are looked at, reached one directory at a time without
+    following a symlink.
+    """
+    for directory, events in changes.dirs.items() if handles else ():
         fd = _open_dir(root, directory)
         if fd < 0:
             continue
         try:
             for raw in events.names:
-                handle, links = _file_at(raw, fd)
-                if handle in unseen and (wire_name(os.fsdecode(raw)) in captured or links == 1):
-                    unseen.discard(handle)
+                handle, now = _file_at(raw, fd)
+                if handle in handles and now is not None:
+                    yield directory, raw, handle, now
         finally:
             os.close(fd)
-    return bool(unseen)
 
 
-def _file_at(name: bytes, dir_fd: int) -> tuple[bytes | None, int]:
-    """The handle and link count of what is at `name` (one look: not two names' answers)."""
+def _file_at(name: bytes, dir_fd: int) -> tuple[bytes | None, os.stat_result | None]:
+    """The handle and stat of what is at `name` (one look: not two names' answers)."""
     try:
         fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
-        return None, 0
+        return None, None
     try:
-        return handle_of(b"", fd), os.fstat(fd).st_nlink
+        return handle_of(b"", fd), os.fstat(fd)
     finally:
         os.close(fd)
 
