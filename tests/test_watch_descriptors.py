@@ -297,3 +297,56 @@ def test_a_file_written_is_judged_by_what_the_walk_saw_not_by_a_later_look(
         removed.append(root / "q.txt")
         got = state(ws.snapshot())
     assert got.get("q.txt", (None, 0o755))[1] == 0o755  # 0o755 from before until removed
+
+
+def test_a_large_name_linked_before_for_another_file_is_a_new_link(
+    root: Path, tmp_path: Path
+) -> None:
+    """As above, with n.txt over the size cap (no stat of it was kept): the inode at each
+    linked name is kept with the name (a hostile review)."""
+    write(root, "q.txt", "one\n")
+    write(root, "n.txt", "x" * 100)
+    os.link(root / "n.txt", root / "m.txt")
+    with Workspace(root, store=tmp_path / "store", watch=True, max_file_bytes=50) as ws:
+        ws.snapshot()
+        os.unlink(root / "n.txt")
+        os.link(root / "q.txt", root / "n.txt")
+        with open(root / "n.txt", "r+b") as f:
+            f.write(b"two\n")
+        with Workspace(root, store=tmp_path / "plain-store", max_file_bytes=50) as other:
+            expected = other.capture(store_objects=False)
+        assert state(ws.snapshot()) == state(expected)
+
+
+def test_a_name_removed_before_the_look_and_linked_again_after_it(
+    root: Path, tmp_path: Path
+) -> None:
+    """Another process removes m.txt once the changes are taken and links it again after
+    the walk: a look then finds the file written alone at sub/n.txt, which the changes
+    never said (a hostile review). Anything heard since they were taken makes the walk
+    stat every file."""
+    relink: list[tuple[Path, Path]] = []
+
+    def scan(*args: Any, **kwargs: Any) -> Any:
+        if not relink:
+            return scan_tree(*args, **kwargs)
+        src, dst = relink.pop()
+        os.unlink(dst)
+        try:
+            return scan_tree(*args, **kwargs)
+        finally:
+            os.link(src, dst)
+
+    write(root, "m.txt", "one\n")
+    (root / "sub").mkdir()
+    with Workspace(root, store=tmp_path / "store", watch=True,
+                   seams=Seams(scan_tree=scan)) as ws:  # fmt: skip
+        ws.snapshot()
+        os.link(root / "m.txt", root / "sub" / "n.txt")  # heard in sub only
+        with open(root / "sub" / "n.txt", "r+b") as f:
+            f.write(b"two\n")
+        relink.append((root / "sub" / "n.txt", root / "m.txt"))
+        got = state(ws.snapshot())
+    now = state(plain(root, tmp_path))
+    assert got["sub/n.txt"] == now["sub/n.txt"]
+    assert got.get("m.txt", now["m.txt"]) == now["m.txt"]  # gone while the walk ran, or "two"

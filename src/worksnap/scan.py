@@ -263,11 +263,16 @@ def _walk(w: _Walk) -> None:
     if (
         w.reused_memory
         and not w.restat_all
-        and (w.new_links or written_unseen(w.changes, unseen, w.visited, w.root))
+        and (
+            w.new_links
+            or written_unseen(w.changes, unseen, w.visited, w.root)
+            or (w.changes.handles and w.watcher is not None and w.watcher.heard())
+        )
     ):
         # A file with a new hard link: its other names may be files remembered as
         # unchanged (a write through a new name raises no event at an old one). Or a
-        # file written is not one this walk stat-ed afresh (`written.py`).
+        # file written is not one this walk stat-ed afresh, or was vouched for by looks
+        # that may have seen what happened after the changes were taken (`written.py`).
         raise _Restart(restat_all=True)
     if w.listings is not None:
         w.listings.base = key
@@ -471,7 +476,7 @@ def _read_dir(
     )
     here = part.found
     tracked = w.tracked
-    known_links = set(last.linked) if last is not None else set()
+    known_links = last.linked if last is not None else {}
     for name, listed_kind in children:
         rel = f"{rel_dir}/{name}" if rel_dir else name
         kind = listed_kind
@@ -501,9 +506,8 @@ def _read_dir(
                 # Replaced by something else after the listing: take it from the top.
                 raise _Restart(restat_all=False)
             if st.st_nlink > 1:
-                part.linked.append(name)
-                was = named.get(name) or known.get(name)  # linked before for another file?
-                if name not in known_links or (was is not None and was.st_ino != st.st_ino):
+                part.linked[name] = st.st_ino
+                if known_links.get(name) != st.st_ino:  # not linked before, or another file
                     w.new_links = True
             if st.st_size > w.max_file_bytes:
                 here.large.append(rel)

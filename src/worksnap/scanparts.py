@@ -85,8 +85,9 @@ class DirScan:
     """(relative path, name on disk, entered for tracked files only) of each subdirectory."""
     children: list[tuple[str, str]]
     """The classification it was made from: (wire name, kind) in name order."""
-    linked: list[str] = field(default_factory=list)
-    """Names of its files with more than one hard link: stat-ed again at every scan."""
+    linked: dict[str, int] = field(default_factory=dict)
+    """Names of its files with more than one hard link, and the inode at each: stat-ed
+    again at every scan (one that holds another inode now is a new link)."""
     tracked_only: bool = False
     """Entered only for the files git tracks in it (it is ignored)."""
     trusted_before: int = 0
@@ -177,16 +178,15 @@ def refresh(
             here.large.append(rel)
         else:
             sized.append((rel, changed))
-    linked = set(last.linked)
+    linked = dict(last.linked)
     new_links = False
     for name, seen in fresh.items():
         if seen.st_nlink > 1:
             # A name not linked before, or linked before for another file.
-            was = stats.get(name)
-            new_links |= name not in linked or (was is not None and was.st_ino != seen.st_ino)
-            linked.add(name)
+            new_links |= linked.get(name) != seen.st_ino
+            linked[name] = seen.st_ino
         else:
-            linked.discard(name)
+            linked.pop(name, None)
     for rel, seen in sized:
         if seen.st_size > max_file_bytes:
             here.large.append(rel)
@@ -201,7 +201,7 @@ def refresh(
         found=here,
         subdirs=last.subdirs,
         children=last.children,
-        linked=sorted(linked),
+        linked=linked,
         tracked_only=last.tracked_only,
         trusted_before=min(last.trusted_before, trust_before),
     )

@@ -331,6 +331,11 @@ class Watcher:
         if alive is not None and (self._untidy or len(self._by_dir) > len(alive)):
             self._tidy(alive)
 
+    def heard(self) -> bool:
+        """True when anything happened since the last `take` (events read now)."""
+        self._read()
+        return not self._pending.quiet
+
     def peek(self) -> Changes:
         """What `take` would return now, without taking it."""
         self._read()

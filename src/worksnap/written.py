@@ -47,9 +47,9 @@ def written_alone(changes: Changes, root: str) -> set[bytes]:
     """The files fanotify says were written, less those now alone at a name an event named.
 
     Asked before the walk: a file with one link at such a name (an ignored log written,
-    say) has no other name the walk could take from memory. Links made after this look
-    are made at new names, which the walk reads afresh (or which are not in this
-    snapshot); one removed after it cannot make an answer wrong.
+    say) has no other name the walk could take from memory. The look sees the tree as
+    it is now, not as the changes taken say: the walk starts again with every file
+    stat-ed when anything was heard since they were taken (`Watcher.heard`).
     """
     unseen = set(changes.handles)
     for _, _, handle, now in _looks(changes, root, unseen):
