@@ -254,7 +254,7 @@ class Watcher:
         self._dirs: dict[int, str] = {}
         self._by_dir: dict[str, int] = {}
         self._fan = Fanotify.open() if self._fd >= 0 and fanotify else None
-        self._marks: dict[str, bytes] = {}  # directory: its handle, once marked
+        self._marked: set[str] = set()  # directories with a fanotify mark
         self._pending = Changes(everything=True)  # nothing is vouched for before a full scan
         self._taken: Changes | None = None
         self._untidy = False  # watches may remain on directories no longer scanned
@@ -303,11 +303,10 @@ class Watcher:
             self._untidy = True  # the watch of a directory once at this name
         self._dirs[wd] = directory
         self._by_dir[directory] = wd
-        handle = handle_of(b"", fd) if self._fan is not None else None
-        if handle is not None and self._fan is not None and self._fan.mark(fd):
-            self._marks[directory] = handle
+        if self._fan is not None and self._fan.mark(fd):
+            self._marked.add(directory)
         else:
-            self._marks.pop(directory, None)  # a write heard there is looked for everywhere
+            self._marked.discard(directory)  # a write heard there is looked for everywhere
 
     def take(self) -> Changes:
         """Returns what changed since the last `commit` (anything taken and not committed too)."""
@@ -397,6 +396,8 @@ class Watcher:
             if directory not in alive or self._by_dir.get(directory) != wd:
                 # Its fanotify mark stays: a descriptor opened by a name in it (ignored
                 # now, or moved away) may still write to a file of the tree.
+                if directory not in alive:
+                    self._marked.discard(directory)  # its watch goes: nothing heard there
                 del self._dirs[wd]
                 if self._by_dir.get(directory) == wd:
                     del self._by_dir[directory]
@@ -444,6 +445,7 @@ class Watcher:
                     del self._dirs[wd]
                     if self._by_dir.get(directory) == wd:
                         del self._by_dir[directory]
+                        self._marked.discard(directory)  # its mark stays, on the old place
                     if not mask & _IN_IGNORED:
                         assert self._libc is not None
                         self._libc.inotify_rm_watch(self._fd, wd)
@@ -468,7 +470,7 @@ class Watcher:
                             events.written.add(name)
                     if mask & _IN_WRITTEN:
                         events.written.add(name)
-                    if mask & _IN_PLACE and directory not in self._marks:
+                    if mask & _IN_PLACE and directory not in self._marked:
                         # No file handles from here: the file written may be another
                         # name's (a descriptor opened by a name that has gone since).
                         pending.lost = True
