@@ -26,7 +26,6 @@ _FAN_CLOEXEC = 0x1
 _FAN_NONBLOCK = 0x2
 _FAN_REPORT_FID = 0x200
 _FAN_MARK_ADD = 0x1
-_FAN_MARK_REMOVE = 0x2
 _FAN_MODIFY = 0x2
 _FAN_ATTRIB = 0x4
 _FAN_Q_OVERFLOW = 0x4000
@@ -98,14 +97,11 @@ class Fanotify:
         fd = libc.fanotify_init(flags, os.O_RDONLY | os.O_CLOEXEC)
         return cls(fd) if fd >= 0 else None
 
-    def mark(self, dir_fd: int, *, remove: bool = False) -> bool:
-        """Reports the writes to the files of the directory open at `dir_fd` (False: failed).
-
-        With `remove`, no longer reports them.
-        """
+    def mark(self, dir_fd: int) -> bool:
+        """Reports the writes to the files of the directory open at `dir_fd` (False: failed)."""
         assert _LIBC is not None
-        how = _FAN_MARK_REMOVE if remove else _FAN_MARK_ADD
-        return int(_LIBC.fanotify_mark(self._fd, how, ctypes.c_uint64(_MASK), dir_fd, None)) == 0
+        done = _LIBC.fanotify_mark(self._fd, _FAN_MARK_ADD, ctypes.c_uint64(_MASK), dir_fd, None)
+        return int(done) == 0
 
     def read(self) -> tuple[list[bytes], bool]:
         """The handles of the files written, and whether the queue overflowed (some lost)."""
