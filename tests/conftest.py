@@ -177,6 +177,11 @@ class Walks:
         self.stats.patched.clear()
         return self.stats.patched
 
+    def restatted(self) -> bool:
+        """Whether a walk since the last call stat-ed every file taken from memory again."""
+        done, self.stats.restatted = self.stats.restatted, False
+        return done
+
     def open(self, root: Path, **options: Any) -> Workspace:
         return Workspace(root, seams=self.seams, **options)
 

@@ -22,6 +22,7 @@ from tests.conftest import write
 from tests.test_watch import plain
 from worksnap import Workspace
 from worksnap.errors import SnapshotError
+from worksnap.fanotify import file_system, handle_of, inode_of
 from worksnap.manifest import Manifest
 from worksnap.scan import scan_tree
 from worksnap.watch import Watcher
@@ -350,3 +351,37 @@ def test_a_name_removed_before_the_look_and_linked_again_after_it(
     now = state(plain(root, tmp_path))
     assert got["sub/n.txt"] == now["sub/n.txt"]
     assert got.get("m.txt", now["m.txt"]) == now["m.txt"]  # gone while the walk ran, or "two"
+
+
+@pytest.mark.parametrize("where", ["tmp", "shm"])
+def test_a_handle_is_read_for_its_inode_rightly_or_not_at_all(tmp_path: Path, where: str) -> None:
+    """`inode_of` reads the inode number from a handle only in the layouts it knows
+    (ext4 and tmpfs, checked here on both where the machine has them), and only for a
+    handle of the file system it is given: a wrong number would let a capture skip a
+    file written through a name it lost."""
+    base = tmp_path if where == "tmp" or not os.path.isdir("/dev/shm") else Path("/dev/shm")
+    found: list[tuple[bytes, tuple[bytes, int], int]] = []
+    for name in ("f", "d"):
+        path = base / f"worksnap-handle-{os.getpid()}-{name}"
+        if name == "f":
+            path.write_bytes(b"x")
+        else:
+            path.mkdir()
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+        try:
+            handle, fs = handle_of(fd), file_system(fd)
+            assert handle is not None and fs is not None
+            found.append((handle, fs, os.fstat(fd).st_ino))
+        finally:
+            os.close(fd)
+            path.unlink() if name == "f" else path.rmdir()
+    for handle, fs, ino in found:
+        assert inode_of(handle, fs) in (None, ino)
+    proc = os.open("/proc", os.O_PATH)
+    try:
+        other = file_system(proc)
+    finally:
+        os.close(proc)
+    assert other is not None and other[0] != found[0][1][0]
+    assert inode_of(found[0][0], other) is None  # another file system's handle: not read
+    assert inode_of(found[0][0][:-1], found[0][1]) is None  # a layout not known

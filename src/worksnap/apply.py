@@ -87,7 +87,6 @@ class ApplyPlan(Protocol):
         read_object: Callable[[str], Iterable[bytes]],
         *,
         progress: Callable[[int, int], None] | None = None,
-        made: Callable[[str, tuple[int, int]], None] | None = None,
     ) -> Result:
         """Returns what was done, and where and why it stopped."""
         ...
@@ -100,7 +99,6 @@ def apply_plan(
     *,
     progress: Callable[[int, int], None] | None = None,
     sync_each: bool = True,
-    made: Callable[[str, tuple[int, int]], None] | None = None,
 ) -> Result:
     """Carries out `plan` under `root`; stops at the first failure.
 
@@ -115,8 +113,6 @@ def apply_plan(
             syncs the whole file system once (`restore --to` into a new directory,
             published by a rename only afterwards: one `syncfs` instead of one fsync
             per file, which was 13.6 s of a 23 s extraction of 52,730 paths).
-        made: told of each file written, with the (st_dev, st_ino) of the new inode
-            now at its path (`Watcher.settle`).
     """
     steps = order(plan)
     result = Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
@@ -143,9 +139,7 @@ def apply_plan(
                 elif action == "mkdir":
                     os.mkdir(raw, 0o777, dir_fd=fd)
                 else:
-                    inode = _write(fd, raw, change, read_object, sync=sync_each)
-                    if made is not None and inode is not None:
-                        made(change.path, inode)
+                    _write(fd, raw, change, read_object, sync=sync_each)
                 touched_dirs.add(parent)
             except (OSError, ObjectError) as exc:
                 result.error = f"{shown(change.path)}: {_describe(exc)}"
@@ -223,15 +217,11 @@ def _write(
     read_object: Callable[[str], Iterable[bytes]],
     *,
     sync: bool,
-) -> tuple[int, int] | None:
-    """Writes a file or symlink to a temp name in its directory, then renames it over `name`.
-
-    Returns a file's new inode, (st_dev, st_ino) (None for a symlink).
-    """
+) -> None:
+    """Writes a file or symlink to a temp name in its directory, then renames it over `name`."""
     entry = change.entry
     assert entry is not None
     tmp = b".worksnap-" + secrets.token_hex(6).encode() + b".tmp"
-    inode = None
     if entry.type == "symlink":
         assert entry.target is not None
         os.symlink(fs_path(entry.target), tmp, dir_fd=fd)
@@ -257,8 +247,6 @@ def _write(
             os.fchmod(out, entry.mode)
             if sync:
                 os.fsync(out)
-            st = os.fstat(out)
-            inode = (st.st_dev, st.st_ino)
         except BaseException:
             os.close(out)
             os.unlink(tmp, dir_fd=fd)
@@ -269,4 +257,3 @@ def _write(
     except BaseException:
         os.unlink(tmp, dir_fd=fd)
         raise
-    return inode

@@ -19,7 +19,7 @@ import itertools
 import os
 import stat
 import time
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -229,11 +229,6 @@ class Capture:
     def subtree(self, path: str, digest: Digest) -> Flat | None:
         """The flat view below `path` in the last committed capture (`treewalk.subtrees_of`)."""
         return self._subtrees(path, digest)
-
-    def settle(self, made: Mapping[str, tuple[int, int]]) -> None:
-        """Tells the watcher what a restore made (`Watcher.settle`)."""
-        if self._watcher is not None:
-            self._watcher.settle(made, self._root.path)
 
     def capture(self, *, store_objects: bool, max_file_bytes: int | None = None) -> Manifest:
         """Records the workspace's current state as an unsaved manifest (kind "current").

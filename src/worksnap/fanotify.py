@@ -37,6 +37,7 @@ _INFO_FID = 1
 _METADATA = struct.Struct("=IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
 _INFO = struct.Struct("=BBH8sIi")  # info_type, pad, len, fsid, handle_bytes, handle_type
 _MAX_HANDLE = 128
+_STATFS = struct.Struct("=q48x8s")  # f_type, five counts and f_bsize, f_fsid (64-bit Linux)
 
 
 class _FileHandle(ctypes.Structure):
@@ -56,20 +57,64 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def handle_of(name: bytes, dir_fd: int) -> bytes | None:
-    """The handle of the file at `name` relative to `dir_fd` (a symlink not followed).
+def handle_of(fd: int) -> bytes | None:
+    """The handle of the file open at `fd` (`O_PATH` will do), as `Fanotify.read` gives it.
 
-    b"" names the directory itself. None: nothing there, or no handle to be had.
+    That is its file system's id, then the handle's type and bytes: two files on two
+    file systems never compare equal. None: no handle to be had.
     """
     libc = _LIBC
-    if libc is None:
+    fs = file_system(fd)
+    if libc is None or fs is None:
         return None
     fh = _FileHandle(handle_bytes=_MAX_HANDLE)
     mount_id = ctypes.c_int()
-    flags = _AT_EMPTY_PATH if not name else 0
-    if libc.name_to_handle_at(dir_fd, name, ctypes.byref(fh), ctypes.byref(mount_id), flags):
+    if libc.name_to_handle_at(fd, b"", ctypes.byref(fh), ctypes.byref(mount_id), _AT_EMPTY_PATH):
         return None
-    return struct.pack("=i", fh.handle_type) + bytes(fh.f_handle[: fh.handle_bytes])
+    return fs[0] + struct.pack("=i", fh.handle_type) + bytes(fh.f_handle[: fh.handle_bytes])
+
+
+def file_system(fd: int) -> tuple[bytes, int] | None:
+    """The id and `statfs` type of the file system holding what is open at `fd` (None: unknown)."""
+    libc = _LIBC
+    if libc is None or ctypes.sizeof(ctypes.c_long) != 8:
+        return None  # `_STATFS` is the 64-bit layout
+    buffer = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes
+    if libc.fstatfs(fd, buffer) != 0:
+        return None
+    f_type, fsid = _STATFS.unpack_from(buffer.raw)
+    return fsid, f_type & 0xFFFFFFFF
+
+
+def inode_of(handle: bytes, fs: tuple[bytes, int]) -> int | None:
+    """The inode number in `handle`, a handle of a file on file system `fs` (`file_system`).
+
+    A handle's bytes are the file system's own, kept stable across reboots (NFS serves
+    them): only the layouts read here are known. None: another file system, or a
+    layout not known.
+    """
+    fsid, f_type = fs
+    if len(handle) < 12 or handle[:8] != fsid:
+        return None
+    (kind,) = struct.unpack_from("=i", handle, 8)
+    read = _INODES.get((f_type, kind, len(handle) - 12))
+    return read(handle[12:]) if read is not None else None
+
+
+def _ino32_gen(data: bytes) -> int:
+    return int(struct.unpack_from("=I", data)[0])  # FILEID_INO32_GEN: inode, generation
+
+
+def _shmem(data: bytes) -> int:
+    low, high = struct.unpack_from("=II", data, 4)  # generation, inode (two halves)
+    return int(low | high << 32)
+
+
+_INODES = {
+    # (statfs f_type, handle type, handle bytes): how to read the inode number.
+    (0xEF53, 1, 8): _ino32_gen,  # ext2/3/4 (`generic_encode_ino32_fh`)
+    (0x01021994, 1, 12): _shmem,  # tmpfs (`shmem_encode_fh`)
+}
 
 
 def available() -> bool:
@@ -123,10 +168,12 @@ class Fanotify:
                     overflowed = True
                 at, end = offset + meta, offset + length
                 while at + _INFO.size <= end:
-                    kind, _, size, _, count, handle_type = _INFO.unpack_from(data, at)
+                    kind, _, size, fsid, count, handle_type = _INFO.unpack_from(data, at)
                     if kind == _INFO_FID:
                         start = at + _INFO.size
-                        found.append(struct.pack("=i", handle_type) + data[start : start + count])
+                        found.append(
+                            fsid + struct.pack("=i", handle_type) + data[start : start + count]
+                        )
                     at += max(size, _INFO.size)
                 offset += max(length, _METADATA.size)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from worksnap.caches import Listing, Listings, Stamp, listing_key
 from worksnap.errors import SnapshotError
@@ -64,7 +64,7 @@ from worksnap.scanparts import (
 )
 from worksnap.sources import Tracked
 from worksnap.watch import Changes, Events, Watcher
-from worksnap.written import written_alone, written_elsewhere, written_unseen
+from worksnap.written import written_alone, written_unseen
 
 __all__ = ["DirScan", "Each", "Scan", "WalkStats", "scan_tree"]
 
@@ -213,7 +213,8 @@ class _Walk:
     found: Scan
     visited: dict[str, DirScan]
     each: Each | None = None
-    reused_memory: bool = False
+    from_memory: set[str] = field(default_factory=set)
+    """Directories whose stats (some or all) were taken from memory."""
     new_links: bool = False
 
 
@@ -233,8 +234,10 @@ def _walk(w: _Walk) -> None:
         raise SnapshotError(".", f"cannot read: {exc.strerror}") from None
     root_anchor = Anchor(root_fd)
     root_anchor.users = 1
-    if w.memory and not w.restat_all and written_elsewhere(w.changes, w.memory, root_fd):
-        w.restat_all = True
+    if w.memory and w.changes.lost:
+        w.restat_all = True  # a file written where fanotify cannot say which (`written.py`)
+    if w.restat_all and w.stats is not None:
+        w.stats.restatted = True
     unseen = written_alone(w.changes, w.root) if not w.restat_all else set()
     pending: list[_Item] = [("", root_anchor, "", w.rules, True, True, None, False)]
     everything = w.changes.everything
@@ -261,11 +264,11 @@ def _walk(w: _Walk) -> None:
             item[1].release()
         raise
     if (
-        w.reused_memory
+        w.from_memory
         and not w.restat_all
         and (
             w.new_links
-            or written_unseen(w.changes, unseen, w.visited, w.root)
+            or written_unseen(w.changes, unseen, w.visited, w.from_memory, w.root)
             or (w.changes.handles and w.watcher is not None and w.watcher.heard())
         )
     ):
@@ -305,7 +308,7 @@ def _one_dir(
     patch: set[bytes] | None = None  # with a listing event: the names it is patched at
     events = w.changes.dirs.get(rel_dir) if last is not None else None
     if last is not None:
-        w.reused_memory = True  # its stats (some or all) are taken from memory
+        w.from_memory.add(rel_dir)
         names = {fs_path(n) for n in (last.file_names() if w.restat_all else last.linked)}
         part = None
         if names & _SPECIAL:

@@ -67,6 +67,8 @@ class WalkStats:
     """Directories taken from the watched memory (with or without files stat-ed again)."""
     patched: list[str] = field(default_factory=list)
     """Directories with events whose memory was patched at the names they named, not listed."""
+    restatted: bool = False
+    """Every file taken from memory was stat-ed again (a file written may have been one)."""
 
 
 @dataclass(slots=True)
@@ -492,18 +494,6 @@ def add_link(here: Scan, rel: str, path: str, dir_fd: int) -> None:
     except OSError as exc:
         raise SnapshotError(rel, f"cannot read symlink: {exc.strerror}") from None
     here.symlinks.append((rel, target, mode))
-
-
-def other_links(root_fd: int, directory: str, name: bytes) -> bool | None:
-    """Whether `directory/name` is a file with other links (None: nothing there to look at).
-
-    A renamed file is looked at where it went: the scan may never stat it (an ignored name).
-    """
-    try:
-        st = os.lstat((fs_path(directory) + b"/" if directory else b"") + name, dir_fd=root_fd)
-    except OSError:
-        return None
-    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
 
 
 class Anchor:

@@ -320,14 +320,12 @@ class Restorer:
             paths=[c.path for c in plan.changes],
         )
         self._files.write(self._paths.journal, msgspec.json.encode(journal))
-        made: dict[str, tuple[int, int]] = {}  # each file written: its new inode
         try:
             result = self._apply_plan(
                 self._root.path,
                 plan,
                 self._store.read_chunks,
                 progress=lambda done, total: self._report("apply", done, total),
-                made=made.__setitem__,
             )
         except BaseException as exc:
             # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
@@ -336,9 +334,7 @@ class Restorer:
             self._remove_journal()
             raise
         result.pre_restore = pre.id
-        if result.ok:
-            self._capture.settle(made)
-        else:
+        if not result.ok:
             self._roll_back(pre, None, result, plan.target, session=session)
         self._remove_journal()
         return result  # the stat cache stays: no cached digest holds for a new inode

@@ -37,13 +37,11 @@ import ctypes
 import ctypes.util
 import errno
 import os
-import stat
 import struct
 import sys
 import time
-from collections.abc import Mapping
 
-from worksnap.fanotify import Fanotify, handle_of
+from worksnap.fanotify import Fanotify
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
 
@@ -72,11 +70,9 @@ _MASK = (
 )  # fmt: skip
 _EVENT = struct.Struct("iIII")
 _IN_PLACE = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE
-_IN_WRITTEN = _IN_MODIFY | _IN_CLOSE_WRITE
 _SELF_GONE = _IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT
 _DISPLACING = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
 
-_AT_FDCWD = -100
 _MANY_TRACKED_CHANGES = 1000
 """More paths than this tracked or untracked at once (a checkout): the next capture reads
 everything rather than each changed path's directories."""
@@ -101,7 +97,7 @@ def _libc() -> ctypes.CDLL | None:
 class Events:
     """What happened in one watched directory: the names touched, and whether its listing moved."""
 
-    __slots__ = ("displaced", "listing", "names", "unnamed", "written")
+    __slots__ = ("listing", "names", "unnamed")
 
     def __init__(self) -> None:
         self.names: set[bytes] = set()
@@ -110,26 +106,12 @@ class Events:
         """True when a child was created, removed or renamed, or the directory itself changed."""
         self.unnamed = False
         """True when an event named no child (the directory itself): its listing is read again."""
-        self.written: set[bytes] = set()
-        """Children whose inode, the one at that name now, was written to (it may have other
-        names elsewhere)."""
-        self.displaced: set[bytes] = set()
-        """Children created, removed or renamed onto or away: the inode at that name changed."""
 
-    def merge(self, other: Events) -> bool:
-        """Adds what `other` says.
-
-        Returns:
-            True when one wrote to a name the other displaced: in which order is not
-            known, so the inode written may have left that name.
-        """
-        crossed = bool(self.written & other.displaced or other.written & self.displaced)
+    def merge(self, other: Events) -> None:
+        """Adds what `other` says."""
         self.names |= other.names
         self.listing |= other.listing
         self.unnamed |= other.unnamed
-        self.written |= other.written
-        self.displaced |= other.displaced
-        return crossed
 
 
 class Changes:
@@ -139,7 +121,7 @@ class Changes:
     exactly as that capture saw it, unless `everything` is set.
     """
 
-    __slots__ = ("dirs", "everything", "handles", "lost", "subtrees", "travelling")
+    __slots__ = ("dirs", "everything", "handles", "lost", "subtrees")
 
     def __init__(self, *, everything: bool = False) -> None:
         self.everything = everything
@@ -149,13 +131,11 @@ class Changes:
         self.subtrees: set[str] = set()
         """Directories read afresh with everything below them (no memory reused)."""
         self.lost = False
-        """An inode written to left every name in sight (removed, replaced by another file,
-        or gone with its directory): other names it had may be files remembered unchanged."""
-        self.travelling: set[int] = set()
-        """Cookies of written inodes renamed away whose new name no event has said yet."""
+        """A file was written or chmod-ed in a directory with no fanotify mark: which file
+        is not known, and it may have names remembered unchanged (`written.py`)."""
         self.handles: set[bytes] = set()
-        """The files written or chmod-ed, by handle (`fanotify.py`): each must be at a name
-        some event named, or it was written where the scan will not look (`written.py`)."""
+        """The files written or chmod-ed, by handle (`fanotify.py`): each must be one the
+        scan looks at afresh, or at no name it takes from memory (`written.py`)."""
 
     def events(self, directory: str) -> Events:
         """The events of `directory`, created empty if it had none."""
@@ -206,21 +186,9 @@ class Changes:
         self.everything |= other.everything
         self.subtrees |= other.subtrees
         self.lost |= other.lost
-        self.travelling |= other.travelling
         self.handles |= other.handles
         for directory, events in other.dirs.items():
-            self.lost |= self.events(directory).merge(events)
-
-    def stale(self, directory: str) -> bool:
-        """True when `directory`, or one above it, is read afresh (moved, gone, unwatched)."""
-        if self.everything:
-            return True
-        path = directory
-        while path:
-            if path in self.subtrees:
-                return True
-            path = path.rpartition("/")[0]
-        return False
+            self.events(directory).merge(events)
 
     @property
     def quiet(self) -> bool:
@@ -286,6 +254,8 @@ class Watcher:
         if self._fd < 0:
             return
         assert self._libc is not None
+        # The mark first: a write inotify hears from here on is one fanotify names.
+        marked = self._fan is not None and self._fan.mark(fd)
         wd = self._libc.inotify_add_watch(self._fd, f"/proc/self/fd/{fd}".encode(), _MASK)
         if wd < 0:
             self.failed_watches += 1
@@ -301,9 +271,13 @@ class Watcher:
         old = self._by_dir.get(directory)
         if old is not None and old != wd:
             self._untidy = True  # the watch of a directory once at this name
+        if marked and before == directory and directory not in self._marked:
+            # Watched without a mark until now: a write heard there since the last look
+            # may have no handle, and is read as if the mark had been there.
+            self._pending.lost = True
         self._dirs[wd] = directory
         self._by_dir[directory] = wd
-        if self._fan is not None and self._fan.mark(fd):
+        if marked:
             self._marked.add(directory)
         else:
             self._marked.discard(directory)  # a write heard there is looked for everywhere
@@ -343,49 +317,6 @@ class Watcher:
             seen.merge(self._taken)
         return seen
 
-    def settle(self, made: Mapping[str, tuple[int, int]], root: str) -> None:
-        """Forgets the writes at paths that hold a file just made there and nowhere else.
-
-        A write is remembered so that, should its inode leave every name in sight, the
-        next capture stats every file (one may be another name of it: `Changes.lost`).
-        An inode made since the last capture (a restore writes each file to a new one,
-        renamed into place) and found at its path with one link has no other name that
-        raised no event: any was made since, and making it raised one. So removing a
-        restored file does not cost the next capture a stat of every file. A mark stays
-        when an event named its path after the check, or when its directory (or one
-        above) was moved or is gone: its watch then hears another place by that name.
-
-        Args:
-            made: paths (relative wire form) and the (st_dev, st_ino) made at each.
-            root: the directory they are relative to.
-        """
-        self._read()  # the mark at a path is about the inode there as of the last event
-        settled: dict[tuple[str, bytes], Events] = {}
-        handles: dict[tuple[str, bytes], bytes] = {}
-        for path, inode in made.items():
-            directory, _, name = path.rpartition("/")
-            events, raw = self._pending.dirs.get(directory), fs_path(name)
-            if events is None or raw not in events.written:
-                continue
-            try:
-                st = os.lstat(os.path.join(os.fsencode(root), fs_path(path)))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) == inode and st.st_nlink == 1 and stat.S_ISREG(st.st_mode):
-                settled[(directory, raw)] = events
-                handle = handle_of(os.path.join(os.fsencode(root), fs_path(path)), _AT_FDCWD)
-                if handle is not None:
-                    handles[(directory, raw)] = handle
-        named: set[tuple[str, bytes]] = set()
-        self._read(named)  # a path named since the first read may have held another inode
-        moved = [c for c in (self._pending, self._taken) if c is not None]
-        for (directory, raw), events in settled.items():
-            # A directory moved or gone (or one above it) leaves its watch hearing another
-            # place under its old name: the path checked is not the one the mark is about.
-            if (directory, raw) not in named and not any(c.stale(directory) for c in moved):
-                events.written.discard(raw)
-                self._pending.handles.discard(handles.get((directory, raw), b""))
-
     def forget_all(self) -> None:
         """Vouches for nothing more: the next capture reads everything afresh."""
         self._pending.everything = True
@@ -422,7 +353,7 @@ class Watcher:
                 raise
             offset = 0
             while offset < len(data):
-                wd, mask, cookie, length = _EVENT.unpack_from(data, offset)
+                wd, mask, _, length = _EVENT.unpack_from(data, offset)
                 name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
                 if mask & _IN_Q_OVERFLOW:
@@ -438,10 +369,7 @@ class Watcher:
                     named.add((directory, name))
                 if mask & _SELF_GONE:
                     # The directory itself was removed, moved or unmounted: its watch
-                    # (and the watches below it, by path) no longer say anything, and
-                    # the inodes written in it went with it.
-                    gone = pending.dirs.get(directory)
-                    pending.lost |= gone is not None and bool(gone.written)
+                    # (and the watches below it, by path) no longer say anything.
                     del self._dirs[wd]
                     if self._by_dir.get(directory) == wd:
                         del self._by_dir[directory]
@@ -455,24 +383,9 @@ class Watcher:
                 events = pending.events(directory)
                 if name:
                     events.names.add(name)
-                    if mask & _DISPLACING:
-                        # Another inode at this name from here on. One written to is
-                        # followed where it is renamed; removed or replaced, it is lost.
-                        events.displaced.add(name)
-                        if name in events.written:
-                            events.written.discard(name)
-                            if mask & _IN_MOVED_FROM:
-                                pending.travelling.add(cookie)
-                            else:
-                                pending.lost = True
-                        if mask & _IN_MOVED_TO and cookie in pending.travelling:
-                            pending.travelling.discard(cookie)
-                            events.written.add(name)
-                    if mask & _IN_WRITTEN:
-                        events.written.add(name)
                     if mask & _IN_PLACE and directory not in self._marked:
                         # No file handles from here: the file written may be another
-                        # name's (a descriptor opened by a name that has gone since).
+                        # name's (a hard link, or a descriptor opened by a name gone since).
                         pending.lost = True
                     if mask & _IN_ISDIR and mask & _DISPLACING:
                         # A directory created, moved in, removed or moved away: nothing

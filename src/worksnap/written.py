@@ -3,44 +3,28 @@
 A watched scan looks again only at the names events named (and at every name of a
 file seen with several links). inotify hears a write in the directory of the name it
 went through, under that name, so a write is missed where the file has a name no
-event named:
+event named: its other names, when it has several links not known (a link from an
+ignored `.log` name, say); or every name, when the write went through a name the
+file has lost since (removed, or another file renamed onto it: a descriptor opened by
+a name writes under that name for as long as it stays open).
 
-- its other names, when the file has several links not known (a link from an
-  ignored `.log` name, say);
-- every name, when the file left the name the write was heard at: removed, renamed
-  out of the tree, or replaced by another file (`Changes.lost`); or when the write
-  went through a descriptor opened by a name the file has lost since, which writes
-  under that name for as long as it stays open (found by two hostile reviews).
-
-fanotify names the file written by its handle (`fanotify.py`): each one must be a
-file the scan captured at a name some event named, or the scan stats every file. Where a directory
-has no fanotify mark (an older kernel, a seccomp filter, the marks' limit), a write
-heard there makes the scan stat every file (`Watcher`).
+fanotify names the file written by its handle (`fanotify.py`). Each one must be a file
+the walk looked at afresh at a name some event named, or else at no name the walk took
+from memory (a file written and then removed, say); or the walk starts again with
+every file stat-ed. Where a directory has no fanotify mark (an older kernel, a seccomp
+filter, the marks' limit), a write heard there does that at once (`Changes.lost`).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 
-from worksnap.fanotify import handle_of
+from worksnap.fanotify import file_system, handle_of, inode_of
 from worksnap.paths import fs_path, wire_name
-from worksnap.scanparts import DirScan, other_links
+from worksnap.scanparts import DirScan
 from worksnap.watch import Changes
-
-
-def written_elsewhere(changes: Changes, memory: dict[str, DirScan], root_fd: int) -> bool:
-    """True when a file written since `memory` was made may have names remembered unchanged."""
-    if changes.lost or changes.travelling:
-        return True
-    for directory, events in changes.dirs.items():
-        last = memory.get(directory)
-        known = set(last.linked) if last is not None else set()
-        for raw in events.written:
-            linked = other_links(root_fd, directory, raw)
-            if linked is None or (linked and wire_name(os.fsdecode(raw)) not in known):
-                return True  # gone since its last event, or with other names
-    return False
 
 
 def written_alone(changes: Changes, root: str) -> set[bytes]:
@@ -59,14 +43,20 @@ def written_alone(changes: Changes, root: str) -> set[bytes]:
 
 
 def written_unseen(
-    changes: Changes, unseen: set[bytes], visited: dict[str, DirScan], root: str
+    changes: Changes,
+    unseen: set[bytes],
+    visited: dict[str, DirScan],
+    from_memory: set[str],
+    root: str,
 ) -> bool:
-    """True when a file written (of `written_alone`'s) is not one the walk just stat-ed.
+    """True when a file written (of `written_alone`'s) may be one the walk took from memory.
 
-    Asked once the walk is done: each must be the very file the walk captured at a
-    name an event named (so stat-ed afresh): the same inode, with the same ctime (no
-    link made or removed since). Its other names, if it has any, are the walk's to
-    judge (`new_links`).
+    Asked once the walk is done. A file passes when it is the very file the walk
+    captured at a name an event named (so stat-ed afresh): the same inode, with the
+    same ctime (no link made or removed since); its other names, if it has any, are the
+    walk's to judge (`new_links`). Else it passes when no name the walk took from
+    memory, in the directories `from_memory` names, holds its inode
+    (`_nowhere_remembered`).
     """
     for directory, name, handle, now in _looks(changes, root, unseen):
         part = visited.get(directory)
@@ -76,7 +66,53 @@ def written_unseen(
             now.st_ctime_ns,
         ):
             unseen.discard(handle)
-    return bool(unseen)
+    if not unseen:
+        return False
+    parts = [(d, visited[d]) for d in from_memory if d in visited]
+    return not _nowhere_remembered(changes, unseen, parts, root)
+
+
+def _nowhere_remembered(
+    changes: Changes, handles: set[bytes], parts: list[tuple[str, DirScan]], root: str
+) -> bool:
+    """True when no file the walk took from memory is one of those `handles` name.
+
+    A name no event named holds the inode it held when it was last stat-ed (any change
+    of what a name holds raises an event at it), and no two files that exist on a file
+    system share an inode number. So a file written whose number no such name holds
+    has no name the walk did not stat afresh: it was removed since, say, or lives only
+    at ignored names. Only handles of the root's file system, in a layout known
+    (`fanotify.inode_of`), are read; the walk's memory is what the last capture saw.
+    """
+    try:
+        fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fs = file_system(fd)
+        own = handle_of(fd)
+        if fs is None or own is None or inode_of(own, fs) != os.fstat(fd).st_ino:
+            return False  # handles here are not read as this reads them
+        written = {inode_of(handle, fs) for handle in handles}
+        if None in written:
+            return False
+        for directory, part in parts:
+            events = changes.dirs.get(directory)
+            named = {wire_name(os.fsdecode(raw)) for raw in events.names} if events else set()
+            for rel, seen in part.found.files:
+                if seen.st_ino in written and rel.rpartition("/")[2] not in named:
+                    return False
+            for rel in part.found.large:  # kept without a stat: looked at now
+                if rel.rpartition("/")[2] not in named:
+                    try:
+                        st = os.lstat(fs_path(rel), dir_fd=fd)
+                    except OSError:
+                        return False
+                    if not stat.S_ISREG(st.st_mode) or st.st_ino in written:
+                        return False
+        return True
+    finally:
+        os.close(fd)
 
 
 def _rel(directory: str, raw: bytes) -> str:
@@ -112,7 +148,7 @@ def _file_at(name: bytes, dir_fd: int) -> tuple[bytes | None, os.stat_result | N
     except OSError:
         return None, None
     try:
-        return handle_of(b"", fd), os.fstat(fd)
+        return handle_of(fd), os.fstat(fd)
     finally:
         os.close(fd)
 
