@@ -385,3 +385,77 @@ def test_a_handle_is_read_for_its_inode_rightly_or_not_at_all(tmp_path: Path, wh
     assert other is not None and other[0] != found[0][1][0]
     assert inode_of(found[0][0], other) is None  # another file system's handle: not read
     assert inode_of(found[0][0][:-1], found[0][1]) is None  # a layout not known
+
+
+def test_an_ignored_gitignore_written_through_a_name_it_lost_is_read_again(
+    root: Path, tmp_path: Path
+) -> None:
+    """sub/.gitignore ignores everything, itself included (`*`, as tool caches write it),
+    so it is no captured file: no remembered name holds its inode, and a write to it
+    through a descriptor opened by a name it lost elsewhere was dismissed; a restat did
+    not read it again either (a hostile review of a4b7afc; wrong before it too)."""
+    write(root, "sub/.gitignore", "*\n")
+    write(root, "sub/a.txt", "a\n")
+    (root / "other").mkdir()
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        write(root, "other/x", "*\n")
+        with open(root / "other" / "x", "r+b") as f:
+            os.unlink(root / "sub" / ".gitignore")
+            os.link(root / "other" / "x", root / "sub" / ".gitignore")
+            os.unlink(root / "other" / "x")
+            ws.snapshot()  # sub/.gitignore read again: one link, "*"
+            f.truncate(0)  # heard at other/x only; the handle is sub/.gitignore's
+        got = state(ws.snapshot())
+    assert got == state(plain(root, tmp_path))
+
+
+def test_a_write_before_a_moved_directory_gets_its_mark_is_seen(root: Path, tmp_path: Path) -> None:
+    """p/x could not be marked (`fs.fanotify.max_user_marks` reached); once marks are
+    free again p is renamed q, and a write through a descriptor opened by a name p/x
+    lost lands while the snapshot walks, before q/x is watched (and now marked) under
+    its new name. The event is read at the next snapshot as q/x's, a marked directory,
+    with no handle: a directory watched without a mark that gets one makes the next
+    capture stat every file, under whichever name it had (a hostile review of a4b7afc,
+    which looked only at the same name)."""
+
+    failing: list[int] = []  # the inode whose mark fails (the limit reached)
+
+    def make() -> Watcher:
+        w = Watcher()
+        fan = w._fan
+        assert fan is not None
+        mark = fan.mark
+
+        def limited(fd: int) -> bool:
+            return False if os.fstat(fd).st_ino in failing else mark(fd)
+
+        fan.mark = limited  # type: ignore[method-assign]  # the marks' limit, here
+        return w
+
+    during: list[Any] = []
+
+    def scan(*args: Any, **kwargs: Any) -> Any:
+        def check() -> None:  # before each directory: the first is the root
+            while during:
+                during.pop()()
+
+        return scan_tree(*args, **{**kwargs, "check": check})
+
+    write(root, "keep.txt", "one\n")
+    (root / "p" / "x").mkdir(parents=True)
+    failing.append((root / "p" / "x").stat().st_ino)
+    with Workspace(root, store=tmp_path / "store", watch=True,
+                   seams=Seams(watcher=make, scan_tree=scan)) as ws:  # fmt: skip
+        ws.snapshot()
+        os.link(root / "keep.txt", root / "p" / "x" / "hl")
+        with open(root / "p" / "x" / "hl", "r+b") as f:
+            os.unlink(root / "p" / "x" / "hl")
+            ws.snapshot()  # keep.txt: one link again
+            assert "p/x" not in watcher(ws)._marked
+            failing.clear()  # marks free again
+            os.rename(root / "p", root / "q")
+            during.append(lambda: (f.write(b"two\n"), f.flush()))
+            ws.snapshot()  # the write lands as this one walks
+        got = state(ws.snapshot())
+    assert got == state(plain(root, tmp_path))

@@ -310,6 +310,8 @@ def _one_dir(
     if last is not None:
         w.from_memory.add(rel_dir)
         names = {fs_path(n) for n in (last.file_names() if w.restat_all else last.linked)}
+        if w.restat_all and last.ignore_stamp is not None:
+            names.add(b".gitignore")  # read again, even where it ignores itself
         part = None
         if names & _SPECIAL:
             # Its .gitignore may have been written through another name: read it again,

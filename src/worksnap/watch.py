@@ -271,9 +271,9 @@ class Watcher:
         old = self._by_dir.get(directory)
         if old is not None and old != wd:
             self._untidy = True  # the watch of a directory once at this name
-        if marked and before == directory and directory not in self._marked:
-            # Watched without a mark until now: a write heard there since the last look
-            # may have no handle, and is read as if the mark had been there.
+        if marked and before is not None and before not in self._marked:
+            # Watched without a mark until now (under this name or the one it was moved
+            # from): a write heard there may have no handle, yet be read once it has one.
             self._pending.lost = True
         self._dirs[wd] = directory
         self._by_dir[directory] = wd

@@ -78,10 +78,12 @@ def _nowhere_remembered(
     """True when no file the walk took from memory is one of those `handles` name.
 
     A name no event named holds the inode it held when it was last stat-ed (any change
-    of what a name holds raises an event at it), and no two files that exist on a file
-    system share an inode number. So a file written whose number no such name holds
-    has no name the walk did not stat afresh: it was removed since, say, or lives only
-    at ignored names. Only handles of the root's file system, in a layout known
+    of what a name holds raises an event at it): were the file written at such a name,
+    its number would be the one remembered there. So a file written whose number no
+    such name holds (nor a `.gitignore` the rules were read from) has no name the walk
+    did not stat afresh: it was removed since, say, or lives only at ignored names. Two
+    files sharing a number (a tmpfs whose 32-bit numbers wrapped) cost a restat, never
+    a miss. Only handles of the root's file system, in a layout known
     (`fanotify.inode_of`), are read; the walk's memory is what the last capture saw.
     """
     try:
@@ -99,6 +101,9 @@ def _nowhere_remembered(
         for directory, part in parts:
             events = changes.dirs.get(directory)
             named = {wire_name(os.fsdecode(raw)) for raw in events.names} if events else set()
+            rules = part.ignore_stamp  # its .gitignore, captured or not (it may ignore itself)
+            if rules is not None and rules[0] in written and ".gitignore" not in named:
+                return False
             for rel, seen in part.found.files:
                 if seen.st_ino in written and rel.rpartition("/")[2] not in named:
                     return False
