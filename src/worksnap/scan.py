@@ -303,7 +303,7 @@ def _one_dir(
         last = None
     # From memory: the kinds of the children, and the stats of files no event named.
     memory_hints: dict[str, str] = {}
-    known: dict[str, Seen] = {}
+    known: dict[str, tuple[str, Seen]] = {}
     named: dict[str, Seen] = {}  # the remembered stats of files events named
     patch: set[bytes] | None = None  # with a listing event: the names it is patched at
     events = w.changes.dirs.get(rel_dir) if last is not None else None
@@ -382,7 +382,7 @@ def _read_dir(
     last: DirScan | None,
     events: Events | None,
     memory_hints: dict[str, str],
-    known: dict[str, Seen],
+    known: dict[str, tuple[str, Seen]],
     named: dict[str, Seen],
     patch: set[bytes] | None,
     fresh: dict[str, Listing],
@@ -483,7 +483,9 @@ def _read_dir(
     tracked = w.tracked
     known_links = last.linked if last is not None else {}
     for name, listed_kind in children:
-        rel = f"{rel_dir}/{name}" if rel_dir else name
+        # A file no event named is as remembered: its path and stat are those objects.
+        pair = known.get(name)
+        rel = pair[0] if pair is not None else f"{rel_dir}/{name}" if rel_dir else name
         kind = listed_kind
         if kind in (IGNORED, IGNORED_DIR) and tracked is not None:
             kind = tracked_kind(tracked, rel, kind)
@@ -492,10 +494,14 @@ def _read_dir(
             part.subdirs.append((rel, os_name(name), kind == TRACKED_DIR))
         elif kind in (FILE, TRACKED_FILE):
             try:
-                st = known.get(name) or as_remembered(
-                    named.get(name),
-                    Seen(os.lstat(prefix + os_name(name), dir_fd=anchor.fd)),
-                    last.trusted_before if last is not None else 0,
+                st = (
+                    pair[1]
+                    if pair is not None
+                    else as_remembered(
+                        named.get(name),
+                        Seen(os.lstat(prefix + os_name(name), dir_fd=anchor.fd)),
+                        last.trusted_before if last is not None else 0,
+                    )
                 )
             except FileNotFoundError:
                 continue  # deleted while we walked: simply not part of this snapshot
@@ -517,7 +523,7 @@ def _read_dir(
             if st.st_size > w.max_file_bytes:
                 here.large.append(rel)
             else:
-                here.files.append((rel, st))
+                here.files.append(pair if pair is not None else (rel, st))
         elif kind == LINK:
             add_link(here, rel, prefix + os_name(name), anchor.fd)
         elif kind in (IGNORED, IGNORED_DIR):

@@ -105,19 +105,23 @@ class DirScan:
 
 def remembered(
     last: DirScan, names: set[bytes]
-) -> tuple[dict[str, str], dict[str, Seen], dict[str, Seen]]:
+) -> tuple[dict[str, str], dict[str, tuple[str, Seen]], dict[str, Seen]]:
     """What a directory's memory still vouches for after events on `names`.
 
-    Returns the kinds of its children (hints for classifying it again), the stats of
-    its files that no event named (unchanged since they were taken), and the stats
-    remembered of those named (to compare with their new ones: `as_remembered`).
+    Returns the kinds of its children (hints for classifying it again), the files that
+    no event named (unchanged since they were taken: each as its (path, stat) pair, kept
+    as it is), and the stats remembered of those named (to compare with their new ones:
+    `as_remembered`).
     """
     touched = {wire_name(os.fsdecode(raw)) for raw in names}
-    known: dict[str, Seen] = {}
+    known: dict[str, tuple[str, Seen]] = {}
     named: dict[str, Seen] = {}
-    for rel, st in last.found.files:
-        name = rel.rpartition("/")[2]
-        (named if name in touched else known)[name] = st
+    for pair in last.found.files:
+        name = pair[0].rpartition("/")[2]
+        if name in touched:
+            named[name] = pair[1]
+        else:
+            known[name] = pair
     return dict(last.children), known, named
 
 

@@ -13,6 +13,7 @@ tree holds. `tests/test_treebuild.py` and the watched differential test hold the
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Container, Iterable, Mapping
 
 import msgspec
@@ -122,14 +123,19 @@ class TreeMemo:
             if (hit := self._dirs.get(parent)) is None:
                 return None
             if hit[0] is not None:
-                files = [c for c in hit[0][0] if type(c) is File]
-            elif read is None:
+                # Kept in name order: the one asked for, not a map of the directory.
+                kept = hit[0][0]
+                at = bisect.bisect_left(kept, name, key=_name)
+                child = kept[at] if at < len(kept) else None
+                if isinstance(child, File) and child.name == name:
+                    return child.digest.hex()
                 return None
-            else:
-                try:
-                    files = [c for c in children(hit[1].digest, read) if type(c) is File]
-                except WorksnapError:
-                    files = []  # not stored (a preview's), or damaged: no hint from it
+            if read is None:
+                return None
+            try:
+                files = [c for c in children(hit[1].digest, read) if type(c) is File]
+            except WorksnapError:
+                files = []  # not stored (a preview's), or damaged: no hint from it
             names = self._files[parent] = {c.name: c.digest.hex() for c in files}
         return names.get(name)
 
