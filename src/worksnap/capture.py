@@ -396,8 +396,7 @@ class Capture:
                 entries += mine
                 made += mine
                 if remember is not None:
-                    stats = [(rel, fresh[rel]) for rel, _ in files if rel in fresh]
-                    kept[d] = Kept(remember[d], mine, stats)
+                    kept[d] = Kept(remember[d], mine, _records(files, fresh, was))
         links = [Entry(path=rel, type="symlink", mode=mode, target=target)
                  for rel, target, mode in found.symlinks]  # fmt: skip
         entries += links
@@ -557,6 +556,30 @@ class Kept:
             for (rel, seen), entry in zip(self.part.found.files, self.entries, strict=True)
             if stored is None or entry.hash in stored
         }
+
+
+def _records(
+    files: list[tuple[str, Seen]], fresh: StatTable, was: Kept | None
+) -> list[tuple[str, StatRecord]]:
+    """The stat records of `files` in `fresh`, each pair `was` holds for it kept as it is.
+
+    Both are in the directory's order, so one pass pairs them; a pair not found there
+    (another order: a file over the size cap that shrank) is only made again.
+    """
+    olds = was.stats if was is not None else []
+    found: list[tuple[str, StatRecord]] = []
+    i = 0
+    for rel, _ in files:
+        record = fresh.get(rel)
+        if record is None:
+            continue
+        while i < len(olds) and olds[i][0] < rel:
+            i += 1
+        if i < len(olds) and olds[i][0] == rel and olds[i][1] is record:
+            found.append(olds[i])
+        else:
+            found.append((rel, record))
+    return found
 
 
 @dataclass(frozen=True, slots=True)

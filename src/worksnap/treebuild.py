@@ -209,6 +209,7 @@ class TreeMemo:
                 raise ManifestError("flat manifest", f"directory {d!r} has no parent or repeats")
             names.add(name)
             subdirs[parent].append(name)
+        olds: dict[str, dict[str, Child]] = {}  # a directory's children as last built
         for entry in flat.entries:
             parent, _, name = entry.path.rpartition("/")
             if parent in reused:
@@ -217,7 +218,16 @@ class TreeMemo:
             if names is None or name in names:
                 raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
             names.add(name)
-            leaves[parent].append(_child_of(name, entry))
+            old = olds.get(parent)
+            if old is None:
+                hit = last.get(parent)
+                kids = hit[0][0] if hit is not None and hit[0] is not None else ()
+                old = olds[parent] = {c.name: c for c in kids}
+            child = _child_of(name, entry)
+            was = old.get(name)
+            # The same child as last built: that object (a directory's unchanged files are
+            # not held twice while its new tree is built, nor after).
+            leaves[parent].append(was if was == child else child)
         loose = Loose()
         for make, paths, left in _left_out(flat, loose):
             previous = None
