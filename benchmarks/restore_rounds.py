@@ -4,7 +4,7 @@ Each round makes the restore benchmark's situation (10 files modified, 10 added,
 deleted; `run.py`'s `restore_daemon` row) and restores the first snapshot. With
 `--other-tool`, the deleted files are then written again by another process's way of
 writing (unlink, then a new file in place, as `git read-tree -u` does), so the next round
-deletes files the watcher saw written and cannot settle: what `run.py`'s interleaved git
+deletes files the watcher saw written by another program: what `run.py`'s interleaved git
 rounds do to the daemon. Prints each restore's time, their median and the peak RSS.
 
     PYTHONPATH=src python benchmarks/restore_rounds.py --ref /tmp/watcher-bench/ref/root

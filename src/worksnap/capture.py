@@ -46,7 +46,7 @@ from worksnap.paths import Digest, Root, fs_path, wire_name
 from worksnap.progress import Reporter
 from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
 from worksnap.scanparts import Seen
-from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, tracked_below
+from worksnap.sources import RACY_SOURCE_NS, Tracked, index_file, source_stamp, tracked_below
 from worksnap.store import ObjectStore
 from worksnap.treebuild import CaptureTrees, unchanged_dirs
 from worksnap.treewalk import Flat, Nodes, Subtrees, subtrees_of
@@ -200,14 +200,14 @@ class Capture:
         if known is not None and known.rules is rules:
             if known.index is None:
                 return None  # outside a repository, and none appeared (the rules would say)
-            stamp = _stamp(known.index)
+            stamp = source_stamp(known.index)
             if stamp == known.stamp and (stamp is None or max(stamp[2:]) < known.racy_before):
                 return known.tracked
         root = Path(self._root.path)
         read_at = time.time_ns()
         index = index_file(root)
         # Stamped before it is read: a change while reading shows at the next check.
-        stamp = None if index is None else _stamp(index)
+        stamp = None if index is None else source_stamp(index)
         found = tracked_below(root) if index is not None else None
         self._tracked = _IndexRead(found, index, stamp, read_at - RACY_SOURCE_NS, rules)
         return found
@@ -561,24 +561,16 @@ class Kept:
 def _records(
     files: list[tuple[str, Seen]], fresh: StatTable, was: Kept | None
 ) -> list[tuple[str, StatRecord]]:
-    """The stat records of `files` in `fresh`, each pair `was` holds for it kept as it is.
-
-    Both are in the directory's order, so one pass pairs them; a pair not found there
-    (another order: a file over the size cap that shrank) is only made again.
-    """
-    olds = was.stats if was is not None else []
+    """The stat records of `files` in `fresh`: a pair `was` holds (in that order) is kept."""
+    olds, i = was.stats if was is not None else [], 0
     found: list[tuple[str, StatRecord]] = []
-    i = 0
     for rel, _ in files:
-        record = fresh.get(rel)
-        if record is None:
+        if (record := fresh.get(rel)) is None:
             continue
         while i < len(olds) and olds[i][0] < rel:
             i += 1
-        if i < len(olds) and olds[i][0] == rel and olds[i][1] is record:
-            found.append(olds[i])
-        else:
-            found.append((rel, record))
+        same = i < len(olds) and olds[i][0] == rel and olds[i][1] is record
+        found.append(olds[i] if same else (rel, record))
     return found
 
 
@@ -593,14 +585,6 @@ class _IndexRead:
     """An index changed at or after this (ns) may have changed again unseen: read it again."""
     rules: Rules
     """The base rules it was read with (new ones may mean another repository)."""
-
-
-def _stamp(path: str) -> tuple[int, ...] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _unhashed(root: str, files: Iterable[tuple[str, Seen]], cache: StatTable) -> Iterator[bytes]:

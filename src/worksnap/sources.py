@@ -25,7 +25,8 @@ the same timestamp tick (whole seconds on some file systems): it is read again."
 Stamp = tuple[int, int, int, int]
 
 
-def _stamp(path: str) -> Stamp | None:
+def source_stamp(path: str) -> Stamp | None:
+    """What says a rule source (or git's index) changed: its inode, size and times."""
     try:
         st = os.stat(path)  # info/exclude and the global file are followed, as git does
     except OSError:
@@ -82,7 +83,7 @@ class Sources:
     @classmethod
     def watch(cls, paths: list[str], read_at: int) -> Sources:
         """Stamps and reads `paths` now (before the rules are read from them)."""
-        entries: list[list[object]] = [[p, _stamp(p), _content(p), read_at] for p in paths]
+        entries: list[list[object]] = [[p, source_stamp(p), _content(p), read_at] for p in paths]
         return cls(entries, _environment())
 
     def unchanged(self) -> bool:
@@ -91,7 +92,7 @@ class Sources:
             return False
         for entry in self.entries:
             path, stamp, content, checked_at = entry
-            now = _stamp(str(path))
+            now = source_stamp(str(path))
             if (
                 now == stamp
                 and now is not None
