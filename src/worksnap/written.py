@@ -86,9 +86,8 @@ def _nowhere_remembered(
     a miss. Only handles of the root's file system, in a layout known
     (`fanotify.inode_of`), are read; the walk's memory is what the last capture saw.
     """
-    try:
-        fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)
-    except OSError:
+    fd = _open_dir(root, "")
+    if fd < 0:
         return False
     try:
         fs = file_system(fd)
