@@ -335,8 +335,8 @@ class Watcher:
                 self._libc.inotify_rm_watch(self._fd, wd)
         self._untidy = False
 
-    def _read(self, named: set[tuple[str, bytes]] | None = None) -> None:
-        """Moves every queued kernel event into the pending changes (adds each to `named`)."""
+    def _read(self) -> None:
+        """Moves every queued kernel event into the pending changes."""
         if self._fd < 0:
             self._pending.everything = True
             return
@@ -365,8 +365,6 @@ class Watcher:
                 if directory is None:
                     continue  # a watch already dropped
                 self.history.append((now, directory, name, mask))
-                if named is not None:
-                    named.add((directory, name))
                 if mask & _SELF_GONE:
                     # The directory itself was removed, moved or unmounted: its watch
                     # (and the watches below it, by path) no longer say anything.
