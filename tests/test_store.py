@@ -17,7 +17,7 @@ from worksnap import Workspace, packcodec
 from worksnap.caches import Listing, Listings, load_listings, save_listings
 from worksnap.cli import main
 from worksnap.diskstore import DiskStore
-from worksnap.errors import ObjectError
+from worksnap.errors import InputError, ObjectError
 from worksnap.frames import CHUNK, msgpack_map, pack_pieces, unpack
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.manifest import encode_manifest
@@ -92,6 +92,42 @@ def _manifest_file(root: Path, snapshot_id: str) -> Path:
 
 def _record_file(root: Path, snapshot_id: str) -> Path:
     return root / ".worksnap" / "snapshots" / f"{snapshot_id}.json"
+
+
+def test_every_record_counts_the_bytes_of_its_own_tree(root: Path) -> None:
+    """A long-lived workspace sums a tree's bytes once: each record still holds its own."""
+    write(root, "a.txt", "x" * 10)
+    write(root, "d/b.txt", "y" * 5)
+    with Workspace(root) as ws:
+        taken = [ws.snapshot(), ws.snapshot()]
+        write(root, "a.txt", "x" * 100)
+        taken.append(ws.snapshot())
+        write(root, "a.txt", "x" * 10)
+        taken.append(ws.snapshot())
+    recorded = [msgspec.json.decode(_record_file(root, s.id).read_bytes()) for s in taken]
+    assert [r["bytes"] for r in recorded] == [15, 15, 105, 15]
+    assert recorded[0]["tree"] == recorded[1]["tree"] == recorded[3]["tree"]
+
+
+def test_a_full_id_is_resolved_without_listing_every_snapshot(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    snap = ws.snapshot()
+    listed: list[int] = []
+    ids = ws.store.ids
+    monkeypatch.setattr(ws.store, "ids", lambda: listed.append(1) or ids())
+    assert ws.resolve(snap.id) == ws.resolve(snap.id.upper()) == snap.id
+    assert listed == []  # a plan or restore of a full id costs no listing of the history
+    assert ws.resolve(snap.id[:6]) == snap.id  # a prefix still needs the listing
+    assert listed == [1]
+    gone = "0" * 12 if snap.id != "0" * 12 else "1" * 12
+    with pytest.raises(InputError, match="no snapshot matches"):
+        ws.resolve(gone)
+    for hostile in ("../../etc/pa", "../snapshots", "ABCDEF/12345"):
+        with pytest.raises(InputError):
+            ws.resolve(hostile)
 
 
 def test_a_snapshot_is_a_plain_json_record_naming_its_trees(

@@ -18,6 +18,7 @@ import msgspec
 from worksnap.errors import InputError, ManifestError, ObjectError
 from worksnap.hash import hash_bytes
 from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, is_automatic
+from worksnap.layout import is_snapshot_id
 from worksnap.lock import Locks
 from worksnap.manifest import (
     Entry,
@@ -75,6 +76,8 @@ class Catalog:
         """One line for each damaged snapshot the last `list` skipped."""
         self._last_full: tuple[str, str, str] | None = None
         """(session, id, root tree) of the last full snapshot saved."""
+        self._total: tuple[str, int] | None = None
+        """(root tree, bytes of its files) of the last snapshot saved."""
         self._checked: dict[tuple[str, Hashable], Manifest] = {}
         self.nodes = Nodes(store.read)
         """The tree nodes compared last (the changed count, plans): read and checked once."""
@@ -118,6 +121,8 @@ class Catalog:
                 raise InputError(f"no snapshot matches {ref!r} in session {session!r}")
             return found.id
         wanted_id = ref.lower()
+        if is_snapshot_id(wanted_id) and self._store.manifest_stamp(wanted_id) is not None:
+            return wanted_id  # a full id, stored: no need to list every snapshot
         matches = [i for i in self._store.ids() if i.startswith(wanted_id)] if ref else []
         if ref.isdigit() and len(ref) < ID_LENGTH:
             also = (
@@ -380,7 +385,10 @@ class Catalog:
             tree, loose = from_flat(Flat.of(manifest), self._store.add_tree)
         stored = manifest if manifest.tree == tree else msgspec.structs.replace(manifest, tree=tree)
         parent, changed = self._changed(stored, session)
-        self._store.save_record(record_of(stored, tree, loose, parent=parent, changed=changed))
+        total = self._total_bytes(stored)
+        self._store.save_record(
+            record_of(stored, tree, loose, parent=parent, changed=changed, total=total)
+        )
         if _counts_as_previous(stored.kind):
             self._last_full = (stored.session, stored.id, stored.tree)
         if stored.kind not in UNDO_KINDS:
@@ -403,6 +411,16 @@ class Catalog:
     def forget_last(self) -> None:
         """Forgets the last full snapshot saved (a gc may have dropped it)."""
         self._last_full = None
+
+    def _total_bytes(self, manifest: Manifest) -> int:
+        """The bytes of a snapshot's files, summed once for each root tree.
+
+        A tree's digest names its files and their sizes: a snapshot of an unchanged
+        tree does not add up every entry again.
+        """
+        if self._total is None or self._total[0] != manifest.tree:
+            self._total = (manifest.tree, sum(e.size or 0 for e in manifest.entries))
+        return self._total[1]
 
     def _changed(self, manifest: Manifest, session: str) -> tuple[str | None, int | None]:
         """The session's previous full snapshot, and the paths changed since (None: no such).

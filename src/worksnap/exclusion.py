@@ -78,6 +78,8 @@ class Exclusions:
 
     def covers(self, rel: str, *, is_dir: bool) -> bool:
         """True when the rules exclude `rel` or any directory above it."""
+        if not self.exact and self.matcher is None:
+            return False  # no rules: most workspaces, asked for every change a plan makes
         return any(self.excludes(path, is_dir=is_dir or path != rel) for path in ancestors(rel))
 
 

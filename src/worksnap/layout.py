@@ -288,6 +288,11 @@ def _is_within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
+def is_snapshot_id(text: str) -> bool:
+    """True for a snapshot id's form: 12 lowercase hex characters (`manifest.new_id`)."""
+    return len(text) == 12 and _HEX.issuperset(text)
+
+
 class StorePaths:
     """The path of every file and folder of one store directory (nothing is touched)."""
 
@@ -380,7 +385,7 @@ class StorePaths:
     def snapshot_id(file_name: str) -> str | None:
         """The snapshot id a file in `snapshots` or `manifests` is named after (None: none)."""
         stem = file_name[: -len(_JSON)] if file_name.endswith(_JSON) else ""
-        return stem if len(stem) == 12 and _HEX.issuperset(stem) else None
+        return stem if is_snapshot_id(stem) else None
 
     # -- sessions -------------------------------------------------------------
 

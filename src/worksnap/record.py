@@ -190,8 +190,9 @@ def record_of(
     *,
     parent: str | None = None,
     changed: int | None = None,
+    total: int | None = None,
 ) -> Record:
-    """Returns the record of a format 1 manifest whose trees are built (the migration).
+    """Returns the record of a manifest whose trees are built (a new snapshot, the migration).
 
     Args:
         manifest: the snapshot as format 1 stored it.
@@ -199,6 +200,7 @@ def record_of(
         loose: the left-out paths no tree holds (`treebuild.from_flat`).
         parent: the session's previous full snapshot, if known.
         changed: its summary's count, if it had one.
+        total: the bytes of its files, if known (else summed here, one entry at a time).
     """
     return Record(
         version=VERSION,
@@ -213,7 +215,7 @@ def record_of(
         session=manifest.session,
         parent=parent,
         files=len(manifest.entries),
-        bytes=sum(e.size or 0 for e in manifest.entries),
+        bytes=sum(e.size or 0 for e in manifest.entries) if total is None else total,
         changed=changed,
         meta=manifest.meta,
         attachments=manifest.attachments,
