@@ -52,6 +52,9 @@ pytestmark = [
 
 STEPS = int(os.environ.get("WORKSNAP_WATCH_STEPS", "5000"))
 SEED = int(os.environ.get("WORKSNAP_WATCH_SEED", "1"))
+BUDGET = 600
+"""Files the walk's tree may hold before it removes some (`Ops`): a long run stays as
+fast per step as a short one (CI's walks stay below it)."""
 EXCLUDE = ("src/main.py", "*.bin", "deep/", "z", "b/x*")
 """Exclusion rules (exclusion.py) on names the random operations make."""
 
@@ -158,7 +161,7 @@ def walk(
     watched = [""]
     ops = Ops(
         root, rnd, git_dir=git_dir, global_excludes=global_excludes, outside=outside,
-        watched=lambda: watched,
+        watched=lambda: watched, budget=BUDGET,
     )  # fmt: skip
     ops.link_outside(links_outside)  # only before a watch: a later one raises no event
     ops.note_watched()
@@ -226,7 +229,10 @@ def walk(
                 )  # fmt: skip
     finally:
         ops.close()  # the descriptors it kept open
-    print(f"{label}: {done} steps, seed {seed}, {time.monotonic() - start:.1f} s")
+    print(
+        f"{label}: {done} steps, seed {seed}, {time.monotonic() - start:.1f} s, "
+        f"{ops.pruned} over the budget of files"
+    )
 
 
 def test_a_watched_workspace_matches_a_plain_capture(

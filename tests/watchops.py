@@ -39,6 +39,9 @@ class Ops:
             in an ignored directory, or outside the tree, after the watcher last
             looked at the file raises no event at all (docs/performance.md).
         hard_links: include writes through hard links (and new ones).
+        budget: past this many files in the tree, a step removes a directory or a file
+            instead: creates outnumber removals, and a long run's tree (so each step's
+            cost) would grow without end (tens of thousands of paths in 100,000 steps).
     """
 
     def __init__(
@@ -51,6 +54,7 @@ class Ops:
         outside: Path | None = None,
         watched: Callable[[], list[str]] | None = None,
         hard_links: bool = True,
+        budget: int | None = None,
     ) -> None:
         self.root = root
         self.rnd = rnd
@@ -64,6 +68,9 @@ class Ops:
         self._watched_inodes: dict[str, int] = {}
         """Names outside the tree of files inside it, linked before the watch began."""
         self.counter = 0
+        self.budget = budget
+        self.pruned = 0
+        """Steps that removed something because the tree was over `budget`."""
         ops: list[tuple[int, Callable[[], str]]] = [
             (12, self.write_same_size),
             (10, self.write_new_size),
@@ -91,7 +98,7 @@ class Ops:
 
     # -- picking -------------------------------------------------------------
 
-    def _walk(self) -> tuple[list[Path], list[Path]]:
+    def _walk(self) -> tuple[list[str], list[str]]:
         dirs: list[str] = [str(self.root)]
         files: list[str] = []
         pending = [str(self.root)]
@@ -105,14 +112,18 @@ class Ops:
                         pending.append(entry.path)
                 elif entry.is_file(follow_symlinks=False):
                     files.append(entry.path)
-        return [Path(d) for d in dirs], [Path(f) for f in files]
+        return dirs, files  # paths as strings: a Path each costs more than the walk
 
     def _dir(self) -> Path:
-        return self.rnd.choice(self._walk()[0])
+        return Path(self.rnd.choice(self._walk()[0]))
+
+    def _subdir(self) -> Path | None:
+        dirs = self._walk()[0][1:]
+        return Path(self.rnd.choice(dirs)) if dirs else None
 
     def _file(self) -> Path | None:
         files = self._walk()[1]
-        return self.rnd.choice(files) if files else None
+        return Path(self.rnd.choice(files)) if files else None
 
     def _data(self, size: int | None = None) -> bytes:
         self.counter += 1
@@ -127,6 +138,9 @@ class Ops:
 
     def step(self) -> str:
         """Does one random operation; returns what it did."""
+        if self.budget is not None and len(self._walk()[1]) > self.budget:
+            self.pruned += 1
+            return self.rnd.choice([self.rmdir, self.delete])()
         return self.rnd.choice(self.ops)()
 
     def write_same_size(self) -> str:
@@ -182,10 +196,9 @@ class Ops:
         return f"rename {path} -> {target}"
 
     def move_dir_away_and_recreate(self) -> str:
-        dirs = self._walk()[0][1:]
-        if not dirs:
+        path = self._subdir()
+        if path is None:
             return self.mkdir_p()
-        path = self.rnd.choice(dirs)
         self.counter += 1  # a fresh name: two moves with no write between once met
         if self.outside is not None and self.rnd.random() < 0.3:
             away = self.outside / f"away{self.counter}"
@@ -201,10 +214,9 @@ class Ops:
         return f"move {path} away to {away} and recreate it"
 
     def move_dir_within(self) -> str:
-        dirs = self._walk()[0][1:]
-        if not dirs:
+        path = self._subdir()
+        if path is None:
             return self.mkdir_p()
-        path = self.rnd.choice(dirs)
         self.counter += 1  # a fresh name: moved{N} in the same place was ENOTEMPTY
         target = self._dir() / f"moved{self.counter}"
         if str(target).startswith(str(path) + "/"):
@@ -224,10 +236,9 @@ class Ops:
         return f"mkdir -p {path}"
 
     def rmdir(self) -> str:
-        dirs = self._walk()[0][1:]
-        if not dirs:
+        path = self._subdir()
+        if path is None:
             return "rmdir skipped"
-        path = self.rnd.choice(dirs)
         shutil.rmtree(path)
         return f"rm -r {path}"
 
