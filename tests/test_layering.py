@@ -48,6 +48,7 @@ LEVELS: dict[str, int] = {
     "store": 2,
     "diskstore": 2,
     "diskformat1": 2,
+    "diskrecords": 2,
     "memstore": 2,
     "caches": 2,
     "lock": 2,
