@@ -20,6 +20,8 @@ from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, ObjectError
 from worksnap.frames import CHUNK, msgpack_map, pack_pieces, unpack
 from worksnap.hash import SMALL, hash_bytes
+from worksnap.lock import Locks
+from worksnap.maintenance import AUTO_MERGE
 from worksnap.manifest import encode_manifest
 from worksnap.packcodec import (
     BASE_PREFIX,
@@ -300,6 +302,8 @@ def test_an_old_store_of_raw_packs_works_with_the_new_code(
     write(root, "a.txt", "first\n" * 100 + "second\n")
     capsys.readouterr()
     second = cli_json(capsys, root, "snapshot")["id"]  # type: ignore[index]
+    slots = DiskStore(str(root / ".worksnap"))._load_index().values()
+    assert {s.framed for s in slots} == {True, False}  # both versions, side by side
     assert main(["--root", str(root), "verify"]) == 0
     assert main(["--root", str(root), "restore", first, "--yes"]) == 0
     assert (root / "a.txt").read_text() == "first\n" * 100
@@ -308,7 +312,7 @@ def test_an_old_store_of_raw_packs_works_with_the_new_code(
     assert main(["--root", str(root), "gc", "--keep-last", "1"]) == 0
     assert main(["--root", str(root), "verify"]) == 0
     slots = DiskStore(str(root / ".worksnap"))._load_index().values()
-    assert {s.framed for s in slots} == {True, False}  # both versions, side by side
+    assert {s.framed for s in slots} == {True}  # gc merged the small packs: version 2
     capsys.readouterr()
 
 
@@ -396,3 +400,45 @@ def _offsets(entries: list[tuple[str, Slot]]) -> list[int]:
         out.append(at)
         at += slot.stored
     return out
+
+
+def test_a_long_session_s_packs_are_merged_and_every_snapshot_restores(tmp_path: Path) -> None:
+    """Each snapshot that stores something writes a pack, and every new process reads
+    every pack's index: past `AUTO_MERGE` of them a snapshot merges the small ones."""
+    root = tmp_path / "root"
+    for i in range(5):
+        write(root, f"f{i}.txt", "first\n")
+    store = tmp_path / "store"
+    taken = []
+    with Workspace(root, store=store) as ws:
+        for i in range(AUTO_MERGE + 20):
+            write(root, f"f{i % 5}.txt", f"version {i}\n" * (i + 1))
+            taken.append((ws.snapshot().id, {p.name: p.read_bytes() for p in root.iterdir()}))
+        assert ws.verify() == []
+    packs = len(list((store / "packs").glob("*.idx")))
+    assert packs <= AUTO_MERGE
+    with Workspace(root, store=store) as ws:  # a new process's reading of the packs
+        for snapshot_id, files in taken[:: len(taken) // 7]:
+            ws.restore(snapshot_id)
+            assert {p.name: p.read_bytes() for p in root.iterdir()} == files
+
+
+def test_packs_are_not_merged_while_another_process_holds_the_store(tmp_path: Path) -> None:
+    root, store = tmp_path / "root", tmp_path / "store"
+    write(root, "f.txt", "first\n")
+    with Workspace(root, store=store) as ws:
+        for i in range(AUTO_MERGE + 1):
+            write(root, "f.txt", f"version {i}\n")
+            ws.snapshot()
+        merged = len(list((store / "packs").glob("*.idx")))
+        assert merged < AUTO_MERGE
+        other = Locks(StoreDir(str(store)))
+        with other.shared("another process's snapshot"):
+            for i in range(AUTO_MERGE):
+                write(root, "f.txt", f"again {i}\n")
+                ws.snapshot()  # does not wait for the other process, nor fail
+        assert len(list((store / "packs").glob("*.idx"))) == merged + AUTO_MERGE
+        write(root, "f.txt", "last\n")
+        last = ws.snapshot()
+        assert len(list((store / "packs").glob("*.idx"))) < AUTO_MERGE
+        assert ws.file_bytes(last.id, "f.txt")[1] == b"last\n"

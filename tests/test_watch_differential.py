@@ -2,7 +2,8 @@
 
 A seeded random walk of file operations of every kind (tests/watchops.py) runs
 against a tree watched by a long-lived `Workspace(watch=True)`, by the daemon, and
-on a file system with whole-second timestamps; the watched workspace now and then
+on a file system with whole-second timestamps (under a size cap the walk's files
+cross both ways); the watched workspace now and then
 restores an earlier snapshot, and the operations go on on what it wrote. After each
 step the watched snapshot is compared with a plain capture of the same tree: a fresh
 `Workspace` with no watcher, no caches and no store, which reads every rule and hashes
@@ -59,9 +60,11 @@ EXCLUDE = ("src/main.py", "*.bin", "deep/", "z", "b/x*")
 """Exclusion rules (exclusion.py) on names the random operations make."""
 
 
-def plain_capture(root: Path, store: Path, exclude: tuple[str, ...] = ()) -> Manifest:
+def plain_capture(
+    root: Path, store: Path, exclude: tuple[str, ...] = (), max_file_bytes: int | None = None
+) -> Manifest:
     """What a process that never watched would capture: no caches, rules read afresh."""
-    with Workspace(root, store=store, exclude=exclude) as ws:
+    with Workspace(root, store=store, exclude=exclude, max_file_bytes=max_file_bytes) as ws:
         return ws.capture(store_objects=False)
 
 
@@ -310,16 +313,28 @@ def test_a_watched_workspace_on_a_coarse_file_system(coarse_tmp: Path, tmp_path:
     # Whole seconds: a cached stat or listing is trusted only once a full second old
     # (what the capture's racy margin becomes on such a file system).
     seams = Seams(racy_margin_ns=2_000_000_000)
-    # The store is elsewhere: the 64 MB image would fill up over a long run.
-    with Workspace(root, store=tmp_path / "store", watch=True, seams=seams) as ws:
+    # The store is elsewhere: the 64 MB image would fill up over a long run. A size cap
+    # the walk's files cross both ways (3,000 bytes are made, and grown by 700): what
+    # is over it is left out as large, and comes back when it shrinks.
+    cap, capped = 2048, [0]
+    with Workspace(
+        root, store=tmp_path / "store", watch=True, seams=seams, max_file_bytes=cap
+    ) as ws:
+
+        def snapshot() -> Manifest:
+            taken = ws.snapshot()
+            capped[0] += bool(taken.large)
+            return taken
+
         walk(
             root, None, None, outside, STEPS * 15 // 100, SEED + 2,
-            snapshot=ws.snapshot,
-            plain=lambda: plain_capture(root, tmp_path / "plain-store"),
+            snapshot=snapshot,
+            plain=lambda: plain_capture(root, tmp_path / "plain-store", max_file_bytes=cap),
             flaky=None,
             label="coarse file system",
         )  # fmt: skip
     shutil.rmtree(coarse_tmp)
+    assert capped[0] > 0  # files over the cap were met
 
 
 class Forwarded:

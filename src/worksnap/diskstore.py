@@ -48,6 +48,10 @@ CHUNK = MIB
 with the size of a file (a 3 GB file once cost a 3.1 GB peak)."""
 
 # The most each kind of store file may hold: a hostile store cannot make a read eat memory.
+MERGE_BELOW = 16 * MIB
+"""A pack smaller than this is merged with the others (`sweep`); a bigger one, such as
+a first snapshot's, is left as it is."""
+
 _MAX_INDEX = 256 * MIB  # 80 bytes per object: over 3 million objects in one pack
 _MAX_ROOT = 64 * KIB
 
@@ -440,7 +444,7 @@ class DiskStore(SnapshotFiles):
                 freed += size or 0
         return freed
 
-    def sweep(self, live: set[str]) -> tuple[int, int]:
+    def sweep(self, live: set[str] | None, *, merge: bool = False) -> tuple[int, int]:
         """Deletes every object not in `live`, and leftovers of interrupted writes.
 
         Packs holding dead objects are rewritten with only their live ones; a live
@@ -449,15 +453,27 @@ class DiskStore(SnapshotFiles):
         exclusive lock, so no pack is being written. A pack whose index is damaged is
         left as it is (what it holds is unknown; see `problems`).
 
+        Args:
+            live: the objects to keep; None keeps every one.
+            merge: every pack under `MERGE_BELOW` bytes is rewritten too, so that they
+                become one (when there are two or more), as git's automatic gc packs
+                its packs: each snapshot that stores something writes a pack, and every
+                new process reads every pack's index.
+
         Returns:
             How many objects were removed and how many bytes that freed.
         """
         self.close()
+        self._index = None  # read afresh under the lock: others may have published packs
         removed = 0
         freed = self.sweep_abandoned()
         index = self._load_index()
+        if live is None and self._damaged:
+            return 0, freed  # what a damaged pack holds is unknown: nothing else is moved
         base_of = self._find.base_of
-        orphans = {d for d in live if (s := index.get(d)) and (b := base_of(s)) and b not in live}
+        kept = set(index) if live is None else live
+        orphans = {d for d in kept if (s := index.get(d)) and (b := base_of(s)) and b not in kept}
+        small = self._small_packs() if merge else set()
         rewritten: list[tuple[str, list[tuple[str, Slot]]]] = []
         for name in sorted(self.files.listdir(self.paths.packs)):
             pack_name, kind = self.paths.pack_file(name)
@@ -465,14 +481,15 @@ class DiskStore(SnapshotFiles):
                 records = slots(*self._read_index(pack_name, {}))
                 # A copy the index does not read (a twin, see join_indexes) goes.
                 unused = any(not used_copy(index, d, s) for d, s in records)
-                if unused or any(d not in live or d in orphans for d, _ in records):
+                gone = any(d not in kept or d in orphans for d, _ in records)
+                if unused or gone or pack_name in small:
                     rewritten.append((pack_name, records))
         copied: set[str] = set()
         for pack_name, records in rewritten:
             fd = self.files.open_file(self.paths.pack(pack_name))
             try:
                 for digest, slot in records:
-                    if digest in live and digest not in copied and used_copy(index, digest, slot):
+                    if digest in kept and digest not in copied and used_copy(index, digest, slot):
                         copied.add(digest)
                         self._writer = self._writer or PackWriter(self.files)
                         stored = os.pread(fd, slot.stored, slot.offset)
@@ -486,21 +503,37 @@ class DiskStore(SnapshotFiles):
         for pack_name, records in rewritten:
             self.files.unlink(self.paths.pack_index(pack_name))
             self.files.unlink(self.paths.pack(pack_name))
-            dead = [slot.stored for digest, slot in records if digest not in live]
+            dead = [slot.stored for digest, slot in records if digest not in kept]
             removed, freed = removed + len(dead), freed + sum(dead)
-        for sub in self.files.listdir(self.paths.objects):
+        # Loose objects are each a file: a merge (`live` None) leaves them be.
+        for sub in self.files.listdir(self.paths.objects) if live is not None else []:
             directory = os.path.join(self.paths.objects, sub)
             for rest in self.files.listdir(directory):
                 path = os.path.join(directory, rest)
                 if self.paths.is_temp(rest):
                     freed += self.files.remove_abandoned(path) or 0
-                elif sub + rest not in live:
+                elif live is not None and sub + rest not in live:
                     st = self.files.lstat(path)
                     if st is not None and self.files.unlink(path):
                         freed += st.st_size
                         removed += 1
         self._index = None
         return removed, freed
+
+    def pack_count(self) -> int:
+        """How many published packs the index was read from (see `sweep`'s `merge`)."""
+        self._load_index()
+        return len(self._indexes)
+
+    def _small_packs(self) -> set[str]:
+        """The published packs under `MERGE_BELOW` bytes; none when fewer than two."""
+        small = set()
+        for name in self._indexes:
+            pack_name, _ = self.paths.pack_file(name)
+            st = self.files.lstat(self.paths.pack(pack_name))
+            if st is not None and st.st_size < MERGE_BELOW:
+                small.add(pack_name)
+        return small if len(small) > 1 else set()
 
     def size(self) -> int:
         """Returns the bytes the store takes on disk."""

@@ -28,6 +28,11 @@ from worksnap.store import Store
 from worksnap.storedir import StoreDir
 from worksnap.treewalk import flatten, reachable
 
+AUTO_MERGE = 50
+"""A snapshot merges the small packs once there are more than this many (git's
+`gc.autoPackLimit`): each snapshot that stores something writes a pack, and a plain
+command on a 50-file tree read 2,000 pack indexes in 0.54 s instead of 0.20 s."""
+
 
 @dataclass(frozen=True, slots=True)
 class GcReport:
@@ -158,7 +163,7 @@ class Maintenance:
                 self._sessions.save(check_session_name(drop_session), SessionState())
             for snapshot_id in dropped:
                 self._store.delete_snapshot(snapshot_id)
-            removed, freed_bytes = self._store.sweep(set(live))
+            removed, freed_bytes = self._store.sweep(set(live), merge=True)
         self._catalog.forget_last()
         return GcReport(
             snapshots=len(dropped), objects=removed, bytes=freed_bytes, dropped=tuple(dropped)
@@ -177,6 +182,20 @@ class Maintenance:
             return
         try:
             self.gc(policy, wait=False, drop_session=None)
+        except LockError:
+            pass  # another process holds the store; the next snapshot will try again
+
+    def merge_packs_if_many(self) -> None:
+        """Merges the small packs once there are more than `AUTO_MERGE`.
+
+        Unless another process is busy: the next snapshot tries again. Nothing is
+        removed (`DiskStore.sweep` with no `live` set).
+        """
+        if self._store.pack_count() <= AUTO_MERGE:
+            return
+        try:
+            with self._locks.exclusive("merge packs", timeout=0.0):
+                self._store.sweep(None, merge=True)
         except LockError:
             pass  # another process holds the store; the next snapshot will try again
 

@@ -152,12 +152,16 @@ class MemoryStore:
         swept, self._synced = self._sweeps != self._synced, self._sweeps
         return swept
 
-    def sweep(self, live: set[str]) -> tuple[int, int]:
-        """Drops every object not in `live`."""
-        dead = [digest for digest in self.objects if digest not in live]
+    def sweep(self, live: set[str] | None, *, merge: bool = False) -> tuple[int, int]:
+        """Drops every object not in `live` (None: none); there are no packs to merge."""
+        dead = [digest for digest in self.objects if live is not None and digest not in live]
         freed = sum(len(self.objects.pop(digest)) for digest in dead)
         self._sweeps += 1
         return len(dead), freed
+
+    def pack_count(self) -> int:
+        """Objects are held one by one: no packs."""
+        return 0
 
     # -- snapshots ------------------------------------------------------------
 

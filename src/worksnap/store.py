@@ -115,8 +115,15 @@ class ObjectStore(Protocol):
         """Forgets what it remembers if a sweep ran since the last call; True if one did."""
         ...
 
-    def sweep(self, live: set[str]) -> tuple[int, int]:
-        """Deletes every object not in `live`; returns (objects removed, bytes freed)."""
+    def sweep(self, live: set[str] | None, *, merge: bool = False) -> tuple[int, int]:
+        """Deletes every object not in `live` (None: none): (objects removed, bytes freed).
+
+        With `merge`, small packs become one (see `DiskStore.sweep`).
+        """
+        ...
+
+    def pack_count(self) -> int:
+        """How many packs hold the objects (each one's index is read by a new process)."""
         ...
 
 

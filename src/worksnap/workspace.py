@@ -365,6 +365,10 @@ class Workspace:
             self._maintenance.apply_configured_retention(config.retention)
         except (WorksnapError, OSError) as exc:
             self.warnings.append(f"the configured retention did not run: {exc}")
+        try:
+            self._maintenance.merge_packs_if_many()
+        except (WorksnapError, OSError) as exc:
+            self.warnings.append(f"the small packs were not merged: {exc}")
         return manifest
 
     def large_files(self, manifest: Manifest) -> builtins.list[tuple[str, int | None]]:

@@ -18,6 +18,8 @@ from worksnap import Workspace
 from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError
 from worksnap.hash import hash_bytes
+from worksnap.lock import Locks
+from worksnap.storedir import StoreDir
 
 from .conftest import STORE
 from .test_kill import SRC
@@ -190,10 +192,11 @@ def test_a_restore_reading_from_more_packs_than_descriptors_allowed_succeeds(
     tmp_path: Path,
 ) -> None:
     """A session stores a pack per step: a restore of files from many steps, with fewer
-    descriptors than packs (the usual limit is 1024, here 128), must not fail."""
+    descriptors than packs (the usual limit is 1024, here 128), must not fail. (Packs
+    are merged past 50, unless another process holds the store all along, as here.)"""
     root = tmp_path / "root"
     root.mkdir()
-    with Workspace(root) as ws:
+    with Workspace(root) as ws, Locks(StoreDir(str(root / STORE))).shared("another process"):
         for i in range(150):  # a pack each
             (root / f"f{i}.txt").write_text(f"file {i}\n" * 20)
             last = ws.snapshot().id
@@ -410,3 +413,96 @@ def test_a_sweep_killed_at_any_call_loses_nothing(tmp_path: Path, seed: int) -> 
         if child.returncode == 0:
             break  # the sweep ran to its end: every call was a kill point
         assert child.returncode == -signal.SIGKILL
+
+
+# A merge of the small packs (nothing removed) that kills itself at its n-th call.
+MERGE_KILLED_AT_CALL = SWEEP_KILLED_AT_CALL.replace(
+    'DiskStore(sys.argv[1]).sweep(set(sys.argv[2].split(",")) - {""})',
+    "DiskStore(sys.argv[1]).sweep(None, merge=True)",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(int(os.environ.get("WORKSNAP_SWEEP_KILL_SEEDS", "4"))))
+def test_a_merge_of_packs_killed_at_any_call_loses_nothing(tmp_path: Path, seed: int) -> None:
+    """kill -9 at every unlink, replace, write and fsync of a merge of packs of deltas:
+    every object reads back, and again after the next (whole) merge, which leaves one."""
+    assert "merge=True" in MERGE_KILLED_AT_CALL
+    for n in itertools.count(1):
+        directory = str(tmp_path / f"m{n}")
+        blobs, _ = _versions_in_packs(seed, directory)
+        assert len(list(Path(directory, "packs").glob("*.idx"))) > 1
+        child = subprocess.run(
+            [sys.executable, "-c", MERGE_KILLED_AT_CALL, directory, "", str(n)],
+            env={**os.environ, "PYTHONPATH": SRC},
+            check=False,
+        )
+        for _ in range(2):
+            fresh = DiskStore(directory)
+            for digest, blob in blobs.items():
+                assert fresh.read(digest) == blob, f"killed at call {n}"
+            fresh.close()
+            merger = DiskStore(directory)
+            assert merger.sweep(None, merge=True)[0] == 0
+            merger.close()
+        assert len(list(Path(directory, "packs").glob("*.idx"))) == 1
+        assert sorted(p.suffix for p in Path(directory, "packs").iterdir()) == [".idx", ".pack"]
+        if child.returncode == 0:
+            break  # the merge ran to its end: every call was a kill point
+        assert child.returncode == -signal.SIGKILL
+
+
+def test_a_merge_keeps_loose_objects_and_leaves_a_damaged_store_as_it_is(tmp_path: Path) -> None:
+    directory = tmp_path / "store"
+    store = DiskStore(str(directory))
+    store.create()
+    big, small = os.urandom(3 << 20), [os.urandom(100) for _ in range(3)]
+    store.add(hash_bytes(big), big)  # over SMALL: a loose object
+    for blob in small:
+        store.add(hash_bytes(blob), blob)
+        store.flush()  # a pack each
+    store.close()
+    packs = directory / "packs"
+    assert len(list(packs.glob("*.idx"))) == 3
+    damaged = sorted(packs.glob("*.idx"))[0]
+    good = damaged.read_bytes()
+    damaged.write_bytes(b"not an index")
+    merger = DiskStore(str(directory))
+    assert merger.sweep(None, merge=True) == (0, 0)  # a damaged index: nothing is moved
+    merger.close()
+    assert len(list(packs.glob("*.idx"))) == 3
+    damaged.write_bytes(good)
+    merger = DiskStore(str(directory))
+    assert merger.sweep(None, merge=True)[0] == 0
+    merger.close()
+    assert len(list(packs.glob("*.idx"))) == 1
+    reader = DiskStore(str(directory))
+    assert [reader.read(hash_bytes(b)) for b in (big, *small)] == [big, *small]
+    reader.close()
+
+
+@pytest.mark.parametrize("merge", [True, False], ids=["merge", "gc"])
+def test_a_sweep_keeps_what_was_published_after_its_index_was_read(
+    tmp_path: Path, merge: bool
+) -> None:
+    """A long-lived store read its index, another process published a pack, and then the
+    first one swept (a snapshot's merge, or gc): the sweep reads the packs afresh under
+    its lock, or the other process's objects would be taken for unused copies and go."""
+    directory = str(tmp_path / "store")
+    first = DiskStore(directory)
+    first.create()
+    blobs = [os.urandom(300) for _ in range(4)]
+    for blob in blobs[:3]:
+        first.add(hash_bytes(blob), blob)
+        first.flush()  # a pack each
+    assert first.read(hash_bytes(blobs[0])) == blobs[0]  # its index is read
+    other = DiskStore(directory)
+    other.add(hash_bytes(blobs[3]), blobs[3])
+    other.flush()
+    other.close()
+    everything = {hash_bytes(b) for b in blobs}
+    assert first.sweep(None if merge else everything, merge=merge)[0] == 0
+    first.close()
+    fresh = DiskStore(directory)
+    assert [fresh.read(hash_bytes(b)) for b in blobs] == blobs
+    fresh.close()
