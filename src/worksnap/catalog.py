@@ -391,6 +391,7 @@ class Catalog:
         )
         if _counts_as_previous(stored.kind):
             self._last_full = (stored.session, stored.id, stored.tree)
+            self._sessions.note_newest(stored.session, stored.id, self._listing())
         if stored.kind not in UNDO_KINDS:
             self._sessions.clear_redo(session)
         return stored
@@ -422,6 +423,31 @@ class Catalog:
             self._total = (manifest.tree, sum(e.size or 0 for e in manifest.entries))
         return self._total[1]
 
+    def _listing(self) -> str:
+        """A digest of the ids of every stored snapshot: a listing, no record read."""
+        return hash_bytes("\n".join(sorted(self._store.ids())).encode())
+
+    def _pointed_last(self, session: str) -> tuple[str, str, str] | None:
+        """(session, id, root tree) of the session's newest full snapshot, or None.
+
+        None: then every record is read (2,000 of them took 0.13 s). The cache names it
+        (`Sessions.newest`).
+
+        Only the id comes from the cache, and only while the ids stored are those it was
+        noted with; the record must be of that session and count as a previous
+        snapshot; its tree is the record's own.
+        """
+        snapshot_id = self._sessions.newest(session, self._listing())
+        if snapshot_id is None:
+            return None
+        try:
+            record = self._store.load_record(snapshot_id)
+        except ManifestError:
+            return None
+        if record is None or record.session != session or not _counts_as_previous(record.kind):
+            return None
+        return session, snapshot_id, record.tree
+
     def _changed(self, manifest: Manifest, session: str) -> tuple[str | None, int | None]:
         """The session's previous full snapshot, and the paths changed since (None: no such).
 
@@ -432,6 +458,8 @@ class Catalog:
             return None, None
         previous = self._last_full
         if previous is None or previous[0] != session:
+            previous = self._pointed_last(session)
+        if previous is None:
             summary = next((s for s in self.list(session) if _counts_as_previous(s.kind)), None)
             if summary is None:
                 return None, None

@@ -6,12 +6,14 @@ their session in the manifest; that file only holds what cannot be derived from 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 
 import msgspec
 
-from worksnap.errors import InputError
+from worksnap.errors import InputError, StoreError
+from worksnap.layout import is_snapshot_id
 from worksnap.manifest import Entry, Manifest, Summary, tree_digest
 from worksnap.paths import ancestors
 from worksnap.storedir import MIB, StoreDir
@@ -20,6 +22,7 @@ DEFAULT_SESSION = "default"
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 _MAX_STATE = 16 * MIB
+_MAX_POINTERS = MIB  # 64 sessions' ids are 2 KB
 """The most a session's state file may hold (a redo stack of 100,000 undos)."""
 
 UNDO_KINDS = frozenset({"undo", "redo"})
@@ -93,6 +96,36 @@ class Sessions:
             self._store.unlink(path)
             return
         self._store.write(path, msgspec.json.encode(state))
+
+    def note_newest(self, session: str, snapshot_id: str, listing: str) -> None:
+        """Notes a session's newest full snapshot, and a digest of the ids stored then.
+
+        A cache (`newest`): if it cannot be written, the next process lists the records.
+        """
+        pointers = self._pointers()
+        pointers[session] = [snapshot_id, listing]
+        with contextlib.suppress(OSError):
+            self._store.makedirs(self._paths.cache)
+            self._store.write(self._paths.last_full, msgspec.json.encode(pointers), durable=False)
+
+    def newest(self, session: str, listing: str) -> str | None:
+        """The id `note_newest` noted for a session, if the ids stored are still those.
+
+        Any snapshot stored or dropped since (by any process, in any session) changes
+        the digest of the ids: the note is then not taken, nor one that is damaged,
+        stale after a crash, or deleted. The caller checks the record it names.
+        """
+        found = self._pointers().get(session)
+        if found is None or len(found) != 2 or found[1] != listing:
+            return None
+        return found[0] if is_snapshot_id(found[0]) else None
+
+    def _pointers(self) -> dict[str, list[str]]:
+        try:
+            data = self._store.read_optional(self._paths.last_full, limit=_MAX_POINTERS)
+            return msgspec.json.decode(data, type=dict[str, list[str]]) if data else {}
+        except (OSError, StoreError, msgspec.DecodeError):
+            return {}  # damaged or unreadable: as if there were none
 
     def clear_redo(self, session: str) -> None:
         """Empties a session's redo stack (a new snapshot was taken)."""

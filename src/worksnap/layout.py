@@ -20,6 +20,7 @@ read, and changed, in one place:
       cache/stat, cache/dirs     the stat and listing caches (may be deleted at any time)
       cache/trees, trees.log     the tree cache, base and appended log (the same)
       cache/timestamps           present when the file system keeps coarse (whole-second) times
+      cache/last.json            each session's newest full snapshot, by id (the next one's parent)
       cache/remote/<id>/<digest> indexes of the remote repository <id> (immutable; a copy)
       generation                 rewritten by every gc sweep
       journal.json               present only while a restore runs
@@ -305,6 +306,7 @@ class StorePaths:
         "generation",
         "gitignore",
         "journal",
+        "last_full",
         "listing_cache",
         "lock",
         "lock_gate",
@@ -348,6 +350,8 @@ class StorePaths:
         """Each directory's tree by a digest of its children (and `trees.log`, appended)."""
         self.tree_cache_log = os.path.join(self.cache, "trees.log")
         self.timestamps = os.path.join(self.cache, "timestamps")
+        self.last_full = os.path.join(self.cache, "last.json")
+        """Each session's newest full snapshot, by id: the next one's parent."""
         """The file system's timestamp tick in ns, once times without a fraction were seen."""
         self.remote_cache = os.path.join(self.cache, "remote")
         """Remote repositories' pack indexes, one folder per repository id (remote.repository)."""
