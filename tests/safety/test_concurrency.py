@@ -219,8 +219,11 @@ class _Tracer:
         # Atomic but not durable, by design: losing them costs time, never a snapshot.
         losable = {
             os.path.relpath(p, self.store)
-            for p in (paths.stat_cache, paths.listing_cache, paths.tree_cache, paths.lock_holder)
-        }
+            for p in (
+                paths.stat_cache, paths.listing_cache, paths.tree_cache, paths.lock_holder,
+                paths.last_full,
+            )
+        }  # fmt: skip
         for i, (kind, where, dst) in enumerate(self.events):
             if kind == "rename" and dst.startswith(self.store + "/"):
                 src = where
