@@ -367,7 +367,7 @@ class DiskStore(SnapshotFiles):
                 finally:
                     os.close(fd)
             else:
-                data = self._read_packed(digest, located, recent)
+                data = self._read_packed_again(digest, located, recent)
                 hasher.update(data)
                 yield data
         except FileNotFoundError:
@@ -391,6 +391,24 @@ class DiskStore(SnapshotFiles):
             return rebuild(digest, self._find, self._stored, recent)
         except ValueError as exc:
             raise ObjectError(digest, str(exc)) from None
+
+    def _read_packed_again(self, digest: str, slot: Slot, recent: Recent) -> bytes:
+        """`_read_packed`; once more with the index read again if a pack has gone since.
+
+        Another process's gc or merge of packs moved its objects into a new pack: a
+        long-lived reader (the daemon's, a library's) must find them there.
+        """
+        try:
+            return self._read_packed(digest, slot, recent)
+        except FileNotFoundError:
+            if self._writer is not None:  # its index holds objects no pack index has yet
+                raise
+            self._index = None
+            self._read_fds.close()
+            again = self._load_index().get(digest)
+            if again is None:
+                raise
+            return self._read_packed(digest, again, recent)
 
     def _stored(self, slot: Slot) -> bytes:
         if self._writer is not None and slot.pack == self._writer.name:
@@ -484,20 +502,32 @@ class DiskStore(SnapshotFiles):
                 gone = any(d not in kept or d in orphans for d, _ in records)
                 if unused or gone or pack_name in small:
                     rewritten.append((pack_name, records))
-        copied: set[str] = set()
-        for pack_name, records in rewritten:
-            fd = self.files.open_file(self.paths.pack(pack_name))
-            try:
-                for digest, slot in records:
-                    if digest in kept and digest not in copied and used_copy(index, digest, slot):
-                        copied.add(digest)
-                        self._writer = self._writer or PackWriter(self.files)
-                        stored = os.pread(fd, slot.stored, slot.offset)
-                        alone = self._readable(digest) if digest in orphans else None
-                        self._writer.append(digest, *moved(stored, slot, alone))
-            finally:
-                os.close(fd)
-        self.flush()  # every live copy is durable before any old pack goes
+        if live is None and not rewritten:
+            return 0, freed  # nothing to merge: no pack written, no `generation` either
+        try:
+            copied: set[str] = set()
+            for pack_name, records in rewritten:
+                fd = self.files.open_file(self.paths.pack(pack_name))
+                try:
+                    for digest, slot in records:
+                        if (
+                            digest in kept
+                            and digest not in copied
+                            and used_copy(index, digest, slot)
+                        ):
+                            copied.add(digest)
+                            self._writer = self._writer or PackWriter(self.files)
+                            stored = os.pread(fd, slot.stored, slot.offset)
+                            alone = self._readable(digest) if digest in orphans else None
+                            self._writer.append(digest, *moved(stored, slot, alone))
+                finally:
+                    os.close(fd)
+            self.flush()  # every live copy is durable before any old pack goes
+        except BaseException:
+            # A full disk part-way: the half-written pack must not stay this instance's
+            # writer (its next snapshot would publish it, offsets and all).
+            self.discard()
+            raise
         # Other processes may remember objects about to go: told before the first goes.
         self.files.write(self.paths.generation, self.files.new_name().encode())
         for pack_name, records in rewritten:

@@ -506,3 +506,21 @@ def test_a_sweep_keeps_what_was_published_after_its_index_was_read(
     fresh = DiskStore(directory)
     assert [fresh.read(hash_bytes(b)) for b in blobs] == blobs
     fresh.close()
+
+
+def test_a_merge_with_nothing_to_merge_writes_nothing(tmp_path: Path) -> None:
+    """One small pack (or none under the size): no pack written, and no `generation`,
+    which would make every long-lived process drop what it remembers at each snapshot."""
+    directory = tmp_path / "store"
+    store = DiskStore(str(directory))
+    store.create()
+    blob = os.urandom(500)
+    store.add(hash_bytes(blob), blob)
+    store.flush()
+    store.close()
+    before = sorted(p.name for p in directory.rglob("*"))
+    merger = DiskStore(str(directory))
+    assert merger.sweep(None, merge=True) == (0, 0)
+    merger.close()
+    assert sorted(p.name for p in directory.rglob("*")) == before
+    assert not (directory / "generation").exists()
