@@ -18,7 +18,8 @@ A fourth walk opens a new workspace at every step, as a plain command does: its 
 come from the store alone.
 
 Derandomized: `WORKSNAP_WATCH_SEED` (default 1) and `WORKSNAP_WATCH_STEPS` (default
-5000 operations over the four tests; CI runs the default) choose the walk.
+5000 operations over the four tests; CI runs the default) choose the walk;
+`WORKSNAP_WATCH_BUDGET` (default 600) bounds the files of its tree.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ pytestmark = [
 
 STEPS = int(os.environ.get("WORKSNAP_WATCH_STEPS", "5000"))
 SEED = int(os.environ.get("WORKSNAP_WATCH_SEED", "1"))
-BUDGET = 600
+BUDGET = int(os.environ.get("WORKSNAP_WATCH_BUDGET", "600"))
 """Files the walk's tree may hold before it removes some (`Ops`): a long run stays as
-fast per step as a short one (CI's walks stay below it)."""
+fast per step as a short one (CI's walks stay below 600; a long run may ask for fewer,
+each step then capturing a smaller tree)."""
 EXCLUDE = ("src/main.py", "*.bin", "deep/", "z", "b/x*")
 """Exclusion rules (exclusion.py) on names the random operations make."""
 
