@@ -76,6 +76,9 @@ class Catalog:
         """One line for each damaged snapshot the last `list` skipped."""
         self._last_full: tuple[str, str, str] | None = None
         """(session, id, root tree) of the last full snapshot saved."""
+        self._basis: tuple[builtins.list[str], tuple[str, str] | None] | None = None
+        """What `_changed` found from the store: the sorted ids stored then, and the
+        session's newest full snapshot among them as (time, id); for `_note_newest`."""
         self._total: tuple[str, int] | None = None
         """(root tree, bytes of its files) of the last snapshot saved."""
         self._checked: dict[tuple[str, Hashable], Manifest] = {}
@@ -391,7 +394,7 @@ class Catalog:
         )
         if _counts_as_previous(stored.kind):
             self._last_full = (stored.session, stored.id, stored.tree)
-            self._sessions.note_newest(stored.session, stored.id, self._listing())
+        self._note_newest(stored)
         if stored.kind not in UNDO_KINDS:
             self._sessions.clear_redo(session)
         return stored
@@ -423,21 +426,38 @@ class Catalog:
             self._total = (manifest.tree, sum(e.size or 0 for e in manifest.entries))
         return self._total[1]
 
-    def _listing(self) -> str:
-        """A digest of the ids of every stored snapshot: a listing, no record read."""
-        return hash_bytes("\n".join(sorted(self._store.ids())).encode())
+    def _note_newest(self, stored: Manifest) -> None:
+        """Notes the session's newest full snapshot for the next process (`_pointed_last`).
 
-    def _pointed_last(self, session: str) -> tuple[str, str, str] | None:
-        """(session, id, root tree) of the session's newest full snapshot, or None.
+        Newest as `list` orders them, by (time, id): this one or the one `_changed`
+        found. Only when the ids stored now are those it found and this one: a snapshot
+        another process stored or dropped meanwhile is of a time not known here (two at
+        once in one session, a clock set back), and the note is then dropped instead.
+        """
+        basis, self._basis = self._basis, None
+        if basis is None:
+            return  # found in memory (or a checkpoint): the next process lists the records
+        ids, newest = basis
+        now = sorted(self._store.ids())
+        if now != sorted([*ids, stored.id]):
+            self._sessions.note_newest(stored.session, None, "")
+            return
+        if _counts_as_previous(stored.kind) and (
+            newest is None or newest < (stored.time, stored.id)
+        ):
+            newest = (stored.time, stored.id)
+        if newest is not None:
+            self._sessions.note_newest(stored.session, newest[1], _digest_of(now))
+
+    def _pointed_last(self, session: str, ids: builtins.list[str]) -> tuple[str, str, str] | None:
+        """(id, root tree, time) of the session's newest full snapshot, or None.
 
         None: then every record is read (2,000 of them took 0.13 s). The cache names it
-        (`Sessions.newest`).
-
-        Only the id comes from the cache, and only while the ids stored are those it was
-        noted with; the record must be of that session and count as a previous
-        snapshot; its tree is the record's own.
+        (`Sessions.newest`), only while the ids stored are those it was noted with (the
+        sorted `ids`); the record must be of that session and count as a previous
+        snapshot; its tree and time are the record's own.
         """
-        snapshot_id = self._sessions.newest(session, self._listing())
+        snapshot_id = self._sessions.newest(session, _digest_of(ids))
         if snapshot_id is None:
             return None
         try:
@@ -446,7 +466,7 @@ class Catalog:
             return None
         if record is None or record.session != session or not _counts_as_previous(record.kind):
             return None
-        return session, snapshot_id, record.tree
+        return snapshot_id, record.tree, record.time
 
     def _changed(self, manifest: Manifest, session: str) -> tuple[str | None, int | None]:
         """The session's previous full snapshot, and the paths changed since (None: no such).
@@ -458,12 +478,16 @@ class Catalog:
             return None, None
         previous = self._last_full
         if previous is None or previous[0] != session:
-            previous = self._pointed_last(session)
-        if previous is None:
-            summary = next((s for s in self.list(session) if _counts_as_previous(s.kind)), None)
-            if summary is None:
+            ids = sorted(self._store.ids())
+            found = self._pointed_last(session, ids)
+            if found is None:
+                listed = (s for s in self.list(session) if _counts_as_previous(s.kind))
+                summary = next(listed, None)
+                found = None if summary is None else (summary.id, summary.tree, summary.time)
+            self._basis = (ids, None if found is None else (found[2], found[0]))
+            if found is None:
                 return None, None
-            previous = (session, summary.id, summary.tree)
+            previous = (session, found[0], found[1])
         _, parent, tree = previous
         if tree == manifest.tree:
             return parent, 0  # equal root trees: nothing to read
@@ -487,3 +511,8 @@ def count_changes(old: Manifest, new: Manifest) -> int:
     paths.update(e.path for e in only_new)
     paths.update(set(old.dirs).symmetric_difference(new.dirs))
     return len(paths)
+
+
+def _digest_of(ids: list[str]) -> str:
+    """A digest of the sorted ids of every stored snapshot (what a listing gives)."""
+    return hash_bytes("\n".join(ids).encode())

@@ -159,9 +159,18 @@ class DiskStore(SnapshotFiles):
             damaged: dict[str, str] = {}
             names = sorted(self.files.listdir(self.paths.packs))
             packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
-            self._indexes = {os.path.basename(self.paths.pack_index(p)) for p in packs}
+            indexes = {os.path.basename(self.paths.pack_index(p)) for p in packs}
+            if self._indexes - indexes:
+                # A pack read before is gone (a sweep, or moved out as `verify` advises):
+                # the next `sync` must say so, though this listing no longer names it.
+                self._generation = b"\0"
+            self._indexes = indexes
             found = [self._read_index(p, damaged) for p in packs]
             index, self._find = join_indexes(found, prune=bool(damaged))
+            if self._writer is not None:  # its objects, not published yet, are still here
+                for digest in self._writer.digests:
+                    index.add(digest, self._writer)
+                    self._find.added(digest)
             self._index, self._damaged = index, damaged
             self._recent.clear()
         return self._index
@@ -353,7 +362,7 @@ class DiskStore(SnapshotFiles):
         recent = self._recent if recent is None else recent
         located = self._load_index().get(digest)
         loose = self._loose_path(digest)
-        if located is None and self._writer is None and not self.has(digest):
+        if located is None and not self.has(digest):
             self._index = None  # another process may have published a pack since we looked
             located = self._load_index().get(digest)
         hasher = blake3(max_threads=blake3.AUTO)
@@ -401,8 +410,6 @@ class DiskStore(SnapshotFiles):
         try:
             return self._read_packed(digest, slot, recent)
         except FileNotFoundError:
-            if self._writer is not None:  # its index holds objects no pack index has yet
-                raise
             self._index = None
             self._read_fds.close()
             again = self._load_index().get(digest)

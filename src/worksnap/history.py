@@ -97,13 +97,18 @@ class Sessions:
             return
         self._store.write(path, msgspec.json.encode(state))
 
-    def note_newest(self, session: str, snapshot_id: str, listing: str) -> None:
-        """Notes a session's newest full snapshot, and a digest of the ids stored then.
+    def note_newest(self, session: str, snapshot_id: str | None, listing: str) -> None:
+        """Notes a session's newest full snapshot and a digest of the ids stored then.
 
-        A cache (`newest`): if it cannot be written, the next process lists the records.
+        None forgets it. A cache (`newest`): if it cannot be written, the next process
+        lists the records.
         """
         pointers = self._pointers()
-        pointers[session] = [snapshot_id, listing]
+        if snapshot_id is None:
+            if pointers.pop(session, None) is None:
+                return
+        else:
+            pointers[session] = [snapshot_id, listing]
         with contextlib.suppress(OSError):
             self._store.makedirs(self._paths.cache)
             self._store.write(self._paths.last_full, msgspec.json.encode(pointers), durable=False)
