@@ -6,7 +6,9 @@ step) while another process holds the store, so no merge runs (as before merging
 existed), and a shadow git repository with a commit per step beside it; then times, in
 one run, medians of the rounds: plain `worksnap snapshot` (still under the other
 process's lock: no merge), `worksnap status` and `worksnap --json list`, then the same
-after one snapshot merged the packs, and git's `add -A && write-tree`.
+after one snapshot merged the packs, a snapshot without the note of the session's newest
+snapshot (`cache/last.json` removed: every record is read, as before stop 30), and git's
+`add -A && write-tree`.
 
 Example::
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -80,6 +83,9 @@ def main() -> None:
         timed([*ws_cmd, "snapshot"], env)  # merges them
         merged = len(list((store / "packs").glob("*.idx")))
         rounds(f"snapshot, {merged} packs", [*ws_cmd, "snapshot"], env)
+        note = store / "cache" / "last.json"
+        unnoted = f"rm -f {note} && " + " ".join(map(shlex.quote, [*ws_cmd, "snapshot"]))
+        rounds(f"snapshot, {merged} packs, no note", unnoted, env)
         rounds(f"status, {merged} packs", [*ws_cmd, "status"], env)
         rounds(f"list, {merged} packs", [*ws_cmd, "--json", "list"], env)
         rounds("git add -A && git write-tree", "git add -A && git write-tree", genv)

@@ -16,21 +16,12 @@ import time
 from pathlib import Path
 
 from tests.conftest import write
+from tests.safety.test_merges import _SNAPSHOT_MORE
+from tests.test_long_lived_store import cli
 from worksnap import Workspace
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENV = {**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"}
-
-
-def cli(root: Path, store: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worksnap", "--root", str(root), "--store", str(store), *args],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
 
 
 def _tree(root: Path, tag: str) -> None:
@@ -207,18 +198,6 @@ def test_after_the_clock_went_back_the_parent_depends_on_another_session(
 
 
 # -- 30e9cbb: a long-lived reader that holds unpublished objects still names moved ones missing
-
-
-_SNAPSHOT_MORE = """
-import sys
-from pathlib import Path
-from worksnap import Workspace
-root = Path(sys.argv[1])
-with Workspace(root) as ws:
-    for i in range(int(sys.argv[2]), int(sys.argv[3])):
-        (root / f"g{i}.txt").write_text(f"more {i}\\n")
-        ws.snapshot()
-"""
 
 
 def test_a_long_lived_workspace_that_captured_reads_after_another_process_merged(
