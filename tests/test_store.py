@@ -442,3 +442,22 @@ def test_packs_are_not_merged_while_another_process_holds_the_store(tmp_path: Pa
         last = ws.snapshot()
         assert len(list((store / "packs").glob("*.idx"))) < AUTO_MERGE
         assert ws.file_bytes(last.id, "f.txt")[1] == b"last\n"
+
+
+def test_a_merge_leaves_the_merging_workspace_s_memory_standing(tmp_path: Path) -> None:
+    """A merge removes no object: the workspace that merged need not take its next
+    capture for one after a sweep (every directory's entries and trees made again, the
+    daemon's memory peak), and other processes are not told to, only shown packs gone."""
+    root, store = tmp_path / "root", tmp_path / "store"
+    write(root, "f.txt", "first\n")
+    with Workspace(root, store=store) as ws:
+        for i in range(AUTO_MERGE + 1):
+            write(root, "f.txt", f"version {i}\n")
+            ws.snapshot()
+        assert len(list((store / "packs").glob("*.idx"))) < AUTO_MERGE  # merged
+        assert ws.store.sync() is False
+        assert not (store / "generation").exists()
+    other = DiskStore(str(store))
+    other.sync()
+    assert other.sync() is False
+    other.close()

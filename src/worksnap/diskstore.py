@@ -496,8 +496,13 @@ class DiskStore(SnapshotFiles):
         if live is None and self._damaged:
             return 0, freed  # what a damaged pack holds is unknown: nothing else is moved
         base_of = self._find.base_of
-        kept = set(index) if live is None else live
-        orphans = {d for d in kept if (s := index.get(d)) and (b := base_of(s)) and b not in kept}
+
+        def kept(digest: str) -> bool:
+            return live is None or digest in live
+
+        orphans = set() if live is None else {
+            d for d in live if (s := index.get(d)) and (b := base_of(s)) and b not in live
+        }  # fmt: skip
         small = self._small_packs() if merge else set()
         rewritten: list[tuple[str, list[tuple[str, Slot]]]] = []
         for name in sorted(self.files.listdir(self.paths.packs)):
@@ -506,7 +511,7 @@ class DiskStore(SnapshotFiles):
                 records = slots(*self._read_index(pack_name, {}))
                 # A copy the index does not read (a twin, see join_indexes) goes.
                 unused = any(not used_copy(index, d, s) for d, s in records)
-                gone = any(d not in kept or d in orphans for d, _ in records)
+                gone = any(not kept(d) or d in orphans for d, _ in records)
                 if unused or gone or pack_name in small:
                     rewritten.append((pack_name, records))
         if live is None and not rewritten:
@@ -517,11 +522,7 @@ class DiskStore(SnapshotFiles):
                 fd = self.files.open_file(self.paths.pack(pack_name))
                 try:
                     for digest, slot in records:
-                        if (
-                            digest in kept
-                            and digest not in copied
-                            and used_copy(index, digest, slot)
-                        ):
+                        if kept(digest) and digest not in copied and used_copy(index, digest, slot):
                             copied.add(digest)
                             self._writer = self._writer or PackWriter(self.files)
                             stored = os.pread(fd, slot.stored, slot.offset)
@@ -535,12 +536,16 @@ class DiskStore(SnapshotFiles):
             # writer (its next snapshot would publish it, offsets and all).
             self.discard()
             raise
-        # Other processes may remember objects about to go: told before the first goes.
-        self.files.write(self.paths.generation, self.files.new_name().encode())
+        if live is not None:
+            # Other processes may remember objects about to go: told before the first
+            # goes. A merge removes none: a reader finds a moved one by reading the
+            # index again (`_read_packed_again`), and `sync` sees the packs gone.
+            self.files.write(self.paths.generation, self.files.new_name().encode())
         for pack_name, records in rewritten:
             self.files.unlink(self.paths.pack_index(pack_name))
             self.files.unlink(self.paths.pack(pack_name))
-            dead = [slot.stored for digest, slot in records if digest not in kept]
+            self._indexes.discard(os.path.basename(self.paths.pack_index(pack_name)))
+            dead = [slot.stored for digest, slot in records if not kept(digest)]
             removed, freed = removed + len(dead), freed + sum(dead)
         # Loose objects are each a file: a merge (`live` None) leaves them be.
         for sub in self.files.listdir(self.paths.objects) if live is not None else []:
