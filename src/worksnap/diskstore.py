@@ -24,7 +24,7 @@ from worksnap.errors import InputError, ObjectError, SnapshotError, StoreError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.hash import SMALL
 from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
-from worksnap.objectindex import ObjectIndex, join_indexes, used_copy
+from worksnap.objectindex import Finder, ObjectIndex, join_indexes, used_copy
 from worksnap.packcodec import (
     MAX_CHAIN,
     OpenPacks,
@@ -165,6 +165,7 @@ class DiskStore(SnapshotFiles):
                 # the next `sync` must say so, though this listing no longer names it.
                 self._generation = b"\0"
             self._indexes = indexes
+            self._find = Finder({})  # the old index goes before the new one is made
             found = [self._read_index(p, damaged) for p in packs]
             index, self._find = join_indexes(found, prune=bool(damaged))
             if self._writer is not None:  # its objects, not published yet, are still here
