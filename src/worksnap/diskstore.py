@@ -489,6 +489,10 @@ class DiskStore(SnapshotFiles):
         Returns:
             How many objects were removed and how many bytes that freed.
         """
+        if live is None and not self._small_packs():
+            # Nothing to merge (so after every snapshot of a store of >50 big packs):
+            # nothing read again, nothing written but a dead writer's leftovers.
+            return 0, self.sweep_abandoned()
         self.close()
         self._index = None  # read afresh under the lock: others may have published packs
         removed = 0
@@ -570,6 +574,7 @@ class DiskStore(SnapshotFiles):
 
     def _small_packs(self) -> set[str]:
         """The published packs under `MERGE_BELOW` bytes; none when fewer than two."""
+        self._load_index()  # (the packs it was read from)
         small = set()
         for name in self._indexes:
             pack_name, _ = self.paths.pack_file(name)
