@@ -13,12 +13,17 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
+
+import msgspec
 
 from tests.conftest import write
 from tests.safety.test_merges import _SNAPSHOT_MORE
 from tests.test_long_lived_store import cli
 from worksnap import Workspace
+from worksnap.diskstore import DiskStore
+from worksnap.manifest import _TIME_FORMAT
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENV = {**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"}
@@ -69,21 +74,21 @@ def test_a_read_after_a_pack_is_moved_out_hides_it_from_the_next_snapshot(
 _SLOW_SNAPSHOT = r"""
 import os, sys, time
 from worksnap import Workspace
-from worksnap.catalog import Catalog
+from worksnap.diskstore import DiskStore
+from worksnap.workspace import Seams
 
 root, ready, go = sys.argv[1:4]
-save = Catalog.save
 
-def slow_save(self, manifest, session, **kw):
-    # Stands for a snapshot whose storing takes long (many new files to pack): its time
-    # was taken at the end of its scan, its record is written only now.
-    open(ready, "w").close()
-    while not os.path.exists(go):
-        time.sleep(0.01)
-    return save(self, manifest, session, **kw)
+class SlowStore(DiskStore):
+    def save_record(self, record):
+        # Stands for a snapshot whose storing takes long (many new files to pack): its
+        # time was taken at the end of its scan, its record is written only now.
+        open(ready, "w").close()
+        while not os.path.exists(go):
+            time.sleep(0.01)
+        super().save_record(record)
 
-Catalog.save = slow_save
-with Workspace(root) as ws:
+with Workspace(root, seams=Seams(open_store=SlowStore)) as ws:
     print(ws.snapshot().id)
 """
 
@@ -142,20 +147,16 @@ def test_two_snapshots_at_once_then_a_third_counts_against_the_newest(
     ]
 
 
-_AHEAD_SNAPSHOT = r"""
-import sys
-from datetime import datetime, timedelta, timezone
-import worksnap.capture
-from worksnap import Workspace
-from worksnap.manifest import _TIME_FORMAT
-
-# The system clock runs an hour ahead (it is set back by NTP after this snapshot).
-worksnap.capture.now_rfc3339 = lambda: (
-    datetime.now(timezone.utc) + timedelta(hours=1)
-).strftime(_TIME_FORMAT)
-with Workspace(sys.argv[1]) as ws:
-    print(ws.snapshot().id)
-"""
+def _taken_with_the_clock_ahead(root: Path, store: Path) -> None:
+    """A snapshot whose time is an hour ahead, as a clock set back by NTP after it leaves."""
+    r = cli(root, store, "snapshot")
+    assert r.returncode == 0, r.stderr
+    disk = DiskStore(str(store))
+    record = disk.load_record(r.stdout.split()[0])
+    assert record is not None
+    ahead = datetime.strptime(record.time, _TIME_FORMAT) + timedelta(hours=1)
+    disk.save_record(msgspec.structs.replace(record, time=ahead.strftime(_TIME_FORMAT)))
+    disk.close()
 
 
 def test_after_the_clock_went_back_the_parent_depends_on_another_session(
@@ -172,15 +173,7 @@ def test_after_the_clock_went_back_the_parent_depends_on_another_session(
         write(here, "a.txt", "one\n")
         assert cli(here, store, "snapshot").returncode == 0
         write(here, "a.txt", "two\n")
-        r = subprocess.run(
-            [sys.executable, "-c", _AHEAD_SNAPSHOT, str(here)],
-            env=ENV,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert r.returncode == 0, r.stderr
+        _taken_with_the_clock_ahead(here, store)  # X
         write(here, "a.txt", "three\n")
         assert cli(here, store, "snapshot").returncode == 0  # Y, after the clock went back
         if other_session:
