@@ -403,11 +403,8 @@ class DiskStore(SnapshotFiles):
             raise ObjectError(digest, str(exc)) from None
 
     def _read_packed_again(self, digest: str, slot: Slot, recent: Recent) -> bytes:
-        """`_read_packed`; once more with the index read again if a pack has gone since.
-
-        Another process's gc or merge of packs moved its objects into a new pack: a
-        long-lived reader (the daemon's, a library's) must find them there.
-        """
+        """`_read_packed`, again with the index read anew if a pack has gone since."""
+        # (A gc or merge moved its objects: a long-lived reader must find them there.)
         try:
             return self._read_packed(digest, slot, recent)
         except FileNotFoundError:
@@ -481,18 +478,15 @@ class DiskStore(SnapshotFiles):
 
         Args:
             live: the objects to keep; None keeps every one.
-            merge: every pack under `MERGE_BELOW` bytes is rewritten too, so that they
-                become one (when there are two or more), as git's automatic gc packs
-                its packs: each snapshot that stores something writes a pack, and every
-                new process reads every pack's index.
+            merge: the small packs (`_small_packs`) are rewritten too, into one, as
+                git's automatic gc packs its packs: each snapshot that stores something
+                writes a pack, and every new process reads every pack's index.
 
         Returns:
             How many objects were removed and how many bytes that freed.
         """
-        if live is None and not self._small_packs():
-            # Nothing to merge (so after every snapshot of a store of >50 big packs):
-            # nothing read again, nothing written but a dead writer's leftovers.
-            return 0, self.sweep_abandoned()
+        if live is None and not self._small_packs():  # nothing to merge: no index read
+            return 0, self.sweep_abandoned()  # again, nothing written but dead leftovers
         self.close()
         self._index = None  # read afresh under the lock: others may have published packs
         removed = 0
@@ -569,19 +563,30 @@ class DiskStore(SnapshotFiles):
 
     def pack_count(self) -> int:
         """How many published packs the index was read from (see `sweep`'s `merge`)."""
-        self._load_index()
-        return len(self._indexes)
+        return len(self._load_index() and self._indexes)
 
     def _small_packs(self) -> set[str]:
-        """The published packs under `MERGE_BELOW` bytes; none when fewer than two."""
+        """The packs to merge: none when fewer than two.
+
+        Smallest first, each while at most twice all before it (`git repack
+        --geometric=2`) and under `MERGE_BELOW`: taking every small pack rewrote the
+        whole history each time (a long session spent 45% of its time merging).
+        """
         self._load_index()  # (the packs it was read from)
-        small = set()
+        sizes: list[tuple[int, str]] = []
         for name in self._indexes:
             pack_name, _ = self.paths.pack_file(name)
             st = self.files.lstat(self.paths.pack(pack_name))
             if st is not None and st.st_size < MERGE_BELOW:
-                small.add(pack_name)
-        return small if len(small) > 1 else set()
+                sizes.append((st.st_size, pack_name))
+        chosen: set[str] = set()
+        total = 0
+        for size, pack_name in sorted(sizes):
+            if chosen and size > 2 * total:
+                break
+            chosen.add(pack_name)
+            total += size
+        return chosen if len(chosen) > 1 else set()
 
     def size(self) -> int:
         """Returns the bytes the store takes on disk."""
