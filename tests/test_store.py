@@ -421,13 +421,18 @@ def test_a_long_session_s_packs_are_merged_and_every_snapshot_restores(tmp_path:
             assert {p.name: p.read_bytes() for p in root.iterdir()} == files
 
 
+def _past_the_merge(ws: Workspace, root: Path) -> None:
+    """One snapshot more than `AUTO_MERGE`, each storing a new version: a pack each."""
+    for i in range(AUTO_MERGE + 1):
+        write(root, "f.txt", f"version {i}\n")
+        ws.snapshot()
+
+
 def test_packs_are_not_merged_while_another_process_holds_the_store(tmp_path: Path) -> None:
     root, store = tmp_path / "root", tmp_path / "store"
     write(root, "f.txt", "first\n")
     with Workspace(root, store=store) as ws:
-        for i in range(AUTO_MERGE + 1):
-            write(root, "f.txt", f"version {i}\n")
-            ws.snapshot()
+        _past_the_merge(ws, root)
         merged = len(list((store / "packs").glob("*.idx")))
         assert merged < AUTO_MERGE
         other = Locks(StoreDir(str(store)))
@@ -449,9 +454,7 @@ def test_a_merge_leaves_the_merging_workspace_s_memory_standing(tmp_path: Path) 
     root, store = tmp_path / "root", tmp_path / "store"
     write(root, "f.txt", "first\n")
     with Workspace(root, store=store) as ws:
-        for i in range(AUTO_MERGE + 1):
-            write(root, "f.txt", f"version {i}\n")
-            ws.snapshot()
+        _past_the_merge(ws, root)
         assert len(list((store / "packs").glob("*.idx"))) < AUTO_MERGE  # merged
         assert ws.store.sync() is False
         assert not (store / "generation").exists()
