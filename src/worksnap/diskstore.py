@@ -507,6 +507,8 @@ class DiskStore(SnapshotFiles):
         for name in sorted(self.files.listdir(self.paths.packs)):
             pack_name, kind = self.paths.pack_file(name)
             if kind == "index" and pack_name not in self._damaged:
+                if live is None and pack_name not in small:
+                    continue  # a merge reads only the packs it merges
                 records = slots(*self._read_index(pack_name, {}))
                 # A copy the index does not read (a twin, see join_indexes) goes.
                 unused = any(not used_copy(index, d, s) for d, s in records)
@@ -579,8 +581,7 @@ class DiskStore(SnapshotFiles):
             st = self.files.lstat(self.paths.pack(pack_name))
             if st is not None and st.st_size < MERGE_BELOW:
                 sizes.append((st.st_size, pack_name))
-        chosen: set[str] = set()
-        total = 0
+        chosen, total = set[str](), 0
         for size, pack_name in sorted(sizes):
             if chosen and size > 2 * total:
                 break
