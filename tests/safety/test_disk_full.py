@@ -28,18 +28,24 @@ from .test_kill import SRC
 pytestmark = pytest.mark.slow  # mounts, real processes
 
 
-@pytest.fixture
-def small_store(tmp_path: Path) -> Iterator[Path]:
-    """A store directory on a tmpfs of 4 MiB, unmounted afterwards."""
+def mounted_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (mount's spelling: "4m") at `tmp_path/small`, unmounted after."""
     if os.geteuid() != 0:
         pytest.fail("a tmpfs of a given size needs root (CI runs as root)")
     mount = tmp_path / "small"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
     try:
-        yield mount / "store"
+        yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def small_store(tmp_path: Path) -> Iterator[Path]:
+    """A store directory on a tmpfs of 4 MiB, unmounted afterwards."""
+    for mount in mounted_tmpfs(tmp_path, "4m"):
+        yield mount / "store"
 
 
 def used(path: Path) -> int:

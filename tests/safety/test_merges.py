@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write
+from tests.safety.test_disk_full import mounted_tmpfs
 from worksnap import Workspace, client
 from worksnap.maintenance import AUTO_MERGE
 
@@ -139,16 +140,8 @@ def test_a_long_lived_workspace_reads_and_verifies_after_another_process_merged(
 
 @pytest.fixture
 def tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A real tmpfs of 24 MiB (root only, as tests/safety/test_disk_full.py)."""
-    if os.geteuid() != 0:
-        pytest.fail("a tmpfs of a given size needs root (CI runs as root)")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
+    """A real tmpfs of 24 MiB (root only)."""
+    yield from mounted_tmpfs(tmp_path, "24m")
 
 
 def test_a_merge_that_fills_the_disk_does_not_damage_the_next_snapshot_or_history(
