@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -565,3 +566,32 @@ def test_selected_directory_removal_only_when_all_of_it_is_selected(root: Path) 
         ("A", "junk/a.txt"),
         ("A", "junk/b.txt"),
     ]
+
+
+def _descriptors() -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return sorted(found)
+
+
+@pytest.mark.parametrize("watch", [False, True])
+def test_a_workspace_dropped_unclosed_releases_its_descriptors(root: Path, watch: bool) -> None:
+    # A runtime that makes a workspace per step and never closes it must not run out
+    # of descriptors (the usual limit is 1024), as a dropped file object closes its own.
+    write(root, "a.txt", "0")
+    Workspace(root).close()
+    gc.collect()  # what other tests dropped
+    before = _descriptors()
+    for step in range(5):
+        write(root, "a.txt", str(step))
+        ws = Workspace(root, watch=watch)
+        first = ws.snapshot()
+        write(root, "b.txt", str(step))
+        assert ws.restore(first.id).ok
+        del ws
+    gc.collect()
+    assert _descriptors() == before

@@ -22,6 +22,8 @@ import os
 import struct
 import sys
 
+from worksnap.fsio import released_with
+
 _FAN_CLOEXEC = 0x1
 _FAN_NONBLOCK = 0x2
 _FAN_REPORT_FID = 0x200
@@ -131,6 +133,7 @@ class Fanotify:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
+        self._closer = released_with(self, os.close, fd)
 
     @classmethod
     def open(cls) -> Fanotify | None:
@@ -179,9 +182,8 @@ class Fanotify:
 
     def close(self) -> None:
         """Releases the group (and its marks)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._closer()
+        self._fd = -1
 
 
 _LIBC = _libc()

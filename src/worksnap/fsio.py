@@ -12,8 +12,10 @@ import errno
 import os
 import secrets
 import struct
+import weakref
 from collections import OrderedDict
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from worksnap.errors import shown
 from worksnap.paths import fs_path, is_under
@@ -93,6 +95,19 @@ def is_coarse(st: StatLike) -> bool:
 def is_coarse_stamp(stamp: tuple[int, int, int, int]) -> bool:
     """True when a listing's stamp (inode, size, mtime, ctime) has whole-second times."""
     return stamp[2] % COARSE_TICK_NS == 0 and stamp[3] % COARSE_TICK_NS == 0
+
+
+def released_with(owner: object, release: Callable[..., object], *args: Any) -> Callable[[], Any]:
+    """Returns what calls `release(*args)` now, once; it also runs when `owner` is dropped.
+
+    For descriptors kept past a call, as a dropped file object closes its own: a
+    runtime that makes a workspace per step and never closes it must not run out of
+    descriptors. Never at interpreter exit: a thread may still use a descriptor then
+    (a closed one's number is given to the next file opened), and exit closes them all.
+    """
+    release_now = weakref.finalize(owner, release, *args)
+    release_now.atexit = False
+    return release_now
 
 
 def fsync_dir(path: str) -> None:

@@ -28,6 +28,7 @@ import zstandard
 from blake3 import blake3
 
 from worksnap.frames import CHUNK, msgpack_array
+from worksnap.fsio import released_with
 from worksnap.hash import SMALL
 from worksnap.layout import STORE_FORMAT
 from worksnap.storedir import MIB, StoreDir
@@ -415,6 +416,7 @@ class OpenPacks:
     def __init__(self, limit: int = 64) -> None:
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._limit = limit
+        released_with(self, _close_all, self._fds)  # what is open when it is dropped
 
     def get(self, name: str, open_pack: Callable[[], int]) -> int:
         """A descriptor on pack `name` (`open_pack` opens it when it is not open)."""
@@ -428,9 +430,13 @@ class OpenPacks:
         return fd
 
     def close(self) -> None:
-        """Closes every descriptor."""
-        while self._fds:
-            os.close(self._fds.popitem()[1])
+        """Closes every descriptor (more may be opened after)."""
+        _close_all(self._fds)
+
+
+def _close_all(fds: OrderedDict[str, int]) -> None:
+    while fds:
+        os.close(fds.popitem()[1])
 
 
 class PackWriter(PackRows):

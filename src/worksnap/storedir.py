@@ -29,8 +29,10 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from worksnap.errors import InputError, StoreError
+from worksnap.fsio import released_with
 from worksnap.layout import TEMP_MARK, StorePaths
 from worksnap.paths import relative_to
 
@@ -92,6 +94,7 @@ class StoreDir:
         self.paths = StorePaths(directory)
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
+        self._closer: Callable[[], Any] | None = None
 
     # -- the directory itself --------------------------------------------------
 
@@ -111,6 +114,7 @@ class StoreDir:
                 raise
             st = os.fstat(fd)
             self._fd, self._identity = fd, (st.st_dev, st.st_ino)
+            self._closer = released_with(self, os.close, fd)
         return self._fd
 
     def refresh(self) -> None:
@@ -131,9 +135,9 @@ class StoreDir:
 
     def close(self) -> None:
         """Closes the store's descriptor (it is opened again on next use)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = self._identity = None
+        if self._closer is not None:
+            self._closer()
+            self._fd = self._identity = self._closer = None
 
     def _wrong(self, path: str, expected: str) -> StoreError:
         """The error for `path` (which failed to open as `expected`), naming what is there."""

@@ -42,6 +42,7 @@ import sys
 import time
 
 from worksnap.fanotify import Fanotify
+from worksnap.fsio import released_with
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
 
@@ -219,6 +220,7 @@ class Watcher:
         self._fd = -1
         if self._libc is not None:
             self._fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        self._closer = released_with(self, os.close, self._fd) if self._fd >= 0 else None
         self._dirs: dict[int, str] = {}
         self._by_dir: dict[str, int] = {}
         self._fan = Fanotify.open() if self._fd >= 0 and fanotify else None
@@ -403,8 +405,8 @@ class Watcher:
         if self._fan is not None:
             self._fan.close()
             self._fan = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._closer is not None:
+            self._closer()
+            self._fd, self._closer = -1, None
         self._dirs.clear()
         self._by_dir.clear()
