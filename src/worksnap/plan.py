@@ -140,21 +140,23 @@ def differing(old: list[Entry], new: list[Entry]) -> tuple[list[Entry], list[Ent
 class Differences:
     """All a plan looks at: what differs between the workspace's state and a target."""
 
-    only_now: list[Entry]
+    only_now: tuple[Entry, ...]
     """Files and symlinks now that the target lacks or holds otherwise."""
-    only_then: list[Entry]
+    only_then: tuple[Entry, ...]
     """The target's files and symlinks that are not so now."""
-    dirs_now: set[str]
+    dirs_now: frozenset[str]
     """Directories now that are not directories in the target."""
-    dirs_then: set[str]
+    dirs_then: frozenset[str]
     """The target's directories that are not directories now."""
 
 
 def flat_differences(current: Manifest, target: Manifest) -> Differences:
     """The differences of two flat views (every entry compared)."""
     only_now, only_then = differing(current.entries, target.entries)
-    now_dirs, then_dirs = set(current.dirs), set(target.dirs)
-    return Differences(only_now, only_then, now_dirs - then_dirs, then_dirs - now_dirs)
+    now_dirs, then_dirs = frozenset(current.dirs), frozenset(target.dirs)
+    return Differences(
+        tuple(only_now), tuple(only_then), now_dirs - then_dirs, then_dirs - now_dirs
+    )
 
 
 def tree_differences(current: Manifest, target: Manifest, read: Read) -> Differences:
@@ -164,30 +166,57 @@ def tree_differences(current: Manifest, target: Manifest, read: Read) -> Differe
         ManifestError: a tree object read is damaged or hostile.
         ObjectError: a tree is not in the store (a capture that stored nothing).
     """
-    found = Differences([], [], set(), set())
+    only_now: list[Entry] = []
+    only_then: list[Entry] = []
+    dirs_now: set[str] = set()
+    dirs_then: set[str] = set()
     # All are collected before any is used: a bad object raises before a plan exists.
     for difference in diff_trees(Digest(current.tree), Digest(target.tree), read):
         for child, entries, dirs in (
-            (difference.old, found.only_now, found.dirs_now),
-            (difference.new, found.only_then, found.dirs_then),
+            (difference.old, only_now, dirs_now),
+            (difference.new, only_then, dirs_then),
         ):
             if type(child) is Dir:
                 dirs.add(difference.path)  # (never a directory on both sides)
             elif child is not None and (entry := entry_of(difference.path, child)) is not None:
                 entries.append(entry)
-    return found
+    return Differences(tuple(only_now), tuple(only_then), frozenset(dirs_now), frozenset(dirs_then))
 
 
-def differences_of(current: Manifest, target: Manifest, read: Read) -> Differences:
+class LastDifferences:
     """`tree_differences` where both trees are stored, else `flat_differences`.
 
-    A capture that stored nothing (a preview after edits), a checkpoint's or a rollback's
-    target, and a format 1 manifest name trees that are not in the store.
+    A capture that stored nothing (a preview after edits), a checkpoint's or a
+    rollback's target, and a format 1 manifest name trees that are not in the store.
+    What two stored trees' digests name never changes, so the last short answer is
+    kept: a restore after its preview, or a preview asked again, compares nothing.
     """
-    try:
-        return tree_differences(current, target, read)
-    except ObjectError:
-        return flat_differences(current, target)
+
+    def __init__(self, read: Read) -> None:
+        self._read = read
+        self._last: tuple[tuple[str, str], Differences] | None = None
+
+    def __call__(self, current: Manifest, target: Manifest) -> Differences:
+        """What differs between the workspace's state `current` and `target`.
+
+        Raises:
+            ManifestError: a tree object read is damaged or hostile.
+        """
+        pair = (current.tree, target.tree)
+        last = self._last
+        if last is not None and last[0] == pair:
+            return last[1]
+        try:
+            found = tree_differences(current, target, self._read)
+        except ObjectError:
+            return flat_differences(current, target)
+        if len(found.only_now) + len(found.only_then) <= _KEEP_DIFFERENCES:
+            self._last = (pair, found)
+        return found
+
+
+_KEEP_DIFFERENCES = 4096
+"""The most differing entries `LastDifferences` keeps (memory, not time)."""
 
 
 def plan_restore(
@@ -218,8 +247,20 @@ def plan_restore(
         *target.ignored, *target.large, *target.excluded,
     }  # fmt: skip
 
+    known: dict[str, bool] = {"": False}  # each directory met: protected, or below one
+
     def is_protected(path: str) -> bool:
-        return any(p in protected for p in ancestors(path))
+        walked = []
+        while path not in known:
+            if path in protected:
+                answer = True
+                break
+            walked.append(path)
+            path = path.rpartition("/")[0]
+        else:
+            answer = known[path]
+        known.update(dict.fromkeys(walked, answer))
+        return answer
 
     # Only what differs matters: an unchanged path is never touched, and nothing
     # unchanged can lie below a directory the target lacks.

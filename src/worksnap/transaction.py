@@ -40,12 +40,12 @@ from worksnap.lock import Locks
 from worksnap.manifest import Manifest
 from worksnap.paths import Root, fs_path, is_under
 from worksnap.plan import (
+    LastDifferences,
     Op,
     Plan,
     check_selected,
     check_unchanged,
     destroys_unstored,
-    differences_of,
     plan_restore,
     rollback_target,
     select_paths,
@@ -96,6 +96,7 @@ class Restorer:
         self._root = root
         self._store = store
         self._nodes = catalog.nodes  # the trees plans compare, read once
+        self._differences = LastDifferences(self._nodes)
         self._files = files
         self._paths = files.paths
         self._locks = locks
@@ -157,7 +158,7 @@ class Restorer:
             current,
             target,
             ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
-            differences=differences_of(current, target, self._nodes),
+            differences=self._differences(current, target),
         )
         kept = [
             c

@@ -33,12 +33,12 @@ from tests.conftest import SMALL_SPLIT
 from tests.trees import summary
 from worksnap.catalog import count_changes as flat_count_changes
 from worksnap.diff import compare, compare_trees
-from worksnap.errors import ManifestError
+from worksnap.errors import ManifestError, ObjectError
 from worksnap.hash import hash_bytes
 from worksnap.history import SessionState, undo_target
 from worksnap.manifest import VERSION, Entry, Manifest, tree_digest
 from worksnap.paths import Digest
-from worksnap.plan import flat_differences, plan_restore, tree_differences
+from worksnap.plan import LastDifferences, flat_differences, plan_restore, tree_differences
 from worksnap.tree import (
     Builder,
     Child,
@@ -96,6 +96,8 @@ class Objects(dict[str, bytes]):
         self.setdefault(digest, data)
 
     def read(self, digest: Digest) -> bytes:
+        if digest not in self:
+            raise ObjectError(digest, "missing")  # as a store says it
         return self[digest]
 
 
@@ -530,6 +532,17 @@ def test_a_plan_from_trees_equals_the_plan_from_flat_views(pair: tuple[Model, Mo
     nodes = Nodes(objects.read, keep=4)  # small: nodes are dropped and read again
     for read in (objects.read, nodes, nodes):
         assert tree_differences(now, then, read) == flat
+    # Kept for the pair last asked (a restore after its preview reads nothing again).
+    reads: list[str] = []
+    last = LastDifferences(lambda digest: reads.append(digest) or objects.read(digest))
+    assert last(now, then) == flat
+    first = len(reads)
+    assert last(now, then) == flat
+    assert len(reads) == first
+    assert last(then, now) == flat_differences(then, now)
+    missing = msgspec.structs.replace(now, tree="0" * 64)  # a capture that stored nothing
+    assert last(missing, then) == flat_differences(missing, then)
+    assert last(now, then) == flat
     if now.tree != then.tree:  # else `plan_restore` returns before it looks
         plans = [
             plan_restore(now, then, ignored_by_target=lambda p, d: p.endswith("1"),
