@@ -192,7 +192,7 @@ class Catalog:
             root=self._root.wire,
             store_rel=self._root.store_rel,
             source=snapshot_id,
-            check_digest=record is None,
+            from_trees=record is not None,
         )
         if identity is not None:
             self._checked[identity] = manifest

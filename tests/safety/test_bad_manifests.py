@@ -428,6 +428,15 @@ def _deeper(*children: Child) -> Callable[[Workspace, Manifest, Path], str]:
     return plant_it
 
 
+def _deeper_at(name: str, *children: Child) -> Callable[[Workspace, Manifest, Path], str]:
+    def plant_it(ws: Workspace, base: Manifest, root: Path) -> str:
+        ws.store.add(Digest(hash_bytes(_DATA)), _DATA)
+        sub = _put(ws, _tree(*children))
+        return _record_file(root, base, _put(ws, _tree(Dir(name=name, tree=bytes.fromhex(sub)))))
+
+    return plant_it
+
+
 def _digest_mismatch(ws: Workspace, base: Manifest, root: Path) -> str:
     honest = _tree(_file("a.txt"))
     other = hash_bytes(b"some other object")
@@ -476,6 +485,8 @@ V2_CASES: dict[str, Callable[[Workspace, Manifest, Path], str]] = {
         Dir(name=".GIT", tree=bytes.fromhex(node_digest(_tree())))
     ),
     "tree holds git~1": _plant_tree(_file("git~1")),
+    "tree holds the store": _plant_tree(_file(STORE)),
+    "tree holds a file in the store": _deeper_at(STORE, _file("config.json")),
     "subtree holds ..": _deeper(_file("..")),
     "subtree holds .git": _deeper(_file(".git")),
     "duplicate name": _plant_tree(_file("a.txt"), _file("a.txt")),
