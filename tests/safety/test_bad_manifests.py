@@ -26,7 +26,7 @@ from worksnap.hash import hash_bytes
 from worksnap.manifest import Entry, Manifest, encode_manifest, new_id
 from worksnap.paths import Digest, fs_path
 from worksnap.record import encode_record, record_of
-from worksnap.tree import MAX_OBJECT, Child, Dir, File, Tree, encode_node, node_digest
+from worksnap.tree import MAX_OBJECT, Child, Dir, File, Symlink, Tree, encode_node, node_digest
 from worksnap.treewalk import Loose
 from worksnap.workspace import Workspace
 
@@ -485,6 +485,11 @@ V2_CASES: dict[str, Callable[[Workspace, Manifest, Path], str]] = {
         Dir(name=".GIT", tree=bytes.fromhex(node_digest(_tree())))
     ),
     "tree holds git~1": _plant_tree(_file("git~1")),
+    "tree holds a NUL byte": _plant_tree(_file("a\x00b")),
+    "tree holds an HFS+ .git": _plant_tree(_file(".g\u200cit")),
+    "tree holds a symlink to a NUL target": _plant_tree(
+        Symlink(name="l", mode=0o777, target="a\x00b")
+    ),
     "tree holds the store": _plant_tree(_file(STORE)),
     "tree holds a file in the store": _deeper_at(STORE, _file("config.json")),
     "subtree holds ..": _deeper(_file("..")),
