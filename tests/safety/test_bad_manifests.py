@@ -26,7 +26,19 @@ from worksnap.hash import hash_bytes
 from worksnap.manifest import Entry, Manifest, encode_manifest, new_id
 from worksnap.paths import Digest, fs_path
 from worksnap.record import encode_record, record_of
-from worksnap.tree import MAX_OBJECT, Child, Dir, File, Symlink, Tree, encode_node, node_digest
+from worksnap.tree import (
+    MAX_OBJECT,
+    Child,
+    Dir,
+    File,
+    Index,
+    Part,
+    Span,
+    Symlink,
+    Tree,
+    encode_node,
+    node_digest,
+)
 from worksnap.treewalk import Loose
 from worksnap.workspace import Workspace
 
@@ -437,6 +449,25 @@ def _deeper_at(name: str, *children: Child) -> Callable[[Workspace, Manifest, Pa
     return plant_it
 
 
+def _split(*parts: tuple[str, list[Child]]) -> Callable[[Workspace, Manifest, Path], str]:
+    """A root split into parts, each under its span's first name (as a large directory is)."""
+
+    def plant_it(ws: Workspace, base: Manifest, root: Path) -> str:
+        ws.store.add(Digest(hash_bytes(_DATA)), _DATA)
+        spans = [
+            Span(
+                first=first,
+                node=bytes.fromhex(_put(ws, encode_node(Part(version=2, children=kids)))),
+            )
+            for first, kids in parts
+        ]
+        return _record_file(
+            root, base, _put(ws, encode_node(Index(version=2, level=1, spans=spans)))
+        )
+
+    return plant_it
+
+
 def _digest_mismatch(ws: Workspace, base: Manifest, root: Path) -> str:
     honest = _tree(_file("a.txt"))
     other = hash_bytes(b"some other object")
@@ -489,6 +520,12 @@ V2_CASES: dict[str, Callable[[Workspace, Manifest, Path], str]] = {
     "tree holds an HFS+ .git": _plant_tree(_file(".g\u200cit")),
     "tree holds a symlink to a NUL target": _plant_tree(
         Symlink(name="l", mode=0o777, target="a\x00b")
+    ),
+    "split parts that overlap": _split(
+        ("a", [_file("a"), _file("x")]), ("m", [_file("m"), _file("x")])
+    ),
+    "a part below its span's first name": _split(
+        ("a", [_file("a")]), ("m", [_file("b"), _file("n")])
     ),
     "tree holds the store": _plant_tree(_file(STORE)),
     "tree holds a file in the store": _deeper_at(STORE, _file("config.json")),
