@@ -565,14 +565,14 @@ class DiskStore(SnapshotFiles):
 
     def pack_count(self) -> int:
         """How many published packs the index was read from (see `sweep`'s `merge`)."""
-        return len(self._load_index() and self._indexes)
+        self._load_index()
+        return len(self._indexes)
 
     def _small_packs(self) -> set[str]:
-        """The packs to merge: none when fewer than two.
+        """The packs to merge: smallest first, each while at most twice all before it.
 
-        Smallest first, each while at most twice all before it (`git repack
-        --geometric=2`) and under `MERGE_BELOW`: taking every small pack rewrote the
-        whole history each time (a long session spent 45% of its time merging).
+        As `git repack --geometric=2`, under `MERGE_BELOW`, none when fewer than two: taking
+        every small pack rewrote the whole history each time (45% of a long session's time).
         """
         self._load_index()  # (the packs it was read from)
         sizes: list[tuple[int, str]] = []
