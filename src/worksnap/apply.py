@@ -20,7 +20,7 @@ from typing import Protocol
 from blake3 import blake3
 
 from worksnap.errors import ObjectError, shown
-from worksnap.fsio import DirTree
+from worksnap.fsio import DirTree, write_all
 from worksnap.paths import fs_path
 from worksnap.plan import Change, Op, Plan
 
@@ -239,9 +239,7 @@ def _write(
             hasher = blake3(max_threads=blake3.AUTO)
             for chunk in read_object(entry.hash):
                 hasher.update(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view) :]
+                write_all(out, chunk)
             if hasher.hexdigest() != entry.hash:
                 raise ObjectError(entry.hash, "damaged: its bytes do not match its digest")
             os.fchmod(out, entry.mode)

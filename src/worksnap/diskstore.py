@@ -22,6 +22,7 @@ from blake3 import blake3
 from worksnap.diskrecords import SnapshotFiles
 from worksnap.errors import InputError, ObjectError, SnapshotError, StoreError
 from worksnap.frames import MAX_UNPACKED
+from worksnap.fsio import write_all
 from worksnap.hash import SMALL
 from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.objectindex import Finder, ObjectIndex, join_indexes, used_copy
@@ -300,7 +301,7 @@ class DiskStore(SnapshotFiles):
                 try:
                     while chunk := os.read(source, CHUNK):
                         hasher.update(chunk)
-                        _write_all(out, chunk)
+                        write_all(out, chunk)
                     os.fsync(out)
                 finally:
                     os.close(out)
@@ -593,8 +594,3 @@ class DiskStore(SnapshotFiles):
         """Returns the bytes the store takes on disk."""
         return self.files.walk_sizes()
 
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

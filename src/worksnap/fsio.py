@@ -110,6 +110,13 @@ def released_with(owner: object, release: Callable[..., object], *args: Any) -> 
     return release_now
 
 
+def write_all(fd: int, data: bytes | bytearray) -> None:
+    """Writes the whole of `data` (`os.write` may take less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def fsync_dir(path: str) -> None:
     """Makes a rename or unlink inside `path` durable (a directory outside the store)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -152,9 +159,7 @@ def write_atomic(path: str, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -28,7 +28,7 @@ import zstandard
 from blake3 import blake3
 
 from worksnap.frames import CHUNK, msgpack_array
-from worksnap.fsio import released_with
+from worksnap.fsio import released_with, write_all
 from worksnap.hash import SMALL
 from worksnap.layout import STORE_FORMAT
 from worksnap.storedir import MIB, StoreDir
@@ -496,10 +496,7 @@ class PackWriter(PackRows):
 
     def drain(self) -> None:
         """Writes the gathered objects to the pack file."""
-        view = memoryview(self.pending)
-        while view:
-            view = view[os.write(self.fd, view) :]
-        view.release()
+        write_all(self.fd, self.pending)
         self.pending.clear()
 
     def index(self) -> list[bytes]:

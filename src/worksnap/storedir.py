@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from worksnap.errors import InputError, StoreError
-from worksnap.fsio import released_with
+from worksnap.fsio import released_with, write_all
 from worksnap.layout import TEMP_MARK, StorePaths
 from worksnap.paths import relative_to
 
@@ -341,9 +341,7 @@ class StoreDir:
             try:
                 for piece in [data] if isinstance(data, bytes) else data:
                     written += len(piece)
-                    view = memoryview(piece)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    write_all(fd, piece)
                 if durable:
                     os.fsync(fd)
                 os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
@@ -401,9 +399,7 @@ class StoreDir:
         """
         fd = self._open_regular(path, _LOCK | os.O_APPEND, create=True)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
         finally:
             os.close(fd)
 

@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from blake3 import blake3
 
 from worksnap.errors import RemoteError
+from worksnap.fsio import write_all
 from worksnap.layout import TEMP_MARK
 from worksnap.remote.transport import (
     MAX_REF_BYTES,
@@ -302,9 +303,7 @@ class DirectoryTransport:
         except OSError as exc:
             raise self._error(exc, key, "write") from None
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             if self._durable:
                 os.fsync(fd)
         except OSError as exc:
