@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import threading
 from pathlib import Path
 
 import msgspec
@@ -462,3 +463,51 @@ def test_a_merge_leaves_the_merging_workspace_s_memory_standing(tmp_path: Path) 
     other.sync()
     assert other.sync() is False
     other.close()
+
+
+def test_threads_sharing_a_store_read_every_object_while_packs_come_and_go(
+    tmp_path: Path,
+) -> None:
+    # The daemon's reading commands (show, cat, verify...) share one instance between
+    # their threads while its watched workspace publishes packs and merges them: one
+    # reader's reload or closed descriptor made another's object "missing". `limit` 2
+    # descriptors makes every read evict one.
+    writer, reader = DiskStore(str(tmp_path / "s")), DiskStore(str(tmp_path / "s"))
+    writer.create()
+    reader._read_fds = packcodec.OpenPacks(limit=2)
+    rng = random.Random(7)
+    published: list[str] = []
+    text = bytes(rng.getrandbits(8) for _ in range(4000))
+
+    def publish(count: int) -> None:
+        new = []
+        for i in range(count):
+            data = text[: rng.randrange(10, 4000)] + str(i).encode()  # deltas on each other
+            writer.add(digest := hash_bytes(data), data, base=new[-1] if new else None)
+            new.append(digest)
+        writer.flush()
+        published.extend(new)
+
+    for _ in range(30):
+        publish(20)
+    failures: list[str] = []
+
+    def read(seed: int) -> None:
+        pick = random.Random(seed)
+        for _ in range(2000):
+            digest = pick.choice(published)
+            try:
+                reader.read(digest)
+            except ObjectError as exc:
+                failures.append(str(exc))
+
+    readers = [threading.Thread(target=read, args=(seed,)) for seed in range(4)]
+    for thread in readers:
+        thread.start()
+    while any(thread.is_alive() for thread in readers):
+        publish(5)
+        if len(published) % 100 == 0:
+            writer.sweep(None, merge=True)  # moves objects out of the packs being read
+    for thread in readers:
+        thread.join()
+    assert failures == []

@@ -15,6 +15,7 @@ wins over both).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Container, Iterator
 
 from blake3 import blake3
@@ -36,6 +37,7 @@ from worksnap.packcodec import (
     compress,
     decode_rows,
     format_problem,
+    geometric,
     moved,
     rebuild,
     slots,
@@ -55,6 +57,7 @@ a first snapshot's, is left as it is."""
 
 _MAX_INDEX = 256 * MIB  # 80 bytes per object: over 3 million objects in one pack
 _MAX_ROOT = 64 * KIB
+_DAMAGED = "damaged: its bytes do not match its digest"
 
 
 class DiskStore(SnapshotFiles):
@@ -80,6 +83,8 @@ class DiskStore(SnapshotFiles):
         self._recent = Recent()
         self._format_known = False
         self._read_fds = OpenPacks()
+        self._lock = threading.RLock()  # over the index, open packs and recent bases:
+        # the daemon's reading commands share one instance between their threads
         self.added = 0
         """How many new objects this instance has stored."""
         self._generation: bytes | None = None  # what `sync` last read from `generation`
@@ -126,7 +131,8 @@ class DiskStore(SnapshotFiles):
 
     def close(self) -> None:
         """Closes open files; an unpublished pack is removed (see `discard`)."""
-        self._read_fds.close()
+        with self._lock:
+            self._read_fds.close()
         self.discard()
         self.files.close()
 
@@ -153,29 +159,32 @@ class DiskStore(SnapshotFiles):
         return self.paths.loose(digest)
 
     def _load_index(self) -> ObjectIndex:
-        if self._index is None:
-            data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
-            if data is not None and (reason := format_problem(data)) is not None:
-                raise StoreError(self.paths.format, reason)  # a newer worksnap's store
-            damaged: dict[str, str] = {}
-            names = sorted(self.files.listdir(self.paths.packs))
-            packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
-            indexes = {os.path.basename(self.paths.pack_index(p)) for p in packs}
-            if self._indexes - indexes:
-                # A pack read before is gone (a sweep, or moved out as `verify` advises):
-                # the next `sync` must say so, though this listing no longer names it.
-                self._generation = b"\0"
-            self._indexes = indexes
-            self._find = Finder({})  # the old index goes before the new one is made
-            found = [self._read_index(p, damaged) for p in packs]
-            index, self._find = join_indexes(found, prune=bool(damaged))
-            if self._writer is not None:  # its objects, not published yet, are still here
-                for digest in self._writer.digests:
-                    index.add(digest, self._writer)
-                    self._find.added(digest)
-            self._index, self._damaged = index, damaged
-            self._recent.clear()
-        return self._index
+        with self._lock:
+            return self._read_indexes() if self._index is None else self._index
+
+    def _read_indexes(self) -> ObjectIndex:
+        data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
+        if data is not None and (reason := format_problem(data)) is not None:
+            raise StoreError(self.paths.format, reason)  # a newer worksnap's store
+        damaged: dict[str, str] = {}
+        names = sorted(self.files.listdir(self.paths.packs))
+        packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
+        indexes = {os.path.basename(self.paths.pack_index(p)) for p in packs}
+        if self._indexes - indexes:
+            # A pack read before is gone (a sweep, or moved out as `verify` advises):
+            # the next `sync` must say so, though this listing no longer names it.
+            self._generation = b"\0"
+        self._indexes = indexes
+        self._find = Finder({})  # the old index goes before the new one is made
+        found = [self._read_index(p, damaged) for p in packs]
+        index, self._find = join_indexes(found, prune=bool(damaged))
+        if self._writer is not None:  # its objects, not published yet, are still here
+            for digest in self._writer.digests:
+                index.add(digest, self._writer)
+                self._find.added(digest)
+        self._index, self._damaged = index, damaged
+        self._recent.clear()
+        return index
 
     def _read_index(self, pack_name: str, damaged: dict[str, str]) -> tuple[list[str], PackRows]:
         """A pack's index; none (and a note in `damaged`) when it cannot be decoded."""
@@ -211,20 +220,17 @@ class DiskStore(SnapshotFiles):
         ]
 
     def sync(self) -> bool:
-        """Forgets the remembered index if objects may be gone since it was read.
+        """True, and the remembered index forgotten, if objects may be gone since it was read.
 
-        A long-lived instance would otherwise take a swept object for present and record
-        a snapshot that needs it. Call under the store lock. True after a sweep (each
-        writes a new name in `generation`: two in one second may keep inode and mtime), a
-        `discard`, or when a pack index it read is gone (moved out, as `verify` advises).
+        (A sweep or `discard` wrote `generation`, or an index read is gone.) Under the lock.
         """
         generation = self.files.read_optional(self.paths.generation, limit=256)
         gone = self._indexes.difference(self.files.listdir(self.paths.packs))
         if generation == self._generation and not gone:
             return False
-        self._generation = generation
-        self._index = None
-        self._read_fds.close()  # swept packs' space is freed only once no one holds them
+        with self._lock:
+            self._generation, self._index = generation, None
+            self._read_fds.close()  # swept packs' space is freed only once no one holds them
         return True
 
     def indexed(self) -> Container[str]:
@@ -362,33 +368,40 @@ class DiskStore(SnapshotFiles):
             ObjectError: the object is missing, unreadable or damaged (at the end).
         """
         recent = self._recent if recent is None else recent
-        located = self._load_index().get(digest)
-        loose = self._loose_path(digest)
-        if located is None and not self.has(digest):
-            self._index = None  # another process may have published a pack since we looked
-            located = self._load_index().get(digest)
-        hasher = blake3(max_threads=blake3.AUTO)
         try:
-            if located is None:
-                fd = self.files.open_file(loose)
-                try:
-                    while chunk := os.read(fd, CHUNK):
-                        hasher.update(chunk)
-                        yield chunk
-                finally:
-                    os.close(fd)
-            else:
-                data = self._read_packed_again(digest, located, recent)
-                hasher.update(data)
+            with self._lock:
+                data = self._packed(digest, recent)
+            if data is not None:
                 yield data
+                return
+            hasher = blake3(max_threads=blake3.AUTO)
+            fd = self.files.open_file(self._loose_path(digest))
+            try:
+                while chunk := os.read(fd, CHUNK):
+                    hasher.update(chunk)
+                    yield chunk
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             raise ObjectError(digest, self._missing()) from None
         except OSError as exc:
             raise ObjectError(digest, f"unreadable: {exc.strerror}") from None
         if hasher.hexdigest() != digest:
-            raise ObjectError(digest, "damaged: its bytes do not match its digest")
-        if located is not None:
-            recent.put(digest, data)  # the next version may stand on it
+            raise ObjectError(digest, _DAMAGED)
+
+    def _packed(self, digest: str, recent: Recent) -> bytes | None:
+        """A packed object's checked bytes; None when no pack holds it. Under `_lock`."""
+        located = self._load_index().get(digest)
+        if located is None and not self.has(digest):
+            self._index = None  # another process may have published a pack since we looked
+            located = self._load_index().get(digest)
+        if located is None:
+            return None
+        data = self._read_packed_again(digest, located, recent)
+        if blake3(data).hexdigest() != digest:
+            raise ObjectError(digest, _DAMAGED)
+        recent.put(digest, data)  # the next version may stand on it
+        return data
 
     def _read_packed(self, digest: str, slot: Slot, recent: Recent) -> bytes:
         """A packed object's bytes: raw (version 1), or rebuilt from its frame and bases.
@@ -570,11 +583,7 @@ class DiskStore(SnapshotFiles):
         return len(self._indexes)
 
     def _small_packs(self) -> set[str]:
-        """The packs to merge: smallest first, each while at most twice all before it.
-
-        As `git repack --geometric=2`, under `MERGE_BELOW`, none when fewer than two: taking
-        every small pack rewrote the whole history each time (45% of a long session's time).
-        """
+        """The packs to merge (`packcodec.geometric`), of those under `MERGE_BELOW`."""
         self._load_index()  # (the packs it was read from)
         sizes: list[tuple[int, str]] = []
         for name in self._indexes:
@@ -582,15 +591,8 @@ class DiskStore(SnapshotFiles):
             st = self.files.lstat(self.paths.pack(pack_name))
             if st is not None and st.st_size < MERGE_BELOW:
                 sizes.append((st.st_size, pack_name))
-        chosen, total = set[str](), 0
-        for size, pack_name in sorted(sizes):
-            if chosen and size > 2 * total:
-                break
-            chosen.add(pack_name)
-            total += size
-        return chosen if len(chosen) > 1 else set()
+        return geometric(sizes)
 
     def size(self) -> int:
         """Returns the bytes the store takes on disk."""
         return self.files.walk_sizes()
-
