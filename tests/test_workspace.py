@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import os
+import random
+import sys
+import threading
 from pathlib import Path
 
 import msgspec
@@ -595,3 +599,38 @@ def test_a_workspace_dropped_unclosed_releases_its_descriptors(root: Path, watch
         del ws
     gc.collect()
     assert _descriptors() == before
+
+
+def test_reading_commands_sharing_a_workspace_across_threads_never_fail(root: Path) -> None:
+    # The daemon runs show, cat, list, du and verify in threads on one shared workspace
+    # (`daemon.WorkspacePool.open`). Two loads at once evicted the same remembered
+    # manifest ("dictionary changed size", a KeyError). A tiny switch interval makes
+    # the threads interleave at every few bytecodes, as a busy daemon may.
+    ids = []
+    with Workspace(root) as ws:
+        for step in range(12):
+            write(root, f"f{step % 5}", f"step {step}\n")
+            ids.append(ws.snapshot().id)
+    shared = Workspace(root)
+    failures: list[str] = []
+
+    def read(seed: int) -> None:
+        view, pick = copy.copy(shared), random.Random(seed)
+        for _ in range(400):
+            try:
+                view.load(pick.choice(ids))
+            except Exception as exc:  # any failure is the finding
+                failures.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=read, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+        shared.close()
+    assert failures == []

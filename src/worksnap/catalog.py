@@ -11,6 +11,7 @@ stays the API), or, in a store not migrated yet, a format 1 manifest read as it 
 from __future__ import annotations
 
 import builtins
+import threading
 from collections.abc import Hashable
 
 import msgspec
@@ -82,6 +83,7 @@ class Catalog:
         self._total: tuple[str, int] | None = None
         """(root tree, bytes of its files) of the last snapshot saved."""
         self._checked: dict[tuple[str, Hashable], Manifest] = {}
+        self._checked_lock = threading.Lock()
         self.nodes = Nodes(store.read)
         """The tree nodes compared last (the changed count, plans): read and checked once."""
         self.known: Subtrees | None = None
@@ -195,9 +197,10 @@ class Catalog:
             from_trees=record is not None,
         )
         if identity is not None:
-            self._checked[identity] = manifest
-            while len(self._checked) > self._kept:
-                del self._checked[next(iter(self._checked))]
+            with self._checked_lock:  # the daemon's reading commands share it
+                self._checked[identity] = manifest
+                while len(self._checked) > self._kept:
+                    del self._checked[next(iter(self._checked))]
         return manifest
 
     def root_trees(self, ref: str, ref2: str | None, session: str) -> tuple[Digest, Digest] | None:
