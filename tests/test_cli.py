@@ -72,6 +72,19 @@ def test_snapshot_list_show_plan_restore_round_trip(
     assert tree_state(root) == before
 
 
+def test_snapshot_and_begin_take_the_label_as_git_s_dash_m(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "a.txt", "a")
+    snap = run_json(capsys, root, "snapshot", "-m", "before the refactor")
+    begun = run_json(capsys, root, "begin", "-m", "turn 2")
+    assert isinstance(snap, dict) and isinstance(begun, dict)
+    assert (snap["label"], begun["label"]) == ("before the refactor", "turn 2")
+    listed = run_json(capsys, root, "list")
+    assert isinstance(listed, list)
+    assert [s["label"] for s in listed if s["id"] == snap["id"]] == ["before the refactor"]
+
+
 def test_human_plan_output_has_counts(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write(root, "a.txt", "a")
     code, out, _ = run(capsys, "--root", str(root), "snapshot")

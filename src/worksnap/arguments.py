@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="manual",
         help="kind of snapshot, a word (default: manual; worksnap's own kinds are refused)",
     )
-    snap.add_argument("--label", help="a short label (first line kept, at most 200 bytes)")
+    snap.add_argument(
+        "-m", "--label", help="a short label, as git's -m (first line kept, at most 200 bytes)"
+    )
     snap.add_argument(
         "--exclude",
         action="append",
@@ -237,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
         'example: worksnap begin --step 5 --label "$(head -1 prompt.txt)"',
     )
     begin.add_argument("--step", type=_natural, help="agent step number")
-    begin.add_argument("--label", help="a short label (first line kept, at most 200 bytes)")
+    begin.add_argument(
+        "-m", "--label", help="a short label, as git's -m (first line kept, at most 200 bytes)"
+    )
     _add_meta_options(begin)
     capture = command(
         "capture",
