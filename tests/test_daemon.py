@@ -199,11 +199,17 @@ def test_stop_and_idle_timeout_remove_the_socket(tmp_path: Path) -> None:
     assert pid is not None
     _wait_gone(pid)  # checks every few seconds; gone once idle
     assert not sock.exists()
+    log = root / ".worksnap" / "daemon.log"  # each daemon's last line says why it left
+    assert log.read_text().endswith(f"daemon {pid} stopped: idle for 0.5 s\n")
     code, _, _ = cli(root, "daemon", "start")
     assert code == 0
+    second = _pid_or_none(root)
     code, out, _ = cli(root, "daemon", "stop")
     assert (code, out) == (0, "daemon stopped\n")
     assert not sock.exists()
+    assert second is not None
+    _wait_gone(second)
+    assert log.read_text().endswith(f"daemon {second} stopped: asked to (daemon stop)\n")
     assert cli(root, "daemon", "stop")[1] == f"no daemon was running for {root}/.worksnap\n"
     assert cli(root, "daemon", "status")[0] == 1
 
@@ -214,6 +220,7 @@ def test_sigterm_stops_it_cleanly(served: Path) -> None:
     os.kill(pid, signal.SIGTERM)
     _wait_gone(pid)
     assert not (Path(StorePaths(str(served / ".worksnap")).socket)).exists()
+    assert f"daemon {pid} stopped: SIGTERM\n" in (served / ".worksnap" / "daemon.log").read_text()
 
 
 def test_a_daemon_running_other_code_is_bypassed(served: Path) -> None:
