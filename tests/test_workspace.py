@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import copy
+import ctypes
 import gc
+import itertools
 import os
-import random
+import shutil
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -25,6 +29,7 @@ from worksnap import (
 )
 from worksnap.cli import main
 from worksnap.diskstore import DiskStore
+from worksnap.layout import StorePaths
 from worksnap.manifest import encode_manifest
 from worksnap.paths import fs_path
 
@@ -601,36 +606,108 @@ def test_a_workspace_dropped_unclosed_releases_its_descriptors(root: Path, watch
     assert _descriptors() == before
 
 
-def test_reading_commands_sharing_a_workspace_across_threads_never_fail(root: Path) -> None:
-    # The daemon runs show, cat, list, du and verify in threads on one shared workspace
-    # (`daemon.WorkspacePool.open`). Two loads at once evicted the same remembered
-    # manifest ("dictionary changed size", a KeyError). A tiny switch interval makes
-    # the threads interleave at every few bytecodes, as a busy daemon may.
-    ids = []
-    with Workspace(root) as ws:
-        for step in range(12):
-            write(root, f"f{step % 5}", f"step {step}\n")
-            ids.append(ws.snapshot().id)
-    shared = Workspace(root)
+def _in_threads(read: Callable[[Workspace, int], None], shared: Workspace) -> list[str]:
+    """Runs `read(view, seed)` in four threads, each on its own copy of `shared` (as
+    `daemon.WorkspacePool.open` gives reading commands), interleaving every few bytecodes
+    (a tiny switch interval); returns what failed."""
     failures: list[str] = []
 
-    def read(seed: int) -> None:
-        view, pick = copy.copy(shared), random.Random(seed)
-        for _ in range(400):
+    def run(seed: int) -> None:
+        view = copy.copy(shared)
+        for n in range(150):
             try:
-                view.load(pick.choice(ids))
+                read(view, seed + n)
             except Exception as exc:  # any failure is the finding
                 failures.append(repr(exc))
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        threads = [threading.Thread(target=read, args=(seed,)) for seed in range(4)]
+        threads = [threading.Thread(target=run, args=(seed,)) for seed in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
     finally:
         sys.setswitchinterval(interval)
+    return failures
+
+
+def _snapshots(root: Path, count: int) -> list[str]:
+    with Workspace(root) as ws:
+        return [(write(root, f"f{n}", f"{n}\n" * 50), ws.snapshot().id)[1] for n in range(count)]
+
+
+def test_reading_commands_sharing_a_workspace_across_threads_never_fail(root: Path) -> None:
+    # Two loads at once evicted the same remembered manifest ("dictionary changed size",
+    # a KeyError): an error to the client.
+    ids = _snapshots(root, 12)
+    with Workspace(root) as shared:
+        failures = _in_threads(lambda view, n: view.load(ids[n % 12]) and None, shared)
+    assert failures == []
+
+
+def test_a_reading_thread_keeps_its_store_descriptor_through_a_close_or_a_new_store(
+    root: Path, tmp_path: Path
+) -> None:
+    # A store directory replaced (found by `refresh`) or the daemon's `drop_all` after a
+    # failed command closed the store's descriptor under the other reading threads:
+    # "Bad file descriptor", snapshots listed as damaged. Here both happen all along,
+    # the store swapped with an identical copy (RENAME_EXCHANGE: always a sound store).
+    ids = _snapshots(root, 6)
+    store, twin = root / ".worksnap", tmp_path / "twin"
+    shutil.copytree(store, twin, symlinks=True)
+    libc = ctypes.CDLL(None, use_errno=True)
+    stop = threading.Event()
+    shared = Workspace(root)
+
+    def disturb() -> None:
+        while not stop.is_set():
+            assert libc.renameat2(-100, bytes(store), -100, bytes(twin), 2) == 0  # exchange
+            shared.close()
+            time.sleep(0.001)
+
+    def read(view: Workspace, n: int) -> None:
+        assert {s.id for s in view.list()} == set(ids), view.problems
+        assert view.file_bytes(ids[5], "f5")[1] == b"5\n" * 50
+        view.load(ids[n % 6])
+
+    disturber = threading.Thread(target=disturb)
+    disturber.start()
+    try:
+        failures = _in_threads(read, shared)
+    finally:
+        stop.set()
+        disturber.join()
         shared.close()
+    assert failures == []
+
+
+def test_each_reading_thread_is_told_the_problems_of_its_own_listing(root: Path) -> None:
+    # `problems` was the shared catalog's: one thread's `list` read another's. Snapshot
+    # X's record flips between sound and damaged: each listing names X or reports it.
+    ids = _snapshots(root, 6)
+    record = Path(StorePaths(str(root / ".worksnap")).record(ids[2]))
+    good, stop = record.read_bytes(), threading.Event()
+
+    def flip() -> None:
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            flipped = record.with_name(record.name + ".tmp-flip")
+            flipped.write_bytes(b"{damaged" if n % 2 else good)
+            os.replace(flipped, record)
+
+    def read(view: Workspace, n: int) -> None:
+        listed = ids[2] in {s.id for s in view.list()}
+        assert listed != any(ids[2] in line for line in view.problems), view.problems
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        with Workspace(root) as shared:
+            failures = _in_threads(read, shared)
+    finally:
+        stop.set()
+        flipper.join()
     assert failures == []

@@ -73,8 +73,6 @@ class Catalog:
         self._locks = locks
         self._root = root
         self._sessions = sessions
-        self.problems: builtins.list[str] = []
-        """One line for each damaged snapshot the last `list` skipped."""
         self._last_full: tuple[str, str, str] | None = None
         """(session, id, root tree) of the last full snapshot saved."""
         self._basis: tuple[builtins.list[str], tuple[str, str] | None] | None = None
@@ -93,15 +91,19 @@ class Catalog:
     # -- finding --------------------------------------------------------------
 
     def list(self, session: str | None) -> builtins.list[Summary]:
-        """Returns a session's snapshots (None: every session's), newest first.
+        """Returns a session's snapshots (None: every session's), newest first; damaged skipped."""
+        return self.listing(session)[0]
 
-        Damaged snapshots are skipped; `problems` then holds one line for each.
+    def listing(self, session: str | None) -> tuple[builtins.list[Summary], builtins.list[str]]:
+        """`list`, and one line for each damaged snapshot it skipped.
+
+        Nothing is kept here: the daemon's reading threads share a catalog.
         """
-        summaries, self.problems = self._store.summaries()
+        summaries, problems = self._store.summaries()
         if session is not None:
             summaries = [s for s in summaries if s.session == session]
         summaries.sort(key=lambda s: (s.time, s.id), reverse=True)
-        return summaries
+        return summaries, problems
 
     def resolve(self, ref: str, session: str) -> str:
         """Returns the snapshot id a ref names.

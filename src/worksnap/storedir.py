@@ -29,7 +29,6 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from worksnap.errors import InputError, StoreError
 from worksnap.fsio import released_with, write_all
@@ -92,20 +91,22 @@ class StoreDir:
     def __init__(self, directory: str) -> None:
         self.path = directory
         self.paths = StorePaths(directory)
-        self._fd: int | None = None
-        self._identity: tuple[int, int] | None = None
-        self._closer: Callable[[], Any] | None = None
+        self._held: _Held | None = None  # the descriptor and the identity of what it opened
 
     # -- the directory itself --------------------------------------------------
 
-    def _root(self) -> int:
-        """The store's descriptor, opened on first use.
+    def _root(self) -> _Held:
+        """The store's descriptor, opened on first use; hold it while its `fd` is used.
+
+        It is closed once nobody holds it (threads share a StoreDir: `refresh` or `close`
+        in one must not close the descriptor another is reading through).
 
         Raises:
             FileNotFoundError: there is no store (yet).
             StoreError: the store path is not a directory.
         """
-        if self._fd is None:
+        held = self._held
+        if held is None:
             try:
                 fd = os.open(self.path, _DIR)
             except OSError as exc:
@@ -113,9 +114,8 @@ class StoreDir:
                     raise self._wrong(self.path, "a directory") from None
                 raise
             st = os.fstat(fd)
-            self._fd, self._identity = fd, (st.st_dev, st.st_ino)
-            self._closer = released_with(self, os.close, fd)
-        return self._fd
+            held = self._held = _Held(fd, (st.st_dev, st.st_ino))
+        return held
 
     def refresh(self) -> None:
         """Lets go of the descriptor if the store directory was replaced or removed since.
@@ -123,11 +123,12 @@ class StoreDir:
         A long-lived process (the daemon) would otherwise go on writing into a store
         that someone deleted and created anew.
         """
-        if self._fd is None:
+        held = self._held
+        if held is None:
             return
         try:
             st = os.stat(self.path, follow_symlinks=False)
-            same = (st.st_dev, st.st_ino) == self._identity
+            same = (st.st_dev, st.st_ino) == held.identity
         except OSError:
             same = False
         if not same:
@@ -135,9 +136,7 @@ class StoreDir:
 
     def close(self) -> None:
         """Closes the store's descriptor (it is opened again on next use)."""
-        if self._closer is not None:
-            self._closer()
-            self._fd = self._identity = self._closer = None
+        self._held = None  # closed when the last user lets go of it
 
     def _wrong(self, path: str, expected: str) -> StoreError:
         """The error for `path` (which failed to open as `expected`), naming what is there."""
@@ -167,7 +166,8 @@ class StoreDir:
         try:
             if create and not os.path.isdir(self.path):
                 os.makedirs(self.path, exist_ok=True)
-            fd = self._root()
+            held = self._root()
+            fd = held.fd
             for depth, name in enumerate(parts[:-1]):
                 fd = self._open_dir(fd, name, "/".join([self.path, *parts[: depth + 1]]), create)
                 opened.append(fd)
@@ -200,7 +200,8 @@ class StoreDir:
         """
         if path == self.path:
             try:
-                yield self._root()
+                held = self._root()
+                yield held.fd
             except OSError as exc:
                 _name(exc, path)
                 raise
@@ -311,10 +312,10 @@ class StoreDir:
         """The bytes of every file below the store (links are counted, never followed)."""
         total = 0
         try:
-            root = self._root()
+            held = self._root()
         except FileNotFoundError:
             return 0
-        for _, _, files, dir_fd in os.fwalk(".", dir_fd=root, follow_symlinks=False):
+        for _, _, files, dir_fd in os.fwalk(".", dir_fd=held.fd, follow_symlinks=False):
             for name in files:
                 with contextlib.suppress(OSError):
                     total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
@@ -459,6 +460,16 @@ class StoreDir:
     def new_name(self) -> str:
         """A fresh random name for a file this process alone writes (a pack)."""
         return secrets.token_hex(8)
+
+
+class _Held:
+    """An open descriptor of the store directory, closed when no one holds it any more."""
+
+    __slots__ = ("__weakref__", "fd", "identity")
+
+    def __init__(self, fd: int, identity: tuple[int, int]) -> None:
+        self.fd, self.identity = fd, identity
+        released_with(self, os.close, fd)
 
 
 def resolve_store(root: str, store: str) -> tuple[str, set[str]]:

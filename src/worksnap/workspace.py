@@ -154,6 +154,7 @@ class Workspace:
         self.warnings: builtins.list[str] = []
         """Problems the last snapshot met after it was stored (its retention); it stands."""
         self.session = check_session_name(session)
+        self._problems: builtins.list[str] = []  # the view's own (the daemon copies it)
         # Resolved once: every later access goes through the descriptor of this directory.
         real_store, self._taken = resolve_store(self.root, os.path.abspath(self.store_dir))
         self._store_rel = relative_to(self.root, real_store)
@@ -225,7 +226,7 @@ class Workspace:
     @property
     def problems(self) -> builtins.list[str]:
         """One line for each damaged snapshot the last `list` skipped."""
-        return self._catalog.problems
+        return self._problems
 
     @property
     def watching(self) -> bool:
@@ -400,7 +401,8 @@ class Workspace:
 
         Damaged snapshots are skipped; `problems` then holds one line for each.
         """
-        return self._catalog.list(None if all_sessions else self.session)
+        summaries, self._problems = self._catalog.listing(None if all_sessions else self.session)
+        return summaries
 
     def resolve(self, ref: str) -> str:
         """Returns the snapshot id a ref names (see `catalog.Catalog.resolve`).
