@@ -332,11 +332,15 @@ class Catalog:
         problems = self._store.problems()  # damage that commands work around (pack indexes)
         ids = [self.resolve(ref, session)] if ref is not None else self._store.ids()
         loaded: builtins.list[Manifest] = []
+        found: builtins.list[tuple[str, str]] = []  # (snapshot, problem)
         for snapshot_id in ids:
             try:
                 loaded.append(self.load(snapshot_id, session))
             except ManifestError as exc:
-                problems.append(str(exc))
+                found.append((snapshot_id, str(exc)))
+            except InputError:
+                if ref is not None:
+                    raise  # else a gc removed it since it was listed
         needed = list(dict.fromkeys(e.hash for m in loaded for e in m.entries if e.hash))
         checked: dict[str, str | None] = {}
         for done, digest in enumerate(needed, 1):
@@ -347,12 +351,16 @@ class Catalog:
                 checked[digest] = exc.reason
             if report is not None and (done % _VERIFY_REPORT_EVERY == 0 or done == len(needed)):
                 report("verify", done, len(needed))
-        for manifest in loaded:
-            for entry in manifest.entries:
-                reason = checked.get(entry.hash) if entry.hash else None
-                if reason is not None:
-                    problems.append(f"{manifest.id}: {entry.path}: object {entry.hash} {reason}")
-        return problems
+        found += [
+            (m.id, f"{m.id}: {e.path}: object {e.hash} {reason}")
+            for m in loaded
+            for e in m.entries
+            if e.hash and (reason := checked.get(e.hash)) is not None
+        ]
+        if found and ref is None:  # a gc may have removed a snapshot (and its objects) since
+            stored = set(self._store.ids())
+            found = [(snapshot_id, line) for snapshot_id, line in found if snapshot_id in stored]
+        return problems + [line for _, line in found]
 
     # -- saving ---------------------------------------------------------------
 
