@@ -7,6 +7,7 @@ import os
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -511,3 +512,28 @@ def test_threads_sharing_a_store_read_every_object_while_packs_come_and_go(
     for thread in readers:
         thread.join()
     assert failures == []
+
+
+def test_a_reader_finds_objects_moved_by_merges_while_it_reads_the_indexes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sweep removes a pack's index after publishing the pack its live objects moved
+    # to. A reader listing the indexes, then reading them, lost every object of one that
+    # went in between; twice in a row (two sweeps, two reloads) and a sound object was
+    # "missing from the store".
+    writer, reader = DiskStore(str(tmp_path / "s")), DiskStore(str(tmp_path / "s"))
+    writer.create()
+    kept = [writer.add(d := hash_bytes(b"kept %d" % n), b"kept %d" % n) and d for n in range(3)]
+    dead = [writer.add(d := hash_bytes(b"dead %d" % n), b"dead %d" % n) and d for n in range(2)]
+    writer.flush()
+    sweeps = [set(kept) | {dead[1]}, set(kept)]  # each rewrites the pack of `kept`
+    read = reader.files.read
+
+    def read_then_sweep(path: str, **kwargs: Any) -> bytes:
+        if path.endswith(".idx") and sweeps:
+            writer.sweep(sweeps.pop(0))  # the listing just made names the old pack
+        return read(path, **kwargs)
+
+    monkeypatch.setattr(reader.files, "read", read_then_sweep)
+    assert reader.read(kept[0]) == b"kept 0"
+    assert sweeps == []  # both sweeps ran while the reader read the indexes

@@ -166,18 +166,21 @@ class DiskStore(SnapshotFiles):
         data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
         if data is not None and (reason := format_problem(data)) is not None:
             raise StoreError(self.paths.format, reason)  # a newer worksnap's store
-        damaged: dict[str, str] = {}
-        names = sorted(self.files.listdir(self.paths.packs))
-        packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
+        self._find = Finder({})  # the old index goes before the new one is made
+        for _ in range(16):  # a merge removed an index listed (its objects are in a new one)
+            damaged: dict[str, str] = {}
+            names = sorted(self.files.listdir(self.paths.packs))
+            packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
+            read = [self._read_index(p, damaged) for p in packs]
+            if None not in read:
+                break
         indexes = {os.path.basename(self.paths.pack_index(p)) for p in packs}
         if self._indexes - indexes:
             # A pack read before is gone (a sweep, or moved out as `verify` advises):
             # the next `sync` must say so, though this listing no longer names it.
             self._generation = b"\0"
         self._indexes = indexes
-        self._find = Finder({})  # the old index goes before the new one is made
-        found = [self._read_index(p, damaged) for p in packs]
-        index, self._find = join_indexes(found, prune=bool(damaged))
+        index, self._find = join_indexes([r for r in read if r], prune=bool(damaged))
         if self._writer is not None:  # its objects, not published yet, are still here
             for digest in self._writer.digests:
                 index.add(digest, self._writer)
@@ -186,16 +189,15 @@ class DiskStore(SnapshotFiles):
         self._recent.clear()
         return index
 
-    def _read_index(self, pack_name: str, damaged: dict[str, str]) -> tuple[list[str], PackRows]:
-        """A pack's index; none (and a note in `damaged`) when it cannot be decoded."""
-        path = self.paths.pack_index(pack_name)
+    def _read_index(self, name: str, damaged: dict[str, str]) -> tuple[list[str], PackRows] | None:
+        """A pack's index; empty (and a note in `damaged`) if damaged; None if swept since."""
         try:
-            return decode_rows(self.files.read(path, limit=_MAX_INDEX), pack_name)
+            return decode_rows(self.files.read(self.paths.pack_index(name), limit=_MAX_INDEX), name)
         except FileNotFoundError:
-            pass  # swept by a gc since the listing
+            return None
         except ValueError as exc:
-            damaged[pack_name] = str(exc)
-        return [], PackRows(pack_name, framed=True)
+            damaged[name] = str(exc)
+        return [], PackRows(name, framed=True)
 
     def _readable(self, digest: str) -> bytes | None:
         """An object's checked bytes, or None if it cannot be read."""
@@ -523,7 +525,7 @@ class DiskStore(SnapshotFiles):
             if kind == "index" and pack_name not in self._damaged:
                 if live is None and pack_name not in small:
                     continue  # a merge reads only the packs it merges
-                records = slots(*self._read_index(pack_name, {}))
+                records = slots(*rows) if (rows := self._read_index(pack_name, {})) else []
                 # A copy the index does not read (a twin, see join_indexes) goes.
                 unused = any(not used_copy(index, d, s) for d, s in records)
                 gone = any(not kept(d) or d in orphans for d, _ in records)
