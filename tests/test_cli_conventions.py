@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import io
 import json
 import os
 import pty
@@ -13,6 +14,7 @@ import select
 import shutil
 import subprocess
 import sys
+import threading
 from importlib.metadata import version
 from pathlib import Path
 
@@ -398,3 +400,49 @@ def test_the_kept_parser_reads_the_session_from_each_commands_environment(
     assert parse(["list", "--session", "after"]).session == "after"
     monkeypatch.delenv("WORKSNAP_SESSION")
     assert parse(["list"]).session == "default"
+
+
+def test_a_command_s_progress_line_is_its_own_in_the_daemon_s_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The daemon runs commands in threads, each writing to its client's terminal. A
+    # `list` starting while a snapshot showed progress reset the one shared progress
+    # state: the snapshot's result came glued to "hashing 5/10".
+    from worksnap.clientctx import Context
+    from worksnap.output import PROGRESS, say
+    from worksnap.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    context, snapshot_err, list_err = Context(), Terminal(), Terminal()
+    for name in ("stdin", "stdout", "stderr"):
+        monkeypatch.setattr(sys, name, getattr(sys, name))  # put back afterwards
+    monkeypatch.setattr(os, "environ", os.environ)
+    context.install()
+    drawn, listed = threading.Event(), threading.Event()
+
+    def snapshot() -> None:
+        context.streams[1].use(snapshot_err)
+        context.streams[2].use(snapshot_err)
+        PROGRESS.reporter(True)(Progress("hash", 5, 10))
+        drawn.set()
+        listed.wait()
+        say("snapshot 1234abcd stored")
+
+    def list_command() -> None:
+        context.streams[1].use(list_err)
+        context.streams[2].use(list_err)
+        drawn.wait()
+        PROGRESS.reporter(False)  # what opening its workspace does
+        PROGRESS.clear()  # and its end
+        listed.set()
+
+    threads = [threading.Thread(target=snapshot), threading.Thread(target=list_command)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert snapshot_err.getvalue() == "\r\x1b[Khashing 5/10\r\x1b[Ksnapshot 1234abcd stored\n"
+    assert list_err.getvalue() == ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -102,10 +103,12 @@ def warn(message: str) -> None:
     print(f"worksnap: {message}", file=sys.stderr)
 
 
-class ProgressLine:
+class ProgressLine(threading.local):
     """Progress on stderr, only on a terminal: one line, redrawn at most ten times a second.
 
     It is cleared (`clear`) before anything else is printed, so no result is glued to it.
+    Its state is each thread's: the daemon runs commands in threads, each with its own
+    stderr (`clientctx`).
     """
 
     def __init__(self) -> None:
@@ -156,7 +159,7 @@ class ProgressLine:
 
 
 PROGRESS = ProgressLine()
-"""The one progress line of this process (commands run one at a time, also in the daemon)."""
+"""The progress line of this thread's command."""
 
 if TYPE_CHECKING:
     from collections.abc import Callable
