@@ -338,6 +338,32 @@ def test_a_client_that_went_away_interrupts_its_command() -> None:
     pool._interruptible(None)("no client: nothing to check")
 
 
+def test_a_reading_command_has_its_own_progress_and_stops_when_its_client_goes(
+    tmp_path: Path,
+) -> None:
+    # Reading commands share one workspace; each had no progress at all (a forwarded
+    # verify of a big store showed none) and ran on to its end after Ctrl-C.
+    root = tmp_path / "ws"
+    write(root, "a", "a")
+    assert direct(root, "snapshot")[0] == 0
+    pool = daemon.WorkspacePool()
+    ours, theirs = socket.socketpair()
+    first: list[object] = []
+    second: list[object] = []
+    with ours:
+        pool.start_command("verify", ours)
+        view = pool.open(str(root), None, {"session": "default", "progress": first.append})
+        pool.start_command("verify", None)
+        other = pool.open(str(root), None, {"session": "other", "progress": second.append})
+        assert (view.verify(), other.verify()) == ([], [])
+        assert len(first) == len(second) == 1  # each told of its own verify only
+        theirs.close()  # Ctrl-C killed the first one's client
+        with pytest.raises(KeyboardInterrupt):
+            view.verify()
+        assert other.verify() == []
+    pool.drop_all()
+
+
 def test_a_daemon_of_another_user_is_never_used(served: Path) -> None:
     store = str(served / ".worksnap")
     assert client.request(store, "status") is not None

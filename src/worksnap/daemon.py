@@ -28,7 +28,6 @@ Imported only where the daemon is started or served; clients import client.py.
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import os
 import signal
@@ -189,9 +188,9 @@ class WorkspacePool:
     def open(self, root: str, store: str | None, options: dict[str, Any]) -> Workspace:
         """The workspace for these options (opened and watched on first use), for this command.
 
-        A command that only reads gets a view with its own session of an unwatched
-        workspace shared by all such commands; any other gets the watched workspace
-        to itself until it ends.
+        A command that only reads gets a view (its own session, progress and problems) of
+        an unwatched workspace shared by all such commands; any other gets the watched
+        workspace to itself until it ends.
         """
         from worksnap.workspace import Workspace
 
@@ -214,9 +213,7 @@ class WorkspacePool:
                 if shared is None:
                     shared = Workspace(root, store=store, session=session, **options)
                     self.readers[key] = shared
-                view = copy.copy(shared)  # the same engine; only the session is this command's
-                view.session = session
-                return view
+                return shared.view(session=session, progress=self._interruptible(progress))
             ws = self.workspaces.pop(key, None)
             if ws is None:
                 ws = Workspace(root, store=store, watch=True, session=session, **options)

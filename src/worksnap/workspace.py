@@ -16,6 +16,7 @@ the scan, the read-ahead, the applier, the store; and the racy margin.
 from __future__ import annotations
 
 import builtins
+import copy
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -154,7 +155,8 @@ class Workspace:
         self.warnings: builtins.list[str] = []
         """Problems the last snapshot met after it was stored (its retention); it stands."""
         self.session = check_session_name(session)
-        self._problems: builtins.list[str] = []  # the view's own (the daemon copies it)
+        self.problems: builtins.list[str] = []
+        """One line for each damaged snapshot the last `list` skipped."""
         # Resolved once: every later access goes through the descriptor of this directory.
         real_store, self._taken = resolve_store(self.root, os.path.abspath(self.store_dir))
         self._store_rel = relative_to(self.root, real_store)
@@ -224,11 +226,6 @@ class Workspace:
         self._reporter.callback = callback
 
     @property
-    def problems(self) -> builtins.list[str]:
-        """One line for each damaged snapshot the last `list` skipped."""
-        return self._problems
-
-    @property
     def watching(self) -> bool:
         """True while an inotify watch is kept (asked for with `watch=True`, and available)."""
         return self._capture.watching
@@ -249,6 +246,12 @@ class Workspace:
         """Points a long-lived workspace at another session and progress callback."""
         self.session = check_session_name(session)
         self.progress = progress
+
+    def view(self, *, session: str, progress: Callable[[Progress], None] | None) -> Workspace:
+        """This engine with its own session, progress and `problems` (a reading thread's)."""
+        view = copy.copy(self)
+        view.session, view._reporter = check_session_name(session), Reporter(progress)
+        return view
 
     def close(self) -> None:
         """Stores the caches, releases open files and the watcher; may be used again after."""
@@ -397,11 +400,8 @@ class Workspace:
     # -- reading snapshots ---------------------------------------------------
 
     def list(self, *, all_sessions: bool = False) -> builtins.list[Summary]:
-        """Returns this session's snapshots (or every session's), newest first.
-
-        Damaged snapshots are skipped; `problems` then holds one line for each.
-        """
-        summaries, self._problems = self._catalog.listing(None if all_sessions else self.session)
+        """Returns this session's (or every session's) snapshots, newest first; see `problems`."""
+        summaries, self.problems = self._catalog.listing(None if all_sessions else self.session)
         return summaries
 
     def resolve(self, ref: str) -> str:
