@@ -339,7 +339,7 @@ class Catalog:
             except ManifestError as exc:
                 found.append((snapshot_id, str(exc)))
             except InputError:
-                if ref is not None:
+                if ref is not None or snapshot_id in self._store.ids():
                     raise  # else a gc removed it since it was listed
         needed = list(dict.fromkeys(e.hash for m in loaded for e in m.entries if e.hash))
         checked: dict[str, str | None] = {}

@@ -24,7 +24,7 @@ from worksnap.diskrecords import SnapshotFiles
 from worksnap.errors import InputError, ObjectError, SnapshotError, StoreError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.fsio import write_all
-from worksnap.hash import SMALL
+from worksnap.hash import SMALL, hash_bytes
 from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.objectindex import Finder, ObjectIndex, join_indexes, used_copy
 from worksnap.packcodec import (
@@ -400,7 +400,7 @@ class DiskStore(SnapshotFiles):
         if located is None:
             return None
         data = self._read_packed_again(digest, located, recent)
-        if blake3(data).hexdigest() != digest:
+        if hash_bytes(data) != digest:
             raise ObjectError(digest, _DAMAGED)
         recent.put(digest, data)  # the next version may stand on it
         return data
