@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import gc
 import itertools
@@ -607,14 +606,14 @@ def test_a_workspace_dropped_unclosed_releases_its_descriptors(root: Path, watch
     assert _descriptors() == before
 
 
-def _in_threads(read: Callable[[Workspace, int], None], shared: Workspace) -> list[str]:
-    """Runs `read(view, seed)` in four threads, each on its own copy of `shared` (as
+def _in_threads(read: Callable[[Workspace, int], object], shared: Workspace) -> list[str]:
+    """Runs `read(view, seed)` in four threads, each on its own `shared.view` (what
     `daemon.WorkspacePool.open` gives reading commands), interleaving every few bytecodes
     (a tiny switch interval); returns what failed."""
     failures: list[str] = []
 
     def run(seed: int) -> None:
-        view = copy.copy(shared)
+        view = shared.view(session="default", progress=None)
         for n in range(150):
             try:
                 read(view, seed + n)
@@ -635,8 +634,12 @@ def _in_threads(read: Callable[[Workspace, int], None], shared: Workspace) -> li
 
 
 def _snapshots(root: Path, count: int) -> list[str]:
+    ids = []
     with Workspace(root) as ws:
-        return [(write(root, f"f{n}", f"{n}\n" * 50), ws.snapshot().id)[1] for n in range(count)]
+        for n in range(count):
+            write(root, f"f{n}", f"{n}\n" * 50)
+            ids.append(ws.snapshot().id)
+    return ids
 
 
 def test_reading_commands_sharing_a_workspace_across_threads_never_fail(root: Path) -> None:
@@ -644,7 +647,7 @@ def test_reading_commands_sharing_a_workspace_across_threads_never_fail(root: Pa
     # a KeyError): an error to the client.
     ids = _snapshots(root, 12)
     with Workspace(root) as shared:
-        failures = _in_threads(lambda view, n: view.load(ids[n % 12]) and None, shared)
+        failures = _in_threads(lambda view, n: view.load(ids[n % 12]), shared)
     assert failures == []
 
 
@@ -659,13 +662,14 @@ def test_a_reading_thread_keeps_its_store_descriptor_through_a_close_or_a_new_st
     store, twin = root / ".worksnap", tmp_path / "twin"
     shutil.copytree(store, twin, symlinks=True)
     libc = ctypes.CDLL(None, use_errno=True)
-    stop = threading.Event()
+    stop, swaps = threading.Event(), []
     shared = Workspace(root)
 
     def disturb() -> None:
         while not stop.is_set():
             assert libc.renameat2(-100, bytes(store), -100, bytes(twin), 2) == 0  # exchange
             shared.close()
+            swaps.append(1)
             time.sleep(0.001)
 
     def read(view: Workspace, n: int) -> None:
@@ -682,6 +686,7 @@ def test_a_reading_thread_keeps_its_store_descriptor_through_a_close_or_a_new_st
         disturber.join()
         shared.close()
     assert failures == []
+    assert len(swaps) > 10  # the store was swapped and closed all along (not failed at once)
 
 
 def test_each_reading_thread_is_told_the_problems_of_its_own_listing(root: Path) -> None:
@@ -689,7 +694,7 @@ def test_each_reading_thread_is_told_the_problems_of_its_own_listing(root: Path)
     # X's record flips between sound and damaged: each listing names X or reports it.
     ids = _snapshots(root, 6)
     record = Path(StorePaths(str(root / ".worksnap")).record(ids[2]))
-    good, stop = record.read_bytes(), threading.Event()
+    good, stop, flips = record.read_bytes(), threading.Event(), []
 
     def flip() -> None:
         for n in itertools.count():
@@ -698,6 +703,7 @@ def test_each_reading_thread_is_told_the_problems_of_its_own_listing(root: Path)
             flipped = record.with_name(record.name + ".tmp-flip")
             flipped.write_bytes(b"{damaged" if n % 2 else good)
             os.replace(flipped, record)
+            flips.append(n)
 
     def read(view: Workspace, n: int) -> None:
         listed = ids[2] in {s.id for s in view.list()}
@@ -712,6 +718,7 @@ def test_each_reading_thread_is_told_the_problems_of_its_own_listing(root: Path)
         stop.set()
         flipper.join()
     assert failures == []
+    assert len(flips) > 10  # the record flipped all along
 
 
 @pytest.mark.parametrize("gc_before", ["load", "check"])
