@@ -83,8 +83,7 @@ class DiskStore(SnapshotFiles):
         self._recent = Recent()
         self._format_known = False
         self._read_fds = OpenPacks()
-        self._lock = threading.RLock()  # over the index, open packs and recent bases:
-        # the daemon's reading commands share one instance between their threads
+        self._lock = threading.RLock()  # the index, packs, bases: reading threads share them
         self.added = 0
         """How many new objects this instance has stored."""
         self._generation: bytes | None = None  # what `sync` last read from `generation`
@@ -419,17 +418,18 @@ class DiskStore(SnapshotFiles):
             raise ObjectError(digest, str(exc)) from None
 
     def _read_packed_again(self, digest: str, slot: Slot, recent: Recent) -> bytes:
-        """`_read_packed`, again with the index read anew if a pack has gone since."""
-        # (A gc or merge moved its objects: a long-lived reader must find them there.)
-        try:
-            return self._read_packed(digest, slot, recent)
-        except FileNotFoundError:
-            self._index = None
-            self._read_fds.close()
-            again = self._load_index().get(digest)
-            if again is None:
-                raise
-            return self._read_packed(digest, again, recent)
+        """`_read_packed`, with the index read anew while a pack it names is gone (moved on)."""
+        for _ in range(16):  # a merge in progress may list a copy in a pack it removes next
+            try:
+                return self._read_packed(digest, slot, recent)
+            except FileNotFoundError:
+                self._index = None
+                self._read_fds.close()
+                found = self._load_index().get(digest)
+                if found is None:
+                    raise
+                slot = found
+        return self._read_packed(digest, slot, recent)
 
     def _stored(self, slot: Slot) -> bytes:
         if self._writer is not None and slot.pack == self._writer.name:
