@@ -111,10 +111,17 @@ def released_with(owner: object, release: Callable[..., object], *args: Any) -> 
 
 
 def write_all(fd: int, data: bytes | bytearray) -> None:
-    """Writes the whole of `data` (`os.write` may take less than it is given)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    """Writes the whole of `data` (`os.write` may take less than it is given).
+
+    The views are released on the way out, even when `os.write` raises: a frame kept
+    by a traceback (or a profiler) would otherwise keep `data` exported, and a
+    bytearray could not be resized again (BufferError).
+    """
+    with memoryview(data) as whole:
+        done = 0
+        while done < len(whole):
+            with whole[done:] as rest:
+                done += os.write(fd, rest)
 
 
 def fsync_dir(path: str) -> None:

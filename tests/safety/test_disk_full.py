@@ -8,6 +8,7 @@ pack another snapshot is still writing is not.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from worksnap import Workspace
 from worksnap.diskstore import DiskStore
+from worksnap.fsio import write_all
 from worksnap.hash import hash_bytes
 from worksnap.layout import StorePaths
 
@@ -201,3 +203,23 @@ def test_a_restore_that_fills_the_disk_rolls_back(tmp_path: Path) -> None:
         assert (root / "notes.txt").read_text() == "notes\n"
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_write_that_fills_the_disk_leaves_its_buffer_free_to_change(small_store: Path) -> None:
+    """A pack writer's buffer is a bytearray: `write_all` must not keep it exported after a
+    failure. The OSError's traceback keeps `write_all`'s frame, and its views with it;
+    resizing the buffer (the writer's next append or its clear) then raised BufferError
+    instead of going on or reporting the full disk."""
+    small_store.mkdir()
+    pending = bytearray(os.urandom(6 * 1024 * 1024))  # more than the 4 MiB tmpfs holds
+    fd = os.open(small_store / "pack", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="No space left") as failed:
+            write_all(fd, pending)
+    finally:
+        os.close(fd)
+    assert failed.value.errno == errno.ENOSPC
+    assert failed.value.__traceback__ is not None  # the frames are still held here
+    pending.clear()
+    pending += b"next"
+    assert pending == b"next"
