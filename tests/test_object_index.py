@@ -7,17 +7,20 @@ object's Slot on their own (its frame compressed again, offsets added up) and co
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from worksnap.diskstore import DiskStore
 from worksnap.hash import hash_bytes
-from worksnap.objectindex import ObjectIndex
+from worksnap.objectindex import ObjectIndex, join_indexes
 from worksnap.packcodec import (
     BASE_PREFIX,
     PACK_TAG,
     PACK_VERSION,
+    PackRows,
     PackWriter,
     Recent,
     Slot,
@@ -148,7 +151,7 @@ def test_objects_read_back_in_the_writing_process(tmp_path: Path) -> None:
 
 
 def test_a_base_prefix_finds_an_object_of_the_pack_being_written(tmp_path: Path) -> None:
-    """A Finder sorted before the objects were written still finds them by prefix."""
+    """A Finder that resolved its prefixes before the objects were written still finds them."""
     store = _store(tmp_path)
     old = Expected(store)
     first = os.urandom(5000)
@@ -157,8 +160,8 @@ def test_a_base_prefix_finds_an_object_of_the_pack_being_written(tmp_path: Path)
     store.flush()
     store.close()
     store = DiskStore(str(tmp_path / "s"))
-    assert store.read(second) == old.blobs[second]  # its base by prefix: the digests sorted
-    assert store._find._sorted is not None
+    assert store.read(second) == old.blobs[second]  # its base by prefix: prefixes resolved
+    assert store._find._found is not None
     new = Expected(store)
     digests = _fill(new, count=6)
     for digest in digests:
@@ -195,3 +198,66 @@ def test_a_long_lived_store_answers_for_every_pack_it_wrote(tmp_path: Path) -> N
     }
     fresh.close()
     store.close()
+
+
+def _random_packs(rng: random.Random) -> list[tuple[list[str], PackRows]]:
+    """Pack indexes as read back: twins across and within packs, digests sharing a base
+    prefix (a damaged or hostile store), bases named by prefix, some of them missing."""
+    made: list[str] = []
+    packs = []
+    for number in range(rng.randint(1, 5)):
+        rows, digests = PackRows(f"pack{number}", framed=True), []
+        for row in range(rng.randint(0, 50)):
+            if made and rng.random() < 0.15:
+                digest = rng.choice(made)  # a twin
+            elif made and rng.random() < 0.1:
+                digest = rng.choice(made)[: 2 * BASE_PREFIX] + rng.randbytes(16).hex()
+            else:
+                digest = rng.randbytes(32).hex()
+            if made and rng.random() < 0.4:
+                rows.bases[row] = rng.choice(made)[: 2 * BASE_PREFIX]
+            elif rng.random() < 0.05:
+                rows.bases[row] = rng.randbytes(BASE_PREFIX).hex()  # packed nowhere
+            rows.offsets.append(7 * row)
+            rows.stored.append(7)
+            rows.raw.append(9)
+            digests.append(digest)
+            made.append(digest)
+        packs.append((digests, rows))
+    return packs
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_finder_answers_each_prefix_as_a_look_through_every_digest_would(seed: int) -> None:
+    """`Finder` resolves the prefixes the entries name in one pass: the obvious answer is
+    every digest beginning with the prefix (none, one, or more: refused)."""
+    rng = random.Random(seed)
+    packs = _random_packs(rng)
+    index, find = join_indexes(packs)
+    digests = list(index)
+    asked = [base for _, rows in packs for base in rows.bases.values()]
+    asked += [d[: 2 * BASE_PREFIX] for d in rng.sample(digests, min(5, len(digests)))]
+    asked += [rng.randbytes(BASE_PREFIX).hex() for _ in range(3)]
+    rng.shuffle(asked)
+    for key in asked + digests:
+        holding = [d for d in digests if d.startswith(key)]
+        if len(holding) > 1:
+            with pytest.raises(ValueError, match="more than one object"):
+                find(key)
+        else:
+            assert find(key) == (None if not holding else (holding[0], index[holding[0]]))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_packs_joined_in_one_update_read_the_copies_the_loop_chooses(seed: int) -> None:
+    """A pack without twins is joined in one `dict.update`; the loop, one digest at a time,
+    is the obvious version: same copy of every object, twins (across or within packs,
+    their chains whole or broken: a base packed nowhere) and the pruned index alike."""
+    packs = _random_packs(random.Random(seed))
+
+    def places(prune: bool, at_once: bool) -> dict[str, tuple[str, int]]:
+        index, _ = join_indexes(packs, prune=prune, at_once=at_once)
+        return {d: (index[d].pack, index[d].offset) for d in index}
+
+    for prune in (False, True):
+        assert places(prune, at_once=True) == places(prune, at_once=False)

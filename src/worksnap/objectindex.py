@@ -9,8 +9,9 @@ one index of every pack's; `used_copy` says which copy of an object it reads.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Iterator, KeysView, Mapping
+from itertools import compress
+from operator import itemgetter
 from typing import TypeVar, overload
 
 from worksnap.packcodec import BASE_PREFIX, PackRows, PackWriter, Slot, sound_chain
@@ -19,18 +20,21 @@ from worksnap.packcodec import BASE_PREFIX, PackRows, PackWriter, Slot, sound_ch
 class Finder:
     """Finds packed objects by digest, or by the prefix an index entry names its base by.
 
-    The digests are sorted once, when a prefix is first asked for (47k digests: 8 ms);
-    objects added after that are remembered beside them.
+    The prefixes are resolved all at once, when one is first asked for: one pass over the
+    digests keeps those whose first half an entry of `packs` names (200k digests: 16 ms;
+    sorting them all took 54). A prefix no entry names (none is asked for today) costs a
+    pass of its own. Objects added after that are remembered beside them.
     """
 
-    def __init__(self, index: Mapping[str, Slot]) -> None:
+    def __init__(self, index: Mapping[str, Slot], packs: Iterable[PackRows] = ()) -> None:
         self._index = index
-        self._sorted: list[str] | None = None
+        self._packs = packs
+        self._found: dict[str, list[str]] | None = None  # prefix -> digests holding it
         self._added: dict[str, list[str]] = {}
 
     def added(self, digest: str) -> None:
         """Takes note of an object added to the index since it was loaded."""
-        if self._sorted is not None:
+        if self._found is not None:
             self._added.setdefault(digest[: 2 * BASE_PREFIX], []).append(digest)
 
     def __call__(self, key: str) -> tuple[str, Slot] | None:
@@ -42,13 +46,12 @@ class Finder:
         if len(key) != 2 * BASE_PREFIX:
             slot = self._index.get(key)
             return None if slot is None else (key, slot)
-        if self._sorted is None:
-            self._sorted = sorted(self._index)
-        found = set(self._added.get(key, ()))
-        at = bisect.bisect_left(self._sorted, key)
-        while at < len(self._sorted) and self._sorted[at].startswith(key):
-            found.add(self._sorted[at])
-            at += 1
+        if self._found is None:
+            wanted = {base for rows in self._packs for base in rows.bases.values()}
+            self._found = _holding(self._index.keys(), wanted)
+        if (held := self._found.get(key)) is None:
+            held = self._found[key] = [d for d in self._index if d.startswith(key)]
+        found = {*held, *self._added.get(key, ())}
         if len(found) > 1:
             raise ValueError(f"its base prefix {key} names more than one object")
         return (digest := found.pop(), self._index[digest]) if found else None
@@ -62,8 +65,18 @@ class Finder:
         return None if found is None else found[0]
 
 
+def _holding(digests: Iterable[str], prefixes: set[str]) -> dict[str, list[str]]:
+    """The digests that begin with each of `prefixes` (hex, `BASE_PREFIX` bytes)."""
+    found: dict[str, list[str]] = {prefix: [] for prefix in prefixes}
+    keys = list(digests)
+    first_half = map(itemgetter(slice(0, 2 * BASE_PREFIX)), keys)
+    for digest in compress(keys, map(prefixes.__contains__, first_half)):  # at C speed
+        found[digest[: 2 * BASE_PREFIX]].append(digest)
+    return found
+
+
 def join_indexes(
-    indexes: Iterable[tuple[list[str], PackRows]], *, prune: bool = False
+    indexes: Iterable[tuple[list[str], PackRows]], *, prune: bool = False, at_once: bool = True
 ) -> tuple[ObjectIndex, Finder]:
     """The packs' indexes as one, and its Finder; of an object's twins, one that reads.
 
@@ -73,6 +86,9 @@ def join_indexes(
 
     `prune` (a pack index is damaged): objects whose chain is not whole are left out,
     so that a snapshot stores again what is on disk instead of naming them.
+
+    `at_once` False joins every pack one digest at a time: the obvious version of the
+    same answer, which tests hold `_joined_at_once` to.
     """
     entries: dict[str, int | PackWriter] = {}
     packs: list[PackRows] = []
@@ -81,12 +97,14 @@ def join_indexes(
     for digests, rows in indexes:
         pack = len(packs) << _ROW_BITS
         packs.append(rows)
+        if at_once and _joined_at_once(entries, digests, pack):
+            continue
         for row, digest in enumerate(digests):
             if (was := entries.get(digest)) is not None:
                 assert not isinstance(was, PackWriter)  # none is written yet
                 twins.setdefault(digest, [was]).append(pack | row)
             entries[digest] = pack | row
-    find = Finder(index)
+    find = Finder(index, packs)
     for _ in range(2):  # a twin's chain may go through another twin
         for digest, places in twins.items():
             for place in reversed(places):
@@ -98,8 +116,25 @@ def join_indexes(
     if prune:
         for digest in [d for d in entries if not sound_chain(d, find)]:
             del entries[digest]
-        find = Finder(index)
+        find = Finder(index, packs)
     return index, find
+
+
+def _joined_at_once(entries: dict[str, int | PackWriter], digests: list[str], pack: int) -> bool:
+    """Adds a pack's digests in one `dict.update` when none is a twin; False: none added.
+
+    The common case (every pack of a store that is not being swept), at C speed: the
+    loop of `join_indexes` took 50 ms of a new process's 200k-object index.
+    """
+    before = len(entries)
+    if before and not entries.keys().isdisjoint(digests):
+        return False  # a twin of an object of an earlier pack
+    entries.update(zip(digests, range(pack, pack + len(digests)), strict=True))
+    if len(entries) == before + len(digests):
+        return True
+    for digest in digests:  # one repeats within this pack: back out, the loop says which
+        entries.pop(digest, None)
+    return False
 
 
 def used_copy(index: Mapping[str, Slot], digest: str, slot: Slot) -> bool:
