@@ -32,7 +32,7 @@ from worksnap.remote.repository import (
     record_key,
     ref_key,
 )
-from worksnap.remote.sync import pull, push
+from worksnap.remote.sync import Result, pull, push
 from worksnap.tree import Dir, Index, Tree, decode_node
 from worksnap.treewalk import Flat
 from worksnap.workspace import Workspace
@@ -590,6 +590,50 @@ def test_gc_racing_a_push_loses_nothing(remote: Remote, tmp_path: Path, race: st
     result = push(m.local, remote.repo(), "default", clock=clock)
     assert result.objects == 0 if race == "fast" else result.objects > 0
     collect(remote.repo(), now=lambda: t + 6 * GRACE)
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
+class PushAtFirstDelete(Counting):
+    """Runs `push` when gc makes its first delete: after gc wrote its new state."""
+
+    def __init__(self, inner: Transport, push: Callable[[], object]) -> None:
+        super().__init__(inner)
+        self.push: Callable[[], object] | None = push
+
+    def delete(self, key: str) -> None:
+        if self.push is not None:
+            push, self.push = self.push, None
+            push()
+        self.inner.delete(key)
+
+
+def test_a_push_between_gc_s_state_and_its_deletes_never_relies_on_a_doomed_pack(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """gc writes its new state, then deletes the packs it condemned a grace period ago. A
+    push reading the state in between must still see those packs condemned: it found
+    their indexes listed and, the state no longer naming them, reused their objects;
+    gc deleted them and the push's ref named a snapshot that could not be pulled."""
+    import time
+
+    from worksnap.remote.repository import GRACE
+
+    m = machine(tmp_path, "m")
+    m.snap()
+    leave_a_dead_push(remote, m)  # m's objects are in packs no ref needs
+    dead = keys(remote, "data")
+    t = time.time()
+    assert collect(remote.repo(), now=lambda: t + 2 * GRACE).condemned > 0
+    pushed: list[Result] = []
+    transport = PushAtFirstDelete(
+        remote.transport(), lambda: pushed.append(push(m.local, remote.repo(), "default"))
+    )
+    assert collect(remote.repo(transport), now=lambda: t + 4 * GRACE).deleted_packs > 0
+    assert pushed and pushed[0].objects > 0  # it sent the objects again
+    assert not keys(remote, "data") & dead
     assert verify(remote.repo()).problems == []
     b = empty_local(tmp_path, "b")
     pull(b, remote.repo(), "default")

@@ -275,6 +275,10 @@ def _collect(
         return result
     lease.renew()
     stamp = now()
+    # The doomed stay condemned in the state until their indexes are gone (a later gc
+    # drops them then): a push that reads this state before the deletes below must not
+    # find them live and reuse their objects.
+    keep.update((d, since[d]) for d in doomed)
     new = GcState(
         version=formats.VERSION,
         condemned=[Condemned(k, stamp if t < 0 else t) for k, t in sorted(keep.items())],
