@@ -375,6 +375,22 @@ def test_remote_add_refuses_a_store_without_conditional_writes(tmp_path: Path) -
     assert run(a, "remote", "list").stdout == ""
 
 
+def test_remote_gc_refuses_a_grace_shorter_than_pushes_count_on(tmp_path: Path) -> None:
+    """A push looks again at the packs it relies on once it has run half an hour; a gc
+    with `--grace 10m` condemned and then deleted a running push's first packs, and the
+    push wrote a ref naming a snapshot nobody could pull."""
+    (tmp_path / "remote").mkdir()
+    a = tmp_path / "a"
+    a.mkdir()
+    write(a, "f.txt", "x")
+    run(a, "snapshot")
+    run(a, "remote", "add", "origin", f"file://{tmp_path}/remote")
+    run(a, "push")
+    err = one_line_error(run(a, "remote", "gc", "origin", "--grace", "10m", code=2))
+    assert "shorter than the 1h every push counts on" in err
+    run(a, "remote", "gc", "origin", "--grace", "2h")
+
+
 def test_a_remote_named_on_pull_must_exist_and_ids_must_be_on_it(tmp_path: Path) -> None:
     (tmp_path / "remote").mkdir()
     url = f"file://{tmp_path}/remote"

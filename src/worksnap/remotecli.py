@@ -68,7 +68,7 @@ def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser
     remote.add_argument("--max-bytes", metavar="SIZE", help="gc: keep the newest that fit, e.g. 5G")
     remote.add_argument(
         "--grace", metavar="DURATION", default="1h",
-        help="gc: delete nothing younger (default: 1h; the same on every machine)",
+        help="gc: delete nothing younger (default and least: 1h, what pushes count on)",
     )  # fmt: skip
     remote.add_argument("--dry-run", action="store_true", help="gc: count, delete nothing")
 
@@ -250,7 +250,17 @@ def _gc(args: argparse.Namespace) -> int:
 
     policy = Retention(keep_last=args.keep_last, max_age=args.max_age, max_bytes=args.max_bytes)
     policy.check()
+    from worksnap.errors import InputError
+    from worksnap.remote.repository import GRACE
+
     grace = parse_duration(args.grace)
+    if grace < GRACE:
+        # A push looks again at what it relies on once it has run half of GRACE: a gc
+        # deleting sooner could take a running push's packs (docs/remote.md).
+        raise InputError(
+            f"--grace {args.grace} is shorter than the {GRACE / 3600:g}h every push counts on: "
+            "a push running meanwhile could lose what it sent"
+        )
     with open_workspace(args) as ws:
         name = args.name
         url = _named(ws.config(), name)
