@@ -221,6 +221,10 @@ class Capture:
         self._last_capture = None
         self._memory = {}
 
+    def stat_record(self, rel: str) -> StatRecord | None:
+        """The stat record the last capture kept for `rel` (None: it vouched for none)."""
+        return self._caches.stat_table().get(rel)
+
     def forget_stat_table(self) -> None:
         """Trusts no cached digest until files are stat-ed again (they were rewritten)."""
         self._caches.forget_stat_table()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from worksnap.apply import ApplyPlan, Result, apply_plan, remove_leftovers
+from worksnap.apply import ApplyPlan, Result, apply_plan, remove_leftovers, verified
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import (
@@ -308,9 +308,7 @@ class Restorer:
 
     def _run(self, plan: Plan, pre: Manifest, session: str) -> Result:
         """Applies `plan` from state `pre` (the lock is held): verify, record, journal, apply."""
-        for change in plan.changes:
-            if change.entry is not None and change.entry.hash is not None:
-                self._store.check(change.entry.hash)  # a piece at a time: any size
+        unchanged = verified(plan, pre, self._store.check, self._capture.stat_record)
         pre = self._catalog.save(pre, session, built=self._capture.trees.stored(pre))
         journal = Journal(
             target=plan.target.id,
@@ -327,6 +325,7 @@ class Restorer:
                 plan,
                 self._store.read_chunks,
                 progress=lambda done, total: self._report("apply", done, total),
+                unchanged=unchanged,
             )
         except BaseException as exc:
             # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.

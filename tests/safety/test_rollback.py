@@ -232,3 +232,88 @@ def test_damaged_object_refuses_restore_with_nothing_changed(root: Path, damage:
     assert store_files(root) == manifests  # refused before the pre-restore snapshot
     with Workspace(root) as ws, pytest.raises(ObjectError):
         ws.restore(snap.id)
+
+
+@pytest.mark.parametrize("edit", ["rewritten", "replaced", "created where the restore writes"])
+def test_an_edit_made_while_the_restore_runs_is_never_overwritten_unstored(
+    root: Path, edit: str
+) -> None:
+    """The pre-restore snapshot is taken once, then the objects are checked, the journal
+    written and the steps run: seconds on a big tree. An editor saving a file the
+    restore replaces later in that time lost the edit, in no snapshot (hostile review).
+    Each write and removal now first checks that the path is still as captured; when it
+    is not, the restore stops and rolls back, and the edit is kept in a snapshot."""
+    for i in range(30):
+        write(root, f"d/f{i:02}", f"v1 {i}\n")
+    write(root, "zzz", "v1\n")
+    with Workspace(root) as ws:
+        first = ws.snapshot().id
+        for i in range(30):
+            write(root, f"d/f{i:02}", f"v2 {i}\n")
+        if edit == "created where the restore writes":
+            (root / "zzz").unlink()
+        else:
+            write(root, "zzz", "v2\n")
+        ws.snapshot()
+        ws_progress_seen: list[int] = []
+
+        def progress(p: Progress) -> None:
+            if p.what == "apply" and not ws_progress_seen:  # after the first step
+                ws_progress_seen.append(p.done)
+                if edit == "replaced":
+                    write(root, "zzz.new", "precious edit\n")
+                    os.rename(root / "zzz.new", root / "zzz")
+                else:
+                    write(root, "zzz", "precious edit\n")
+
+        ws.progress = progress
+        result = ws.restore(first)
+        assert ws_progress_seen  # the edit was made while the steps ran
+        assert not result.ok and result.rolled_back
+        assert result.error is not None and "zzz" in result.error
+        assert "changed while the restore ran" in result.error
+        kept = [
+            s.id
+            for s in ws.list()
+            if any(e.path == "zzz" and e.size == 14 for e in ws.load(s.id).entries)
+        ]
+        assert kept and ws.file_bytes(kept[0], "zzz")[1] == b"precious edit\n"
+
+
+@pytest.mark.parametrize("damage", ["corrupt loose", "corrupt packed"])
+def test_a_restore_never_replaces_a_file_whose_only_sound_copy_is_on_disk(
+    root: Path, damage: str
+) -> None:
+    """The pre-restore capture stores nothing already in the store's index, so it never
+    reads those objects; only the target's were checked. A file whose stored copy was
+    damaged was then replaced by the restore, and `undo` found its bytes damaged: the
+    only sound copy was gone (hostile review). Now the objects of what the restore
+    replaces or removes are checked too, before anything changes."""
+    big, small = os.urandom(1 << 20), "small and packed\n"
+    write(root, "big.bin", big)  # 1 MiB and more: stored loose
+    write(root, "small.txt", small)
+    with Workspace(root) as ws:
+        first = ws.snapshot()
+        write(root, "big.bin", b"second")
+        write(root, "small.txt", "second\n")
+        second = ws.snapshot()
+        write(root, "big.bin", big)  # back to the first's bytes: stored, not read again
+        write(root, "small.txt", small)
+        digest = next(e.hash for e in first.entries if e.path == "big.bin")
+        assert digest is not None
+        if damage == "corrupt loose":
+            loose = root / STORE / "objects" / digest[:2] / digest[2:]
+            data = bytearray(loose.read_bytes())
+            data[12345] ^= 1
+            loose.chmod(0o644)
+            loose.write_bytes(bytes(data))
+        else:
+            for pack in (root / STORE / "packs").glob("*.pack"):
+                pack.write_bytes(
+                    pack.read_bytes().replace(b"small and packed", b"small and PACKED")
+                )
+        before = tree_state(root)
+        with pytest.raises(ObjectError, match="damaged"):
+            ws.restore(second.id)
+    assert tree_state(root) == before
+    assert (root / "big.bin").read_bytes() == big and (root / "small.txt").read_text() == small
