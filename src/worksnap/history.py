@@ -97,6 +97,12 @@ class Sessions:
             return
         self._store.write(path, msgspec.json.encode(state))
 
+    def push_redo(self, session: str, frame: Frame) -> None:
+        """Puts an undo on the session's redo stack."""
+        state = self.load(session)
+        state.redo.append(frame)
+        self.save(session, state)
+
     def note_newest(self, session: str, snapshot_id: str | None, listing: str) -> None:
         """Notes a session's newest full snapshot and a digest of the ids stored then.
 

@@ -527,6 +527,11 @@ class Restorer:
             InputError: there is nothing to undo, or it would now go elsewhere than `expected`.
             ConflictError: a path `expected` touches changed since.
         """
+        recovered = self.recover_if_interrupted(session) if expected is None else None
+        if recovered is not None and recovered.restored and recovered.pre_restore:
+            # A killed restore rolled back is the undo; a redo brings its tree back.
+            self._sessions.push_redo(session, Frame(recovered.target, recovered.pre_restore))
+            return recovered
         pick = self._undo_choice(session)
         chosen: builtins.list[str] = []
 
@@ -537,9 +542,7 @@ class Restorer:
 
         def record(result: Result) -> None:
             if result.ok and result.pre_restore is not None:
-                state = self._sessions.load(session)
-                state.redo.append(Frame(chosen[0], result.pre_restore))
-                self._sessions.save(session, state)
+                self._sessions.push_redo(session, Frame(chosen[0], result.pre_restore))
 
         return self._restore(choose, kind="undo", then=record, session=session, expected=expected)
 

@@ -122,6 +122,24 @@ def test_recovery_keeps_later_work_and_undo_brings_it_all_back(root: Path, comma
     assert tree_state(root) == edited
 
 
+def test_undo_right_after_a_killed_restore_is_its_rollback(root: Path) -> None:
+    """`undo` first recovers: it keeps the half-restored tree as `pre-recover` and rolls
+    the restore back. It then took that very snapshot as the newest that differs, and
+    put the half-restored tree back, journal gone (hostile review). The rollback is the
+    undo; `redo` brings the half-restored tree back, as after any undo."""
+    before = _killed_restore(root)
+    half = _without_leftovers(tree_state(root))
+    assert half != before
+    code, out, err = cli("--root", str(root), "undo", "--yes")
+    assert code == 0, err
+    assert not (root / JOURNAL).exists()
+    assert tree_state(root) == before
+    assert "worksnap redo" in out
+    code, _, err = cli("--root", str(root), "redo", "--yes")
+    assert code == 0, err
+    assert tree_state(root) == half
+
+
 def test_a_killed_recovery_is_recovered_without_losing_later_work(root: Path) -> None:
     """The recovery itself is killed part-way; the next one still loses nothing."""
     _killed_restore(root)
