@@ -773,6 +773,34 @@ def test_remote_gc_with_retention_drops_old_snapshots_and_later_their_objects(
     assert_same_snapshots(m.local, b, [r.id for r in new])
 
 
+def test_a_push_after_remote_retention_does_not_send_the_dropped_snapshots_again(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """`push` sends every snapshot of the session the ref lacks: the next push after a
+    `remote gc --keep-last` listed and uploaded again all that the gc dropped (hostile
+    review), so retention never held. The gc leaves a mark of how far it dropped."""
+    from worksnap.config import Retention
+
+    m = machine(tmp_path, "m")
+    old = [m.snap(kind="step", step=i) for i in range(3)]
+    push(m.local, remote.repo(), "default")
+    kept = m.snap(kind="step", step=3)
+    push(m.local, remote.repo(), "default")
+    counting = Counting(remote.transport())
+    assert push(m.local, remote.repo(counting), "default").snapshots == []
+    assert counting.requests == 2  # the config and the ref: no retention mark to read
+    result = collect(remote.repo(), retention=Retention(keep_last=2))
+    assert result.forgotten == sorted(r.id for r in old[:2])
+    assert push(m.local, remote.repo(), "default").snapshots == []
+    new = m.snap(kind="step", step=4)
+    assert push(m.local, remote.repo(), "default").snapshots == [new.id]
+    ref, _ = remote.repo().get_ref("default")
+    assert ref is not None
+    assert sorted(s.id for s in ref.snapshots) == sorted([old[2].id, kept.id, new.id])
+    # Named, a dropped snapshot is sent again.
+    assert push(m.local, remote.repo(), "default", ids=[old[0].id]).snapshots == [old[0].id]
+
+
 def test_remote_retention_by_size_counts_the_remote_s_objects(
     remote: Remote, tmp_path: Path
 ) -> None:

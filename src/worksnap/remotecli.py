@@ -76,7 +76,8 @@ def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser
         "push",
         "send snapshots and the objects they need to a remote",
         "Upload REFs of this session (default: every snapshot of the session the remote "
-        "lacks) with every object they need that the remote lacks, then list them in the "
+        "lacks, but those its `remote gc` retention dropped) with every object they need "
+        "that the remote lacks, then list them in the "
         "session's ref on the remote. NAME may be left out when one remote is set, or "
         "one is called origin. Any number of machines may push to one remote at once.",
         "examples: worksnap push\n"

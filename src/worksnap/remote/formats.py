@@ -8,6 +8,7 @@ names its key, and nothing partial reaches a caller. Pure: no transport here.
 
 from __future__ import annotations
 
+import math
 import re
 from itertools import pairwise
 from typing import TypeVar
@@ -122,6 +123,19 @@ class GcState(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     nonce: str
 
 
+class Forgotten(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How far remote retention has dropped a session's snapshots (`forgotten/<session>`).
+
+    A push leaves out, unless named, a snapshot the ref lacks taken at or before
+    `through` (seconds since the epoch): retention dropped it, or would have.
+    """
+
+    version: int
+    session: str
+    through: float
+    nonce: str
+
+
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Encoder()
 
@@ -139,6 +153,11 @@ def encode_index(index: PackIndex) -> bytes:
 def encode_ref(ref: SessionRef) -> bytes:
     """Canonical JSON of a session ref."""
     return _json.encode(ref) + b"\n"
+
+
+def encode_forgotten(forgotten: Forgotten) -> bytes:
+    """Canonical JSON of a session's retention mark."""
+    return _json.encode(forgotten) + b"\n"
 
 
 def encode_lease(lease: Lease) -> bytes:
@@ -239,6 +258,14 @@ def decode_ref(data: bytes, remote: str, key: str) -> SessionRef:
     ):
         raise RemoteError(remote, "its snapshots are bad, unsorted or repeated", key=key)
     return ref
+
+
+def decode_forgotten(data: bytes, remote: str, key: str) -> Forgotten:
+    """Parses a session's retention mark."""
+    forgotten = _strict(data, Forgotten, False, remote, key)
+    if not SESSION_NAME.match(forgotten.session) or not math.isfinite(forgotten.through):
+        raise RemoteError(remote, "its session or time is bad", key=key)
+    return forgotten
 
 
 def decode_lease(data: bytes, remote: str, key: str) -> Lease:

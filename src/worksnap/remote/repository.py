@@ -20,6 +20,7 @@ is bounded before a byte is read, and every small object is decoded strictly (se
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +41,7 @@ from worksnap.remote.transport import ListEntry, Transport
 CONFIG_KEY = "config"
 LEASE_KEY = "gc/lease"
 STATE_KEY = "gc/state"
-DATA, INDEX, SNAPSHOTS, REFS = "data", "index", "snapshots", "refs"
+DATA, INDEX, SNAPSHOTS, REFS, FORGOTTEN = "data", "index", "snapshots", "refs", "forgotten"
 
 GRACE = 3600.0
 """Seconds: gc deletes nothing younger, and condemned packs only this long after (gc.py)."""
@@ -70,11 +71,11 @@ def record_key(snapshot_id: str, nonce: str) -> str:
     return f"{SNAPSHOTS}/{snapshot_id}.{nonce}"
 
 
-def ref_key(session: str) -> str:
-    """The key of a session's ref."""
+def ref_key(session: str, prefix: str = REFS) -> str:
+    """The key of a session's ref (or, with `FORGOTTEN`, of its retention mark)."""
     if not formats.SESSION_NAME.match(session):
         raise ValueError(f"not a session name: {session!r}")
-    return f"{REFS}/{session}"
+    return f"{prefix}/{session}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,6 +454,38 @@ class Repository:
             if self.transport.swap_ref(ref_key(session), formats.encode_ref(new), etag):
                 return new
         raise RemoteError(self.url, "the ref kept changing; try again", key=ref_key(session))
+
+    def forgotten_through(self, session: str) -> float:
+        """How far retention has dropped the session's snapshots (-inf: never)."""
+        key = ref_key(session, FORGOTTEN)
+        found = self.transport.get_ref(key)
+        return (
+            -math.inf
+            if found is None
+            else formats.decode_forgotten(found.data, self.url, key).through
+        )
+
+    def forget_through(self, session: str, through: float) -> None:
+        """Raises the session's retention mark to `through` (compare-and-swap; never lowers it).
+
+        Raises:
+            RemoteError: the mark kept changing (`MAX_REF_UPDATES` lost swaps).
+        """
+        key = ref_key(session, FORGOTTEN)
+        for _ in range(MAX_REF_UPDATES):
+            found = self.transport.get_ref(key)
+            was = formats.decode_forgotten(found.data, self.url, key) if found else None
+            if was is not None and was.through >= through:
+                return
+            mark = formats.Forgotten(
+                version=formats.VERSION,
+                session=session,
+                through=through,
+                nonce=secrets.token_hex(8),
+            )
+            if self.transport.swap_ref(key, formats.encode_forgotten(mark), found and found.etag):
+                return
+        raise RemoteError(self.url, "the retention mark kept changing; try again", key=key)
 
     def remove_from_ref(self, session: str, ids: Iterable[str]) -> SessionRef | None:
         """Drops snapshots from a session's ref by compare-and-swap (remote retention).

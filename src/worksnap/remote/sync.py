@@ -23,7 +23,7 @@ cannot be deleted under it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,6 +31,7 @@ from typing import Protocol
 import msgspec
 
 from worksnap.errors import InputError, ManifestError, RemoteError
+from worksnap.manifest import parse_time
 from worksnap.paths import Digest
 from worksnap.record import Record
 from worksnap.remote.formats import PackIndex
@@ -141,6 +142,23 @@ def _survey(
     return _Known(indexes, places, started)
 
 
+def _unlisted(
+    repo: Repository, session: str, mine: dict[str, Record], listed: Collection[str]
+) -> set[str]:
+    """The session's snapshots the ref lacks, less those remote retention dropped.
+
+    The retention mark costs a request only when one of them is no newer than a
+    snapshot of this store the ref lists (else none can be older than what it dropped).
+    """
+    unlisted = set(mine) - set(listed)
+    seconds = {i: parse_time(mine[i].time).timestamp() for i in unlisted}
+    newest = max((parse_time(mine[i].time).timestamp() for i in listed if i in mine), default=None)
+    if not unlisted or (newest is not None and min(seconds.values()) > newest):
+        return unlisted
+    through = repo.forgotten_through(session)
+    return {i for i in unlisted if seconds[i] > through}
+
+
 def push(
     local: LocalSide,
     repo: Repository,
@@ -158,7 +176,8 @@ def push(
         local: the local store.
         repo: the repository.
         session: the session whose snapshots and ref are pushed.
-        ids: push these snapshots only (default: every one of the session the ref lacks).
+        ids: push these snapshots only (default: every one of the session the ref lacks,
+            less those remote retention dropped: `_unlisted`).
         grace: gc's grace period (the same on every machine using the remote).
         pack_bytes: send a pack once it holds this many bytes.
         progress: called with (bytes, objects) sent so far.
@@ -173,7 +192,7 @@ def push(
     ref, etag = repo.get_ref(session)
     listed = {s.id: s for s in ref.snapshots} if ref is not None else {}
     mine = {r.id: r for r in local.records(session)}
-    wanted = set(mine) - listed.keys() if ids is None else set(ids)
+    wanted = _unlisted(repo, session, mine, listed.keys()) if ids is None else set(ids)
     unknown = sorted(wanted - mine.keys())
     if unknown:
         raise InputError(f"session {session!r} has no snapshot {unknown[0]} to push")
