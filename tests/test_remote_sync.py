@@ -801,6 +801,56 @@ def test_a_push_after_remote_retention_does_not_send_the_dropped_snapshots_again
     assert push(m.local, remote.repo(), "default", ids=[old[0].id]).snapshots == [old[0].id]
 
 
+def test_a_ref_too_big_for_its_readers_is_never_written(remote: Remote, tmp_path: Path) -> None:
+    """Every reader refuses a ref over `MAX_REF_BYTES` (about 10,200 snapshots a session):
+    a push wrote one anyway, and then every push, pull, gc and verify of the remote
+    failed on it until it was deleted by hand (hostile review)."""
+    from worksnap.remote import MAX_REF_BYTES
+    from worksnap.remote.formats import Listed
+
+    m = machine(tmp_path, "m")
+    m.snap()
+    push(m.local, remote.repo(), "default")
+    repo = remote.repo()
+    many = [
+        Listed(f"{i:012x}", secrets.token_hex(32), secrets.token_hex(8))
+        for i in range(MAX_REF_BYTES // 100)
+    ]
+    with pytest.raises(RemoteError, match=r"more than a ref holds .*--keep-last"):
+        repo.add_to_ref("default", many)
+    ref, _ = remote.repo().get_ref("default")  # still there, still readable
+    assert ref is not None and [s.id for s in ref.snapshots] == [
+        r.id for r in m.local.records("default")
+    ]
+    assert verify(remote.repo()).problems == []
+
+
+def test_a_pack_of_many_tiny_objects_keeps_its_index_readable(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """8 MiB of objects of a few bytes made an index over the `MAX_INDEX_BYTES` every
+    reader refuses; a push now also sends a pack once it holds `PACK_OBJECTS` objects."""
+    from worksnap.remote import formats
+    from worksnap.remote.sync import PACK_OBJECTS
+
+    widest = formats.IndexEntry(b"\xff" * 32, 2**63 - 1, 2**32, 2**32)
+    index = formats.PackIndex(
+        version=formats.VERSION, pack="f" * 64, size=2**63 - 1, trees=False,
+        entries=[widest] * PACK_OBJECTS,
+    )  # fmt: skip
+    assert len(formats.encode_index(index)) < formats.MAX_INDEX_BYTES
+    m = machine(tmp_path, "m")
+    for i in range(40):
+        write(m.root, f"tiny/{i}", f"{i}")
+    m.snap()
+    result = push(m.local, remote.repo(), "default", pack_objects=10)
+    assert result.packs >= result.objects // 10
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
+
+
 def test_remote_retention_by_size_counts_the_remote_s_objects(
     remote: Remote, tmp_path: Path
 ) -> None:

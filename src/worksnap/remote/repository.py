@@ -36,7 +36,7 @@ from worksnap.record import Record, check_record, decode_record, encode_record
 from worksnap.remote import formats
 from worksnap.remote.formats import Config, GcState, IndexEntry, Listed, PackIndex, SessionRef
 from worksnap.remote.indexcache import IndexCache
-from worksnap.remote.transport import ListEntry, Transport
+from worksnap.remote.transport import MAX_REF_BYTES, ListEntry, Transport
 
 CONFIG_KEY = "config"
 LEASE_KEY = "gc/lease"
@@ -451,19 +451,25 @@ class Repository:
                 snapshots=sorted({**new_ones, **have}.values(), key=lambda s: s.id),
                 nonce=secrets.token_hex(8),
             )
-            if self.transport.swap_ref(ref_key(session), formats.encode_ref(new), etag):
+            if len(data := formats.encode_ref(new)) > MAX_REF_BYTES:
+                # Every reader refuses a bigger ref: written, it would stop every command.
+                raise RemoteError(
+                    self.url,
+                    f"session {session!r} would list {len(new.snapshots)} snapshots, more than "
+                    f"a ref holds ({MAX_REF_BYTES >> 20} MiB): drop old ones first with "
+                    "`worksnap remote gc NAME --keep-last N`",
+                    key=ref_key(session),
+                )
+            if self.transport.swap_ref(ref_key(session), data, etag):
                 return new
         raise RemoteError(self.url, "the ref kept changing; try again", key=ref_key(session))
 
     def forgotten_through(self, session: str) -> float:
         """How far retention has dropped the session's snapshots (-inf: never)."""
         key = ref_key(session, FORGOTTEN)
-        found = self.transport.get_ref(key)
-        return (
-            -math.inf
-            if found is None
-            else formats.decode_forgotten(found.data, self.url, key).through
-        )
+        if (found := self.transport.get_ref(key)) is None:
+            return -math.inf
+        return formats.decode_forgotten(found.data, self.url, key).through
 
     def forget_through(self, session: str, through: float) -> None:
         """Raises the session's retention mark to `through` (compare-and-swap; never lowers it).
@@ -477,12 +483,8 @@ class Repository:
             was = formats.decode_forgotten(found.data, self.url, key) if found else None
             if was is not None and was.through >= through:
                 return
-            mark = formats.Forgotten(
-                version=formats.VERSION,
-                session=session,
-                through=through,
-                nonce=secrets.token_hex(8),
-            )
+            mark = formats.Forgotten(version=formats.VERSION, session=session, through=through,
+                                     nonce=secrets.token_hex(8))  # fmt: skip
             if self.transport.swap_ref(key, formats.encode_forgotten(mark), found and found.etag):
                 return
         raise RemoteError(self.url, "the retention mark kept changing; try again", key=key)

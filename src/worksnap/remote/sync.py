@@ -50,6 +50,9 @@ from worksnap.treewalk import reachable
 
 _UPLOADS = 3
 """Packs uploaded at once by a push."""
+PACK_OBJECTS = 100_000
+"""The most objects a push puts in one pack: 8 MiB of tiny objects would make an index
+over the `formats.MAX_INDEX_BYTES` every reader refuses (62 bytes an entry at most)."""
 _AWAKE_OR_ASLEEP = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 """A push's clock: Linux's monotonic clock stops while the machine is suspended (macOS's
 CLOCK_MONOTONIC does not), and gc's grace is counted in wall-clock time."""
@@ -167,6 +170,7 @@ def push(
     ids: Iterable[str] | None = None,
     grace: float = GRACE,
     pack_bytes: int = PACK_BYTES,
+    pack_objects: int = PACK_OBJECTS,
     progress: Progress = _noop,
     clock: Callable[[], float] = lambda: time.clock_gettime(_AWAKE_OR_ASLEEP),
 ) -> Result:
@@ -180,6 +184,7 @@ def push(
             less those remote retention dropped: `_unlisted`).
         grace: gc's grace period (the same on every machine using the remote).
         pack_bytes: send a pack once it holds this many bytes.
+        pack_objects: or this many objects.
         progress: called with (bytes, objects) sent so far.
         clock: seconds that count while the machine sleeps (a laptop suspended mid-push
             for hours must look again; a seam for the test of a slow push).
@@ -231,6 +236,7 @@ def push(
             result=result,
             progress=progress,
             pack_bytes=pack_bytes,
+            pack_objects=pack_objects,
         )
         # A pack relied on since `read_at` is safe from gc for a grace period from then.
         if clock() - known.read_at <= grace / 2:
@@ -251,6 +257,7 @@ def _upload(
     result: Result,
     progress: Progress,
     pack_bytes: int,
+    pack_objects: int,
 ) -> None:
     """Sends the objects of `needed` that `known` lacks, trees and file contents in apart packs.
 
@@ -285,11 +292,14 @@ def _upload(
                 builder = builders[is_tree]
                 builder.add(digest, local.read(Digest(digest)))
                 result.objects += 1
-                if builder.size >= pack_bytes:
+                if builder.size >= pack_bytes or len(builder) >= pack_objects:
                     send(builder)
                     builders[is_tree] = PackBuilder(trees=is_tree)
             trees_left, data_left = builders[True], builders[False]
-            if trees_left.size + data_left.size <= pack_bytes:
+            if (
+                trees_left.size + data_left.size <= pack_bytes
+                and len(trees_left) + len(data_left) <= pack_objects
+            ):
                 # One small pack (the usual push of a few changes): one request fewer, and
                 # a pull that fetches it whole for its trees gets the contents with them.
                 trees_left.absorb(data_left)
