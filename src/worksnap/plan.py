@@ -270,9 +270,13 @@ def plan_restore(
     then: dict[str, Entry | None] = dict.fromkeys(found.dirs_then)
     then.update((e.path, e) for e in found.only_then)
 
+    # What the workspace has and the target lacks goes, unless the target's rules
+    # ignore it (restoring a `.gitignore` never turns files into deletions).
+    leaving = {p: now[p] is None for p in now if p not in then and not is_protected(p)}
+    removed = {p for p, is_dir in leaving.items() if not ignored_by_target(p, is_dir)}
     # A directory that holds something no restore touches can never be removed: it
     # blocks turning it into a file or symlink (its rmdir would fail every time).
-    untouched = sorted(protected)
+    untouched = sorted([*protected, *(p for p in leaving if p not in removed)])
 
     changes: list[Change] = []
     for path, entry in then.items():
@@ -286,13 +290,6 @@ def plan_restore(
         else:
             changes.append(Change(Op.DELETED, path, entry, was_dir=False))
 
-    removed = {
-        path
-        for path, present in now.items()
-        if path not in then  # (nor a directory there: one that is not one now is in `then`)
-        and not is_protected(path)
-        and not ignored_by_target(path, present is None)
-    }
     # A directory goes only once everything in it goes: what stays keeps its parents.
     staying = sorted(path for path in (*now, *protected) if path not in removed)
     for path in removed:

@@ -82,3 +82,29 @@ def test_the_text_restore_warns_about_the_blocked_path(root: Path) -> None:
         "worksnap: warning: build left as it is: a directory of ignored files where the "
         "snapshot has a file\n"
     )
+
+
+def test_a_directory_holding_what_the_target_s_rules_ignore_is_blocked_too(root: Path) -> None:
+    """Now `a/x.tmp` is not ignored (no `.gitignore`); the target ignores `*.tmp`, so the
+    restore keeps it, and `a` cannot become the target's file. The plan said `M a`, and
+    the restore failed at `a` ("Directory not empty") and rolled back every time, the
+    rest never restored (hostile review). `a` is blocked; the rest restores."""
+    write(root, ".gitignore", "*.tmp\n")
+    write(root, "a", "file\n")
+    write(root, "other", "keep\n")
+    with Workspace(root) as ws:
+        target = ws.snapshot().id
+        (root / ".gitignore").unlink()
+        (root / "a").unlink()
+        write(root, "a/x.tmp", "scratch\n")
+        write(root, "other", "changed\n")
+        plan = ws.plan_restore(ws.load(target))
+        assert {c.path: c.op for c in plan.changes} == {
+            ".gitignore": Op.DELETED,
+            "a": Op.BLOCKED,
+            "other": Op.MODIFIED,
+        }
+        result = ws.restore(target)
+    assert result.ok and result.blocked == ["a"]
+    assert (root / "a/x.tmp").read_text() == "scratch\n"
+    assert (root / "other").read_text() == "keep\n" and (root / ".gitignore").exists()
