@@ -14,7 +14,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -154,6 +154,21 @@ def _hash_at(fd: int, name: bytes) -> str | None:
         os.close(f)
 
 
+def dir_modes(root: str, plan: Plan) -> dict[str, int]:
+    """The permission bits of each directory `plan` removes (for `apply_plan`'s `modes`)."""
+    modes: dict[str, int] = {}
+    with DirTree(root) as tree:
+        for change in plan.changes:
+            if change.was_dir and change.op is not Op.BLOCKED:
+                parent, _, name = change.path.rpartition("/")
+                try:
+                    st = os.stat(fs_path(name), dir_fd=tree.dir_fd(parent), follow_symlinks=False)
+                except OSError:
+                    continue  # gone: nothing to make again
+                modes[change.path] = stat.S_IMODE(st.st_mode)
+    return modes
+
+
 class ApplyPlan(Protocol):
     """`apply.apply_plan`: carries out a plan under a root; stops at the first failure."""
 
@@ -165,6 +180,7 @@ class ApplyPlan(Protocol):
         *,
         progress: Callable[[int, int], None] | None = None,
         unchanged: Unchanged | None = None,
+        modes: Mapping[str, int] | None = None,
     ) -> Result:
         """Returns what was done, and where and why it stopped."""
         ...
@@ -178,6 +194,7 @@ def apply_plan(
     progress: Callable[[int, int], None] | None = None,
     sync_each: bool = True,
     unchanged: Unchanged | None = None,
+    modes: Mapping[str, int] | None = None,
 ) -> Result:
     """Carries out `plan` under `root`; stops at the first failure.
 
@@ -194,6 +211,8 @@ def apply_plan(
             per file, which was 13.6 s of a 23 s extraction of 52,730 paths).
         unchanged: asked before each file or symlink is removed or replaced; False stops
             the run there (`ChangedMeanwhile`): an edit made while it ran is never lost.
+        modes: permission bits of directories it makes (a rollback: `dir_modes` of the
+            restore), else the umask's.
     """
     steps = order(plan)
     result = Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
@@ -221,6 +240,8 @@ def apply_plan(
                         os.unlink(raw, dir_fd=fd)
                 elif action == "mkdir":
                     os.mkdir(raw, 0o777, dir_fd=fd)
+                    if modes is not None and (mode := modes.get(change.path)) is not None:
+                        os.fchmod(tree.dir_fd(change.path), mode)  # never through a link
                 else:
                     _write(fd, raw, change, read_object, sync=sync_each, unchanged=unchanged)
                 touched_dirs.add(parent)

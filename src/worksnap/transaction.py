@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from worksnap.apply import ApplyPlan, Result, apply_plan, remove_leftovers, verified
+from worksnap.apply import ApplyPlan, Result, apply_plan, dir_modes, remove_leftovers, verified
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import (
@@ -317,6 +317,7 @@ class Restorer:
             host=socket.gethostname(),
             session=session,
             paths=[c.path for c in plan.changes],
+            modes=dir_modes(self._root.path, plan),
         )
         self._files.write(self._paths.journal, msgspec.json.encode(journal))
         try:
@@ -377,7 +378,8 @@ class Restorer:
             kept_state = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
             self._catalog.save(kept_state, session)
             kept = kept_state.id
-        back = self._apply_plan(self._root.path, plan, self._store.read_chunks)
+        modes = record.modes if (record := read_journal(self._files)) is not None else {}
+        back = self._apply_plan(self._root.path, plan, self._store.read_chunks, modes=modes)
         back.pre_restore = kept
         if not back.ok:
             raise RestoreError(

@@ -317,3 +317,29 @@ def test_a_restore_never_replaces_a_file_whose_only_sound_copy_is_on_disk(
             ws.restore(second.id)
     assert tree_state(root) == before
     assert (root / "big.bin").read_bytes() == big and (root / "small.txt").read_text() == small
+
+
+def test_a_rollback_makes_a_removed_directory_again_with_its_own_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore removed `private/` (0700, added since the target), then failed; the
+    rollback made it again with `mkdir(0o777)` and the umask: 0755, a private directory
+    opened to everyone (hostile review). Modes are not in snapshots; the journal now
+    keeps those of the directories a restore removes, for its rollback and a recovery."""
+    root = tmp_path / "w"
+    faults = Faults(monkeypatch)
+    write(root, "zz/f", "one\n")
+    with Workspace(root, seams=faults.seams) as ws:
+        target = ws.snapshot().id
+        write(root, "zz/f", "two\n")
+        write(root, "private/inner/key", "secret\n")
+        (root / "private" / "inner").chmod(0o750)
+        (root / "private").chmod(0o700)
+        before = tree_state(root)
+        faults.fail_step, faults.fail_at = "rename", 1  # the write of zz/f, after the rmdirs
+        result = ws.restore(target)
+    assert faults.failed == 1 and not result.ok and result.rolled_back
+    assert not (root / STORE / "journal.json").exists()
+    assert (root / "private").stat().st_mode & 0o7777 == 0o700
+    assert (root / "private" / "inner").stat().st_mode & 0o7777 == 0o750
+    assert tree_state(root) == before
