@@ -851,6 +851,33 @@ def test_a_pack_of_many_tiny_objects_keeps_its_index_readable(
     assert_same_snapshots(m.local, b, [r.id for r in m.local.records("default")])
 
 
+def test_verify_names_every_snapshot_whose_trees_are_gone(remote: Remote, tmp_path: Path) -> None:
+    """`verify --remote` stopped walking trees at the first one missing: the other
+    snapshots went unchecked and uncounted, and the missing tree was named twice
+    (hostile review). Two snapshots' root trees go here: both are named, once."""
+    roots: dict[str, str] = {}
+    for i in range(3):
+        m = machine(tmp_path, f"m{i}", seed=i)
+        record = m.snap()
+        push(m.local, remote.repo(), "default")
+        roots[record.id] = record.tree
+    indexes = remote.repo().load_indexes()
+    holding = {
+        snapshot_id: next(
+            d for d, index in indexes.items() if any(e.digest.hex() == root for e in index.entries)
+        )
+        for snapshot_id, root in roots.items()
+    }
+    gone = sorted(roots)[::2]
+    for snapshot_id in gone:
+        remote.transport().delete(index_key(holding[snapshot_id]))
+    report = verify(remote.repo())
+    assert report.snapshots == 3
+    for snapshot_id in gone:
+        named = [p for p in report.problems if roots[snapshot_id] in p]
+        assert len(named) == 1 and named[0].startswith(f"snapshot {snapshot_id}: "), report
+
+
 def test_remote_retention_by_size_counts_the_remote_s_objects(
     remote: Remote, tmp_path: Path
 ) -> None:

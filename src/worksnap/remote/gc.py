@@ -365,7 +365,7 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
     for session in repo.sessions():
         ref, _ = repo.get_ref(session)
         listed.extend(ref.snapshots if ref is not None else ())
-    roots: list[Digest] = []
+    roots: dict[str, Digest] = {}
     needed: set[str] = set()
     for snapshot in sorted(listed, key=lambda s: s.id):
         try:
@@ -374,14 +374,21 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
             report.problems.append(str(exc))
             continue
         report.snapshots += 1
-        roots.append(Digest(record.tree))
+        roots[snapshot.id] = Digest(record.tree)
         needed.update(record.attachments.values())
+    reader = TreeReader(repo, places)
     try:
-        needed.update(reachable(roots, TreeReader(repo, places)))
-    except (ManifestError, ObjectError, RemoteError) as exc:
-        report.problems.append(str(exc))
+        needed.update(reachable(roots.values(), reader))
+    except (ManifestError, ObjectError, RemoteError):
+        for snapshot_id, root in roots.items():  # each on its own: every broken one named
+            try:
+                needed.update(reachable([root], reader))
+            except (ManifestError, ObjectError, RemoteError) as exc:
+                report.problems.append(f"snapshot {snapshot_id}: {exc}")
     report.objects = len(needed)
-    report.problems.extend(f"object {d} is in no pack" for d in sorted(needed - places.keys()))
+    named = " ".join(report.problems)  # an unreadable tree is named once
+    missing = sorted(d for d in needed - places.keys() if d not in named)
+    report.problems.extend(f"object {d} is in no pack" for d in missing)
     if read_data:
         for digest, index in sorted(indexes.items()):
             report.packs += 1
