@@ -878,6 +878,25 @@ def test_verify_names_every_snapshot_whose_trees_are_gone(remote: Remote, tmp_pa
         assert len(named) == 1 and named[0].startswith(f"snapshot {snapshot_id}: "), report
 
 
+def test_a_snapshot_named_again_sends_what_the_remote_lost(remote: Remote, tmp_path: Path) -> None:
+    """A listed snapshot whose objects went missing stayed broken: `push` said it was up
+    to date, even named (hostile review). Named, its objects the remote lacks are sent
+    again; the ref is left as it is."""
+    m = machine(tmp_path, "m")
+    record = m.snap()
+    push(m.local, remote.repo(), "default")
+    (lost,) = remote.repo().index_digests()
+    remote.transport().delete(index_key(lost))
+    assert verify(remote.repo()).problems != []
+    assert push(m.local, remote.repo(), "default").snapshots == []  # unnamed: listed
+    again = push(m.local, remote.repo(), "default", ids=[record.id])
+    assert again.snapshots == [] and again.objects > 0
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, [record.id])
+
+
 def test_remote_retention_by_size_counts_the_remote_s_objects(
     remote: Remote, tmp_path: Path
 ) -> None:

@@ -201,6 +201,7 @@ def push(
     unknown = sorted(wanted - mine.keys())
     if unknown:
         raise InputError(f"session {session!r} has no snapshot {unknown[0]} to push")
+    again: list[Record] = []
     for snapshot_id in sorted(wanted & listed.keys()):
         # Named, and listed already: the same snapshot (pulled from there, so bound to
         # this root) is there; another one under its id is refused, never listed over it.
@@ -211,9 +212,10 @@ def push(
                 key=ref_key(session),
             )
         wanted.discard(snapshot_id)
+        again.append(mine[snapshot_id])  # what the remote lost of it is sent again
     records = sorted((mine[i] for i in wanted), key=lambda r: (r.time, r.id))
     result = Result(snapshots=[r.id for r in records])
-    if not records:
+    if not records and not again:
         return result
     known = _survey(repo, clock)
     trees: set[str] = set()
@@ -223,9 +225,9 @@ def push(
         return local.read(digest)
 
     needed: list[str] = []
-    for digest in reachable([Digest(r.tree) for r in records], read_tree):
+    for digest in reachable([Digest(r.tree) for r in [*records, *again]], read_tree):
         needed.append(digest)
-    needed.extend(d for r in records for d in r.attachments.values())
+    needed.extend(d for r in [*records, *again] for d in r.attachments.values())
     while True:
         _upload(
             local,
@@ -242,8 +244,9 @@ def push(
         if clock() - known.read_at <= grace / 2:
             break
         known = _survey(repo, clock, known.indexes)
-    entries = [repo.put_record(r) for r in records]
-    repo.add_to_ref(session, entries, read=(ref, etag))
+    if records:
+        entries = [repo.put_record(r) for r in records]
+        repo.add_to_ref(session, entries, read=(ref, etag))
     return result
 
 
