@@ -40,6 +40,10 @@ class Result:
         error: why it stopped, or None when every change was made.
         rolled_back: a failed restore was undone (the workspace is as before).
         pre_restore: id of the snapshot of the state before the restore (restore it to undo).
+        changed: every path a step of the run changed, in order.
+        conflict: it stopped at a path changed while it ran (`ChangedMeanwhile`): its
+            rollback sets back `changed` only, so that edit, and any other made
+            meanwhile, stays.
     """
 
     target: str
@@ -49,6 +53,8 @@ class Result:
     error: str | None = None
     rolled_back: bool = False
     pre_restore: str | None = None
+    changed: list[str] = field(default_factory=list)
+    conflict: bool = False
 
     @property
     def ok(self) -> bool:
@@ -224,6 +230,7 @@ def apply_plan(
         result.not_restored = _unique_paths(steps)
         return result
     touched_dirs: set[str] = set()
+    changed: dict[str, None] = {}
     try:
         for done, (action, change) in enumerate(steps):
             parent, _, name = change.path.rpartition("/")
@@ -240,13 +247,16 @@ def apply_plan(
                         os.unlink(raw, dir_fd=fd)
                 elif action == "mkdir":
                     os.mkdir(raw, 0o777, dir_fd=fd)
+                    changed[change.path] = None
                     if modes is not None and (mode := modes.get(change.path)) is not None:
                         os.fchmod(tree.dir_fd(change.path), mode)  # never through a link
                 else:
                     _write(fd, raw, change, read_object, sync=sync_each, unchanged=unchanged)
+                changed[change.path] = None
                 touched_dirs.add(parent)
             except (OSError, ObjectError, ChangedMeanwhile) as exc:
                 result.error = f"{shown(change.path)}: {_describe(exc)}"
+                result.conflict = isinstance(exc, ChangedMeanwhile)
                 failed_at = done
                 break
             if progress is not None:
@@ -264,6 +274,7 @@ def apply_plan(
                     result.error = f"{where}: cannot make changes durable: {_describe(exc)}"
     finally:
         tree.close()
+    result.changed = list(changed)
     result.not_restored = _unique_paths(steps[failed_at:])
     failed = set(result.not_restored)
     result.restored = [p for p in _unique_paths(steps[:failed_at]) if p not in failed]

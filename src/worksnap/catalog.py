@@ -16,7 +16,7 @@ from collections.abc import Hashable
 
 import msgspec
 
-from worksnap.errors import InputError, ManifestError, ObjectError
+from worksnap.errors import ChangedError, InputError, ManifestError, ObjectError
 from worksnap.hash import hash_bytes
 from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, is_automatic
 from worksnap.layout import is_snapshot_id
@@ -213,6 +213,22 @@ class Catalog:
         if first is None or second is None:
             return None
         return Digest(first.tree), Digest(second.tree)
+
+    def still_stored(self, target: Manifest) -> Manifest:
+        """Returns `target` if it is still in the store (a restore, under the lock).
+
+        It was loaded before the lock was taken: a gc may have dropped it, and its
+        objects, while the restore waited.
+
+        Raises:
+            ChangedError: it is gone; nothing was changed.
+        """
+        if self._store.manifest_stamp(target.id) is None:
+            raise ChangedError(
+                f"snapshot {target.id} was removed from the store (by a gc) while this "
+                "command waited for it; nothing was changed underneath: retry"
+            )
+        return target
 
     def record(self, snapshot_id: str) -> Record | None:
         """Returns a snapshot's checked record (None: a format 1 snapshot).

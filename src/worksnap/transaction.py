@@ -26,7 +26,6 @@ from worksnap.apply import ApplyPlan, Result, apply_plan, dir_modes, remove_left
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import (
-    ChangedError,
     InputError,
     RecoveryError,
     RestoreError,
@@ -191,28 +190,12 @@ class Restorer:
         target = self._catalog.load(ref, session)
         selected = self._selection(paths)
         return self._restore(
-            lambda current: self._still_stored(target),
+            lambda current: self._catalog.still_stored(target),
             kind="pre-restore",
             selected=selected,
             session=session,
             cap=self._cap(target),
         )
-
-    def _still_stored(self, target: Manifest) -> Manifest:
-        """Returns `target` if it is still in the store (the lock is held).
-
-        It was loaded before the lock was taken: a gc may have dropped it, and its
-        objects, while this restore waited.
-
-        Raises:
-            ChangedError: it is gone; nothing was changed.
-        """
-        if self._store.manifest_stamp(target.id) is None:
-            raise ChangedError(
-                f"snapshot {target.id} was removed from the store (by a gc) while this "
-                "command waited for it; nothing was changed underneath: retry"
-            )
-        return target
 
     def _choose_and_plan(
         self,
@@ -296,7 +279,7 @@ class Restorer:
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
         with self._locks.exclusive(_purpose(kind)):
-            self._still_stored(plan.target)
+            self._catalog.still_stored(plan.target)
             # The cap the plan was made with: else files would move between captured
             # and large, and look changed.
             pre = self._capture.capture(
@@ -335,8 +318,9 @@ class Restorer:
             self._remove_journal()
             raise
         result.pre_restore = pre.id
-        if not result.ok:
-            self._roll_back(pre, None, result, plan.target, session=session)
+        if not result.ok:  # after a conflict, what it changed goes back; the edits stay
+            touched = result.changed if result.conflict else None
+            self._roll_back(pre, touched, result, plan.target, session=session)
         self._remove_journal()
         return result  # the stat cache stays: no cached digest holds for a new inode
 
@@ -356,7 +340,8 @@ class Restorer:
         `pre-recover` snapshot, for `undo`) whenever the rollback would overwrite or remove
         something neither `pre` nor `target` holds, and always when `recovering` (a
         recovery runs long after the restore: its undo must bring the tree back). Only
-        the `touched` paths are set back (a recovery: the journal's; None: all); `target`,
+        the `touched` paths are set back (a recovery: the journal's; an apply stopped by a
+        conflict: those it changed; None: all); `target`,
         if known, says where temp files may be left. Returns what the rollback changed
         (`pre_restore`: the snapshot kept, if any); raises RestoreError if it fails too
         (the journal stays for `recover`).
