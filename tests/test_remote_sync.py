@@ -801,6 +801,33 @@ def test_a_push_after_remote_retention_does_not_send_the_dropped_snapshots_again
     assert push(m.local, remote.repo(), "default", ids=[old[0].id]).snapshots == [old[0].id]
 
 
+def test_a_push_leaves_out_what_retention_dropped_out_of_time_order(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """Retention drops automatic snapshots before deliberate ones, so what it dropped
+    may be newer than what it kept: the push read the mark only when a snapshot was no
+    newer than one of its own listed, and sent such a one back (review of b5fc2d4)."""
+    import msgspec
+
+    from worksnap.config import Retention
+
+    m, n = machine(tmp_path, "m"), machine(tmp_path, "n", seed=1)
+    kept = m.snap(kind="step", step=1)
+    write(m.root, "changed.txt", "a change a restore would have replaced\n")
+    taken = m.snap()
+    (m.local.dir / taken.id).unlink()
+    automatic = msgspec.structs.replace(taken, kind="pre-restore")  # as a restore takes it
+    m.local.save_record(automatic)
+    push(m.local, remote.repo(), "default")
+    newer = n.snap(kind="step", step=2)
+    push(n.local, remote.repo(), "default")
+    result = collect(remote.repo(), retention=Retention(keep_last=2))
+    assert result.forgotten == [automatic.id]
+    assert push(m.local, remote.repo(), "default").snapshots == []
+    ref, _ = remote.repo().get_ref("default")
+    assert ref is not None and sorted(s.id for s in ref.snapshots) == sorted([kept.id, newer.id])
+
+
 def test_a_ref_too_big_for_its_readers_is_never_written(remote: Remote, tmp_path: Path) -> None:
     """Every reader refuses a ref over `MAX_REF_BYTES` (about 10,200 snapshots a session):
     a push wrote one anyway, and then every push, pull, gc and verify of the remote

@@ -23,7 +23,7 @@ cannot be deleted under it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -146,20 +146,18 @@ def _survey(
 
 
 def _unlisted(
-    repo: Repository, session: str, mine: dict[str, Record], listed: Collection[str]
+    repo: Repository, session: str, mine: dict[str, Record], listed: set[str]
 ) -> set[str]:
     """The session's snapshots the ref lacks, less those remote retention dropped.
 
-    The retention mark costs a request only when one of them is no newer than a
-    snapshot of this store the ref lists (else none can be older than what it dropped).
+    Retention does not drop strictly oldest first (automatic snapshots go before
+    deliberate ones), so the mark is read whenever one is unlisted: one request.
     """
-    unlisted = set(mine) - set(listed)
-    seconds = {i: parse_time(mine[i].time).timestamp() for i in unlisted}
-    newest = max((parse_time(mine[i].time).timestamp() for i in listed if i in mine), default=None)
-    if not unlisted or (newest is not None and min(seconds.values()) > newest):
+    unlisted = set(mine) - listed
+    if not unlisted:
         return unlisted
     through = repo.forgotten_through(session)
-    return {i for i in unlisted if seconds[i] > through}
+    return {i for i in unlisted if parse_time(mine[i].time).timestamp() > through}
 
 
 def push(
@@ -197,7 +195,7 @@ def push(
     ref, etag = repo.get_ref(session)
     listed = {s.id: s for s in ref.snapshots} if ref is not None else {}
     mine = {r.id: r for r in local.records(session)}
-    wanted = _unlisted(repo, session, mine, listed.keys()) if ids is None else set(ids)
+    wanted = _unlisted(repo, session, mine, set(listed)) if ids is None else set(ids)
     unknown = sorted(wanted - mine.keys())
     if unknown:
         raise InputError(f"session {session!r} has no snapshot {unknown[0]} to push")
