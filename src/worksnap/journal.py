@@ -33,6 +33,8 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     paths: list[str] | None = None
     """Every path the restore's plan touches (None: written before they were recorded,
     and a recovery then rolls back every path that differs)."""
+    kind: str | None = None
+    """What ran: "pre-restore" (a restore), "undo", "redo", ... (None: an older journal)."""
     modes: dict[str, int] = {}
     """The permission bits of each directory the plan removes: snapshots hold none, and
     a rollback makes such a directory again with them, not with the umask's."""

@@ -300,6 +300,7 @@ class Restorer:
             host=socket.gethostname(),
             session=session,
             paths=[c.path for c in plan.changes],
+            kind=pre.kind,
             modes=dir_modes(self._root.path, plan),
         )
         self._files.write(self._paths.journal, msgspec.json.encode(journal))
@@ -478,14 +479,18 @@ class Restorer:
 
     # -- undo and redo --------------------------------------------------------
 
-    def _undo_choice(self, session: str) -> Callable[[Manifest], Manifest]:
-        """Picks what undo restores, given the current state (see `history.undo_target`)."""
+    def _undo_choice(self, session: str, skip: str | None = None) -> Callable[[Manifest], Manifest]:
+        """Picks what undo restores, given the current state (see `history.undo_target`).
+
+        `skip`: a snapshot never to pick (the half-done tree a recovery just kept).
+        """
         if not self._store.exists():
             raise InputError(f"nothing to undo in session {session!r} (no snapshots yet)")
 
         def choose(current: Manifest) -> Manifest:
             state = self._sessions.load(session)
-            flat, history = self._catalog.legacy_digest(current), self._catalog.list(session)
+            flat = self._catalog.legacy_digest(current)
+            history = [s for s in self._catalog.list(session) if s.id != skip]
             load = self._catalog.load_id  # cached: the target found is loaded once
             target_id = undo_target(history, current, state, load=load, flat_tree=flat)
             if target_id is None:
@@ -514,12 +519,14 @@ class Restorer:
             InputError: there is nothing to undo, or it would now go elsewhere than `expected`.
             ConflictError: a path `expected` touches changed since.
         """
-        recovered = self.recover_if_interrupted(session) if expected is None else None
-        if recovered is not None and recovered.restored and recovered.pre_restore:
+        killed = read_journal(self._files) if expected is None else None
+        recovered = self.recover_if_interrupted(session) if killed is not None else None
+        kept = recovered.pre_restore if recovered is not None else None
+        if killed and killed.kind == "pre-restore" and recovered and kept:
             # A killed restore rolled back is the undo; a redo brings its tree back.
-            self._sessions.push_redo(session, Frame(recovered.target, recovered.pre_restore))
+            self._sessions.push_redo(killed.session or session, Frame(recovered.target, kept))
             return recovered
-        pick = self._undo_choice(session)
+        pick = self._undo_choice(session, skip=kept)  # never the tree its recovery kept
         chosen: builtins.list[str] = []
 
         def choose(current: Manifest) -> Manifest:

@@ -30,7 +30,8 @@ from .faults import build_scenario
 from .test_kill import CHILD, SRC, _child
 
 RECOVER_CHILD = CHILD.replace("result = ws.restore(target)", "result = ws.recover()")
-assert RECOVER_CHILD != CHILD
+UNDO_CHILD = CHILD.replace("result = ws.restore(target)", "result = ws.undo()")
+assert RECOVER_CHILD != CHILD != UNDO_CHILD
 
 pytestmark = pytest.mark.slow  # kill -9 of real restore processes
 
@@ -138,6 +139,33 @@ def test_undo_right_after_a_killed_restore_is_its_rollback(root: Path) -> None:
     code, _, err = cli("--root", str(root), "redo", "--yes")
     assert code == 0, err
     assert tree_state(root) == half
+
+
+def test_undo_right_after_a_killed_undo_undoes(root: Path) -> None:
+    """Only a killed restore's rollback is an undo: after a killed undo, the rollback put
+    the restore back and `undo` stopped there, nothing undone (review of 5bbdbcb)."""
+    for i in range(4):
+        write(root, f"f{i}", "v1\n")
+    with Workspace(root) as ws:
+        first = ws.snapshot().id
+        for i in range(4):
+            write(root, f"f{i}", "v2\n")
+        ws.snapshot()
+        wanted = tree_state(root)
+        assert ws.restore(first).ok
+    undo = subprocess.Popen(  # kills itself on the second rename of the undo
+        [sys.executable, "-c", UNDO_CHILD, str(root), "-", "rename", "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    out, _ = undo.communicate(timeout=60)
+    assert undo.returncode == -signal.SIGKILL, out
+    assert (root / JOURNAL).exists()
+    code, _, err = cli("--root", str(root), "undo", "--yes")
+    assert code == 0, err
+    assert not (root / JOURNAL).exists()
+    assert tree_state(root) == wanted
 
 
 def test_a_killed_recovery_is_recovered_without_losing_later_work(root: Path) -> None:
