@@ -50,6 +50,20 @@ def _killed_restore(root: Path, step: str = "rename", nth: int = 2) -> dict[byte
     return before
 
 
+def _killed(code: str, root: Path, *, nth: int) -> None:
+    """Runs `code` (a variant of test_kill's child) on `root`; it kills itself on its
+    `nth` rename, leaving the journal."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(root), "-", "rename", str(nth)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL, out
+    assert (root / JOURNAL).exists()
+
+
 def _without_leftovers(state: dict[bytes, object]) -> dict[bytes, object]:
     """A tree's state without the temp files a killed restore leaves (recovery sweeps them)."""
     return {p: v for p, v in state.items() if not re.search(rb"\.worksnap-[0-9a-f]{12}\.tmp$", p)}
@@ -153,15 +167,7 @@ def test_undo_right_after_a_killed_undo_undoes(root: Path) -> None:
         ws.snapshot()
         wanted = tree_state(root)
         assert ws.restore(first).ok
-    undo = subprocess.Popen(  # kills itself on the second rename of the undo
-        [sys.executable, "-c", UNDO_CHILD, str(root), "-", "rename", "2"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
-    out, _ = undo.communicate(timeout=60)
-    assert undo.returncode == -signal.SIGKILL, out
-    assert (root / JOURNAL).exists()
+    _killed(UNDO_CHILD, root, nth=2)  # the undo, on its second rename
     code, _, err = cli("--root", str(root), "undo", "--yes")
     assert code == 0, err
     assert not (root / JOURNAL).exists()
@@ -173,15 +179,7 @@ def test_a_killed_recovery_is_recovered_without_losing_later_work(root: Path) ->
     _killed_restore(root)
     _edit_after_the_kill(root)
     edited = _without_leftovers(tree_state(root))
-    recovery = subprocess.Popen(  # kills itself on the first rename of its rollback
-        [sys.executable, "-c", RECOVER_CHILD, str(root), "-", "rename", "1"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
-    out, _ = recovery.communicate(timeout=60)
-    assert recovery.returncode == -signal.SIGKILL, out
-    assert (root / JOURNAL).exists()
+    _killed(RECOVER_CHILD, root, nth=1)  # the recovery, on the first rename of its rollback
     code, _, err = cli("--root", str(root), "recover")
     assert code == 0, err
     after = tree_state(root)
