@@ -828,6 +828,43 @@ def test_a_push_leaves_out_what_retention_dropped_out_of_time_order(
     assert ref is not None and sorted(s.id for s in ref.snapshots) == sorted([kept.id, newer.id])
 
 
+def test_a_push_still_sends_an_older_snapshot_retention_kept(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """A time cutoff (the newest dropped snapshot's time) was wrong for retention that
+    drops automatic snapshots first: another machine's dropped pre-restore snapshot made
+    this one's older, never pushed step silently left out for good (review of ea35569).
+    The mark lists the dropped ids."""
+    import msgspec
+
+    from worksnap.config import Retention
+
+    m, n = machine(tmp_path, "m"), machine(tmp_path, "n", seed=1)
+    m.snap(kind="step", step=1)
+    push(m.local, remote.repo(), "default")
+    unpushed = m.snap(kind="step", step=3)
+    write(n.root, "changed.txt", "a change a restore would have replaced\n")
+    taken = n.snap()
+    (n.local.dir / taken.id).unlink()
+    n.local.save_record(msgspec.structs.replace(taken, kind="pre-restore"))
+    n.snap(kind="step", step=5)
+    push(n.local, remote.repo(), "default")
+    assert collect(remote.repo(), retention=Retention(keep_last=10)).forgotten == [taken.id]
+    assert push(m.local, remote.repo(), "default").snapshots == [unpushed.id]
+
+
+def test_a_garbled_retention_mark_is_refused_saying_what_deleting_it_costs(
+    remote: Remote, tmp_path: Path
+) -> None:
+    m = machine(tmp_path, "m")
+    m.snap()
+    remote.transport().put_if_absent("forgotten/default", b"{not json")
+    with pytest.raises(RemoteError, match="deleting it only lets pushes send back"):
+        push(m.local, remote.repo(), "default")
+    remote.transport().delete("forgotten/default")
+    assert len(push(m.local, remote.repo(), "default").snapshots) == 1
+
+
 def test_a_ref_too_big_for_its_readers_is_never_written(remote: Remote, tmp_path: Path) -> None:
     """Every reader refuses a ref over `MAX_REF_BYTES` (about 10,200 snapshots a session):
     a push wrote one anyway, and then every push, pull, gc and verify of the remote

@@ -8,7 +8,6 @@ names its key, and nothing partial reaches a caller. Pure: no transport here.
 
 from __future__ import annotations
 
-import math
 import re
 from itertools import pairwise
 from typing import TypeVar
@@ -124,16 +123,20 @@ class GcState(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 
 class Forgotten(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """How far remote retention has dropped a session's snapshots (`forgotten/<session>`).
+    """The snapshots remote retention dropped from a session (`forgotten/<session>`).
 
-    A push leaves out, unless named, a snapshot the ref lacks taken at or before
-    `through` (seconds since the epoch): retention dropped it, or would have.
+    A push leaves them out unless named. The oldest go first past `MAX_FORGOTTEN`.
     """
 
     version: int
     session: str
-    through: float
+    ids: list[str]
+    """In the order they were dropped, no repeats."""
     nonce: str
+
+
+MAX_FORGOTTEN = 50_000
+"""The most ids a retention mark keeps (about 800 KB, under a ref's `MAX_REF_BYTES`)."""
 
 
 _json = msgspec.json.Encoder()
@@ -156,7 +159,7 @@ def encode_ref(ref: SessionRef) -> bytes:
 
 
 def encode_forgotten(forgotten: Forgotten) -> bytes:
-    """Canonical JSON of a session's retention mark."""
+    """Canonical JSON of a session's retention mark (`Forgotten`)."""
     return _json.encode(forgotten) + b"\n"
 
 
@@ -261,10 +264,20 @@ def decode_ref(data: bytes, remote: str, key: str) -> SessionRef:
 
 
 def decode_forgotten(data: bytes, remote: str, key: str) -> Forgotten:
-    """Parses a session's retention mark."""
-    forgotten = _strict(data, Forgotten, False, remote, key)
-    if not SESSION_NAME.match(forgotten.session) or not math.isfinite(forgotten.through):
-        raise RemoteError(remote, "its session or time is bad", key=key)
+    """Parses a session's retention mark (`Forgotten`)."""
+    cost = "deleting it only lets pushes send back what gc dropped"
+    try:
+        forgotten = _strict(data, Forgotten, False, remote, key)
+    except RemoteError as exc:
+        raise RemoteError(remote, f"{exc.reason}; {cost}", key=key) from None
+    ids = forgotten.ids
+    if (
+        not SESSION_NAME.match(forgotten.session)
+        or len(ids) > MAX_FORGOTTEN
+        or len(set(ids)) != len(ids)
+        or any(not SNAPSHOT_ID.match(i) for i in ids)
+    ):
+        raise RemoteError(remote, f"its session or ids are bad or repeated; {cost}", key=key)
     return forgotten
 
 

@@ -34,7 +34,6 @@ from blake3 import blake3
 
 from worksnap.config import Retention
 from worksnap.errors import ManifestError, ObjectError, RemoteError
-from worksnap.manifest import parse_time
 from worksnap.paths import Digest
 from worksnap.record import Record, summary_of
 from worksnap.remote import formats
@@ -206,14 +205,9 @@ def forget(
         if dropped := dropping & set(ids):
             # The mark first: a push never sends again what it drops (killed between the
             # two, the next gc drops them again).
-            repo.forget_through(session, max(_seconds(records[i].time) for i in dropped))
+            repo.forget(session, dropped)
             repo.remove_from_ref(session, dropping)
     return sorted(dropping)
-
-
-def _seconds(time: str) -> float:
-    """A record's time as seconds since the epoch (as a push compares it)."""
-    return parse_time(time).timestamp()
 
 
 def _collect(

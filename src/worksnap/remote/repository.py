@@ -20,7 +20,6 @@ is bounded before a byte is read, and every small object is decoded strictly (se
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -464,15 +463,15 @@ class Repository:
                 return new
         raise RemoteError(self.url, "the ref kept changing; try again", key=ref_key(session))
 
-    def forgotten_through(self, session: str) -> float:
-        """How far retention has dropped the session's snapshots (-inf: never)."""
+    def forgotten(self, session: str) -> set[str]:
+        """The snapshots remote retention dropped from the session (`Forgotten`)."""
         key = ref_key(session, FORGOTTEN)
         if (found := self.transport.get_ref(key)) is None:
-            return -math.inf
-        return formats.decode_forgotten(found.data, self.url, key).through
+            return set()
+        return set(formats.decode_forgotten(found.data, self.url, key).ids)
 
-    def forget_through(self, session: str, through: float) -> None:
-        """Raises the session's retention mark to `through` (compare-and-swap; never lowers it).
+    def forget(self, session: str, ids: Iterable[str]) -> None:
+        """Adds `ids` to the session's retention mark (compare-and-swap; oldest go first).
 
         Raises:
             RemoteError: the mark kept changing (`MAX_REF_UPDATES` lost swaps).
@@ -480,10 +479,11 @@ class Repository:
         key = ref_key(session, FORGOTTEN)
         for _ in range(MAX_REF_UPDATES):
             found = self.transport.get_ref(key)
-            was = formats.decode_forgotten(found.data, self.url, key) if found else None
-            if was is not None and was.through >= through:
+            was = formats.decode_forgotten(found.data, self.url, key).ids if found else []
+            merged = list(dict.fromkeys([*was, *sorted(ids)]))[-formats.MAX_FORGOTTEN :]
+            if merged == was:
                 return
-            mark = formats.Forgotten(version=formats.VERSION, session=session, through=through,
+            mark = formats.Forgotten(version=formats.VERSION, session=session, ids=merged,
                                      nonce=secrets.token_hex(8))  # fmt: skip
             if self.transport.swap_ref(key, formats.encode_forgotten(mark), found and found.etag):
                 return

@@ -31,7 +31,6 @@ from typing import Protocol
 import msgspec
 
 from worksnap.errors import InputError, ManifestError, RemoteError
-from worksnap.manifest import parse_time
 from worksnap.paths import Digest
 from worksnap.record import Record
 from worksnap.remote.formats import PackIndex
@@ -148,16 +147,9 @@ def _survey(
 def _unlisted(
     repo: Repository, session: str, mine: dict[str, Record], listed: set[str]
 ) -> set[str]:
-    """The session's snapshots the ref lacks, less those remote retention dropped.
-
-    Retention does not drop strictly oldest first (automatic snapshots go before
-    deliberate ones), so the mark is read whenever one is unlisted: one request.
-    """
+    """The session's snapshots the ref lacks, less those remote retention dropped."""
     unlisted = set(mine) - listed
-    if not unlisted:
-        return unlisted
-    through = repo.forgotten_through(session)
-    return {i for i in unlisted if parse_time(mine[i].time).timestamp() > through}
+    return unlisted - repo.forgotten(session) if unlisted else unlisted
 
 
 def push(
