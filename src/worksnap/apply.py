@@ -90,11 +90,15 @@ Unchanged = Callable[[str, int, bytes], bool]
 the plan was made from. Asked right before a file or symlink is removed or replaced."""
 
 
+_IN_THE_WAY = {("mkdir", errno.EEXIST), ("remove", errno.ENOTEMPTY), ("remove", errno.EEXIST)}
+"""A directory to make that is there, one to remove that is not empty: changed meanwhile."""
+
+
 class ChangedMeanwhile(Exception):
     """A path the restore was about to remove or replace changed since its capture."""
 
     def __str__(self) -> str:
-        return "changed while the restore ran (kept: the restore stopped before it)"
+        return "changed while the restore ran: the restore stopped there"
 
 
 def verified(
@@ -110,9 +114,10 @@ def verified(
     disk the only sound copy, so `check` (`Store.check`: raises `ObjectError`) reads them
     all before anything changes.
 
-    The guard: a file whose stat is not the capture's `record` (`Capture.stat_record`)
-    is hashed again (touched but equal is unchanged); anything at a path that held
-    nothing (a directory there was removed by an earlier step) is a change.
+    The guard asks only whether bytes would be lost. A file whose stat is not the
+    capture's `record` (`Capture.stat_record`) is hashed again (touched but equal is
+    unchanged); anything at a path that held nothing (a directory there was removed by
+    an earlier step) is a change; nothing there, or a file with another name, is not.
     """
     touched = {c.path for c in plan.changes}
     entries = {e.path: e for e in pre.entries if e.path in touched}
@@ -125,9 +130,11 @@ def verified(
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
-            return entry is None
+            return True  # nothing there: nothing to lose
         if entry is None:
             return False
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            return True  # its bytes live on under another name whatever happens to this one
         if entry.type == "symlink":
             return stat.S_ISLNK(st.st_mode) and os.readlink(name, dir_fd=fd) == fs_path(
                 entry.target or ""
@@ -256,7 +263,10 @@ def apply_plan(
                 touched_dirs.add(parent)
             except (OSError, ObjectError, ChangedMeanwhile) as exc:
                 result.error = f"{shown(change.path)}: {_describe(exc)}"
-                result.conflict = isinstance(exc, ChangedMeanwhile)
+                # What a step finds in its way was put there while the run went on.
+                result.conflict = isinstance(exc, ChangedMeanwhile) or (
+                    isinstance(exc, OSError) and (action, exc.errno) in _IN_THE_WAY
+                )
                 failed_at = done
                 break
             if progress is not None:

@@ -319,9 +319,15 @@ class Restorer:
             self._remove_journal()
             raise
         result.pre_restore = pre.id
-        if not result.ok:  # after a conflict, what it changed goes back; the edits stay
-            touched = result.changed if result.conflict else None
-            self._roll_back(pre, touched, result, plan.target, session=session)
+        if not result.ok and result.conflict:  # what it changed goes back; the edits stay
+            journal = msgspec.structs.replace(journal, paths=result.changed)  # if killed too
+            self._files.write(self._paths.journal, msgspec.json.encode(journal))
+            if kept := self._roll_back(
+                pre, result.changed, result, plan.target, session=session
+            ).pre_restore:
+                result.error = f"{result.error}; the tree as it was is kept in snapshot {kept}"
+        elif not result.ok:
+            self._roll_back(pre, None, result, plan.target, session=session)
         self._remove_journal()
         return result  # the stat cache stays: no cached digest holds for a new inode
 
@@ -522,7 +528,7 @@ class Restorer:
         killed = read_journal(self._files) if expected is None else None
         recovered = self.recover_if_interrupted(session) if killed is not None else None
         kept = recovered.pre_restore if recovered is not None else None
-        if killed and killed.kind == "pre-restore" and recovered and kept:
+        if killed and killed.kind in ("pre-restore", None) and recovered and kept:
             # A killed restore rolled back is the undo; a redo brings its tree back.
             self._sessions.push_redo(killed.session or session, Frame(recovered.target, kept))
             return recovered

@@ -137,12 +137,18 @@ def test_recovery_keeps_later_work_and_undo_brings_it_all_back(root: Path, comma
     assert tree_state(root) == edited
 
 
-def test_undo_right_after_a_killed_restore_is_its_rollback(root: Path) -> None:
+@pytest.mark.parametrize("journal", ["as written", "older, without its kind"])
+def test_undo_right_after_a_killed_restore_is_its_rollback(root: Path, journal: str) -> None:
     """`undo` first recovers: it keeps the half-restored tree as `pre-recover` and rolls
     the restore back. It then took that very snapshot as the newest that differs, and
     put the half-restored tree back, journal gone (hostile review). The rollback is the
-    undo; `redo` brings the half-restored tree back, as after any undo."""
+    undo; `redo` brings the half-restored tree back, as after any undo. A journal from
+    before the kind was recorded was a restore's (review of 0a13ab8)."""
     before = _killed_restore(root)
+    if journal != "as written":
+        written = json.loads((root / JOURNAL).read_bytes())
+        assert written.pop("kind") == "pre-restore"
+        (root / JOURNAL).write_text(json.dumps(written))
     half = _without_leftovers(tree_state(root))
     assert half != before
     code, out, err = cli("--root", str(root), "undo", "--yes")

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from worksnap import ConflictError, ObjectError, Progress, RestoreError, Workspace
-from worksnap.apply import apply_plan
+from worksnap.apply import Result, apply_plan
 from worksnap.workspace import Seams
 
 from .conftest import STORE, cli, store_files, tree_state, write
@@ -344,3 +344,76 @@ def test_a_rollback_makes_a_removed_directory_again_with_its_own_mode(
     assert (root / "private").stat().st_mode & 0o7777 == 0o700
     assert (root / "private" / "inner").stat().st_mode & 0o7777 == 0o750
     assert tree_state(root) == before
+
+
+@pytest.mark.parametrize("found", ["a directory made", "a directory removed"])
+def test_what_a_step_finds_in_its_way_is_a_conflict_too(root: Path, found: str) -> None:
+    """A file put where the restore makes a directory (`mkdir`: EEXIST), one put in a
+    directory it removes (`rmdir`: ENOTEMPTY): the run stopped, and the rollback set
+    every path back, edits made meanwhile elsewhere included (review of d40b00c). They
+    are conflicts: what the run changed goes back, the rest stays."""
+    write(root, "keep/f", "kept\n")
+    write(root, "notes.txt", "notes v1\n")
+    with Workspace(root) as ws:
+        target = ws.snapshot().id
+        write(root, "a-added.txt", "added since: the first step removes it\n")
+        if found == "a directory made":
+            (root / "keep" / "f").unlink()
+            (root / "keep").rmdir()
+        else:
+            write(root, "gone/inner.txt", "added since\n")
+        seen: list[int] = []
+
+        def progress(p: Progress) -> None:
+            if p.what == "apply" and not seen:
+                seen.append(p.done)
+                write(root, "notes.txt", "notes edited meanwhile\n")
+                if found == "a directory made":
+                    write(root, "keep", "a file where the restore makes a directory\n")
+                else:
+                    write(root, "gone/late.txt", "written in a directory being removed\n")
+
+        ws.progress = progress
+        result = ws.restore(target)
+    assert seen and not result.ok and result.rolled_back
+    assert (root / "notes.txt").read_text() == "notes edited meanwhile\n"
+    if found == "a directory made":
+        assert (root / "keep").read_text() == "a file where the restore makes a directory\n"
+    else:
+        assert (root / "gone/late.txt").exists()
+    assert (root / "a-added.txt").exists()  # what the run changed went back
+
+
+def test_a_rollback_after_a_conflict_leaves_a_journal_of_what_it_changed(root: Path) -> None:
+    """Killed during the partial rollback, the journal still listed every path of the
+    plan, and the recovery set back the edit the conflict had spared (review of
+    d40b00c). It now lists what the run changed before that rollback starts."""
+    for i in range(5):
+        write(root, f"f{i}", "v1\n")
+    calls: list[int] = []
+
+    def killed_rollback(*args: object, **kwargs: object) -> Result:
+        calls.append(1)
+        if len(calls) == 2:  # the rollback: as if killed before its first step
+            raise KeyboardInterrupt
+        return apply_plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    with Workspace(root, seams=Seams(apply_plan=killed_rollback)) as ws:
+        target = ws.snapshot().id
+        for i in range(5):
+            write(root, f"f{i}", "v2\n")
+        seen: list[int] = []
+
+        def progress(p: Progress) -> None:
+            if p.what == "apply" and p.done == 2 and not seen:
+                seen.append(1)
+                write(root, "f4", "edited meanwhile\n")
+
+        ws.progress = progress
+        with pytest.raises(KeyboardInterrupt):
+            ws.restore(target)
+    journal = msgspec.json.decode((root / STORE / "journal.json").read_bytes())
+    assert journal["paths"] == ["f0", "f1", "f2", "f3"]  # f4 stopped it
+    code, _, err = cli("--root", str(root), "recover")
+    assert code == 0, err
+    assert [(root / f"f{i}").read_text() for i in range(5)] == ["v2\n"] * 4 + ["edited meanwhile\n"]
