@@ -356,15 +356,16 @@ class Restorer:
         self._capture.forget_stat_table()  # the failed apply rewrote files
         dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
         remove_leftovers(self._root.path, dirs)
-        # Nothing is stored unless it must be: a rollback often follows a full disk.
+        # Nothing is stored unless it must be: a rollback often follows a full disk. One
+        # that sets back some paths only aims at the rest as it is: that is stored.
         # The cap of `pre` (at least the target's): a large file the restore wrote is compared.
-        cap = self._cap(pre)
-        current = self._capture.capture(store_objects=recovering, max_file_bytes=cap)
+        cap, stored = self._cap(pre), recovering or touched is not None
+        current = self._capture.capture(store_objects=stored, max_file_bytes=cap)
         aim = pre if touched is None else rollback_target(current, pre, touched)
         plan = self._plan(current, aim)
         kept: str | None = None
         if plan.changes and (recovering or destroys_unstored(plan, (pre, target))):
-            if not recovering:
+            if not stored:
                 current = self._capture.capture(store_objects=True, max_file_bytes=cap)
                 plan = self._plan(current, aim)
             kept_state = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)

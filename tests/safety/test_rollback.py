@@ -417,3 +417,34 @@ def test_a_rollback_after_a_conflict_leaves_a_journal_of_what_it_changed(root: P
     code, _, err = cli("--root", str(root), "recover")
     assert code == 0, err
     assert [(root / f"f{i}").read_text() for i in range(5)] == ["v2\n"] * 4 + ["edited meanwhile\n"]
+
+
+def test_a_rollback_after_a_conflict_reads_rules_edited_meanwhile(root: Path) -> None:
+    """The partial rollback aims at the tree as it is beside the paths it sets back, and
+    read that tree's `.gitignore`, edited meanwhile, from the store: it was not stored
+    ("missing from the store"), and the restore failed with a traceback (the watched
+    differential walk, in CI)."""
+    write(root, ".gitignore", "*.log\n")
+    write(root, "a-new", "in the target only: the restore writes it, the rollback removes it\n")
+    for i in range(5):
+        write(root, f"f{i}", "v1\n")
+    with Workspace(root) as ws:
+        target = ws.snapshot().id
+        (root / "a-new").unlink()
+        for i in range(5):
+            write(root, f"f{i}", "v2\n")
+        seen: list[int] = []
+
+        def progress(p: Progress) -> None:
+            if p.what == "apply" and not seen:
+                seen.append(1)
+                write(root, ".gitignore", "*.log\n*.tmp\n")  # not in the plan
+                write(root, "f4", "edited meanwhile\n")  # the conflict
+
+        ws.progress = progress
+        result = ws.restore(target)
+    assert seen and not result.ok and result.rolled_back
+    assert (root / ".gitignore").read_text() == "*.log\n*.tmp\n"
+    assert (root / "f4").read_text() == "edited meanwhile\n"
+    assert [(root / f"f{i}").read_text() for i in range(4)] == ["v2\n"] * 4
+    assert not (root / "a-new").exists()
