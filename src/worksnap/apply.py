@@ -91,7 +91,8 @@ the plan was made from. Asked right before a file or symlink is removed or repla
 
 
 _IN_THE_WAY = {("mkdir", errno.EEXIST), ("remove", errno.ENOTEMPTY), ("remove", errno.EEXIST)}
-"""A directory to make that is there, one to remove that is not empty: changed meanwhile."""
+"""A directory to make that is there, one to remove that is not empty: changed meanwhile
+(a file put where one is removed: `_removed`; one already gone is no change)."""
 
 
 class ChangedMeanwhile(Exception):
@@ -150,6 +151,33 @@ def verified(
         return _hash_at(fd, name) == entry.hash
 
     return unchanged
+
+
+def _removed(
+    tree: DirTree, parent: str, name: bytes, change: Change, unchanged: Unchanged | None
+) -> bool:
+    """Removes what `change` removes; False when it (or its directory) was gone already.
+
+    Gone is what the run wanted: no failure, and no change of its to set back.
+
+    Raises:
+        ChangedMeanwhile: what is there is not what the run was planned from.
+    """
+    try:
+        fd = tree.dir_fd(parent)
+        if change.was_dir:
+            tree.forget(change.path)
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except NotADirectoryError:
+                raise ChangedMeanwhile from None  # a file or a link put in its place
+        else:
+            if unchanged is not None and not unchanged(change.path, fd, name):
+                raise ChangedMeanwhile
+            os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _hash_at(fd: int, name: bytes) -> str | None:
@@ -242,25 +270,22 @@ def apply_plan(
         for done, (action, change) in enumerate(steps):
             parent, _, name = change.path.rpartition("/")
             try:
-                fd = tree.dir_fd(parent)
                 raw = fs_path(name)
                 if action == "remove":
-                    if change.was_dir:
-                        tree.forget(change.path)
-                        os.rmdir(raw, dir_fd=fd)
-                    else:
-                        if unchanged is not None and not unchanged(change.path, fd, raw):
-                            raise ChangedMeanwhile
-                        os.unlink(raw, dir_fd=fd)
+                    made = _removed(tree, parent, raw, change, unchanged)
                 elif action == "mkdir":
-                    os.mkdir(raw, 0o777, dir_fd=fd)
+                    os.mkdir(raw, 0o777, dir_fd=tree.dir_fd(parent))
                     changed[change.path] = None
                     if modes is not None and (mode := modes.get(change.path)) is not None:
                         os.fchmod(tree.dir_fd(change.path), mode)  # never through a link
+                    made = True
                 else:
-                    _write(fd, raw, change, read_object, sync=sync_each, unchanged=unchanged)
-                changed[change.path] = None
-                touched_dirs.add(parent)
+                    _write(tree.dir_fd(parent), raw, change, read_object, sync=sync_each,
+                           unchanged=unchanged)  # fmt: skip
+                    made = True
+                if made:  # (a path gone already, as the run wanted, is no change of its)
+                    changed[change.path] = None
+                    touched_dirs.add(parent)
             except (OSError, ObjectError, ChangedMeanwhile) as exc:
                 result.error = f"{shown(change.path)}: {_describe(exc)}"
                 # What a step finds in its way was put there while the run went on.

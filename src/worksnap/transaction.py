@@ -319,15 +319,16 @@ class Restorer:
             self._remove_journal()
             raise
         result.pre_restore = pre.id
-        if not result.ok and result.conflict:  # what it changed goes back; the edits stay
-            journal = msgspec.structs.replace(journal, paths=result.changed)  # if killed too
-            self._files.write(self._paths.journal, msgspec.json.encode(journal))
-            if kept := self._roll_back(
-                pre, result.changed, result, plan.target, session=session
-            ).pre_restore:
-                result.error = f"{result.error}; the tree as it was is kept in snapshot {kept}"
-        elif not result.ok:
-            self._roll_back(pre, None, result, plan.target, session=session)
+        if not result.ok:  # after a conflict, what it changed goes back; the edits stay
+            touched = result.changed if result.conflict else None
+            if touched is not None:  # a kill during the rollback recovers just as much
+                journal = msgspec.structs.replace(journal, paths=touched)
+                self._files.write(self._paths.journal, msgspec.json.encode(journal))
+            back = self._roll_back(pre, touched, result, plan.target, session=session)
+            if back.pre_restore:
+                result.error = (
+                    f"{result.error}; the tree as it was is kept in snapshot {back.pre_restore}"
+                )
         self._remove_journal()
         return result  # the stat cache stays: no cached digest holds for a new inode
 

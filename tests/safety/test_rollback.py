@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -448,3 +450,50 @@ def test_a_rollback_after_a_conflict_reads_rules_edited_meanwhile(root: Path) ->
     assert (root / "f4").read_text() == "edited meanwhile\n"
     assert [(root / f"f{i}").read_text() for i in range(4)] == ["v2\n"] * 4
     assert not (root / "a-new").exists()
+
+
+@pytest.mark.parametrize(
+    "meanwhile", ["a file removed", "a directory removed", "a file for a directory"]
+)
+def test_what_the_restore_finds_gone_or_replaced_where_it_removes(
+    root: Path, meanwhile: str
+) -> None:
+    """What the run removes was removed meanwhile: ENOENT failed the whole restore and
+    rolled everything back, edits made meanwhile included; a file put where it removes
+    a directory (ENOTDIR) did the same (review of 027c855). Gone is what the run wanted;
+    a file in a directory's place is a conflict, kept with the other edits."""
+    write(root, "notes.txt", "notes v1\n")
+    write(root, "f", "v1\n")
+    with Workspace(root) as ws:
+        target = ws.snapshot().id
+        write(root, "0added.txt", "added since\n")
+        write(root, "gone/x", "added since\n")
+        write(root, "f", "v2\n")
+        seen: list[int] = []
+
+        def progress(p: Progress) -> None:
+            if p.what == "apply" and not seen:
+                seen.append(1)
+                write(root, "notes.txt", "notes edited meanwhile\n")
+                if meanwhile == "a file removed":
+                    (root / "0added.txt").unlink()
+                else:
+                    shutil.rmtree(root / "gone")
+                    if meanwhile == "a file for a directory":
+                        write(root, "gone", "a file where the restore removes a directory\n")
+
+        ws.progress = progress
+        result = ws.restore(target)
+        if meanwhile == "a file for a directory":
+            # gone/x, removed by the run, comes back: the file in its way is moved aside,
+            # kept in the snapshot the message names (as after a kill: rollback_target).
+            assert not result.ok and result.conflict and result.rolled_back
+            kept = re.search(r"kept in snapshot ([0-9a-f]{12})", result.error or "")
+            assert kept is not None, result.error
+            assert ws.file_bytes(kept.group(1), "gone")[1].startswith(b"a file where")
+    assert seen
+    assert (root / "notes.txt").read_text() == "notes edited meanwhile\n"
+    if meanwhile != "a file for a directory":
+        assert result.ok, result.error
+        assert not (root / "0added.txt").exists() and not (root / "gone").exists()
+        assert (root / "f").read_text() == "v1\n"
