@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import write
 from worksnap import Workspace
 from worksnap import hash as hash_module
+from worksnap.errors import SnapshotError
+from worksnap.hash import read_file
 from worksnap.workspace import Seams
 
 
@@ -87,3 +92,21 @@ def test_reads_from_the_page_cache_are_not_read_ahead(root: Path) -> None:
     seams = Seams(prefetch=recorded_prefetch(started), slow_read_seconds=3600.0)  # reads are fast
     assert len(Workspace(root, seams=seams).snapshot().entries) == 100
     assert started == []
+
+
+def test_a_fifo_where_a_file_was_listed_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """Opened without O_NONBLOCK, a FIFO swapped in for a listed file made the read wait
+    for a writer forever (a capture, or a restore's check of a path it replaces)."""
+
+    def waited(*_: object) -> None:
+        raise TimeoutError("open() waited on the FIFO")
+
+    os.mkfifo(tmp_path / "f")
+    old = signal.signal(signal.SIGALRM, waited)
+    signal.alarm(10)
+    try:
+        with pytest.raises(SnapshotError, match="no longer a regular file"):
+            read_file(str(tmp_path / "f"), "f", keep=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

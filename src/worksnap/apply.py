@@ -20,8 +20,9 @@ from typing import Protocol
 
 from blake3 import blake3
 
-from worksnap.errors import ObjectError, shown
+from worksnap.errors import ObjectError, SnapshotError, shown
 from worksnap.fsio import DirTree, FileState, file_state, write_all
+from worksnap.hash import read_file
 from worksnap.manifest import Manifest
 from worksnap.paths import fs_path
 from worksnap.plan import Change, Op, Plan
@@ -148,7 +149,10 @@ def verified(
         found = record(path)
         if found is not None and found == (file_state(st), entry.hash):
             return True
-        return _hash_at(fd, name) == entry.hash
+        try:
+            return read_file(name, path, keep=False, dir_fd=fd)[0] == entry.hash
+        except SnapshotError:
+            return False  # no longer a file to read
 
     return unchanged
 
@@ -178,21 +182,6 @@ def _removed(
     except FileNotFoundError:
         return False
     return True
-
-
-def _hash_at(fd: int, name: bytes) -> str | None:
-    """BLAKE3 of the regular file `name` in `fd` (None: it is no longer one to read)."""
-    try:
-        f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
-    except OSError:
-        return None
-    try:
-        hasher = blake3(max_threads=blake3.AUTO)
-        while chunk := os.read(f, 1 << 20):
-            hasher.update(chunk)
-        return hasher.hexdigest()
-    finally:
-        os.close(f)
 
 
 def dir_modes(root: str, plan: Plan) -> dict[str, int]:

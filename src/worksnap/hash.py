@@ -113,7 +113,9 @@ def read_file(
     previous: Digest | None = None
     for _ in range(_RETRIES):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # O_NONBLOCK: a FIFO swapped in since it was listed is refused, not waited on.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            fd = os.open(path, flags, dir_fd=dir_fd)
         except OSError as exc:
             raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
         try:
