@@ -463,25 +463,9 @@ class DiskStore(SnapshotFiles):
     def sweep_abandoned(self) -> int:
         """Removes the packs and temp files of writers that died; returns the bytes freed.
 
-        Safe beside running snapshots: a writer holds its pack locked until the pack's
-        index is published, so only a pack nobody holds and that has no index is a
-        leftover (of a snapshot killed, or failed, before it could remove it).
+        Safe beside running snapshots (`StoreDir.remove_unpublished`).
         """
-        names = self.files.listdir(self.paths.packs)
-        indexed = {p for p, kind in map(self.paths.pack_file, names) if kind == "index"}
-        freed = 0
-        for name in names:
-            pack_name, kind = self.paths.pack_file(name)
-            if (kind == "pack" and pack_name not in indexed) or self.paths.is_temp(name):
-                path = os.path.join(self.paths.packs, name)
-                index = self.paths.pack_index(pack_name)
-
-                def published(index: str = index) -> bool:
-                    return self.files.lstat(index) is not None
-
-                size = self.files.remove_abandoned(path, unless=published)
-                freed += size or 0
-        return freed
+        return self.files.remove_unpublished()
 
     def sweep(self, live: set[str] | None, *, merge: bool = False) -> tuple[int, int]:
         """Deletes every object not in `live`, and leftovers of interrupted writes.
@@ -564,18 +548,9 @@ class DiskStore(SnapshotFiles):
             self._indexes.discard(os.path.basename(self.paths.pack_index(pack_name)))
             dead = [slot.stored for digest, slot in records if not kept(digest)]
             removed, freed = removed + len(dead), freed + sum(dead)
-        # Loose objects are each a file: a merge (`live` None) leaves them be.
-        for sub in self.files.listdir(self.paths.objects) if live is not None else []:
-            directory = os.path.join(self.paths.objects, sub)
-            for rest in self.files.listdir(directory):
-                path = os.path.join(directory, rest)
-                if self.paths.is_temp(rest):
-                    freed += self.files.remove_abandoned(path) or 0
-                elif live is not None and sub + rest not in live:
-                    st = self.files.lstat(path)
-                    if st is not None and self.files.unlink(path):
-                        freed += st.st_size
-                        removed += 1
+        if live is not None:  # loose objects are each a file: a merge leaves them be
+            loose, space = self.files.sweep_loose(live)
+            removed, freed = removed + loose, freed + space
         self._index = None
         return removed, freed
 

@@ -457,6 +457,47 @@ class StoreDir:
         finally:
             os.close(fd)
 
+    def remove_unpublished(self) -> int:
+        """Removes the packs and temp files of writers that died; returns the bytes freed.
+
+        Safe beside running snapshots: a writer holds its pack locked until the pack's
+        index is published, so only a pack nobody holds and that has no index is a
+        leftover (of a snapshot killed, or failed, before it could remove it).
+        """
+        names = self.listdir(self.paths.packs)
+        indexed = {p for p, kind in map(self.paths.pack_file, names) if kind == "index"}
+        freed = 0
+        for name in names:
+            pack_name, kind = self.paths.pack_file(name)
+            if (kind == "pack" and pack_name not in indexed) or self.paths.is_temp(name):
+                index = self.paths.pack_index(pack_name)
+
+                def published(index: str = index) -> bool:
+                    return self.lstat(index) is not None
+
+                path = os.path.join(self.paths.packs, name)
+                freed += self.remove_abandoned(path, unless=published) or 0
+        return freed
+
+    def sweep_loose(self, live: set[str]) -> tuple[int, int]:
+        """Removes the loose objects not in `live`, and dead writers' temp files there.
+
+        Returns how many objects were removed and how many bytes that freed.
+        """
+        removed = freed = 0
+        for sub in self.listdir(self.paths.objects):
+            directory = os.path.join(self.paths.objects, sub)
+            for rest in self.listdir(directory):
+                path = os.path.join(directory, rest)
+                if self.paths.is_temp(rest):
+                    freed += self.remove_abandoned(path) or 0
+                elif sub + rest not in live:
+                    st = self.lstat(path)
+                    if st is not None and self.unlink(path):
+                        freed += st.st_size
+                        removed += 1
+        return removed, freed
+
     def new_name(self) -> str:
         """A fresh random name for a file this process alone writes (a pack)."""
         return secrets.token_hex(8)
