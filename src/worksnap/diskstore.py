@@ -14,6 +14,7 @@ wins over both).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Container, Iterator
@@ -26,6 +27,7 @@ from worksnap.frames import MAX_UNPACKED
 from worksnap.fsio import write_all
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
+from worksnap.multipack import Quick, StaleIndex, refresh
 from worksnap.objectindex import Finder, ObjectIndex, join_indexes, used_copy
 from worksnap.packcodec import (
     MAX_CHAIN,
@@ -78,6 +80,7 @@ class DiskStore(SnapshotFiles):
         self.paths: StorePaths = self.files.paths
         self.max_unpacked = max_unpacked
         self._index: ObjectIndex | None = None
+        self._quick = Quick(self.files, self._listed)  # until the index is read
         self._damaged: dict[str, str] = {}
         self._writer: PackWriter | None = None
         self._recent = Recent()
@@ -132,6 +135,7 @@ class DiskStore(SnapshotFiles):
         """Closes open files; an unpublished pack is removed (see `discard`)."""
         with self._lock:
             self._read_fds.close()
+            self._quick.drop()
         self.discard()
         self.files.close()
 
@@ -157,6 +161,9 @@ class DiskStore(SnapshotFiles):
             raise ObjectError(digest, "not a digest")
         return self.paths.loose(digest)
 
+    def _is_loose(self, digest: str) -> bool:
+        return self.files.lstat(self._loose_path(digest)) is not None
+
     def _load_index(self) -> ObjectIndex:
         with self._lock:
             return self._read_indexes() if self._index is None else self._index
@@ -166,10 +173,10 @@ class DiskStore(SnapshotFiles):
         if data is not None and (reason := format_problem(data)) is not None:
             raise StoreError(self.paths.format, reason)  # a newer worksnap's store
         self._find = Finder({})  # the old index goes before the new one is made
+        self._quick.drop()
         for _ in range(16):  # a merge removed an index listed (its objects are in a new one)
             damaged: dict[str, str] = {}
-            names = sorted(self.files.listdir(self.paths.packs))
-            packs = [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
+            packs = self._listed()
             read = [self._read_index(p, damaged) for p in packs]
             if None not in read:
                 break
@@ -180,6 +187,8 @@ class DiskStore(SnapshotFiles):
             self._generation = b"\0"
         self._indexes = indexes
         index, self._find = join_indexes([r for r in read if r], prune=bool(damaged))
+        if not damaged and None not in read:
+            refresh(self.files, self.paths.multi_pack_index, packs, index)
         if self._writer is not None:  # its objects, not published yet, are still here
             for digest in self._writer.digests:
                 index.add(digest, self._writer)
@@ -187,6 +196,11 @@ class DiskStore(SnapshotFiles):
         self._index, self._damaged = index, damaged
         self._recent.clear()
         return index
+
+    def _listed(self) -> list[str]:
+        """The names of the packs whose index is published, sorted (the order they join in)."""
+        names = sorted(self.files.listdir(self.paths.packs))
+        return [p for p, kind in map(self.paths.pack_file, names) if kind == "index"]
 
     def _read_index(self, name: str, damaged: dict[str, str]) -> tuple[list[str], PackRows] | None:
         """A pack's index; empty (and a note in `damaged`) if damaged; None if swept since."""
@@ -231,6 +245,7 @@ class DiskStore(SnapshotFiles):
             return False
         with self._lock:
             self._generation, self._index = generation, None
+            self._quick.drop()
             self._read_fds.close()  # swept packs' space is freed only once no one holds them
         return True
 
@@ -392,6 +407,9 @@ class DiskStore(SnapshotFiles):
 
     def _packed(self, digest: str, recent: Recent) -> bytes | None:
         """A packed object's checked bytes; None when no pack holds it. Under `_lock`."""
+        if self._index is None and self._writer is None and self._quick.usable:
+            with contextlib.suppress(StaleIndex):  # (else the pack indexes answer, below)
+                return self._quick.read(digest, self._stored, recent, self._is_loose)
         located = self._load_index().get(digest)
         if located is None and not self.has(digest):
             self._index = None  # another process may have published a pack since we looked

@@ -10,8 +10,8 @@ read, and changed, in one place:
       root                       the root this store belongs to (one line)
       format                     the store's format ("3"); a newer one is refused
       packs/<name>.pack          small objects, each a zstd frame (raw in version 1 packs)
-      packs/<name>.idx           msgpack ["wspack", 2, [[digest, offset, stored, raw, base],
-                                 ...]] (version 1: [[digest, offset, size], ...]); written last
+      packs/<name>.idx           msgpack ["wspack", 2, [[digest, stored, raw, base], ...]]
+                                 (version 1: [[digest, offset, size], ...]); written last
       objects/<aa>/<62 hex>      objects of 1 MiB or more, one file each
       snapshots/<id>.json        a snapshot record (format 2: JSON naming its root tree)
       manifests/<id>.json        a format 1 manifest (a zstd frame of what `show --json`
@@ -19,6 +19,7 @@ read, and changed, in one place:
       summaries/<id>.json        the few fields `list` shows (format 1, beside its manifest)
       cache/stat, cache/dirs     the stat and listing caches (may be deleted at any time)
       cache/trees, trees.log     the tree cache, base and appended log (the same)
+      cache/multi-pack-index     every packed object's place, sorted by digest (the same)
       cache/timestamps           present when the file system keeps coarse (whole-second) times
       cache/last.json            each session's newest full snapshot, by id (the next one's parent)
       cache/remote/<id>/<digest> indexes of the remote repository <id> (immutable; a copy)
@@ -312,6 +313,7 @@ class StorePaths:
         "lock_gate",
         "lock_holder",
         "manifests",
+        "multi_pack_index",
         "objects",
         "packs",
         "pins",
@@ -350,6 +352,8 @@ class StorePaths:
         """Each directory's tree by a digest of its children (and `trees.log`, appended)."""
         self.tree_cache_log = os.path.join(self.cache, "trees.log")
         self.timestamps = os.path.join(self.cache, "timestamps")
+        self.multi_pack_index = os.path.join(self.cache, "multi-pack-index")
+        """Every packed object's place, sorted by digest: read where it lies (multipack)."""
         self.last_full = os.path.join(self.cache, "last.json")
         """Each session's newest full snapshot, by id: the next one's parent."""
         """The file system's timestamp tick in ns, once times without a fraction were seen."""

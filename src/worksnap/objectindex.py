@@ -167,7 +167,7 @@ class ObjectIndex(Mapping[str, Slot]):
     `in` and `keys()` go straight to the dict: the capture tests every file's digest.
     """
 
-    __slots__ = ("_entries", "_packs")
+    __slots__ = ("_entries", "_packs", "_written")
 
     def __init__(
         self,
@@ -176,6 +176,7 @@ class ObjectIndex(Mapping[str, Slot]):
     ) -> None:
         self._entries = {} if entries is None else entries
         self._packs = [] if packs is None else packs
+        self._written = False
 
     def _slot(self, digest: str, found: int | PackWriter) -> Slot:
         if isinstance(found, PackWriter):
@@ -185,6 +186,20 @@ class ObjectIndex(Mapping[str, Slot]):
     def add(self, digest: str, writer: PackWriter) -> None:
         """Records an object `writer` has just appended."""
         self._entries[digest] = writer
+        self._written = True
+
+    def pack_rows(self) -> list[PackRows]:
+        """The packs read, in the order `places` numbers them."""
+        return self._packs
+
+    def places(self) -> Mapping[str, int]:
+        """Each object's pack (in `pack_rows`) and row there, as `pack << 32 | row`.
+
+        Only for an index read from pack indexes, nothing added since.
+        """
+        if self._written:
+            raise ValueError("objects were added to this index since it was read")
+        return self._entries  # type: ignore[return-value]  # (no writer: every value an int)
 
     def __getitem__(self, digest: str) -> Slot:
         return self._slot(digest, self._entries[digest])
