@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NewType
@@ -184,3 +185,14 @@ class Root:
         ):
             raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
         return rel
+
+    def special(self, rel: str) -> bool:
+        """True when a FIFO, socket or device is at `rel` now (never captured: excluded).
+
+        A look only (`lstat`, links not followed at the end), for a preview to report.
+        """
+        try:
+            mode = os.lstat(os.path.join(os.fsencode(self.path), fs_path(rel))).st_mode
+        except OSError:
+            return False
+        return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))

@@ -31,7 +31,8 @@ class Op(enum.Enum):
     """In the snapshot but missing now: recreated."""
     BLOCKED = "B"
     """The snapshot has a file or symlink where a directory now holds what no restore
-    touches (ignored, large or excluded files): left as it is, and reported."""
+    touches (ignored, large or excluded files), or where a FIFO, socket or device is
+    (never captured, so never removed): left as it is, and reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +226,7 @@ def plan_restore(
     *,
     ignored_by_target: Callable[[str, bool], bool],
     differences: Differences | None = None,
+    special: Callable[[str], bool] = lambda path: False,
 ) -> Plan:
     """Lists what restoring `target` changes in a workspace whose state is `current`.
 
@@ -232,13 +234,15 @@ def plan_restore(
     anything below those), and anything the target's own `.gitignore` files
     would ignore (so restoring a `.gitignore` never turns files into deletions).
     Where the target has a file or symlink and the workspace a directory holding
-    such untouchable paths, the change is `Op.BLOCKED`: listed, never applied.
+    such untouchable paths, or a FIFO, socket or device (`special`: excluded, never
+    captured), the change is `Op.BLOCKED`: listed, never applied.
 
     Args:
         current: the workspace's state now (a capture with the same options).
         target: the snapshot to restore.
         ignored_by_target: `ignored(path, is_dir)` under the target's ignore rules.
         differences: what differs between the two (default: `flat_differences`).
+        special: whether a FIFO, socket or device is at a path now (`Root.special`).
     """
     if current.tree == target.tree:
         return Plan(target=target, current=current, changes=[])  # same entries and dirs
@@ -279,8 +283,11 @@ def plan_restore(
     untouched = sorted([*protected, *(p for p in leaving if p not in removed)])
 
     changes: list[Change] = []
+    excluded_now = set(current.excluded)
     for path, entry in then.items():
         if is_protected(path):
+            if path in excluded_now and special(path):  # (what the target has below: too)
+                changes.append(Change(Op.BLOCKED, path, entry, was_dir=False))
             continue
         if path in now:
             was_dir = now[path] is None

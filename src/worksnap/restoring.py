@@ -9,6 +9,7 @@ it did in one line. Without a terminal (an agent, a script) it runs at once, as 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from worksnap import views
 from worksnap.invocation import command_paths, open_workspace
 from worksnap.output import age, display, emit_json, human_bytes, plural, say, styled, warn
+from worksnap.paths import fs_path
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
@@ -237,8 +239,14 @@ def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
         else:
             say(f"nothing to restore: {display(args.root)} matches snapshot {result.target}")
         for path in result.blocked:
-            note = "left as it is: a directory of ignored files where the snapshot has a file"
-            warn(f"warning: {display(path)} {note}")
+            held = os.path.isdir(os.path.join(os.fsencode(args.root), fs_path(path)))
+            note = (
+                "a directory of ignored files where the snapshot has a file"
+                if held
+                else "a FIFO, socket or device, which no snapshot holds (remove it, then "
+                "restore again)"
+            )
+            warn(f"warning: {display(path)} left as it is: {note}")
     else:
         state = (
             "the workspace was rolled back to how it was before"

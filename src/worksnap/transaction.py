@@ -149,15 +149,15 @@ class Restorer:
     ) -> Plan:
         rules = self._capture.rules()
         ignored = target_ignores(target, rules, self._capture.tracked(rules), self._store.read)
-        # Never touched: what the target's exclusions (paths that appeared since) or the
-        # current ones (paths gone since) exclude; what exists and is excluded now was
-        # never captured, so the planner leaves it alone already.
+        # Never touched: what the target's exclusions (paths appeared since) or today's (paths
+        # gone since) exclude; what is excluded now was never captured: the planner leaves it.
         then, now = compile_rules(frozenset(target.exclude)), compile_rules(self._root.exclude)
         plan = plan_restore(
             current,
             target,
             ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
             differences=self._differences(current, target),
+            special=self._root.special,
         )
         kept = [
             c

@@ -8,9 +8,14 @@ restore leaves that one path as it is and restores everything else.
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import stat
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from worksnap import Op, Workspace
 
@@ -108,3 +113,56 @@ def test_a_directory_holding_what_the_target_s_rules_ignore_is_blocked_too(root:
     assert result.ok and result.blocked == ["a"]
     assert (root / "a/x.tmp").read_text() == "scratch\n"
     assert (root / "other").read_text() == "keep\n" and (root / ".gitignore").exists()
+
+
+def _special(path: Path, kind: str) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:  # a socket: bound, then left behind as a file system entry
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+@pytest.mark.parametrize("where", ["file", "directory"])
+def test_a_fifo_or_socket_where_the_snapshot_has_something_is_blocked_and_named(
+    root: Path, kind: str, where: str
+) -> None:
+    """Special files are never captured, so never removed: the path is shown as blocked
+    (it was left out in silence, the restore saying the tree matched), the rest restores,
+    and once the user removes it the restore brings the snapshot's entry back."""
+    write(root, "a.txt", "alpha\n")
+    write(root, "p/x.txt" if where == "directory" else "p", "the snapshot's\n")
+    with Workspace(root) as ws:
+        target = ws.snapshot().id
+    shutil.rmtree(root / "p") if where == "directory" else (root / "p").unlink()
+    _special(root / "p", kind)
+    write(root, "a.txt", "edited\n")
+    code, out, err = cli("--root", str(root), "--json", "plan", target)
+    assert code == 0, err
+    assert msgspec.json.decode(out)["changes"] == [
+        {"op": "M", "path": "a.txt"},
+        {"op": "B", "path": "p"},
+    ]
+    code, out, err = cli("--root", str(root), "--force", "restore", target)
+    assert code == 0, err
+    assert "p left as it is: a FIFO, socket or device" in err
+    assert (root / "a.txt").read_text() == "alpha\n"
+    assert stat.S_ISFIFO(os.lstat(root / "p").st_mode) == (kind == "fifo")
+    assert stat.S_ISSOCK(os.lstat(root / "p").st_mode) == (kind == "socket")
+    (root / "p").unlink()
+    with Workspace(root) as ws:
+        assert ws.restore(target).ok
+        assert ws.plan_restore(ws.load(target)).changes == []
+    assert (root / ("p/x.txt" if where == "directory" else "p")).read_text() == "the snapshot's\n"
+
+
+def test_a_path_excluded_by_a_rule_is_not_blocked_but_left_in_silence(root: Path) -> None:
+    """What today's rules exclude is never touched, as documented: no `B` for it."""
+    write(root, "a.txt", "alpha\n")
+    write(root, "p", "the snapshot's\n")
+    with Workspace(root) as ws:
+        target = ws.snapshot().id
+    write(root, "p", "now excluded\n")
+    with Workspace(root, exclude=["p"]) as ws:
+        assert ws.plan_restore(ws.load(target)).changes == []
