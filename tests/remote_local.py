@@ -135,6 +135,10 @@ class Counting:
         self._write()
         self.inner.delete(key)
 
+    def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+        self.requests += 1
+        return self.inner.sweep_leftovers(before, dry_run=dry_run)
+
     def probe(self) -> None:
         self.inner.probe()
 

@@ -208,3 +208,68 @@ def test_a_symlink_planted_in_the_index_cache_is_never_written_through(
         for name in env:
             os.environ.pop(name, None)
     assert list(elsewhere.rglob("*")) == []
+
+
+_DYING_PUSH = """
+import os, signal, sys
+from worksnap.remote.directory import DirectoryTransport
+from worksnap.remote.local import StoreSide
+from worksnap.remote.repository import Repository
+from worksnap.remote.sync import push
+from worksnap.workspace import Workspace
+
+class Dying(DirectoryTransport):
+    def _write_temp(self, directory, data, key):
+        tmp = super()._write_temp(directory, data, key)
+        if key.startswith("data/"):  # a pack's bytes are in the temp file, not yet linked
+            os.kill(os.getpid(), signal.SIGKILL)
+        return tmp
+
+ws = Workspace(sys.argv[1])
+record = ws.store.load_record(ws.store.ids()[0])
+push(StoreSide(ws.store, record.root), Repository.open(Dying(sys.argv[2]), create=True), "default")
+"""
+
+
+def test_gc_removes_what_a_file_push_killed_mid_write_left_once_older_than_the_grace(
+    tmp_path: Path,
+) -> None:
+    """A push killed between writing a pack's temp file and linking it left a `.tmp-*`
+    file that no gc removed; gc now removes such files older than the grace period (a
+    live writer's is seconds old), and nothing else: not a young one, not a link."""
+    import subprocess
+    import sys
+    import time
+
+    from worksnap.remote.gc import collect
+
+    root, remote = tmp_path / "a", tmp_path / "remote"
+    root.mkdir()
+    remote.mkdir()
+    write(root, "big.bin", secrets.token_bytes(200_000))
+    Workspace(root).snapshot()
+    command = [sys.executable, "-c", _DYING_PUSH, str(root), str(remote)]
+    killed = subprocess.run(command, check=False)
+    assert killed.returncode == -9
+    left = [p for p in remote.rglob(".tmp-*") if p.is_file()]
+    size = left[0].stat().st_size
+    assert len(left) == 1 and size > 100_000  # the pack's bytes
+    (tmp_path / "outside").write_text("not the remote's\n")
+    link = left[0].parent / ".tmp-0123456789abcdef"
+    link.symlink_to(tmp_path / "outside")
+    young = left[0].parent / ".tmp-fedcba9876543210"
+    young.write_bytes(b"a push writing now")
+    hour_ago = time.time() - 3700
+    for path in (left[0], link):
+        os.utime(path, (hour_ago, hour_ago), follow_symlinks=False)
+    repo = Repository.open(open_transport(f"file://{remote}"))
+    dry = collect(repo, dry_run=True)
+    assert dry.deleted_leftovers == 1 and left[0].exists()
+    result = collect(repo)
+    assert result.deleted_leftovers == 1 and result.deleted_bytes >= size
+    assert not left[0].exists()
+    assert young.exists() and link.is_symlink()
+    assert (tmp_path / "outside").read_text() == "not the remote's\n"
+    assert collect(repo).deleted_leftovers == 0
+    push(side(Workspace(root)), repo, "default")  # the push done again: whole
+    assert verify(repo).problems == []

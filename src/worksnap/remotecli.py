@@ -272,11 +272,16 @@ def _gc(args: argparse.Namespace) -> int:
         emit_json(gc_view(name, url, result, dry_run=args.dry_run))
     else:
         would = "would drop" if args.dry_run else "dropped"
+        parts = [
+            f"{plural(result.deleted_packs, 'pack')} ({human_bytes(result.deleted_bytes)})",
+            plural(result.deleted_records, "unlisted record"),
+        ]
+        if result.deleted_leftovers:  # a file:// push killed part-way
+            parts.append(plural(result.deleted_leftovers, "leftover temp file"))
         say(
             f"{name}: {would} {plural(len(result.forgotten), 'snapshot')}, "
             f"{'would delete' if args.dry_run else 'deleted'} "
-            f"{plural(result.deleted_packs, 'pack')} ({human_bytes(result.deleted_bytes)}) and "
-            f"{plural(result.deleted_records, 'unlisted record')}; "
+            f"{', '.join(parts[:-1])} and {parts[-1]}; "
             f"{plural(result.condemned, 'pack')} condemned, {result.kept_packs} kept"
         )
     return 0
@@ -294,6 +299,7 @@ def gc_view(name: str, url: str, result: GcResult, *, dry_run: bool) -> View:
         "deleted_packs": result.deleted_packs,
         "deleted_bytes": result.deleted_bytes,
         "deleted_records": result.deleted_records,
+        "deleted_leftovers": result.deleted_leftovers,
     }
 
 

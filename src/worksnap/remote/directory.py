@@ -172,6 +172,32 @@ class DirectoryTransport:
                     modified = datetime.fromtimestamp(st.st_mtime_ns / 1e9, timezone.utc)
                     yield ListEntry(key, st.st_size, modified)
 
+    def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+        """Removes the `.tmp-*` files of writers killed part-way, written before `before`.
+
+        A live writer's temp file is fresh: it is written in one go, then linked under
+        its key and removed. Symlinks and folders of that name are left alone.
+        """
+        self._check_root()
+        count = size = 0
+        for directory, dirs, files in os.walk(self._root):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]  # `.locks/` and the like
+            for name in files:
+                path = os.path.join(directory, name)
+                try:
+                    st = os.lstat(path)
+                    if not name.startswith(TEMP_MARK) or not stat_mode.S_ISREG(st.st_mode):
+                        continue
+                    if st.st_mtime < before:
+                        if not dry_run:
+                            os.unlink(path)
+                        count, size = count + 1, size + st.st_size
+                except FileNotFoundError:
+                    continue  # its writer finished meanwhile
+                except OSError as exc:
+                    raise self._error(exc, os.path.relpath(path, self._root), "delete") from None
+        return count, size
+
     def get_ref(self, key: str, *, max_bytes: int = MAX_REF_BYTES) -> Ref | None:
         """The ref's bytes and their ETag, from one read (a ref is replaced, never rewritten)."""
         try:

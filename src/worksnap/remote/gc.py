@@ -67,6 +67,8 @@ class GcResult:
     deleted_packs: int = 0
     deleted_bytes: int = 0
     deleted_records: int = 0
+    deleted_leftovers: int = 0
+    """Temp files of pushes killed part-way (`file://` remotes), older than the grace."""
     forgotten: list[str] = field(default_factory=list)
     """Snapshots the retention policy dropped from the refs."""
 
@@ -275,6 +277,9 @@ def _collect(
         result.deleted_packs = len(gone) + len(unindexed)
         result.deleted_bytes = sum(packs[p].size for p in [*gone, *unindexed])
         result.deleted_records = len(unlisted)
+        result.deleted_leftovers, size = repo.transport.sweep_leftovers(
+            started - grace, dry_run=True)  # fmt: skip
+        result.deleted_bytes += size
         return result
     lease.renew()
     stamp = now()
@@ -306,6 +311,8 @@ def _collect(
     for snapshot_id, nonce in unlisted:
         repo.transport.delete(record_key(snapshot_id, nonce))
         result.deleted_records += 1
+    result.deleted_leftovers, size = repo.transport.sweep_leftovers(started - grace)
+    result.deleted_bytes += size
     return result
 
 

@@ -253,6 +253,10 @@ class ObjectStoreTransport:
         except _ObstoreFailure as exc:
             raise self._error(exc, key, "delete") from None
 
+    def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+        """Nothing to remove: a `PUT` (never multipart) is whole or absent."""
+        return 0, 0
+
     def probe(self) -> None:
         """Runs `probe_transport`: a server that ignores the conditional headers is refused."""
         probe_transport(self)

@@ -145,6 +145,15 @@ class Transport(Protocol):
         """Removes `key`; removing a missing object is no error."""
         ...
 
+    def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+        """Removes what writers killed part-way left under no key, older than `before`.
+
+        `before`: seconds since the epoch. A `file://` remote's temp files; an S3 PUT
+        is whole or absent: nothing. Returns how many, and their bytes (`dry_run`:
+        counted, not removed).
+        """
+        ...
+
     def probe(self) -> None:
         """Checks that the store enforces conditional writes, using `probe/<random>` keys.
 
