@@ -206,9 +206,13 @@ class Catalog:
         return manifest
 
     def root_trees(self, ref: str, ref2: str | None, session: str) -> tuple[Digest, Digest] | None:
-        """The root trees of two snapshots' checked records (None: no `ref2`, or format 1)."""
+        """The root trees of two snapshots' checked records (None: no `ref2`, or format 1).
+
+        The trees are read and compared, nothing written: `Store.reading_few`.
+        """
         if ref2 is None:
             return None
+        self._store.reading_few()
         first, second = (self.record(self.resolve(r, session)) for r in (ref, ref2))
         if first is None or second is None:
             return None
@@ -260,6 +264,7 @@ class Catalog:
 
     def show_bytes(self, ref: str, session: str) -> bytes:
         """Returns a snapshot's format 1 manifest JSON (after the checks `load` makes)."""
+        self._store.reading_few()  # its trees are read, nothing written
         snapshot_id = self.resolve(ref, session)
         manifest = self.load_id(snapshot_id)
         if self._store.load_record(snapshot_id) is not None:
@@ -302,6 +307,7 @@ class Catalog:
         Raises:
             InputError: it holds none there (the message says if it left it out).
         """
+        self._store.reading_few()  # its trees and the file are read, nothing written
         manifest = self.load(ref, session)
         found = next((e for e in manifest.entries if e.path == path), None)
         if found is not None:

@@ -161,17 +161,17 @@ class DiskStore(SnapshotFiles):
             raise ObjectError(digest, "not a digest")
         return self.paths.loose(digest)
 
-    def _is_loose(self, digest: str) -> bool:
-        return self.files.lstat(self._loose_path(digest)) is not None
-
     def _load_index(self) -> ObjectIndex:
         with self._lock:
             return self._read_indexes() if self._index is None else self._index
 
-    def _read_indexes(self) -> ObjectIndex:
+    def _check_format(self) -> None:
         data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
         if data is not None and (reason := format_problem(data)) is not None:
             raise StoreError(self.paths.format, reason)  # a newer worksnap's store
+
+    def _read_indexes(self) -> ObjectIndex:
+        self._check_format()
         self._find = Finder({})  # the old index goes before the new one is made
         self._quick.drop()
         for _ in range(16):  # a merge removed an index listed (its objects are in a new one)
@@ -196,6 +196,12 @@ class DiskStore(SnapshotFiles):
         self._index, self._damaged = index, damaged
         self._recent.clear()
         return index
+
+    def reading_few(self) -> None:
+        """Reads through the multi-pack index from now on, until the pack indexes are read."""
+        if self._index is None:
+            self._check_format()  # as reading the pack indexes does
+            self._quick.allow()
 
     def _listed(self) -> list[str]:
         """The names of the packs whose index is published, sorted (the order they join in)."""
@@ -409,7 +415,7 @@ class DiskStore(SnapshotFiles):
         """A packed object's checked bytes; None when no pack holds it. Under `_lock`."""
         if self._index is None and self._writer is None and self._quick.usable:
             with contextlib.suppress(StaleIndex):  # (else the pack indexes answer, below)
-                return self._quick.read(digest, self._stored, recent, self._is_loose)
+                return self._quick.read(digest, self._stored, recent)
         located = self._load_index().get(digest)
         if located is None and not self.has(digest):
             self._index = None  # another process may have published a pack since we looked

@@ -139,6 +139,9 @@ class MemoryStore:
         """Nothing is ever abandoned."""
         return 0
 
+    def reading_few(self) -> None:
+        """Every object is at hand already."""
+
     def problems(self) -> list[str]:
         """A store in memory has no damaged parts besides its objects and manifests."""
         return []

@@ -18,6 +18,7 @@ their digest send the store to the pack indexes (the full path), once and for go
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import sys
 from array import array
@@ -29,6 +30,7 @@ from operator import itemgetter
 import msgspec
 
 from worksnap.errors import StoreError
+from worksnap.fsio import released_with
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.objectindex import ObjectIndex, join_indexes
 from worksnap.packcodec import BASE_PREFIX, MAX_FRAME, Recent, Slot, decode_rows, rebuild
@@ -49,6 +51,9 @@ _HEAD = struct.Struct("<8sI")
 _FANOUT = struct.Struct("<256I")
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 _HAS_BASE = 1 << 31
+_MAX_COUNT = 8_000_000  # a 544 MB file; a store of 200k files holds 211k objects
+_MAX_BUCKET = 2 * MIB  # the digests of one first byte: 31k of 8 million, 64k here
+_MAX_OFFSET = 1 << 48  # where a frame may start in a pack (256 TiB)
 _WIDTH = 32 + 4 + 4 + 4 + 8 + BASE_PREFIX  # digest, pack, stored, raw, offset, base
 _MAX_HEADER = MIB
 _header = msgspec.msgpack.Decoder(tuple[int, list[tuple[str, bool]]])
@@ -120,24 +125,30 @@ def _little(column: array[int]) -> bytes:
 def refresh(
     files: StoreDir, path: str, listed: list[str], index: ObjectIndex, *, worth: int = WORTH
 ) -> bool:
-    """Writes the multi-pack index of `index` if it is worth it and the one there falls short.
+    """Writes the multi-pack index of `index` if it is worth it and the one there is refused.
 
     `index`: just read whole from the pack indexes `listed` (none damaged), nothing added.
-    A failure to write (a full disk, a store of another user) is no failure of the
-    command that read the index: the next one tries again. True when it was written.
+    The file there is kept while a `QuickIndex` would use it (it covers all but a few
+    objects, with no twin among them, its fan-out intact). Nothing is encoded where the
+    file cannot go (a folder in its place, a store another user owns, a disk too full),
+    and a failure to write is no failure of the command that read the index: the next
+    one tries again. True when it was written.
     """
     if len(index) < worth:
         return False
     try:
-        fd, names, _, _ = _read_head(files, path)
-        os.close(fd)
-        covered = set(names)
+        QuickIndex(files, path, listed).close()
+        return False  # it answers
     except (OSError, StoreError, StaleIndex):
-        covered = set()
-    uncovered = sum(len(r.offsets) for r in index.pack_rows() if r.name not in covered)
-    if covered and covered <= set(listed) and uncovered <= UNCOVERED:
-        return False
+        pass
     try:
+        space = os.statvfs(files.paths.cache)
+        if (
+            (st := files.lstat(path)) is not None and not stat.S_ISREG(st.st_mode)
+        ) or space.f_bavail * space.f_frsize < 4 * _WIDTH * len(index) + 16 * MIB:
+            return False
+        if not os.access(files.paths.cache, os.W_OK):
+            return False
         files.write(path, encode(index), durable=False)
     except (OSError, StoreError):
         return False
@@ -156,7 +167,9 @@ def _read_head(files: StoreDir, path: str) -> tuple[int, list[str], list[bool], 
         except msgspec.DecodeError as exc:
             raise StaleIndex(f"its header does not decode ({exc})") from None
         size = os.fstat(fd).st_size
-        if count < 0 or size != _HEAD.size + length + _FANOUT.size + count * _WIDTH:
+        if not 0 <= count <= _MAX_COUNT:
+            raise StaleIndex(f"it claims {count} objects")
+        if size != _HEAD.size + length + _FANOUT.size + count * _WIDTH:
             raise StaleIndex("its size does not match its header")
     except BaseException:
         os.close(fd)
@@ -174,6 +187,8 @@ class QuickIndex:
 
     def __init__(self, files: StoreDir, path: str, listed: list[str]) -> None:
         self._fd, self._packs, self._framed, count = _read_head(files, path)
+        self._release = released_with(self, os.close, self._fd)  # also if never closed
+        self._closed = False
         try:
             self._open(files, listed, count)
         except BaseException:
@@ -211,9 +226,8 @@ class QuickIndex:
 
     def close(self) -> None:
         """Closes the file (idempotent)."""
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        self._closed = True
+        self._release()
 
     def _holding(self, key: bytes) -> dict[str, int]:
         """The digests (hex) that begin with `key` (a digest, or a prefix), by position."""
@@ -221,6 +235,8 @@ class QuickIndex:
         start = self._fanout[first - 1] if first else 0
         if (keys := self._buckets.get(first)) is None:
             size = 32 * (self._fanout[first] - start)
+            if size > _MAX_BUCKET:
+                raise StaleIndex(f"one bucket holds {size // 32} digests")
             keys = self._buckets[first] = self._read("keys", start, size, 32)
         low, high = 0, len(keys) // 32
         while low < high:  # the first digest >= key
@@ -236,6 +252,8 @@ class QuickIndex:
         return found
 
     def _read(self, column: str, position: int, size: int, width: int) -> bytes:
+        if self._closed:
+            raise StaleIndex("closed")
         data = os.pread(self._fd, size, self._columns[column] + width * position)
         if len(data) != size:
             raise StaleIndex("it was cut short")
@@ -253,6 +271,7 @@ class QuickIndex:
         framed = pack < len(self._packs) and self._framed[pack]
         if (
             pack >= len(self._packs)
+            or offset >= _MAX_OFFSET
             or not 0 <= raw < SMALL
             or not (0 < stored <= MAX_FRAME if framed else stored == raw and base is None)
         ):
@@ -295,7 +314,7 @@ class QuickIndex:
             raise NotHeld(digest)
         try:
             data = rebuild(digest, self, stored, recent) if found[1].framed else stored(found[1])
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, OverflowError, MemoryError) as exc:
             raise StaleIndex(f"object {digest}: {exc}") from None
         if hash_bytes(data) != digest:
             raise StaleIndex(f"object {digest}: its bytes do not match")
@@ -304,35 +323,43 @@ class QuickIndex:
 
 
 class Quick:
-    """The multi-pack index as a store uses it: opened when first needed, dropped for good.
+    """The multi-pack index as a store uses it: only when asked, and dropped for good.
 
-    A store that has not read its pack indexes reads objects through it (`read`); once
-    it cannot answer, or the store reads the indexes (`drop`), the indexes answer alone.
+    Off until `allow` (a command that reads a few objects and writes none: `diff`,
+    `show`, `cat`); then the store reads objects through it (`read`) until it cannot
+    answer, the store reads its pack indexes, or `limit` objects were read (a look-up
+    here costs 12 us, one in the index 1.5 us: past that, reading the indexes is
+    cheaper); `drop` then ends its use for good.
     """
 
     def __init__(self, files: StoreDir, listed: Callable[[], list[str]]) -> None:
         self._files, self._listed = files, listed
         self.index: QuickIndex | None = None
-        self.usable = True
+        self.usable = False
+        self.dropped = False
+        self.limit = 2_000
+        """Objects read through it before the pack indexes are read instead."""
 
-    def read(
-        self, digest: str, stored: Callable[[Slot], bytes], recent: Recent,
-        loose: Callable[[str], bool],
-    ) -> bytes | None:  # fmt: skip
-        """A packed object's checked bytes (None: not packed, but `loose`).
+    def allow(self) -> None:
+        """Lets reads go through the file, unless it was dropped."""
+        self.usable = not self.dropped
+
+    def read(self, digest: str, stored: Callable[[Slot], bytes], recent: Recent) -> bytes | None:
+        """A packed object's checked bytes (None: not packed, but a loose object).
 
         Raises:
             StaleIndex: the pack indexes must answer, from now on.
         """
         try:
-            if not self.usable:
-                raise StaleIndex("dropped")
+            if not self.usable or self.limit <= 0:
+                raise StaleIndex("not allowed, or dropped")
+            self.limit -= 1
             if self.index is None:
                 self.index = QuickIndex(self._files, self._files.paths.multi_pack_index,
                                         self._listed())  # fmt: skip
             return self.index.read(digest, stored, recent)
         except NotHeld:
-            if loose(digest):
+            if self._files.lstat(self._files.paths.loose(digest)) is not None:
                 return None
             self.drop()
             raise
@@ -344,4 +371,4 @@ class Quick:
         """Closes the file; the pack indexes answer from now on."""
         if self.index is not None:
             self.index.close()
-        self.index, self.usable = None, False
+        self.index, self.usable, self.dropped = None, False, True

@@ -103,6 +103,13 @@ class ObjectStore(Protocol):
         """Removes what writers that died left behind; returns the bytes freed."""
         ...
 
+    def reading_few(self) -> None:
+        """Says the command reads a few objects and writes none (`diff`, `show`, `cat`).
+
+        A store may then find them without reading its whole index (multipack.py).
+        """
+        ...
+
     def problems(self) -> list[str]:
         """One line for each damaged part of the store that commands work around."""
         ...

@@ -38,7 +38,7 @@ from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
 from worksnap.config import Config, Retention, configured_exclusions, load_config, set_setting
 from worksnap.diskstore import DiskStore
-from worksnap.errors import InputError, SnapshotError, WorksnapError, api_errors
+from worksnap.errors import InputError, ObjectError, SnapshotError, WorksnapError, api_errors
 from worksnap.exclusion import exclusion_root
 from worksnap.extract import extract
 from worksnap.hash import Prefetch, read_file
@@ -453,18 +453,17 @@ class Workspace:
     def diff(
         self, ref: str = "latest", ref2: str | None = None
     ) -> tuple[builtins.list[FileChange], Reader]:
-        """Compares snapshot `ref` with `ref2` (default: the workspace now).
-
-        Returns:
-            The changes, and a function that reads an entry's bytes (store, or disk now).
-        """
+        """The changes from `ref` to `ref2` (default: the tree now), and a reader of their bytes."""
         from worksnap.diff import compare, compare_trees  # difflib: only `diff` needs it
 
         def read(entry: Entry) -> bytes:
             if entry.hash is None:
                 return b""
-            if self.store.has(entry.hash):
+            try:
                 return self.store.read(entry.hash)
+            except ObjectError:  # not stored: a capture of the tree now
+                if self.store.has(entry.hash):
+                    raise  # stored, but damaged: never the file on disk in its place
             with open(self._disk_path(entry.path), "rb") as f:
                 return f.read()
 

@@ -110,6 +110,12 @@ def _count_too_big(data: bytearray, at: dict[str, int]) -> bytes:
     return MAGIC + struct.pack("<I", len(header)) + header + bytes(data[at["header_end"] :])
 
 
+def _offset_past_2_63(data: bytearray, at: dict[str, int]) -> bytes:
+    for row in range(at["count"]):  # os.pread raised OverflowError, out of every command
+        data[at["offset"] + 8 * row : at["offset"] + 8 * row + 8] = struct.pack("<Q", 2**63 + 5)
+    return bytes(data)
+
+
 def _huge_header(data: bytearray, at: dict[str, int]) -> bytes:
     return MAGIC + struct.pack("<I", 2**31) + bytes(data[12:])
 
@@ -121,6 +127,7 @@ EDITS: dict[str, Edit] = {
     "a byte more": lambda data, at: bytes(data) + b"\0",
     "another magic": lambda data, at: b"wsmidx\x00\x02" + bytes(data[8:]),
     "huge header": _huge_header,
+    "offsets past 2**63": _offset_past_2_63,
     "count too big": _count_too_big,
     "names a pack gone": _names_a_pack_gone,
     "fan-out out of order": _fanout_out_of_order,
@@ -169,12 +176,12 @@ def test_something_else_where_the_file_goes_is_never_followed_or_waited_on(
             msgspec.json.encode(ws.load(new)),
         )
     kept = (tmp_path / "kept").read_bytes()
-    store = DiskStore(str(root / STORE))  # a command that reads every index writes it anew
+    store = DiskStore(str(root / STORE))  # a command that reads every index
     index = store._load_index()
     written = refresh(store.files, store.paths.multi_pack_index, store._listed(), index, worth=0)
     store.close()
-    assert written == (kind != "directory")  # a link or FIFO is replaced, not written through
-    assert path.is_dir() if kind == "directory" else path.is_file() and not path.is_symlink()
+    assert not written  # what it did not write is left where it is, not replaced
+    assert {"symlink": path.is_symlink, "fifo": path.is_fifo, "directory": path.is_dir}[kind]()
     assert (tmp_path / "kept").read_bytes() == kept  # what the link named is untouched
 
 
@@ -187,3 +194,43 @@ def test_verify_still_names_a_damaged_pack_index_the_file_covers(root: Path) -> 
     code, out, err = cli("--root", str(root), "verify")
     assert code != 0
     assert "is damaged" in out + err
+
+
+@pytest.mark.parametrize("count", [4_000_000, 1_000_000_000])
+def test_a_bucket_of_millions_is_refused_not_read(root: Path, count: int) -> None:
+    """A sparse file claiming millions of objects, all in one bucket: each look-up read
+    128 MB (4 million), or raised a MemoryError out of every command (a billion)."""
+    old, new = _store(root)
+    path = Path(DiskStore(str(root / STORE)).paths.multi_pack_index)
+    clean = _seen(root, old, new)
+    data = bytearray(path.read_bytes())
+    at = _layout(data)
+    _, packs = msgspec.msgpack.decode(data[at["header"] : at["header_end"]])
+    header = msgspec.msgpack.encode([count, packs])
+    with path.open("wb") as f:
+        f.write(
+            MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<256I", *[count] * 256)
+        )
+        f.truncate(12 + len(header) + 1024 + 68 * count)  # sparse: a few KB on disk
+    assert _seen(root, old, new)[:2] == clean[:2]
+
+
+def test_gc_never_reads_through_the_file(root: Path) -> None:
+    """With a pack index damaged, gc must stop (what the snapshots need is unknown): read
+    through the file, it found every tree, went on, and its sweep dropped live objects."""
+    _store(root)
+    first = sorted(Path(root / STORE / "packs").glob("*.idx"), key=os.path.getmtime)[0]
+    saved = first.read_bytes()
+    first.write_bytes(b"\xc1")
+    code, _, err = cli("--root", str(root), "gc")
+    assert code != 0 and "nothing removed" in err
+    first.write_bytes(saved)
+    assert cli("--root", str(root), "verify")[0] == 0
+
+
+def test_a_store_of_a_newer_format_is_refused_by_show_and_cat_too(root: Path) -> None:
+    old, _ = _store(root)
+    (root / STORE / "format").write_text("4\n")
+    for command in (["show", old], ["cat", old, "d0/f0.txt"], ["diff", old, old]):
+        code, _, err = cli("--root", str(root), *command)
+        assert code == 2 and "install a newer worksnap" in err, command
