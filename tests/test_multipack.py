@@ -18,7 +18,7 @@ import pytest
 from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.multipack import UNCOVERED, QuickIndex, encode, refresh
+from worksnap.multipack import UNCOVERED, WORTH, QuickIndex, encode, refresh
 from worksnap.packcodec import BASE_PREFIX
 from worksnap.workspace import Workspace
 
@@ -280,7 +280,7 @@ def test_a_store_dropped_without_close_releases_the_file(tmp_path: Path) -> None
 
 def test_only_commands_that_read_a_few_objects_use_it(tmp_path: Path) -> None:
     """diff of two snapshots (and its patch reader), show and cat; gc, verify, restore,
-    snapshot read the pack indexes."""
+    snapshot read the pack indexes, and answer the same."""
     root, store = tmp_path / "root", tmp_path / "store"
     root.mkdir()
     for i in range(30):
@@ -290,38 +290,51 @@ def test_only_commands_that_read_a_few_objects_use_it(tmp_path: Path) -> None:
         (root / "f3.txt").write_text("changed\n")
         new = ws.snapshot().id
     assert _refresh(store)
-    with Workspace(str(root), store=str(store)) as ws:
-        changes, read = ws.diff(old, new)
-        assert [read(c.new) for c in changes if c.new] == [b"changed\n"]
-        assert isinstance(ws.store._quick.index, QuickIndex) and ws.store._index is None
-    with Workspace(str(root), store=str(store)) as ws:
-        assert b"f3.txt" in ws.show_bytes(old)
-        assert ws.file_bytes(old, "f3.txt")[1] == b"file 3\n"
-        assert isinstance(ws.store._quick.index, QuickIndex) and ws.store._index is None
+    for slow in (False, True):
+        with Workspace(str(root), store=str(store)) as ws:
+            if slow:
+                ws.store._load_index()
+            changes, read = ws.diff(old, new)
+            assert [c.path for c in changes] == ["f3.txt"]
+            assert [read(c.new) for c in changes if c.new] == [b"changed\n"]
+            assert ws.file_bytes(old, "f3.txt")[1] == b"file 3\n"
+            assert b"f3.txt" in ws.show_bytes(old)
+            assert isinstance(ws.store._quick.index, QuickIndex) != slow
+            assert (ws.store._index is None) != slow
     for run in (lambda ws: ws.gc(), lambda ws: ws.verify(), lambda ws: ws.restore(old)):
         with Workspace(str(root), store=str(store)) as ws:
             run(ws)
             assert ws.store._quick.index is None and not ws.store._quick.usable
 
 
-def test_a_command_that_reads_every_index_writes_it_for_the_next(tmp_path: Path) -> None:
-    """`DiskStore` writes the file when it reads a big enough index (here: any size)."""
-    root, store = tmp_path / "root", tmp_path / "store"
-    root.mkdir()
-    for i in range(30):
-        (root / f"f{i}.txt").write_text(f"file {i}\n")
-    with Workspace(str(root), store=str(store)) as ws:
-        old = ws.snapshot().id
-        (root / "f3.txt").write_text("changed\n")
-        new = ws.snapshot().id
-    assert _refresh(store)
-    with Workspace(str(root), store=str(store)) as ws:
-        changes, _ = ws.diff(old, new)
-        assert [c.path for c in changes] == ["f3.txt"]
-        assert isinstance(ws.store._quick.index, QuickIndex)  # no pack index read for the diff
-    with Workspace(str(root), store=str(store)) as ws:
-        ws.store._load_index()  # the slow path: the same answer
-        assert [c.path for c in ws.diff(old, new)[0]] == ["f3.txt"]
+def test_a_store_of_100_000_objects_gets_the_file_from_its_first_full_read(
+    tmp_path: Path,
+) -> None:
+    """Below `WORTH` objects no file is written; at it, reading the indexes writes it."""
+    path = tmp_path / "s"
+    store = _open(path)
+    for i in range(WORTH - 1):
+        store.add(hash_bytes(b"%d" % i), b"%d" % i)
+    store.flush()
+    store.close()
+    mpi = Path(store.paths.multi_pack_index)
+    DiskStore(str(path))._load_index()
+    assert not mpi.exists()
+    store = _open(path)
+    store.add(hash_bytes(b"one more"), b"one more")
+    store.flush()
+    store.close()
+    DiskStore(str(path))._load_index()
+    assert mpi.stat().st_size == 12 + len(_header(path)) + 1024 + 68 * WORTH
+    store = DiskStore(str(path))
+    store.reading_few()
+    assert store.read(hash_bytes(b"4242")) == b"4242"
+    assert isinstance(store._quick.index, QuickIndex) and store._index is None
+
+
+def _header(path: Path) -> bytes:
+    data = Path(DiskStore(str(path)).paths.multi_pack_index).read_bytes()
+    return data[12 : 12 + int.from_bytes(data[8:12], "little")]
 
 
 def test_encoding_names_each_base_by_its_prefix(tmp_path: Path) -> None:
