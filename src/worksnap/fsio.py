@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 import struct
 import weakref
 from collections import OrderedDict
@@ -241,3 +242,28 @@ class DirTree:
             os.close(fd)
         self._fds.clear()
         os.close(self._root)
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
+    """Up to `limit` bytes of a regular file (links followed); None if there is none.
+
+    For the files git reads that a tree can hold or name (`.git` files, `commondir`,
+    `info/exclude`, `.gitignore`): opened without blocking and checked, so that a FIFO
+    there never hangs a command and a link to `/dev/zero` is never read without end.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -25,10 +25,12 @@ from pathlib import Path
 import re2
 from blake3 import blake3
 
+from worksnap.fsio import read_regular
 from worksnap.paths import fs_path
 from worksnap.sources import Sources, common_dir_of, find_top, git_dir_of, source_files
 
 _BOM = b"\xef\xbb\xbf"
+_MAX_RULES = 64 << 20  # an ignore file is read up to this (no real one comes near)
 
 _OPTIONS = re2.Options()
 _OPTIONS.encoding = re2.Options.Encoding.LATIN1  # one byte, one character
@@ -427,9 +429,9 @@ def _read(path: Path | None, *, follow: bool) -> bytes:
     try:
         if not follow and path.is_symlink():
             return b""
-        return path.read_bytes()
     except OSError:
         return b""
+    return read_regular(path, _MAX_RULES) or b""  # a FIFO there never hangs a scan
 
 
 def _excludes(

@@ -15,6 +15,7 @@ import stat
 import time
 from pathlib import Path
 
+from worksnap.fsio import read_regular
 from worksnap.gitindex import GitDirs, find_git_dirs, work_tree_index
 from worksnap.paths import fs_path
 
@@ -40,14 +41,11 @@ def source_stamp(path: str) -> Stamp | None:
 
 def _content(path: str) -> bytes | None:
     """What a source holds now (None: nothing readable there, or a directory)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(_SOURCE_MAX_BYTES)
-    except OSError:
-        return None
+    return read_regular(path, _SOURCE_MAX_BYTES)
 
 
 _SOURCE_MAX_BYTES = 1 << 20
+_MAX_GITLINK = 64 * 1024  # a `.git` file or `commondir`: one path (a FIFO there hung scans)
 
 
 def _environment() -> tuple[tuple[str, str], ...]:
@@ -211,11 +209,10 @@ def is_git_dir(path: Path) -> bool:
 
 def common_dir_of(git_dir: Path) -> Path:
     """Returns the directory holding a git directory's shared parts (`info/exclude` too)."""
-    try:
-        text = (git_dir / "commondir").read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
+    data = read_regular(git_dir / "commondir", _MAX_GITLINK)
+    if data is None:
         return git_dir
-    return (git_dir / text.strip()).resolve()
+    return (git_dir / data.decode("utf-8", "surrogateescape").strip()).resolve()
 
 
 def git_dir_of(top: Path) -> Path | None:
@@ -228,10 +225,8 @@ def git_dir_of(top: Path) -> Path | None:
     if dot_git.is_dir():
         git_dir = dot_git
     else:
-        try:
-            text = dot_git.read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError:
-            return None
+        data = read_regular(dot_git, _MAX_GITLINK)
+        text = data.decode("utf-8", "surrogateescape") if data is not None else ""
         if not text.startswith("gitdir: "):
             return None
         git_dir = (top / text[len("gitdir: ") :].rstrip("\r\n")).resolve()

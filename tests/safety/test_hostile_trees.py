@@ -238,3 +238,50 @@ def test_a_very_deep_tree_restores(root: Path) -> None:
         assert _deep(root, depth, make=False) == b"bottom"
     finally:
         _remove_deep(root)
+
+
+def _nested_git(root: Path) -> Path:
+    git_dir = root / "x" / ".git"
+    for part in ("objects", "refs", "info"):
+        (git_dir / part).mkdir(parents=True)
+    (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+    return git_dir
+
+
+def _fifo_commondir(root: Path) -> None:
+    os.mkfifo(_nested_git(root) / "commondir")
+
+
+def _fifo_exclude(root: Path) -> None:
+    os.mkfifo(_nested_git(root) / "info" / "exclude")
+
+
+_GIT_SPECIALS = {
+    "a FIFO .git in the tree": lambda root: os.mkfifo(root / "x" / ".git"),
+    "a FIFO .git above the root": lambda root: os.mkfifo(root.parent / ".git"),
+    ".git -> /dev/zero": lambda root: os.symlink("/dev/zero", root / "x" / ".git"),
+    "a FIFO commondir": _fifo_commondir,
+    "a FIFO info/exclude": _fifo_exclude,
+}
+
+
+@pytest.mark.parametrize("case", sorted(_GIT_SPECIALS))
+def test_a_special_file_where_git_keeps_a_file_never_hangs_a_command(root: Path, case: str) -> None:
+    """A FIFO or device named `.git` (in the tree or above it), or as a file git reads
+    inside a `.git`: every command that scans opened it blocking, and waited forever
+    (or read /dev/zero without end). Now it is no repository, or its rules are empty."""
+    import subprocess
+    import sys
+
+    write(root, "a.txt", "a\n")
+    write(root, "x/b.txt", "b\n")
+    _GIT_SPECIALS[case](root)
+    env = {**os.environ, "WORKSNAP_NO_DAEMON": "1"}
+    for command in (["snapshot"], ["plan", "latest"], ["status"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "worksnap", "--root", str(root), *command],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (command, done.stderr)
+    with Workspace(root) as ws:
+        assert "x/b.txt" in {e.path for e in ws.load("latest").entries}
