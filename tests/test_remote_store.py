@@ -273,3 +273,53 @@ def test_gc_removes_what_a_file_push_killed_mid_write_left_once_older_than_the_g
     assert collect(repo).deleted_leftovers == 0
     push(side(Workspace(root)), repo, "default")  # the push done again: whole
     assert verify(repo).problems == []
+
+
+def test_a_leftover_gc_may_not_remove_is_left_and_the_gc_succeeds(tmp_path: Path) -> None:
+    """On a shared disk another user's temp file may not be this user's to remove: the
+    sweep failed the whole gc, after its deletes, and every gc after it."""
+    import subprocess
+    import time
+
+    from worksnap.remote.gc import collect
+
+    root, remote = tmp_path / "a", tmp_path / "remote"
+    root.mkdir()
+    remote.mkdir()
+    write(root, "a.txt", "a\n")
+    Workspace(root).snapshot()
+    repo = Repository.open(open_transport(f"file://{remote}"), create=True)
+    push(side(Workspace(root)), repo, "default")
+    locked = remote / "data" / "zz"
+    locked.mkdir(parents=True)
+    stuck = locked / ".tmp-deadbeef00000000"
+    stuck.write_bytes(b"another user's")
+    free = remote / "data" / ".tmp-0000000000000001"
+    free.write_bytes(b"a dead push's")
+    hour_ago = time.time() - 3700
+    for path in (stuck, free):
+        os.utime(path, (hour_ago, hour_ago))
+    subprocess.run(["chattr", "+i", str(locked)], check=True)  # no unlink in it, even as root
+    try:
+        result = collect(repo)
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    assert result.deleted_leftovers == 1
+    assert stuck.exists() and not free.exists()
+    assert verify(repo).problems == []
+
+
+def test_a_temp_file_gone_before_its_link_is_a_remote_error_not_a_crash(tmp_path: Path) -> None:
+    """A gc took a stalled push's temp file for a dead one's: the push says so in one line."""
+    from worksnap.errors import RemoteError
+    from worksnap.remote.directory import DirectoryTransport
+
+    class Stalled(DirectoryTransport):
+        def _write_temp(self, directory: str, data: bytes, key: str) -> str:
+            tmp = super()._write_temp(directory, data, key)
+            os.unlink(tmp)  # what the gc did while this writer stalled
+            return tmp
+
+    (tmp_path / "remote").mkdir()
+    with pytest.raises(RemoteError, match="data/ab/cd"):
+        Stalled(str(tmp_path / "remote")).put_if_absent("data/ab/cd", b"bytes")

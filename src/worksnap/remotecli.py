@@ -273,7 +273,7 @@ def _gc(args: argparse.Namespace) -> int:
     else:
         would = "would drop" if args.dry_run else "dropped"
         parts = [
-            f"{plural(result.deleted_packs, 'pack')} ({human_bytes(result.deleted_bytes)})",
+            plural(result.deleted_packs, "pack"),
             plural(result.deleted_records, "unlisted record"),
         ]
         if result.deleted_leftovers:  # a file:// push killed part-way
@@ -281,7 +281,7 @@ def _gc(args: argparse.Namespace) -> int:
         say(
             f"{name}: {would} {plural(len(result.forgotten), 'snapshot')}, "
             f"{'would delete' if args.dry_run else 'deleted'} "
-            f"{', '.join(parts[:-1])} and {parts[-1]}; "
+            f"{', '.join(parts[:-1])} and {parts[-1]} ({human_bytes(result.deleted_bytes)}); "
             f"{plural(result.condemned, 'pack')} condemned, {result.kept_packs} kept"
         )
     return 0

@@ -96,7 +96,8 @@ class DirectoryTransport:
         except OSError as exc:
             raise self._error(exc, key, "create") from None
         finally:
-            os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):  # (a gc took it for a dead one's)
+                os.unlink(tmp)
         self._sync_dir(directory)
         return True
 
@@ -176,7 +177,8 @@ class DirectoryTransport:
         """Removes the `.tmp-*` files of writers killed part-way, written before `before`.
 
         A live writer's temp file is fresh: it is written in one go, then linked under
-        its key and removed. Symlinks and folders of that name are left alone.
+        its key and removed. Symlinks and folders of that name are left alone, and so is
+        a file this user may not remove.
         """
         self._check_root()
         count = size = 0
@@ -192,10 +194,10 @@ class DirectoryTransport:
                         if not dry_run:
                             os.unlink(path)
                         count, size = count + 1, size + st.st_size
-                except FileNotFoundError:
-                    continue  # its writer finished meanwhile
-                except OSError as exc:
-                    raise self._error(exc, os.path.relpath(path, self._root), "delete") from None
+                except OSError:
+                    # Gone (its writer finished meanwhile), or not this user's to remove (a
+                    # shared disk's sticky folder): left; the rest of the gc is done.
+                    continue
         return count, size
 
     def get_ref(self, key: str, *, max_bytes: int = MAX_REF_BYTES) -> Ref | None:
