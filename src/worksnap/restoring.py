@@ -134,6 +134,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         f"rolled back an interrupted restore: {plural(len(result.restored), 'path')} put back "
         f"in {display(args.root)}" + (kept if result.pre_restore else "")
     )
+    _warn_blocked(args, result)
     return 0
 
 
@@ -238,15 +239,6 @@ def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
             )
         else:
             say(f"nothing to restore: {display(args.root)} matches snapshot {result.target}")
-        for path in result.blocked:
-            held = os.path.isdir(os.path.join(os.fsencode(args.root), fs_path(path)))
-            note = (
-                "a directory of ignored files where the snapshot has a file"
-                if held
-                else "a FIFO, socket or device, which no snapshot holds (remove it, then "
-                "restore again)"
-            )
-            warn(f"warning: {display(path)} left as it is: {note}")
     else:
         state = (
             "the workspace was rolled back to how it was before"
@@ -254,7 +246,23 @@ def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
             else "the workspace may be partly restored"
         )
         warn(f"error: restore failed at {result.error}; {state}")
+    _warn_blocked(args, result)
     return 0 if result.ok else 1
+
+
+def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
+    """One line for each path a restore, rollback or recovery left as it is (`Op.BLOCKED`)."""
+    if args.json:
+        return  # `blocked` in the view
+    for path in result.blocked:
+        held = os.path.isdir(os.path.join(os.fsencode(args.root), fs_path(path)))
+        note = (
+            "a directory holding what no restore touches (ignored or excluded files, a FIFO, "
+            "socket or device), where the snapshot has a file"
+            if held
+            else "a FIFO, socket or device, which no snapshot holds (remove it, then restore again)"
+        )
+        warn(f"warning: {display(path)} left as it is: {note}")
 
 
 def _restore_to(args: argparse.Namespace) -> int:

@@ -157,7 +157,7 @@ class Restorer:
             target,
             ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
             differences=self._differences(current, target),
-            special=self._root.special,
+            special=lambda p: self._root.special(p) and not now.covers(p, is_dir=False),
         )
         kept = [
             c
@@ -381,7 +381,7 @@ class Restorer:
                 f"the pre-restore snapshot {pre.id} holds the earlier state "
                 "(run `worksnap recover` to try again)"
             )
-        result.rolled_back = True
+        result.rolled_back, result.blocked = True, sorted({*result.blocked, *back.blocked})
         return back
 
     # -- recovery -------------------------------------------------------------

@@ -84,8 +84,8 @@ def test_the_text_restore_warns_about_the_blocked_path(root: Path) -> None:
     assert code == 0, err
     assert out.startswith("restored 3 paths")
     assert err == (
-        "worksnap: warning: build left as it is: a directory of ignored files where the "
-        "snapshot has a file\n"
+        "worksnap: warning: build left as it is: a directory holding what no restore touches "
+        "(ignored or excluded files, a FIFO, socket or device), where the snapshot has a file\n"
     )
 
 
@@ -166,3 +166,41 @@ def test_a_path_excluded_by_a_rule_is_not_blocked_but_left_in_silence(root: Path
     write(root, "p", "now excluded\n")
     with Workspace(root, exclude=["p"]) as ws:
         assert ws.plan_restore(ws.load(target)).changes == []
+    (root / "p").unlink()
+    os.mkfifo(root / "p")  # excluded by a rule too: no `B` (removing it would change nothing)
+    with Workspace(root, exclude=["p"]) as ws:
+        assert ws.plan_restore(ws.load(target)).changes == []
+
+
+def test_a_recovery_that_meets_a_fifo_names_it(root: Path) -> None:
+    """A restore killed after its steps; a FIFO then takes the place of a file it removed:
+    `recover` said "1 path put back", the file still missing, and no word of the FIFO."""
+    import subprocess
+    import sys
+
+    write(root, "a.txt", "a\n")
+    child = f"""
+import os
+from worksnap import Workspace
+from worksnap.workspace import Seams
+from worksnap.apply import apply_plan
+root = {str(root)!r}
+with Workspace(root) as ws:
+    target = ws.snapshot().id
+open(root + "/a.txt", "w").write("b\\n")
+open(root + "/p", "w").write("only in the pre-restore snapshot\\n")
+def killed(*args, **kwargs):
+    apply_plan(*args, **kwargs)
+    os._exit(9)
+with Workspace(root, seams=Seams(apply_plan=killed)) as ws:
+    ws.restore(target)
+"""
+    assert subprocess.run([sys.executable, "-c", child], check=False).returncode == 9
+    assert not (root / "p").exists()
+    os.mkfifo(root / "p")
+    code, out, err = cli("--root", str(root), "recover", "--yes")
+    assert code == 0, err
+    assert "rolled back an interrupted restore" in out
+    assert "p left as it is: a FIFO, socket or device" in err
+    assert (root / "a.txt").read_text() == "b\n"
+    assert stat.S_ISFIFO(os.lstat(root / "p").st_mode)  # never removed
