@@ -8,11 +8,13 @@ each twin), sorted by digest under a fan-out table, so that a look-up reads one 
 where it lies. docs/format.md gives its bytes.
 
 It is a cache derived from the pack indexes, never the only answer. `refresh` writes it
-from an index read whole, when the store is big enough to gain (`WORTH`) and it is missing
-or covers too little. `QuickIndex` is used by a store that has not read its index, and
-only while it is sure: an object it does not hold, a pack it names that is gone, an
-entry out of range, a twin in a pack it does not cover, or bytes that do not match
-their digest send the store to the pack indexes (the full path), once and for good.
+from an index read whole, when the store is big enough to gain (`WORTH`) and the file
+there would not be used. `QuickIndex` searches it; `Quick` is how a store uses it: only
+for commands that read a few objects and write none (`diff`, `show`, `cat`), before the
+store reads its pack indexes, and only while it is sure: an object it does not hold, a
+pack it names that is gone, an entry out of range, a twin in a pack it does not cover,
+or bytes that do not match their digest send the store to the pack indexes (the full
+path), once and for good.
 """
 
 from __future__ import annotations
