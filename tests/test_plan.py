@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.trees import Spec, tree
 from worksnap.paths import ancestors
-from worksnap.plan import Op, Plan, _any_below, plan_restore, rollback_target, select_paths
+from worksnap.plan import Op, Plan, _Sorted, plan_restore, rollback_target, select_paths
 
 Changes = list[tuple[str, str, bool]]
 
@@ -238,6 +238,7 @@ _NAMES = st.sampled_from(["a", "a-b", "a.b", "a!", "b", "ab", "a b", "\u00e9"])
 def test_whether_a_path_lies_below_a_directory_is_found_by_bisection(
     paths: set[str], directory: str
 ) -> None:
-    """The planner's `_any_below` (sorted paths, bisect) agrees with every path's parents."""
+    """The planner's `_Sorted.any_below` (sorted on first use, bisect) agrees with every
+    path's parents."""
     parents = {a for p in paths for a in ancestors(p.rpartition("/")[0])}
-    assert _any_below(sorted(paths), directory) == (directory in parents)
+    assert _Sorted(lambda: paths).any_below(directory) == (directory in parents)

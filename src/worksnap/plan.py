@@ -278,9 +278,14 @@ def plan_restore(
     # ignore it (restoring a `.gitignore` never turns files into deletions).
     leaving = {p: now[p] is None for p in now if p not in then and not is_protected(p)}
     removed = {p for p, is_dir in leaving.items() if not ignored_by_target(p, is_dir)}
-    # A directory that holds something no restore touches can never be removed: it
-    # blocks turning it into a file or symlink (its rmdir would fail every time).
-    untouched = sorted([*protected, *(p for p in leaving if p not in removed)])
+    # Sorted on first use, to ask what lies below a directory: most plans never ask.
+    # (Each manifest's lists are sorted: concatenated, they sort in linear time.)
+    protected_paths = _Sorted(lambda: [
+        *current.ignored, *current.large, *current.excluded,
+        *target.ignored, *target.large, *target.excluded,
+    ])  # fmt: skip
+    left = _Sorted(lambda: (p for p in leaving if p not in removed))
+    staying = _Sorted(lambda: (p for p in now if p not in removed))
 
     changes: list[Change] = []
     excluded_now = set(current.excluded)
@@ -291,26 +296,43 @@ def plan_restore(
             continue
         if path in now:
             was_dir = now[path] is None
-            blocked = was_dir and entry is not None and _any_below(untouched, path)
+            # A directory that holds what no restore touches can never be removed: it
+            # blocks turning it into a file or symlink (its rmdir would fail every time).
+            blocked = (
+                was_dir
+                and entry is not None
+                and (protected_paths.any_below(path) or left.any_below(path))
+            )
             op = Op.BLOCKED if blocked else Op.MODIFIED
             changes.append(Change(op, path, entry, was_dir=was_dir))
         else:
             changes.append(Change(Op.DELETED, path, entry, was_dir=False))
 
     # A directory goes only once everything in it goes: what stays keeps its parents.
-    staying = sorted(path for path in (*now, *protected) if path not in removed)
+    # (Nothing protected is removed: what stays is that and the rest of `now`.)
     for path in removed:
-        if not _any_below(staying, path):
+        if not protected_paths.any_below(path) and not staying.any_below(path):
             changes.append(Change(Op.ADDED, path, None, was_dir=now[path] is None))
     changes.sort(key=lambda c: c.path)
     return Plan(target=target, current=current, changes=changes)
 
 
-def _any_below(paths: list[str], directory: str) -> bool:
-    """Whether any of `paths` (sorted) lies below `directory`: those are side by side."""
-    below = directory + "/"
-    at = bisect_left(paths, below)
-    return at < len(paths) and paths[at].startswith(below)
+class _Sorted:
+    """Paths, sorted when first asked about (`paths` gives them)."""
+
+    __slots__ = ("_paths", "_sorted")
+
+    def __init__(self, paths: Callable[[], Iterable[str]]) -> None:
+        self._paths = paths
+        self._sorted: list[str] | None = None
+
+    def any_below(self, directory: str) -> bool:
+        """Whether any of the paths lies below `directory`: those sort side by side."""
+        if self._sorted is None:
+            self._sorted = sorted(self._paths())
+        below = directory + "/"
+        at = bisect_left(self._sorted, below)
+        return at < len(self._sorted) and self._sorted[at].startswith(below)
 
 
 def select_paths(plan: Plan, paths: Iterable[str]) -> Plan:
