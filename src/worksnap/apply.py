@@ -1,10 +1,10 @@
 """Apply: carry out a plan, in a fixed order, without ever leaving the root.
 
 Order: removals (deepest first), then directories (shallowest first), then
-writes. It stops at the first failure. Every operation walks down from a
-descriptor on the root one component at a time with `O_NOFOLLOW`, so a
-symlinked parent can never lead outside the root, and a link at the last
-component is replaced, never written through.
+writes (those that free room first). It stops at the first failure. Every
+operation walks down from a descriptor on the root one component at a time
+with `O_NOFOLLOW`, so a symlinked parent can never lead outside the root, and
+a link at the last component is replaced, never written through.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import os
 import re
 import secrets
 import stat
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol
 
 from blake3 import blake3
@@ -23,7 +25,7 @@ from blake3 import blake3
 from worksnap.errors import ObjectError, SnapshotError, shown
 from worksnap.fsio import DirTree, FileState, file_state, write_all
 from worksnap.hash import read_file
-from worksnap.manifest import Manifest
+from worksnap.manifest import Entry, Manifest
 from worksnap.paths import fs_path
 from worksnap.plan import Change, Op, Plan
 
@@ -72,7 +74,10 @@ def order(plan: Plan) -> list[Step]:
 
     A change between a directory and a file or symlink takes two steps: the
     removal of what is there, then the making of what the snapshot has. A
-    blocked change takes none.
+    blocked change takes none. Writes that replace a file with a smaller one go
+    first, the smallest first, then the rest in path order: on a nearly full disk a
+    run stops only where its end state does not fit (a rollback grows back what its
+    restore shrank, and shrinks back what it grew).
     """
     changes = [c for c in plan.changes if c.op is not Op.BLOCKED]
     removals = [
@@ -82,8 +87,28 @@ def order(plan: Plan) -> list[Step]:
     removals.sort(key=lambda c: c.path, reverse=True)
     steps: list[Step] = [("remove", c) for c in removals]
     steps += [("mkdir", c) for c in changes if c.entry is None and c.op is not Op.ADDED]
-    steps += [("write", c) for c in changes if c.entry is not None]
+    writes = [c for c in changes if c.entry is not None]
+    shrinking = _shrinking(plan.current.entries, writes)
+    steps += [("write", c) for c in sorted(shrinking.values(), key=_new_size)]
+    steps += [("write", c) for c in writes if c.path not in shrinking]
     return steps
+
+
+def _shrinking(current: list[Entry], writes: list[Change]) -> dict[str, Change]:
+    """The writes that replace a file of `current` (sorted by path) with a smaller one."""
+    found: dict[str, Change] = {}
+    for change in writes:
+        at = bisect_left(current, change.path, key=attrgetter("path"))
+        now = current[at] if at < len(current) else None
+        same = now is not None and now.path == change.path and now.type == "file"
+        if same and now is not None and (now.size or 0) > _new_size(change):
+            found[change.path] = change
+    return found
+
+
+def _new_size(change: Change) -> int:
+    entry = change.entry
+    return entry.size or 0 if entry is not None and entry.type == "file" else 0
 
 
 Unchanged = Callable[[str, int, bytes], bool]

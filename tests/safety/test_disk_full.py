@@ -205,6 +205,38 @@ def test_a_restore_that_fills_the_disk_rolls_back(tmp_path: Path) -> None:
         subprocess.run(["umount", str(mount)], check=True)
 
 
+def test_a_rollback_on_a_full_disk_shrinks_files_before_it_grows_one(tmp_path: Path) -> None:
+    """A restore shrinks `a` and grows `b`, then finds no room for `c`: its rollback must
+    grow `a` back and shrink `b` back. In path order `a` needs the room `b` holds, and the
+    rollback failed as well (the journal left for `recover`); writes that free room go
+    first, so it fits.
+    """
+    mib = 1 << 20
+    for mount in mounted_tmpfs(tmp_path, "8m"):
+        root = mount / "ws"
+        write(root, "a.bin", b"a")
+        write(root, "b.bin", os.urandom(mib))
+        write(root, "c.bin", os.urandom(mib))
+        code, err = worksnap("--root", str(root), "snapshot")  # the target
+        assert code == 0, err
+        with Workspace(root) as ws:
+            target = ws.resolve("latest")
+        write(root, "a.bin", os.urandom(mib))
+        write(root, "b.bin", b"b")
+        write(root, "c.bin", b"c")
+        code, err = worksnap("--root", str(root), "snapshot")  # so the pre-restore one is small
+        assert code == 0, err
+        with open(root / "filler", "wb") as f:  # the user's own data: 512 KiB stay free
+            while used(mount) < (8 << 20) - (512 << 10):
+                f.write(os.urandom(16 << 10))
+        before = tree_state(root)
+        code, err = worksnap("--root", str(root), "--json", "restore", target, "--yes")
+        assert code == 1, err
+        assert "so did the rollback" not in err
+        assert tree_state(root) == before
+        assert not (root / ".worksnap" / "journal.json").exists()
+
+
 def test_a_write_that_fills_the_disk_leaves_its_buffer_free_to_change(small_store: Path) -> None:
     """A pack writer's buffer is a bytearray: `write_all` must not keep it exported after a
     failure. The OSError's traceback keeps `write_all`'s frame, and its views with it;

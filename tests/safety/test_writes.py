@@ -91,3 +91,30 @@ def test_each_file_goes_temp_fsync_rename_then_dir_fsync(
         assert ("fsync dir", dir_ino) in [(e[0], e[1]) for e in events[i + 1 :]]
     assert (root / "sub" / "b.txt").stat().st_mode & 0o777 == 0o600
     assert not [n for n in os.listdir(root / "sub") if _TEMP.match(n)]
+
+
+def test_writes_that_free_room_go_first(root: Path) -> None:
+    """A file replaced by a smaller one is written before any write that needs room, the
+    smallest first; the rest keep path order (a full disk stops a run only where its end
+    state does not fit: tests/safety/test_disk_full.py)."""
+    from worksnap.apply import order
+
+    write(root, "a.txt", "a" * 10)
+    write(root, "b.txt", "b")
+    write(root, "c.txt", "c" * 5)
+    write(root, "d.txt", "d" * 3)
+    with Workspace(root) as ws:
+        snap = ws.snapshot()
+        write(root, "a.txt", "a" * 1000)  # restoring shrinks it to 10 bytes
+        write(root, "b.txt", "b" * 100)  # to 1 byte
+        write(root, "c.txt", "c")  # grows back to 5
+        (root / "d.txt").unlink()  # made again
+        os.symlink("b.txt", root / "e.txt")  # goes
+        steps = order(ws.plan_restore(snap))
+    assert [(action, change.path) for action, change in steps] == [
+        ("remove", "e.txt"),
+        ("write", "b.txt"),
+        ("write", "a.txt"),
+        ("write", "c.txt"),
+        ("write", "d.txt"),
+    ]
