@@ -38,11 +38,11 @@ from pathlib import Path
 import zstandard
 
 from worksnap import tree as tree_mod
+from worksnap.flatbuild import from_flat
 from worksnap.manifest import VERSION, Entry, Manifest, encode_manifest, tree_digest
 from worksnap.paths import Digest, ancestors
 from worksnap.record import Record, encode_record
 from worksnap.tree import Builder, Built, decode_node
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import (
     Flat,
     children,

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from worksnap.diskstore import DiskStore
+from worksnap.flatbuild import from_flat
 from worksnap.fsio import write_atomic
 from worksnap.paths import Digest
 from worksnap.record import Record, decode_record, encode_record, loose_of, record_of
 from worksnap.remote import open_transport
 from worksnap.remote.transport import ListEntry, Ref, Stat, Transport
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import Flat, flatten
 from worksnap.workspace import Workspace
 

@@ -42,6 +42,7 @@ LEVELS: dict[str, int] = {
     "config": 1,
     "tree": 1,
     "treewalk": 1,
+    "flatbuild": 1,
     "treebuild": 2,
     "record": 1,
     "remote.formats": 1,

@@ -12,8 +12,8 @@ import pytest
 import worksnap
 from tests.conftest import tick, write
 from worksnap import Workspace
+from worksnap.flatbuild import from_flat
 from worksnap.manifest import Manifest
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import Flat
 from worksnap.workspace import Seams
 

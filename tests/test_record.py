@@ -9,6 +9,7 @@ import pytest
 
 from tests.trees import tree
 from worksnap.errors import ManifestError
+from worksnap.flatbuild import from_flat
 from worksnap.manifest import encode_manifest, summarize
 from worksnap.paths import Digest
 from worksnap.record import (
@@ -22,7 +23,6 @@ from worksnap.record import (
     record_of,
     summary_of,
 )
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import Flat, flatten
 
 ROOT = "/home/someone/projects/app"

@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import flip_middle
 from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError
+from worksnap.flatbuild import from_flat
 from worksnap.frames import MAX_UNPACKED
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.manifest import (
@@ -35,7 +36,6 @@ from worksnap.manifest import (
 from worksnap.memstore import MemoryStore
 from worksnap.record import Record, record_of, summary_of
 from worksnap.store import Store
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import Flat
 
 

@@ -17,6 +17,7 @@ from tests.conftest import SMALL_SPLIT
 from tests.trees import tree
 from worksnap.catalog import count_changes as flat_count_changes
 from worksnap.errors import ManifestError
+from worksnap.flatbuild import from_flat
 from worksnap.hash import hash_bytes
 from worksnap.manifest import Entry, Manifest
 from worksnap.packcodec import compress
@@ -50,7 +51,7 @@ from worksnap.tree import (
     encode_node,
     node_digest,
 )
-from worksnap.treebuild import TreeMemo, from_flat
+from worksnap.treebuild import TreeMemo
 from worksnap.treewalk import (
     MAX_DEPTH,
     Difference,
@@ -679,6 +680,15 @@ def test_a_flat_manifest_that_cannot_be_trees_is_refused() -> None:
         from_flat(Flat([orphan], [], [], [], []), lambda d, b: None)
     with pytest.raises(ManifestError, match="has no parent or repeats"):
         from_flat(Flat([], ["a", "a"], [], [], []), lambda d, b: None)
+    twice = Entry(path="a/x", type="file", mode=0o644, hash="0" * 64, size=1)
+    as_dir = Entry(path="a", type="file", mode=0o644, hash="0" * 64, size=1)
+    for build in (from_flat, lambda flat, write: TreeMemo().build(flat, write, stored=None)):
+        # No set of names per directory: a repeated entry is refused as its directory is
+        # encoded, an entry where a directory is at once.
+        with pytest.raises(ManifestError, match="repeated"):
+            build(Flat([twice, twice], ["a"], [], [], []), lambda d, b: None)
+        with pytest.raises(ManifestError, match="has no parent or repeats"):
+            build(Flat([as_dir], ["a"], [], [], []), lambda d, b: None)
 
 
 def test_a_wide_directory_counts_each_path_once() -> None:

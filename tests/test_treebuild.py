@@ -26,13 +26,14 @@ from tests.watchops import Ops
 from worksnap import Workspace, frames
 from worksnap.config import Retention
 from worksnap.errors import ObjectError
+from worksnap.flatbuild import from_flat
 from worksnap.hash import hash_bytes
 from worksnap.layout import StorePaths
 from worksnap.manifest import Entry, Manifest
 from worksnap.memstore import MemoryStore
 from worksnap.paths import Digest
 from worksnap.tree import Child, File, Node, decode_node, encode_node, node_digest
-from worksnap.treebuild import CaptureTrees, TreeMemo, from_flat
+from worksnap.treebuild import CaptureTrees, TreeMemo
 from worksnap.treewalk import Flat, Nodes, diff_trees, flatten
 
 STEPS = int(os.environ.get("WORKSNAP_TREEBUILD_STEPS", "200"))

@@ -41,9 +41,9 @@ from tests.watchops import Ops
 from worksnap import Workspace, client, daemon
 from worksnap.apply import Result, apply_plan
 from worksnap.errors import SnapshotError
+from worksnap.flatbuild import from_flat
 from worksnap.manifest import Manifest, decode_manifest
 from worksnap.scan import Scan, scan_tree
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import Flat
 from worksnap.workspace import Seams
 

@@ -17,6 +17,7 @@ from collections.abc import Hashable
 import msgspec
 
 from worksnap.errors import ChangedError, InputError, ManifestError, ObjectError
+from worksnap.flatbuild import from_flat
 from worksnap.hash import hash_bytes
 from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, is_automatic
 from worksnap.layout import is_snapshot_id
@@ -35,7 +36,6 @@ from worksnap.plan import differing
 from worksnap.progress import Reporter
 from worksnap.record import Record, check_record, loose_of, manifest_of, record_of
 from worksnap.store import Store
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import Flat, Loose, Nodes, Subtrees, flatten
 from worksnap.treewalk import count_changes as count_tree_changes
 

@@ -24,11 +24,11 @@ import signal
 from dataclasses import dataclass
 
 from worksnap.errors import InputError, ManifestError
+from worksnap.flatbuild import from_flat
 from worksnap.manifest import check_manifest
 from worksnap.progress import Reporter
 from worksnap.record import record_of
 from worksnap.store import Store
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import Flat
 
 STOP_AFTER_ENV = "WORKSNAP_MIGRATE_STOP_AFTER"

@@ -6,8 +6,8 @@ its children as last built and the result, and takes that result again (nothing
 encoded, checked, hashed or written) when the children are equal and, for a capture
 that stores, the directory's top object is still in the store.
 
-`TreeMemo` is a second implementation of `from_flat` (below: the slow, obvious one, which
-the migration uses): same placement of every path, same trees, same left-out paths no
+`TreeMemo` is a second implementation of `flatbuild.from_flat` (the slow, obvious one,
+which the migration uses): same placement of every path, same trees, same left-out paths no
 tree holds. `tests/test_treebuild.py` and the watched differential test hold them equal.
 """
 
@@ -20,26 +20,21 @@ import msgspec
 from blake3 import blake3
 
 from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
-from worksnap.errors import ManifestError, WorksnapError
+from worksnap.errors import WorksnapError
+from worksnap.flatbuild import Places, child_of, left_out_kinds
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
 from worksnap.scanparts import DirScan
 from worksnap.store import ObjectStore
 from worksnap.tree import (
     FORMAT,
-    SPLIT,
-    Builder,
     Built,
     Child,
     Dir,
-    Excluded,
     File,
-    Ignored,
     Index,
-    Large,
     Node,
     Read,
-    Split,
     Symlink,
     Write,
     decode_node,
@@ -169,7 +164,7 @@ class TreeMemo:
         older: Callable[[str], tuple[str, ...]] | None = None,
         made: Callable[[Digest, Node], None] | None = None,
     ) -> tuple[Digest, Loose]:
-        """Builds the trees of a capture's flat view; returns `treebuild.from_flat`'s answer.
+        """Builds the trees of a capture's flat view; returns `flatbuild.from_flat`'s answer.
 
         Args:
             flat: what the capture found (entries, dirs, left-out paths; all sorted).
@@ -193,9 +188,9 @@ class TreeMemo:
         """
         leaves: dict[str, list[Child]] = {"": [], **{d: [] for d in flat.dirs}}
         subdirs: dict[str, list[str]] = {"": [], **{d: [] for d in flat.dirs}}
-        taken: dict[str, set[str]] = {"": set(), **{d: set() for d in flat.dirs}}
+        places = Places(flat, leaves)
         last = self._dirs
-        # What stands for a clean directory's children (and so is never a key of `taken`).
+        # What stands for a clean directory's children (none of theirs is placed).
         reused: dict[str, tuple[Child, ...]] = (
             {d: hit[0][0] for d, hit in last.items() if d in clean and hit[0] is not None}
             if not self._loose
@@ -203,47 +198,38 @@ class TreeMemo:
         )
         self.unseen = len(reused)
         for d in flat.dirs:
-            parent, _, name = d.rpartition("/")
-            names = taken.get(parent)
-            if names is None or name in names:
-                raise ManifestError("flat manifest", f"directory {d!r} has no parent or repeats")
-            names.add(name)
+            parent, name = places.directory(d)
             subdirs[parent].append(name)
         olds: dict[str, dict[str, Child]] = {}  # a directory's children as last built
         for entry in flat.entries:
             parent, _, name = entry.path.rpartition("/")
             if parent in reused:
                 continue
-            names = taken.get(parent)
-            if names is None or name in names:
-                raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
-            names.add(name)
+            places.entry(entry.path)
             old = olds.get(parent)
             if old is None:
                 hit = last.get(parent)
                 kids = hit[0][0] if hit is not None and hit[0] is not None else ()
                 old = olds[parent] = {c.name: c for c in kids}
-            child = _child_of(name, entry)
+            child = child_of(name, entry)
             was = old.get(name)
             # The same child as last built: that object (a directory's unchanged files are
             # not held twice while its new tree is built, nor after).
             leaves[parent].append(was if was == child else child)
         loose = Loose()
-        for make, paths, left in _left_out(flat, loose):
+        for make, paths, left in left_out_kinds(flat, loose):
             previous = None
             for path in paths:
                 if path == previous:
                     continue  # a set: a repeat is kept once, as from_flat keeps it
                 previous = path
-                parent, _, name = path.rpartition("/")
-                if parent in reused:
+                if path.rpartition("/")[0] in reused:
                     continue
-                names = taken.get(parent)
-                if names is None or name in names:
+                spot = places.left_out(path)
+                if spot is None:
                     left.append(path)
-                    continue
-                names.add(name)
-                leaves[parent].append(make(name))
+                else:
+                    leaves[spot[0]].append(make(spot[1]))
         memo: dict[str, _Memo] = {}
         built: dict[str, Built] = {}
         self.encoded = self.cached = 0
@@ -254,7 +240,7 @@ class TreeMemo:
         if stored is None or self._stored:
             # A clean directory with clean subtrees is as the memo has it (every object of
             # the last build is stored): only the others, and those above them, are visited.
-            gone = last.keys() - taken.keys()
+            gone = last.keys() - leaves.keys()
             todo = _with_parents({d for d in order if d not in reused} | gone)
             memo = {d: last[d] for d in order if d not in todo}
             order = [d for d in order if d in todo]
@@ -266,7 +252,7 @@ class TreeMemo:
             )
             own = reused.get(d)
             key: _Key = (
-                own if own is not None else tuple(sorted(leaves[d], key=_name)),
+                own if own is not None else tuple(sorted(leaves.pop(d), key=_name)),
                 tuple((name, sub.digest) for name, sub in subs),
             )
             hit = last.get(d)
@@ -506,86 +492,3 @@ class _OlderTrees:
 
 def _discard(digest: Digest, data: bytes) -> None:
     """A tree object's `write` when nothing is stored (a capture that only compares)."""
-
-
-# -- flat to trees ---------------------------------------------------------------------
-
-
-def from_flat(flat: Flat, write: Write, split: Split = SPLIT) -> tuple[Digest, Loose]:
-    """Builds the trees of a format 1 snapshot (the migration, and tests).
-
-    `flatten` gives back exactly `flat` for a manifest that passes
-    `manifest.check_manifest` and whose `ignored`, `large` and `excluded` are sorted
-    without repeats, as worksnap writes them (they are sets: a repeat is kept once).
-    A large file migrated from format 1 has no size (format 1 kept none). `split` says
-    where a large directory is cut (tests pass a small one).
-
-    Returns:
-        The root tree's digest, and the left-out paths no tree can hold.
-
-    Raises:
-        ManifestError: an entry's parent is not a captured directory, or a path repeats.
-    """
-    leaves: dict[str, list[Child]] = {"": [], **{d: [] for d in flat.dirs}}
-    subdirs: dict[str, list[str]] = {"": [], **{d: [] for d in flat.dirs}}
-    taken: dict[str, set[str]] = {"": set(), **{d: set() for d in flat.dirs}}
-
-    def place(path: str) -> tuple[str, str] | None:
-        parent, _, name = path.rpartition("/")
-        names = taken.get(parent)
-        if names is None or name in names:
-            return None
-        names.add(name)
-        return parent, name
-
-    for d in flat.dirs:
-        spot = place(d)
-        if spot is None:
-            raise ManifestError("flat manifest", f"directory {d!r} has no parent or repeats")
-        subdirs[spot[0]].append(spot[1])
-    for entry in flat.entries:
-        spot = place(entry.path)
-        if spot is None:
-            raise ManifestError("flat manifest", f"{entry.path!r} has no parent or repeats")
-        leaves[spot[0]].append(_child_of(spot[1], entry))
-    loose = Loose()
-    for make, paths, left in _left_out(flat, loose):
-        for i, path in enumerate(paths):
-            if i and paths[i - 1] == path:
-                continue
-            spot = place(path)
-            if spot is None:
-                left.append(path)
-            else:
-                leaves[spot[0]].append(make(spot[1]))
-    builder = Builder(write, split)
-    # Reverse path order reaches every directory after all of its subdirectories.
-    for d in sorted(flat.dirs, reverse=True):
-        builder.directory(d, leaves.pop(d), subdirs.pop(d))
-    builder.directory("", leaves[""], subdirs[""])
-    return builder.root().digest, loose
-
-
-def _left_out(
-    flat: Flat, loose: Loose
-) -> list[tuple[Callable[[str], Child], list[str], list[str]]]:
-    """For each kind of left-out path: its child's maker, `flat`'s paths, and `loose`'s."""
-    return [
-        (lambda name: Ignored(name=name), flat.ignored, loose.ignored),
-        (lambda name: Large(name=name, size=None), flat.large, loose.large),
-        (lambda name: Excluded(name=name), flat.excluded, loose.excluded),
-    ]
-
-
-def _child_of(name: str, entry: Entry) -> Child:
-    if entry.type == "symlink":
-        if entry.target is None:
-            raise ManifestError("flat manifest", f"symlink {entry.path!r} has no target")
-        return Symlink(name=name, mode=entry.mode, target=entry.target)
-    if entry.hash is None or entry.size is None:
-        raise ManifestError("flat manifest", f"file {entry.path!r} has no hash or size")
-    try:
-        digest = bytes.fromhex(entry.hash)
-    except ValueError:
-        raise ManifestError("flat manifest", f"file {entry.path!r} has a bad hash") from None
-    return File(name=name, mode=entry.mode, size=entry.size, digest=digest)

@@ -34,6 +34,7 @@ from tests.trees import summary
 from worksnap.catalog import count_changes as flat_count_changes
 from worksnap.diff import compare, compare_trees
 from worksnap.errors import ManifestError, ObjectError
+from worksnap.flatbuild import from_flat
 from worksnap.hash import hash_bytes
 from worksnap.history import SessionState, undo_target
 from worksnap.manifest import VERSION, Entry, Manifest, tree_digest
@@ -54,7 +55,6 @@ from worksnap.tree import (
     _plain_values,
     decode_node,
 )
-from worksnap.treebuild import from_flat
 from worksnap.treewalk import (
     Flat,
     Nodes,
