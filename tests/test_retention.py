@@ -61,7 +61,14 @@ def test_max_age_and_max_bytes() -> None:
     stale_session = [*snaps, summary("abandoned", 60 * 72, session="old-chat")]
     assert select_expired(
         stale_session, Retention(max_age="1d"), keep=set(), now=now, object_sizes=lambda _: {}
-    ) == ["old", "abandoned"]  # a whole session past the age is pruned
+    ) == ["old"]  # a session's newest stays, however old (`gc --drop-session` drops it)
+    assert select_expired(
+        snaps, Retention(max_age="0s"), keep=set(), now=now, object_sizes=lambda _: {}
+    ) == ["mid", "old"]  # an age of 0 never drops the snapshot just taken
+    assert select_expired(
+        stale_session, Retention(max_age="1d"), keep=set(), now=now,
+        object_sizes=lambda _: {}, everything=True,
+    ) == ["old", "abandoned"]  # fmt: skip
     sizes = {"new": {"x": 600}, "mid": {"x": 600, "y": 500}, "old": {"z": 300}}
     dropped = select_expired(
         snaps, Retention(max_bytes="1000"), keep=set(), now=now, object_sizes=sizes.__getitem__

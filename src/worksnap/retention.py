@@ -38,10 +38,10 @@ def select_expired(
     one (undo walks back through them before it reaches it). Under `max_bytes` the
     automatic ones are the last to be given room.
 
-    Never dropped: ids in `keep` (pinned, on a redo stack, an open checkpoint).
-    `keep_last` and `max_bytes` also keep each session's newest snapshot, unless
-    `everything`; `max_age` does not, so a session left alone long enough is pruned
-    whole.
+    Never dropped: ids in `keep` (pinned, on a redo stack, an open checkpoint), and each
+    session's newest snapshot, unless `everything` (as the README and `gc --help` say:
+    a `max_age` that dropped it pruned a session left alone whole, and `max-age 0`
+    dropped every snapshot as it was taken). `gc --drop-session` drops a whole session.
 
     Args:
         summaries: every snapshot of every session.
@@ -76,7 +76,11 @@ def select_expired(
         if policy.keep_last is not None and summary.id not in newest:
             place = deliberate.get(summary.id, tail.get(summary.id))
             too_many = place is None or place >= policy.keep_last
-        too_old = max_age is not None and _age_seconds(summary, now) > max_age
+        too_old = (
+            max_age is not None
+            and summary.id not in newest
+            and _age_seconds(summary, now) > max_age
+        )
         if summary.id not in keep and (too_many or too_old):
             dropped.append(summary.id)
         else:
