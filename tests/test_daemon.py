@@ -724,3 +724,26 @@ def test_a_command_in_a_subdirectory_of_a_git_work_tree_runs_in_its_stores_daemo
     finally:
         here(sub, "daemon", "stop")
     assert not os.path.exists(StorePaths(str(store)).socket)
+
+
+def test_the_daemon_runs_no_module_of_the_project(tmp_path: Path) -> None:
+    """The daemon started from the project's directory imports nothing from it (a module
+    named as one of Python's there, `types.py`, ran inside the daemon: a review found it)."""
+    root = tmp_path / "ws"
+    marker = tmp_path / "ran"
+    write(root, "app.py", "print('app')\n")
+    write(root, "types.py", f"open({str(marker)!r}, 'w').close()\nraise ImportError('mine')\n")
+    env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+    # As the `worksnap` script runs (its own directory first on sys.path, not the project).
+    script = "import sys; del sys.path[0]; from worksnap.__main__ import main; sys.exit(main())"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script, "daemon", "start"],
+            cwd=root, env={**env, "PYTHONPATH": SRC}, capture_output=True, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert status(root)["running"] is True
+        assert not marker.exists()
+    finally:
+        cli(root, "daemon", "stop")

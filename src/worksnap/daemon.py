@@ -67,6 +67,9 @@ AUDIT_AFTER_IDLE_SECONDS = 5.0
 MAX_CLIENTS = 32
 _TICK_SECONDS = 1.0  # how often an idle daemon checks its socket, idle time and audit
 _MAX_WORKSPACES = 4
+_SERVE = "import sys; del sys.path[0]; from worksnap.__main__ import main; sys.exit(main())"
+"""`python -m worksnap` less the caller's directory on `sys.path`, where a module of the
+project (`types.py`) would run in the daemon (`-P`, from Python 3.11, does the same)."""
 
 READERS = frozenset({"list", "show", "du", "attachment", "verify", "cat"})
 """Commands that neither capture nor write: they run side by side."""
@@ -112,7 +115,7 @@ def spawn(root: str, store_dir: str, *, idle: float, force: bool, why: str = "")
     `why` goes to the daemon's status (how it came to be started).
     """
     os.makedirs(store_dir, exist_ok=True)
-    argv = [sys.executable, "-m", "worksnap", "--root", root, "--store", store_dir]
+    argv = [sys.executable, "-c", _SERVE, "--root", root, "--store", store_dir]
     argv += ["--force"] if force else []
     argv += ["daemon", "serve", "--idle", str(idle)]
     from worksnap.storedir import StoreDir
