@@ -747,3 +747,33 @@ def test_the_daemon_runs_no_module_of_the_project(tmp_path: Path) -> None:
         assert not marker.exists()
     finally:
         cli(root, "daemon", "stop")
+
+
+def test_a_client_gone_mid_restore_rolls_back_all_the_way(tmp_path: Path) -> None:
+    """The daemon's restore interrupted by its client going away (Ctrl-C) rolls back as it
+    would in the client's own process. A review found the rollback interrupted as well, at
+    its first progress report (hashing the tree again), leaving the tree half-restored."""
+    root = tmp_path / "ws"
+    for i in range(6000):
+        write(root, f"d{i % 60:02d}/f{i}.txt", f"{i}\n")
+    pool = daemon.WorkspacePool()
+    mine, theirs = socket.socketpair()
+    try:
+        pool.start_command("snapshot", None)
+        base = pool.open(str(root), None, {"session": "default", "progress": None}).snapshot()
+        pool.end_command()
+        for i in range(10):
+            for f in (root / f"d{i:02d}").iterdir():
+                f.unlink()
+        before = tree_state(root)
+        theirs.close()  # the client is gone (Ctrl-C) before the restore reports progress
+        pool.start_command("restore", mine)
+        ws = pool.open(str(root), None, {"session": "default", "progress": None})
+        with pytest.raises(KeyboardInterrupt):
+            ws.restore(base.id)
+        pool.end_command()
+        assert tree_state(root) == before
+        assert not (root / ".worksnap" / "journal.json").exists()
+    finally:
+        mine.close()
+        pool.drop_all()

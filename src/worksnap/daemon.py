@@ -240,17 +240,16 @@ class WorkspacePool:
             lock.release(write=True)
 
     def _interruptible(self, progress: Callable[[Any], None] | None) -> Callable[[Any], None]:
-        """Wraps a progress callback so that a client gone (Ctrl-C) interrupts the command.
-
-        The command then stops as it would on Ctrl-C in the client's own process (a
-        restore rolls back).
-        """
+        """Wraps `progress`: a client gone (Ctrl-C) interrupts the command once (rollbacks end)."""
         client = getattr(self._local, "conn", None)
+        interrupted = False
 
         def report(done: Any) -> None:
-            if client is not None and hung_up(client):
+            nonlocal interrupted
+            if client is not None and not interrupted and hung_up(client):
+                interrupted = True
                 raise KeyboardInterrupt
-            if progress is not None:
+            if progress is not None and not interrupted:
                 progress(done)
 
         return report
