@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import tree_state, write
 from tests.trees import Spec, summary, tree
-from worksnap import InputError, Manifest, Summary, Workspace
+from worksnap import InputError, Manifest, Retention, Summary, Workspace
 from worksnap.history import CHECKPOINT, Frame, SessionState, checkpoint_target, undo_target
 
 
@@ -307,6 +307,23 @@ def test_meta_and_attachments_round_trip(root: Path) -> None:
         ws.attachment(snap.id, "missing.json")
     checkpoint = ws.begin(step=2, attach={"messages.json": b"[]"})
     assert ws.attachment(checkpoint.id, "messages.json") == b"[]"
+
+
+def test_meta_no_record_could_hold_is_refused_before_anything_is_stored(root: Path) -> None:
+    """A review found a 20 MB `meta` stored as a snapshot whose record was too big to read
+    back: `list` skipped it, `rewind` took an older one, and every `gc` failed after it."""
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    kept = ws.snapshot(step=1)
+    for meta in ({"conversation": "x" * (2 << 20)}, {"k": "\udfff"}, {"k": 5}):
+        with pytest.raises(InputError, match="meta"):
+            ws.snapshot(step=1, meta=meta)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="meta"):
+            ws.begin(step=2, meta=meta)  # type: ignore[arg-type]
+    assert [s.id for s in ws.list()] == [kept.id]
+    assert ws.resolve("step:1") == kept.id
+    ws.gc(Retention(keep_last=1))
+    assert ws.verify() == []
 
 
 def test_label_is_first_line_trimmed_to_200_bytes(root: Path) -> None:

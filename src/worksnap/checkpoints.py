@@ -22,6 +22,7 @@ from worksnap.lock import Locks
 from worksnap.manifest import (
     VERSION,
     Manifest,
+    check_meta,
     check_step,
     new_id,
     now_rfc3339,
@@ -67,6 +68,7 @@ class Checkpoints:
     ) -> Manifest:
         """Opens a checkpoint for a turn of `session` (see `Workspace.begin`)."""
         check_step(step)
+        check_meta(meta)
         self._store.bind(self._root.path)
         self._catalog.upgrade_if_needed()
         with self._locks.shared("begin"):

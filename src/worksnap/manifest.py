@@ -36,6 +36,8 @@ _NUL = "\x00"
 _ID = re.compile(r"[0-9a-f]{12}\Z")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _LABEL_BYTES = 200
+MAX_META_BYTES = 1 << 20
+"""The most a snapshot's `meta` may hold, keys and values (its record is read up to 16 MiB)."""
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -129,6 +131,30 @@ def check_step(step: int | None) -> None:
     """
     if step is not None and step < 0:
         raise InputError("step must not be negative")
+
+
+def check_meta(meta: dict[str, str] | None) -> None:
+    """Refuses `meta` that no record could hold: not strings, not Unicode, over 1 MiB.
+
+    Checked before anything is stored (a record too big to read back made a snapshot that
+    `list` skipped and that failed every `gc`: a review found it).
+
+    Raises:
+        InputError: what is wrong with it.
+    """
+    total = 0
+    for key, value in (meta or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InputError("meta keys and values must be strings")
+        try:
+            total += len(key.encode()) + len(value.encode())
+        except UnicodeEncodeError:
+            raise InputError(f"meta {key!r} is not valid Unicode text") from None
+    if total > MAX_META_BYTES:
+        raise InputError(
+            f"meta holds {total:,} bytes, more than {MAX_META_BYTES:,}: "
+            "store large data as an attachment"
+        )
 
 
 def one_line(label: str | None) -> str | None:

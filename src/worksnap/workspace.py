@@ -46,7 +46,7 @@ from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_sess
 from worksnap.layout import store_location
 from worksnap.lock import Locks
 from worksnap.maintenance import GcReport, Maintenance
-from worksnap.manifest import Entry, Manifest, Summary, check_step, one_line
+from worksnap.manifest import Entry, Manifest, Summary, check_meta, check_step, one_line
 from worksnap.migration import UpgradeReport
 from worksnap.paths import fs_path, relative_to
 from worksnap.plan import Plan
@@ -338,6 +338,7 @@ class Workspace:
             InputError: a reserved kind, a bad step, an invalid config.
         """
         check_step(step)
+        check_meta(meta)
         if kind in ENGINE_KINDS or not kind.strip() or not kind.isprintable():
             raise InputError(f"kind {kind!r} is reserved: worksnap gives it its own records")
         config, _ = self._settings()
