@@ -200,6 +200,7 @@ class Tools:
         """Restores the project (or only `paths`) to snapshot `ref`."""
 
         def run(ws: Workspace) -> dict[str, Any]:
+            _recovered(ws, dry_run)
             plan = ws.plan_restore(ws.load(ref), paths=paths)
             return views.plan_view(plan) if dry_run else views.result_view(ws.apply(plan))
 
@@ -213,6 +214,7 @@ class Tools:
         """Takes back the last restore (or, with none, the edits since the last snapshot)."""
 
         def run(ws: Workspace) -> dict[str, Any]:
+            _recovered(ws, dry_run)
             plan = ws.plan_undo()
             return views.plan_view(plan) if dry_run else views.result_view(ws.undo(plan))
 
@@ -222,10 +224,21 @@ class Tools:
         """Re-applies what the last undo took back."""
 
         def run(ws: Workspace) -> dict[str, Any]:
+            _recovered(ws, dry_run)
             plan = ws.plan_redo()
             return views.plan_view(plan) if dry_run else views.result_view(ws.redo(plan))
 
         return self.call(run)
+
+
+def _recovered(ws: Workspace, dry_run: bool) -> None:
+    """Rolls back a restore that was killed, before a change is planned.
+
+    As the command line and the API do; a preview of a half-restored tree is refused, and
+    no tool recovers.
+    """
+    if not dry_run and ws.recovery_pending() is not None:
+        ws.recover()
 
 
 def build_server(tools: Tools) -> MCPServer:

@@ -334,3 +334,27 @@ def test_a_command_waiting_for_the_store_says_who_holds_it(root: Path) -> None:
     assert waiting.returncode == 0, err
     assert err == ""  # said once
     assert json.loads(out)["id"]
+
+
+@pytest.mark.parametrize("tool", ["restore", "undo", "redo"])
+def test_the_mcp_server_recovers_before_it_changes_the_tree(tmp_path: Path, tool: str) -> None:
+    """docs/agents.md: a killed restore is rolled back by the next snapshot, restore, rewind,
+    undo or redo. The MCP tools planned first, and a plan of a half-restored tree is
+    refused ("run `worksnap recover`", which no tool does): a review found the agent stuck."""
+    from worksnap.mcpserver import ToolError, Tools
+
+    root = tmp_path / "ws"
+    before = _killed_restore(root)
+    with Workspace(root) as ws:
+        tools = Tools(ws, session="default")
+        target = next(s.id for s in ws.list() if s.label == "target")
+        if tool == "redo":  # the recovery runs, then there is nothing to redo
+            with pytest.raises(ToolError, match="redo"):
+                tools.redo()
+            assert tree_state(root) == before
+        else:
+            result = tools.restore(target) if tool == "restore" else tools.undo()
+            assert result["error"] is None, result
+            if tool == "restore":
+                assert ws.plan_restore(ws.load(target)).changes == []
+        assert not (root / JOURNAL).exists()
