@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import write
 from worksnap import Workspace
+from worksnap.history import check_session_name
 from worksnap.hooks import install, session_name, uninstall
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
@@ -163,11 +164,15 @@ def test_the_store_s_exclusions_apply_to_the_hooks(project: Path) -> None:
         ("abc/def ghi", "abc-def-ghi-"),
         ("x" * 80, "x" * 55 + "-"),
         ("///", "claude-"),
+        ("-abc", "abc-"),  # a valid name starts with a letter or digit: these were refused,
+        ("..", "claude-"),  # and every hook of the session failed
+        ("_x.", "x-"),
     ],
 )
 def test_an_agent_session_becomes_a_valid_session_name(agent_id: str, expected: str) -> None:
     name = session_name(agent_id)
     assert name.startswith(expected)
+    assert check_session_name(name) == name
     assert name == session_name(agent_id)
     assert len(name) <= 64
     if agent_id != AGENT_SESSION:

@@ -66,7 +66,10 @@ class SessionState(msgspec.Struct, kw_only=True):
 def check_session_name(name: str) -> str:
     """Returns `name` if it is a valid session name (letters, digits, `.`, `_`, `-`)."""
     if not _SESSION_NAME.match(name):
-        raise InputError(f"bad session name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        raise InputError(
+            f"bad session name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
     return name
 
 

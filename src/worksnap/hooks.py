@@ -48,7 +48,6 @@ TIMEOUT_SECONDS = 30
 TOOL = "tool"
 """The kind of a tool call's snapshot."""
 
-_SESSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -107,12 +106,16 @@ def session_name(agent_session: str) -> str:
     Otherwise its safe characters and a digest of the whole id, so two ids never share
     a session (`claude-` and 8 hex digits of BLAKE3 when nothing safe is left).
     """
-    if _SESSION_NAME.match(agent_session):
-        return agent_session
+    from worksnap.history import check_session_name
+
+    try:
+        return check_session_name(agent_session)
+    except InputError:  # (one starting with '.', '-' or '_' too: a review found it refused)
+        pass
     from blake3 import blake3
 
     digest = blake3(agent_session.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    safe = _UNSAFE.sub("-", agent_session).strip("-.")[:55] or "claude"
+    safe = _UNSAFE.sub("-", agent_session).strip("-._")[:55] or "claude"
     return f"{safe}-{digest}"
 
 
