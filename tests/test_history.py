@@ -326,6 +326,30 @@ def test_meta_no_record_could_hold_is_refused_before_anything_is_stored(root: Pa
     assert ws.verify() == []
 
 
+def test_a_checkpoint_is_compared_as_the_tree_it_rewinds_to(root: Path) -> None:
+    """After `begin`, `latest` is a checkpoint holding only what was captured. `status` and
+    `diff` compared it as a whole tree: every file it never captured showed as added, and
+    the documented `worksnap diff | git apply -R` deleted them (two reviews found it)."""
+    from worksnap.inspection import status_state
+
+    for name in ("f1", "f2", "f3"):
+        write(root, name, f"{name}\n")
+    ws = Workspace(root)
+    full = ws.snapshot(step=1)
+    checkpoint = ws.begin(step=2)
+    ws.capture_before(["f1"])
+    write(root, "f1", "edited\n")
+    write(root, "f2", "edited too, never captured\n")
+    changes, _ = ws.diff()
+    assert [(c.op, c.path) for c in changes] == [("M", "f1")]
+    _, status_changes = status_state(ws, session="default", found="option", daemon=lambda: {})
+    assert [(c.op, c.path) for c in status_changes] == [("M", "f1")]
+    assert [(c.op, c.path) for c in ws.diff(full.id)[0]] == [("M", "f1"), ("M", "f2")]
+    for pair in ((full.id, checkpoint.id), (checkpoint.id, full.id)):
+        with pytest.raises(InputError, match="checkpoint holds only the files captured"):
+            ws.diff(*pair)
+
+
 def test_label_is_first_line_trimmed_to_200_bytes(root: Path) -> None:
     ws = Workspace(root)
     long = "  " + "\u00e9" * 150 + "\nsecond line"

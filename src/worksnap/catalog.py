@@ -19,7 +19,7 @@ import msgspec
 from worksnap.errors import ChangedError, InputError, ManifestError, ObjectError
 from worksnap.flatbuild import from_flat
 from worksnap.hash import hash_bytes
-from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, is_automatic
+from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, checkpoint_target, is_automatic
 from worksnap.layout import is_snapshot_id
 from worksnap.lock import Locks
 from worksnap.manifest import (
@@ -51,6 +51,12 @@ CHECKED_KEPT = 4
 """How many checked manifests are remembered (checking a big one costs more than reading it).
 
 A long-lived watched workspace (the daemon's) keeps one: each is about 17 MB at 47k files."""
+
+
+_PARTIAL = (
+    "a checkpoint holds only the files captured in it: compare it with the tree now "
+    "(`worksnap diff REF`, one ref)"
+)
 
 
 class Catalog:
@@ -216,7 +222,28 @@ class Catalog:
         first, second = (self.record(self.resolve(r, session)) for r in (ref, ref2))
         if first is None or second is None:
             return None
+        if CHECKPOINT in (first.kind, second.kind):
+            raise InputError(_PARTIAL)
         return Digest(first.tree), Digest(second.tree)
+
+    def whole(
+        self, old: Manifest, new: Manifest, session: str, *, tree: bool
+    ) -> tuple[Manifest, Manifest]:
+        """`old` and `new` as whole trees, to compare (`tree`: `new` is the tree now).
+
+        A checkpoint holds only the files captured in it: against the tree now it stands
+        for that tree with their before-images put back (what rewinding it restores), so
+        the files it never captured are not taken for added. Against another snapshot it
+        is refused.
+
+        Raises:
+            InputError: a checkpoint compared with a snapshot.
+        """
+        if new.kind == CHECKPOINT or (old.kind == CHECKPOINT and not tree):
+            raise InputError(_PARTIAL)
+        if old.kind == CHECKPOINT:
+            old = checkpoint_target(new, self.later_checkpoints(old, session))
+        return old, new
 
     def still_stored(self, target: Manifest) -> Manifest:
         """Returns `target` if it is still in the store (a restore, under the lock).

@@ -53,7 +53,6 @@ def status_state(
     store's daemon about itself (None: none runs).
     """
     from worksnap import autostart
-    from worksnap.diff import compare
     from worksnap.errors import InputError
     from worksnap.layout import StorePaths
 
@@ -67,7 +66,8 @@ def status_state(
         latest: Manifest | None = ws.load("latest") if mine else None
     except InputError:
         latest = None  # only automatic snapshots so far
-    changes = compare(latest, current) if latest is not None else []
+    # (A checkpoint: against the tree with its before-images put back, as `diff` compares.)
+    changes = ws.diff(latest.id, now=current)[0] if latest is not None else []
     cap = ws.max_file_bytes
     config = ws.config()
     decision = autostart.decide(ws.root, ws.store_dir)

@@ -452,9 +452,9 @@ class Workspace:
         return self._catalog.attachment(ref, name, self.session)
 
     def diff(
-        self, ref: str = "latest", ref2: str | None = None
+        self, ref: str = "latest", ref2: str | None = None, *, now: Manifest | None = None
     ) -> tuple[builtins.list[FileChange], Reader]:
-        """The changes from `ref` to `ref2` (default: the tree now), and a reader of their bytes."""
+        """The changes from `ref` to `ref2` (default: the tree now, or `now`), and a reader."""
         from worksnap.diff import compare, compare_trees  # difflib: only `diff` needs it
 
         def read(entry: Entry) -> bytes:
@@ -471,8 +471,8 @@ class Workspace:
         if (trees := self._catalog.root_trees(ref, ref2, self.session)) is not None:
             return compare_trees(*trees, self.store.read), read  # skips equal subtrees
         old = self.load(ref)
-        new = self.load(ref2) if ref2 is not None else self.capture(store_objects=False)
-        return compare(old, new), read
+        new = self.load(ref2) if ref2 is not None else now or self.capture(store_objects=False)
+        return compare(*self._catalog.whole(old, new, self.session, tree=ref2 is None)), read
 
     # -- restore -------------------------------------------------------------
 
