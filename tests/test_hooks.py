@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -309,3 +310,22 @@ def test_with_a_daemon_the_hook_runs_in_it(
         daemon("daemon", "stop")
     [row] = snapshots(project)
     assert (row["kind"], row["step"]) == ("step", 0)
+
+
+def test_install_keeps_the_settings_file_private_and_refuses_what_json_cannot_write(
+    project: Path, tmp_path: Path
+) -> None:
+    """A review found a 0600 settings file (it may hold `env` secrets) written back 0644,
+    `1e999` written back as `Infinity` (not JSON), and a lone surrogate escape or a
+    100,000-deep document ending in a traceback."""
+    settings_file = project / ".claude" / "settings.json"
+    write(project, ".claude/settings.json", '{"env": {"TOKEN": "secret"}}\n', mode=0o600)
+    done = worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(settings_file.stat().st_mode) == 0o600
+    for text in ('{"n": 1e999}\n', '{"n": NaN}\n', '{"s": "\\ud800"}\n', "[" * 100_000):
+        settings_file.write_text(text)
+        done = worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path)
+        assert done.returncode == 2, (text[:20], done.stderr)
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+        assert settings_file.read_text() == text  # left as it is

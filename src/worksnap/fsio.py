@@ -159,14 +159,22 @@ def write_atomic(path: str, data: bytes) -> None:
     """Replaces a file outside the store (an agent's settings) with `data`, durably.
 
     Readers see the old or the new bytes, never a mix: a temp file beside it, fsynced,
-    renamed over it, then the directory fsynced. The store's own files never come
-    here: they go through `storedir.StoreDir`, relative to the store's descriptor.
+    renamed over it, then the directory fsynced. The file keeps its permission bits (a
+    0600 settings file may hold secrets; a review found it made 0644). The store's own
+    files never come here: they go through `storedir.StoreDir`, relative to its descriptor.
     """
     directory = os.path.dirname(path) or "."
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = None
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o644 if mode is None else 0o600)  # a new one: the umask's
     try:
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)
             write_all(fd, data)
             os.fsync(fd)
         finally:

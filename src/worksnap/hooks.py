@@ -74,7 +74,7 @@ def parse_event(text: str) -> Event:
     """
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # (nested 100,000 deep: a RecursionError)
         raise InputError(f"the hook event on stdin is not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise InputError("the hook event on stdin is not a JSON object")
@@ -218,8 +218,8 @@ def read_settings(path: str) -> dict[str, Any]:
     with open(real, "rb") as f:
         data = f.read()
     try:
-        settings = json.loads(data) if data.strip() else {}
-    except ValueError as exc:
+        settings = json.loads(data, parse_constant=_not_json) if data.strip() else {}
+    except (ValueError, RecursionError) as exc:
         raise InputError(
             f"{path} is not valid JSON ({exc}); fix it by hand, worksnap leaves it as it is"
         ) from None
@@ -282,4 +282,13 @@ def write_settings(path: str, settings: dict[str, Any]) -> None:
 
     real = os.path.realpath(path)  # through a symlink: the file it points to stays a file
     os.makedirs(os.path.dirname(real), exist_ok=True)
-    write_atomic(real, (json.dumps(settings, indent=2, ensure_ascii=False) + "\n").encode())
+    try:  # (`1e999` reads as infinity, which JSON cannot write; a lone surrogate escape)
+        text = json.dumps(settings, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        data = text.encode()
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise InputError(f"{path}: worksnap cannot write its values back ({exc})") from None
+    write_atomic(real, data)
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
