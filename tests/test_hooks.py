@@ -329,3 +329,35 @@ def test_install_keeps_the_settings_file_private_and_refuses_what_json_cannot_wr
         assert done.returncode == 2, (text[:20], done.stderr)
         assert len(done.stderr.splitlines()) == 1, done.stderr
         assert settings_file.read_text() == text  # left as it is
+
+
+def test_a_worksnap_whose_path_has_a_space_is_installed_quoted(
+    project: Path, tmp_path: Path
+) -> None:
+    """A review found the full path written unquoted: the shell ran `/my` (127), a second
+    install added the hooks again and uninstall left them all."""
+    script = tmp_path / "my tools" / "worksnap"
+    src = Path(__file__).resolve().parent.parent / "src"
+    write(tmp_path, "my tools/worksnap", f"#!{sys.executable}\nimport sys\n"
+          f"sys.path.insert(0, {str(src)!r})\nfrom worksnap.__main__ import main\n"
+          "sys.exit(main())\n", mode=0o755)  # fmt: skip
+    env = {**os.environ, "HOME": str(tmp_path), "WORKSNAP_NO_DAEMON": "1"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(script), *args], capture_output=True, text=True,
+                              cwd=project, env=env, check=False)  # fmt: skip
+
+    assert run("hooks", "install", "claude-code").returncode == 0
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    [command] = {h["command"] for g in settings["hooks"]["UserPromptSubmit"] for h in g["hooks"]}
+    assert command == f"'{script}' hook claude-code"
+    event = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": AGENT_SESSION,
+                        "cwd": str(project), "prompt": "go"})  # fmt: skip
+    ran = subprocess.run(command, shell=True, input=event, text=True, capture_output=True,
+                         env=env, check=False)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr == ""  # the snapshot taken (a hook that fails says so, and exits 0)
+    assert json.loads(run("--json", "list", "--all").stdout) != []
+    assert json.loads(run("--json", "hooks", "install", "claude-code").stdout)["changed"] is False
+    assert run("hooks", "uninstall", "claude-code").returncode == 0
+    assert "worksnap" not in (project / ".claude" / "settings.json").read_text()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import sys
@@ -176,21 +177,20 @@ def hook_command() -> str:
         or (found is not None and os.path.realpath(found) == here)
     ):
         return "worksnap hook claude-code"
-    return f"{here} hook claude-code"
+    return f"{shlex.quote(here)} hook claude-code"  # (run by a shell: a space in it)
 
 
 def _is_ours(hook: object) -> bool:
     if not isinstance(hook, dict) or hook.get("type") != "command":
         return False
-    words = str(hook.get("command", "")).split()
+    try:
+        words = shlex.split(str(hook.get("command", "")))
+    except ValueError:  # unbalanced quotes: someone else's
+        return False
     return (
         len(words) == 3
         and os.path.basename(words[0]) == "worksnap"
-        and words[1:]
-        == [
-            "hook",
-            "claude-code",
-        ]
+        and words[1:] == ["hook", "claude-code"]
     )
 
 
