@@ -8,7 +8,7 @@ and the watched differential test. Both place paths with `Places`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 
 from worksnap.errors import ManifestError
 from worksnap.manifest import Entry
@@ -52,16 +52,7 @@ def from_flat(flat: Flat, write: Write, split: Split = SPLIT) -> tuple[Digest, L
     for entry in flat.entries:
         parent, name = places.entry(entry.path)
         leaves[parent].append(child_of(name, entry))
-    loose = Loose()
-    for make, paths, left in left_out_kinds(flat, loose):
-        for i, path in enumerate(paths):
-            if i and paths[i - 1] == path:
-                continue
-            spot = places.left_out(path)
-            if spot is None:
-                left.append(path)
-            else:
-                leaves[spot[0]].append(make(spot[1]))
+    loose = places.left_outs(flat)
     builder = Builder(write, split)
     # Reverse path order reaches every directory after all of its subdirectories.
     for d in sorted(flat.dirs, reverse=True):
@@ -106,7 +97,26 @@ class Places:
             raise _unplaced(repr(path))
         return parent, name
 
-    def left_out(self, path: str) -> tuple[str, str] | None:
+    def left_outs(self, flat: Flat, skip: Container[str] = frozenset()) -> Loose:
+        """Places the left-out paths of `flat`; returns those no tree can hold.
+
+        A repeat is placed once (they are sets); a path in a directory of `skip` is not.
+        """
+        loose = Loose()
+        for make, paths, left in _left_out_kinds(flat, loose):
+            previous = None
+            for path in paths:
+                if path == previous or path.rpartition("/")[0] in skip:
+                    continue
+                previous = path
+                spot = self._left_out(path)
+                if spot is None:
+                    left.append(path)
+                else:
+                    self._leaves[spot[0]].append(make(spot[1]))
+        return loose
+
+    def _left_out(self, path: str) -> tuple[str, str] | None:
         """Where a left-out path goes; None when it has no parent or its name is taken."""
         parent, _, name = path.rpartition("/")
         if parent not in self._dirs or path in self._dirs:
@@ -124,7 +134,7 @@ def _unplaced(what: str) -> ManifestError:
     return ManifestError("flat manifest", f"{what} has no parent or repeats")
 
 
-def left_out_kinds(
+def _left_out_kinds(
     flat: Flat, loose: Loose
 ) -> list[tuple[Callable[[str], Child], list[str], list[str]]]:
     """For each kind of left-out path: its child's maker, `flat`'s paths, and `loose`'s."""

@@ -21,7 +21,7 @@ from blake3 import blake3
 
 from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
 from worksnap.errors import WorksnapError
-from worksnap.flatbuild import Places, child_of, left_out_kinds
+from worksnap.flatbuild import Places, child_of
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest
 from worksnap.scanparts import DirScan
@@ -216,20 +216,7 @@ class TreeMemo:
             # The same child as last built: that object (a directory's unchanged files are
             # not held twice while its new tree is built, nor after).
             leaves[parent].append(was if was == child else child)
-        loose = Loose()
-        for make, paths, left in left_out_kinds(flat, loose):
-            previous = None
-            for path in paths:
-                if path == previous:
-                    continue  # a set: a repeat is kept once, as from_flat keeps it
-                previous = path
-                if path.rpartition("/")[0] in reused:
-                    continue
-                spot = places.left_out(path)
-                if spot is None:
-                    left.append(path)
-                else:
-                    leaves[spot[0]].append(make(spot[1]))
+        loose = places.left_outs(flat, skip=reused)
         memo: dict[str, _Memo] = {}
         built: dict[str, Built] = {}
         self.encoded = self.cached = 0
