@@ -519,6 +519,31 @@ CHECKPOINTS: dict[str, tuple[dict[str, Spec], list[Manifest], dict[str, Spec]]] 
         [_checkpoint("c1", 1, {"a": "was a file"})],
         {"a/inside": "i"},
     ),
+    "a file in the way of a before-image's directory goes (the pre-restore snapshot keeps it)": (
+        {"x": "made a file by the turn"},
+        [_checkpoint("c1", 1, {"x/y": "before"})],
+        {"x/y": "before"},
+    ),
+    "a symlink in the way of a before-image's directory goes": (
+        {"x": ("link", "elsewhere"), "elsewhere/y": "after"},
+        [_checkpoint("c1", 1, {"x/y": "before"})],
+        {"x/y": "before", "elsewhere/y": "after"},
+    ),
+    "a later before-image below what an earlier checkpoint had as a file is not set back": (
+        {"x/y": "made by turn 1, then edited", "x/z": "made by turn 1"},
+        [_checkpoint("c1", 1, {"x": "was a file"}), _checkpoint("c2", 2, {"x/y": "turn 1's"})],
+        {"x/z": "made by turn 1"},
+    ),
+    "a later before-image below what an earlier checkpoint had as absent is not set back": (
+        {"x/y": "made by turn 1, then edited"},
+        [_checkpoint("c1", 1, {}, absent=("x",)), _checkpoint("c2", 2, {"x/y": "turn 1's"})],
+        {"x": "/"},
+    ),
+    "an earlier before-image below what a later checkpoint has as a file wins": (
+        {"x": "made a file by turn 1, then edited"},
+        [_checkpoint("c1", 1, {"x/y": "before"}), _checkpoint("c2", 2, {"x": "turn 1's"})],
+        {"x/y": "before"},
+    ),
     "a symlink's before-image": (
         {"l": ("link", "new")},
         [_checkpoint("c1", 1, {"l": ("link", "old")})],

@@ -207,19 +207,38 @@ def undo_target(
     return None
 
 
+def earliest_images(checkpoints: list[Manifest]) -> dict[str, Entry | None]:
+    """Each path `checkpoints` (oldest first) captured, at its earliest state (None: absent).
+
+    A path is at the state the first checkpoint that names it, or a directory above
+    it, recorded: below what was a file or absent then, nothing was there; what had a
+    before-image below it was a directory then, and none of its own is taken.
+    """
+    wanted: dict[str, Entry | None] = {}
+    was_dir: set[str] = set()
+    for checkpoint in checkpoints:
+        images = [(e.path, e) for e in checkpoint.entries]
+        for path, image in [*images, *((p, None) for p in checkpoint.absent)]:
+            if path in wanted or path in was_dir:
+                continue
+            parent = path.rpartition("/")[0]
+            below_a_file = any(directory in wanted for directory in ancestors(parent))
+            wanted[path] = None if below_a_file else image
+            if wanted[path] is not None:
+                was_dir.update(ancestors(parent))
+    return wanted
+
+
 def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifest:
     """Returns the full target a checkpoint rewind restores.
 
     It is the current state with every path captured in `checkpoints` (the
     checkpoint rewound to and every later one of the session, oldest first)
-    set back to its earliest before-image; everything else stays as it is.
+    set back to its earliest state; everything else stays as it is. What a file
+    or symlink stands in the way of a before-image's directory goes (the
+    pre-restore snapshot keeps it); a directory there now stays.
     """
-    wanted: dict[str, Entry | None] = {}
-    for checkpoint in checkpoints:
-        for entry in checkpoint.entries:
-            wanted.setdefault(entry.path, entry)
-        for path in checkpoint.absent:
-            wanted.setdefault(path, None)
+    wanted = earliest_images(checkpoints)
     entries = {e.path: e for e in current.entries}
     dirs = set(current.dirs)
     for path, image in wanted.items():
@@ -229,7 +248,9 @@ def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifes
             entries.pop(path, None)
         else:
             entries[path] = image
-            dirs.update(ancestors(path.rpartition("/")[0]))
+            for directory in ancestors(path.rpartition("/")[0]):
+                entries.pop(directory, None)
+                dirs.add(directory)
     first = checkpoints[0]
     ordered = sorted(entries.values(), key=lambda e: e.path)
     return msgspec.structs.replace(
