@@ -65,6 +65,7 @@ def test_begin_capture_and_attachments(
     captured = ok_json(capsys, root, "capture", "code.py", "new.py")
     assert captured == {
         "id": began["id"], "captured": ["code.py"], "absent": ["new.py"], "large": [],
+        "ignored": [],
     }  # fmt: skip
     write(root, "code.py", "edited")
     write(root, "new.py", "created")

@@ -10,14 +10,17 @@ absent). A rewind to a checkpoint sets back just those paths (see
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import stat
+from collections.abc import Callable, Iterable
 
 import msgspec
 
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.errors import InputError
+from worksnap.fsio import DirTree
 from worksnap.history import CHECKPOINT, Sessions
+from worksnap.ignore import ignore_checker
 from worksnap.lock import Locks
 from worksnap.manifest import (
     VERSION,
@@ -30,6 +33,7 @@ from worksnap.manifest import (
     tree_digest,
 )
 from worksnap.paths import Root, ancestors
+from worksnap.scanparts import read_ignore_file
 from worksnap.store import Store
 from worksnap.storedir import StoreDir
 
@@ -117,10 +121,20 @@ class Checkpoints:
             entries = {e.path: e for e in checkpoint.entries}
             absent = set(checkpoint.absent)
             large = set(checkpoint.large)
+            ignored = set(checkpoint.ignored)
             dirs = set(checkpoint.dirs)
-            for path in paths:
-                rel = self._root.named(path)
-                if rel in entries or rel in absent or rel in large:
+            ignored_now = self._ignored_now()
+            for rel in (r for path in paths for r in self._root.written(self._root.named(path))):
+                if rel in entries or rel in absent or rel in large or rel in ignored:
+                    continue  # the first capture wins
+                if ignored_now(rel):
+                    ignored.add(rel)  # a restore never touches it: nothing to keep
+                    continue
+                if rel in dirs:
+                    continue  # a directory when the turn began: its files have their images
+                parent = rel.rpartition("/")[0]
+                if any(d in entries or d in absent or d in large for d in ancestors(parent)):
+                    absent.add(rel)  # below what was a file, or nothing, when the turn began
                     continue
                 entry = self._capture.before_image(rel)
                 if entry is None:
@@ -129,7 +143,7 @@ class Checkpoints:
                     large.add(rel)
                 else:
                     entries[rel] = entry
-                    dirs.update(ancestors(rel.rpartition("/")[0]))
+                    dirs.update(ancestors(parent))
             ordered = sorted(entries.values(), key=lambda e: e.path)
             updated = msgspec.structs.replace(
                 checkpoint,
@@ -137,6 +151,42 @@ class Checkpoints:
                 dirs=sorted(dirs),
                 absent=sorted(absent),
                 large=sorted(large),
+                ignored=sorted(ignored),
                 tree=tree_digest(ordered, sorted(dirs)),
             )
             return self._catalog.replace(updated)
+
+    def _ignored_now(self) -> Callable[[str], bool]:
+        """`ignored(rel)`: whether today's rules leave a file out, as a scan would.
+
+        Reads only the `.gitignore` files of the directories above the paths asked
+        about (never through a symlink); a file git tracks is never ignored.
+        """
+        rules = self._capture.rules()
+        tracked = self._capture.tracked(rules)
+
+        def gitignore(directory: str) -> bytes | None:
+            with DirTree(self._root.path) as tree:
+                try:
+                    dir_fd = tree.dir_fd(directory)
+                    if not stat.S_ISREG(os.lstat(".gitignore", dir_fd=dir_fd).st_mode):
+                        return None  # git reads no symlinked .gitignore (>= 2.32), nor a non-file
+                except OSError:
+                    return None
+                return read_ignore_file(dir_fd, "", directory)
+
+        def nested(directory: str) -> bool:
+            with DirTree(self._root.path) as tree:
+                try:
+                    os.lstat(".git", dir_fd=tree.dir_fd(directory))
+                except OSError:
+                    return False
+                return True
+
+        whole = tracked.enters_whole if tracked is not None and tracked.enters_any else None
+        ignored = ignore_checker(rules, gitignore, whole, nested)
+
+        def ignored_now(rel: str) -> bool:
+            return not (tracked is not None and tracked.is_tracked(rel)) and ignored(rel, False)
+
+        return ignored_now

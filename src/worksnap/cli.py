@@ -216,6 +216,13 @@ def _cmd_capture(args: argparse.Namespace) -> int:
         cap = ws.max_file_bytes
     if args.json:
         emit_json(views.capture_view(checkpoint))
+    if ignored := [repr(display(p)) for p in checkpoint.ignored if p in named]:
+        one = len(ignored) == 1
+        warn(
+            f"warning: {', '.join(ignored)} {'is' if one else 'are'} ignored (.gitignore or "
+            f"git's excludes): not captured, and a rewind leaves "
+            f"{'it as it is' if one else 'them as they are'}"
+        )
     if large:
         _report_large(args, large, cap, what="left out of the checkpoint")
     return 0

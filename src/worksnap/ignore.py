@@ -26,7 +26,7 @@ import re2
 from blake3 import blake3
 
 from worksnap.fsio import read_regular
-from worksnap.paths import fs_path
+from worksnap.paths import ancestors, fs_path
 from worksnap.sources import Sources, common_dir_of, find_top, git_dir_of, source_files
 
 _BOM = b"\xef\xbb\xbf"
@@ -511,6 +511,7 @@ def ignore_checker(
     base: Rules,
     gitignore: Callable[[str], bytes | None],
     whole: Callable[[str], bool] | None = None,
+    nested: Callable[[str], bool] | None = None,
 ) -> Callable[[str, bool], bool]:
     """Returns `ignored(path, is_dir)` for a tree whose `.gitignore` files `gitignore` gives.
 
@@ -521,7 +522,10 @@ def ignore_checker(
     ignored directory, except below one that `whole` says was entered whole (git
     tracks it as a gitlink): that one is entered as the scan enters it, under the
     rules in force above the ignored directories it is in, and its own `.gitignore`.
-    Nested repositories are the ones on disk now (a restore never touches `.git`).
+    Nested repositories are the ones on disk now (a restore never touches `.git`);
+    `nested(directory)`, when given, says whether one may be there (a `.git` is), so
+    that only those directories are looked up by path. Directories are decided from
+    the top down, so a path of any depth is decided without deep recursion.
     """
     rules_at: dict[str, Rules] = {}
     dir_ignored: dict[str, bool] = {}
@@ -531,7 +535,8 @@ def ignore_checker(
             outer = base
             if directory:
                 outer = rules_for(directory.rpartition("/")[0])
-                outer = repo_rules(outer, directory) or outer
+                if nested is None or nested(directory):
+                    outer = repo_rules(outer, directory) or outer
             # git reads no .gitignore inside an ignored directory.
             data = None if directory and is_ignored_dir(directory) else gitignore(directory)
             rules_at[directory] = outer.child(directory, data) if data else outer
@@ -546,6 +551,11 @@ def ignore_checker(
 
     def ignored(path: str, is_dir: bool) -> bool:
         parent, _, _ = path.rpartition("/")
+        if parent not in dir_ignored:
+            for directory in reversed(list(ancestors(parent))):  # from the top: each asks
+                if is_ignored_dir(directory):  # only about directories already decided
+                    break
+                rules_for(directory)
         if parent and is_ignored_dir(parent):
             return True
         return rules_for(parent).ignored(path, is_dir=is_dir)

@@ -186,6 +186,40 @@ class Root:
             raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
         return rel
 
+    def written(self, rel: str) -> list[str]:
+        """The paths a write to the named path `rel` changes: where it leads, and its link.
+
+        A directory above `rel` that is a symlink is followed: the path it reaches is
+        returned instead. A symlink at `rel` is returned with the path it leads to, when
+        that is inside the root and not left out (a write through the link changes
+        that one). A look only (`realpath`), for a checkpoint to know what to keep.
+
+        Raises:
+            InputError: a symlink above `rel` leads outside the root, or into what is
+                never captured.
+        """
+        parent, _, name = rel.rpartition("/")
+        if parent:
+            base = os.path.realpath(os.path.join(os.fsencode(self.path), fs_path(parent)))
+            reached = os.fsdecode(os.path.join(base, fs_path(name)))
+            if relative_to(self.path, reached) is None:
+                raise InputError(
+                    f"{shown(rel)!r} is reached through a symbolic link that leads outside "
+                    f"{self.path}"
+                )
+            rel = self.named(reached)
+        full = os.path.join(os.fsencode(self.path), fs_path(rel))
+        if not os.path.islink(full):
+            return [rel]
+        leads = os.fsdecode(os.path.realpath(full))
+        if relative_to(self.path, leads) is None or os.path.isdir(leads):
+            return [rel]
+        try:
+            target = self.named(leads)
+        except InputError:
+            return [rel]  # into `.git`, the store or what is excluded: never touched
+        return [rel] if target == rel else [rel, target]
+
     def special(self, rel: str) -> bool:
         """True when a FIFO, socket or device is at `rel` now (never captured: excluded).
 

@@ -122,6 +122,7 @@ def capture_view(checkpoint: Manifest) -> View:
         "captured": [e.path for e in checkpoint.entries],
         "absent": checkpoint.absent,
         "large": checkpoint.large,
+        "ignored": checkpoint.ignored,
     }
 
 

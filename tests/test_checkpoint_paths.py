@@ -1,0 +1,153 @@
+"""What `capture` records for a path that is not a plain file below plain directories.
+
+A checkpoint holds the before-image of each file a turn is about to change. A write to a
+path goes where its symlinks lead, a path the ignore rules leave out is never restored,
+and a turn may turn a file into a directory or back: each is recorded so that a rewind
+sets back what the turn changed, or the capture says what it could not keep.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.compat.gitrun import GIT, clean_git_env, git, init_repo
+from tests.conftest import run_cli, write
+from worksnap import InputError, Workspace
+
+
+def test_a_path_through_a_symlinked_directory_records_the_file_it_reaches(root: Path) -> None:
+    write(root, "d/e", "original")
+    os.symlink("d", root / "L")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    checkpoint = ws.capture_before(["L/e", "L/new"])
+    assert [e.path for e in checkpoint.entries] == ["d/e"]
+    assert checkpoint.absent == ["d/new"]
+    write(root, "L/e", "edited by the agent")  # the tool writes the path it was given
+    write(root, "L/new", "made by the agent")
+    assert ws.rewind(1).ok
+    assert (root / "d/e").read_text() == "original"
+    assert not (root / "d/new").exists()
+    assert os.readlink(root / "L") == "d"
+
+
+def test_a_symlink_is_recorded_with_the_file_it_leads_to(root: Path) -> None:
+    write(root, "d/e", "original")
+    os.symlink("d/e", root / "link")
+    os.symlink("nowhere-yet", root / "dangling")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    checkpoint = ws.capture_before(["link", "dangling"])
+    assert [e.path for e in checkpoint.entries] == ["d/e", "dangling", "link"]
+    assert checkpoint.absent == ["nowhere-yet"]
+    write(root, "link", "written through the link")
+    write(root, "dangling", "made through the link")
+    assert ws.rewind(1).ok
+    assert (root / "d/e").read_text() == "original"
+    assert os.readlink(root / "link") == "d/e"
+    assert not (root / "nowhere-yet").exists()
+    assert os.readlink(root / "dangling") == "nowhere-yet"
+
+
+def test_a_path_a_symlink_leads_outside_the_root_is_refused(root: Path, tmp_path: Path) -> None:
+    write(tmp_path / "outside", "e", "not ours")
+    os.symlink(tmp_path / "outside", root / "L")
+    os.symlink(tmp_path / "outside" / "e", root / "link")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    with pytest.raises(InputError, match=r"'L/e' is reached through a symbolic link .* outside"):
+        ws.capture_before(["L/e"])
+    # The link itself is the root's: kept; what it leads to is not, and is left alone.
+    checkpoint = ws.capture_before(["link"])
+    assert [e.path for e in checkpoint.entries] == ["link"]
+
+
+def test_a_symlink_leading_into_git_records_only_itself(root: Path) -> None:
+    write(root, ".git/config", "[core]\n")
+    os.symlink(".git/config", root / "link")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    assert [e.path for e in ws.capture_before(["link"]).entries] == ["link"]
+
+
+def test_an_ignored_path_is_named_as_ignored_and_not_captured(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, ".gitignore", ".env\nbuild/\n")
+    write(root, ".env", "SECRET=1")
+    write(root, "a", "a")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    checkpoint = ws.capture_before([".env", "a", "build/out.o"])
+    assert [e.path for e in checkpoint.entries] == ["a"]
+    assert checkpoint.ignored == [".env", "build/out.o"]
+    assert checkpoint.absent == []
+    code, out, err = run_cli(capsys, root, "--json", "capture", ".env")
+    assert code == 0
+    assert '"ignored": [".env", "build/out.o"]' in out
+    assert "'.env' is ignored" in err
+    assert "a rewind leaves it as it is" in err
+
+
+def test_a_file_git_tracks_is_captured_whatever_the_rules_say(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if GIT is None:
+        pytest.skip("git is not installed")
+    clean_git_env(monkeypatch, tmp_path / "home")
+    init_repo(root)
+    write(root, ".gitignore", "*.log\n")
+    write(root, "fixture.log", "tracked")
+    git(root, "add", "-f", "fixture.log")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    checkpoint = ws.capture_before(["fixture.log", "debug.log"])
+    assert [e.path for e in checkpoint.entries] == ["fixture.log"]
+    assert checkpoint.ignored == ["debug.log"]
+
+
+def test_a_directory_made_a_file_within_a_turn_keeps_the_turns_first_state(root: Path) -> None:
+    write(root, "x/y", "before")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    ws.capture_before(["x/y"])
+    (root / "x/y").unlink()
+    (root / "x").rmdir()
+    write(root, "x", "the turn made x a file")
+    checkpoint = ws.capture_before(["x"])  # x was a directory when the turn began
+    assert [e.path for e in checkpoint.entries] == ["x/y"]
+    assert checkpoint.absent == []
+    write(root, "x", "edited again")
+    assert ws.rewind(1).ok
+    assert (root / "x/y").read_text() == "before"
+
+
+def test_a_file_made_a_directory_within_a_turn_keeps_the_turns_first_state(root: Path) -> None:
+    write(root, "x", "a file")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    ws.capture_before(["x"])
+    (root / "x").unlink()
+    write(root, "x/y", "the turn made x a directory")
+    checkpoint = ws.capture_before(["x/y"])  # nothing could be below the file x
+    assert [e.path for e in checkpoint.entries] == ["x"]
+    assert checkpoint.absent == ["x/y"]
+
+
+def test_a_file_in_the_way_of_a_captured_files_directory_goes_and_is_kept(root: Path) -> None:
+    write(root, "x/y", "before")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    ws.capture_before(["x/y"])
+    (root / "x/y").unlink()
+    (root / "x").rmdir()
+    write(root, "x", "the agent made x a file")
+    result = ws.rewind(1)
+    assert result.ok, result.error
+    assert (root / "x/y").read_text() == "before"
+    assert result.pre_restore is not None
+    kept = ws.load(result.pre_restore)
+    assert [(e.path, e.type) for e in kept.entries] == [("x", "file")]
