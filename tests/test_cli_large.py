@@ -277,3 +277,36 @@ def test_the_cap_and_the_daemons_three_states_live_side_by_side_in_the_config(
     code, _, err = run(capsys, root, "config", "daemon", "sometimes")
     assert code == 2 and "daemon must be true, false or none" in err
     assert Workspace(root).config().cap() == 64 * MB
+
+
+def test_plan_shows_a_file_the_snapshot_holds_that_todays_rules_ignore(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, ".gitignore", "")
+    write(root, "a.log", "v1")
+    write(root, "same.log", "unchanged since")
+    write(root, "gone.log", "deleted since")
+    write(root, "build/out.o", "v1")
+    snap = ok_json(capsys, root, "snapshot")
+    assert isinstance(snap, dict)
+    write(root, ".gitignore", "*.log\nbuild/\n")
+    write(root, "a.log", "v2 work")  # never captured again: the restore must not touch it
+    write(root, "build/out.o", "v2 build")
+    (root / "gone.log").unlink()  # nothing there to lose: it comes back
+    plan = ok_json(capsys, root, "plan", snap["id"])
+    assert plan == {
+        "target": snap["id"],
+        "changes": [{"op": "M", "path": ".gitignore"}, {"op": "D", "path": "gone.log"}],
+        "unprotected": [
+            {"path": "a.log", "why": "ignored", "size": 7},
+            {"path": "build/out.o", "why": "ignored", "size": 8},
+        ],
+    }
+    code, out, _ = run(capsys, root, "plan", snap["id"])
+    assert code == 0
+    assert "  !  a.log  (not protected, 7 B: ignored now" in out
+    assert "2 files ignored now left as they are" in out
+    assert "large file" not in out
+    result = ok_json(capsys, root, "restore", snap["id"], "--yes")
+    assert isinstance(result, dict) and result["restored"] == [".gitignore", "gone.log"]
+    assert (root / "a.log").read_text() == "v2 work"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -55,13 +55,15 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class Unprotected:
-    """A large file (over a size cap, so in no snapshot) that a restore leaves as it is.
+    """A file in no snapshot (large, or ignored now) that a restore leaves as it is.
 
     Attributes:
         path: relative wire-form path.
         why: "deleted" (the target left it out as large; it is gone now), "changed"
             (the same, and changed since the target was taken), "too-large" (the target
-            holds it, but it is over the cap now), "added" (new since, over the cap).
+            holds it, but it is over the cap now), "added" (new since, over the cap),
+            "ignored" (added later: the target holds it, but today's ignore rules leave
+            it out, and it changed since; never captured, so the restore leaves it).
         size: its size now (None when it is gone).
     """
 
@@ -477,7 +479,9 @@ def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unpro
     A large file is in no snapshot, so the planner never touches it: one the target
     left out cannot be brought back if it is gone or changed since (changed: its mtime
     or ctime is newer than the target), and one over the cap now is neither restored
-    nor removed. A person previewing a restore must see them.
+    nor removed. A person previewing a restore must see them, and each file the target
+    holds that today's ignore rules leave out (never captured now, so never touched),
+    unless it is as the target has it (the same size, and older than the target).
 
     Args:
         current: the state the plan was made from.
@@ -501,8 +505,26 @@ def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unpro
         size = found[0] if found is not None else None
         held = {e.path for e in target.entries} if held is None else held
         rows.append(Unprotected(path, "too-large" if path in held else "added", size))
+    for entry in _held_below(target.entries, current.ignored):
+        found = probe(entry.path)
+        if found is None:
+            rows.append(Unprotected(entry.path, "ignored", None))
+        elif found[1] >= since or (entry.type == "file" and found[0] != entry.size):
+            rows.append(Unprotected(entry.path, "ignored", found[0]))
     rows.sort(key=lambda row: row.path)
     return rows
+
+
+def _held_below(entries: list[Entry], paths: list[str]) -> Iterator[Entry]:
+    """The entries (sorted by path) at or below any of `paths`."""
+    for path in paths:
+        at = bisect_left(entries, path, key=attrgetter("path"))
+        if at < len(entries) and entries[at].path == path:
+            yield entries[at]
+        at = bisect_left(entries, path + "/", key=attrgetter("path"))
+        while at < len(entries) and entries[at].path.startswith(path + "/"):
+            yield entries[at]
+            at += 1
 
 
 def destroys_unstored(plan: Plan, stored: Iterable[Manifest | None]) -> bool:

@@ -37,6 +37,7 @@ _WHY = {
     "changed": "changed since; the snapshot left it out as large: not restored",
     "too-large": "over the size cap now: left as it is (raise the cap to restore it)",
     "added": "added since, over the size cap: left as it is",
+    "ignored": "ignored now, so never captured: the snapshot's copy is not restored",
 }
 
 
@@ -220,10 +221,16 @@ def _show_plan(args: argparse.Namespace, plan: Plan, *, header: str | None = Non
             f"{counts['A']} added since (removed), {counts['D']} deleted since (recreated)"
             + blocked
         )
-    if plan.unprotected:
+    if large := sum(row.why != "ignored" for row in plan.unprotected):
         lines.append(
-            f"{plural(len(plan.unprotected), 'large file')} not protected (see `!` above): "
+            f"{plural(large, 'large file')} not protected (see `!` above): "
             "`worksnap config max-file-bytes SIZE` raises the cap of later snapshots"
+        )
+    if ignored := len(plan.unprotected) - large:
+        left = "it is" if ignored == 1 else "they are"
+        lines.append(
+            f"{plural(ignored, 'file')} ignored now left as {left} (see `!` above): "
+            "no snapshot keeps what the ignore rules leave out"
         )
     say(*lines)
 
