@@ -151,3 +151,19 @@ def test_a_file_in_the_way_of_a_captured_files_directory_goes_and_is_kept(root: 
     assert result.pre_restore is not None
     kept = ws.load(result.pre_restore)
     assert [(e.path, e.type) for e in kept.entries] == [("x", "file")]
+
+
+def test_the_directories_a_turn_made_go_with_the_files_it_made_there(root: Path) -> None:
+    write(root, "keep/old", "there before")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    checkpoint = ws.capture_before(["new/deep/f", "keep/made/g"])
+    assert checkpoint.absent == ["keep/made", "keep/made/g", "new", "new/deep/f"]
+    write(root, "new/deep/f", "made by the turn")
+    write(root, "keep/made/g", "made by the turn")
+    write(root, "new/deep/user", "the user's, never named")
+    assert ws.rewind(1).ok
+    assert not (root / "keep/made").exists()
+    assert (root / "keep/old").read_text() == "there before"
+    assert not (root / "new/deep/f").exists()
+    assert (root / "new/deep/user").read_text() == "the user's, never named"

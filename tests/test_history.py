@@ -519,6 +519,19 @@ CHECKPOINTS: dict[str, tuple[dict[str, Spec], list[Manifest], dict[str, Spec]]] 
         [_checkpoint("c1", 1, {"a": "was a file"})],
         {"a/inside": "i"},
     ),
+    "a directory holding files no checkpoint named stays": (
+        {"a/made": "by the turn", "a/other": "not named"},
+        [_checkpoint("c1", 1, {"a": "was a file"}), _checkpoint("c2", 2, {}, absent=("a/made",))],
+        {"a/other": "not named"},
+    ),
+    "a directory holding only what was made since goes, and the file comes back": (
+        {"a/made": "by the turn", "a/deeper/too": "by the turn", "b": "b"},
+        [
+            _checkpoint("c1", 1, {"a": "was a file"}),
+            _checkpoint("c2", 2, {}, absent=("a/made", "a/deeper/too")),
+        ],
+        {"a": "was a file", "b": "b"},
+    ),
     "a file in the way of a before-image's directory goes (the pre-restore snapshot keeps it)": (
         {"x": "made a file by the turn"},
         [_checkpoint("c1", 1, {"x/y": "before"})],
@@ -534,10 +547,15 @@ CHECKPOINTS: dict[str, tuple[dict[str, Spec], list[Manifest], dict[str, Spec]]] 
         [_checkpoint("c1", 1, {"x": "was a file"}), _checkpoint("c2", 2, {"x/y": "turn 1's"})],
         {"x/z": "made by turn 1"},
     ),
-    "a later before-image below what an earlier checkpoint had as absent is not set back": (
-        {"x/y": "made by turn 1, then edited"},
+    "below what an earlier checkpoint had as absent, all goes: the directory too": (
+        {"x/y": "made by turn 1, then edited", "b": "b"},
         [_checkpoint("c1", 1, {}, absent=("x",)), _checkpoint("c2", 2, {"x/y": "turn 1's"})],
-        {"x": "/"},
+        {"b": "b"},
+    ),
+    "a directory made since that holds what no checkpoint named stays": (
+        {"x/y": "made by turn 1", "x/other": "not named"},
+        [_checkpoint("c1", 1, {}, absent=("x",)), _checkpoint("c2", 2, {}, absent=("x/y",))],
+        {"x/other": "not named"},
     ),
     "an earlier before-image below what a later checkpoint has as a file wins": (
         {"x": "made a file by turn 1, then edited"},

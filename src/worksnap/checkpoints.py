@@ -139,6 +139,9 @@ class Checkpoints:
                 entry = self._capture.before_image(rel)
                 if entry is None:
                     absent.add(rel)
+                    top = self._missing_top(parent)
+                    if top is not None and top not in dirs:
+                        absent.add(top)  # nothing there: what a turn makes below it goes
                 elif entry == "large":
                     large.add(rel)
                 else:
@@ -155,6 +158,18 @@ class Checkpoints:
                 tree=tree_digest(ordered, sorted(dirs)),
             )
             return self._catalog.replace(updated)
+
+    def _missing_top(self, directory: str) -> str | None:
+        """The topmost of `directory` and the directories above it that are not there."""
+        with DirTree(self._root.path) as tree:
+            for above in reversed(list(ancestors(directory))):
+                try:
+                    tree.dir_fd(above)
+                except FileNotFoundError:
+                    return above
+                except OSError:
+                    return None  # a file (or a symlink) there: what is below it is absent
+        return None
 
     def _ignored_now(self) -> Callable[[str], bool]:
         """`ignored(rel)`: whether today's rules leave a file out, as a scan would.

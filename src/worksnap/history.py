@@ -229,6 +229,15 @@ def earliest_images(checkpoints: list[Manifest]) -> dict[str, Entry | None]:
     return wanted
 
 
+def _all_made_since(current: Manifest, directory: str, wanted: dict[str, Entry | None]) -> bool:
+    """True when every file below `directory` now is one the checkpoints had as absent."""
+    prefix = directory + "/"
+    left_out = (*current.ignored, *current.large, *current.excluded)
+    return not any(p.startswith(prefix) for p in left_out) and all(
+        wanted.get(e.path, e) is None for e in current.entries if e.path.startswith(prefix)
+    )
+
+
 def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifest:
     """Returns the full target a checkpoint rewind restores.
 
@@ -236,14 +245,20 @@ def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifes
     checkpoint rewound to and every later one of the session, oldest first)
     set back to its earliest state; everything else stays as it is. What a file
     or symlink stands in the way of a before-image's directory goes (the
-    pre-restore snapshot keeps it); a directory there now stays.
+    pre-restore snapshot keeps it). A directory where a before-image's file was, or
+    where nothing was, goes only when all it holds was made since (each file in it
+    was absent then); else it stays, and so does what is in it.
     """
     wanted = earliest_images(checkpoints)
     entries = {e.path: e for e in current.entries}
     dirs = set(current.dirs)
     for path, image in wanted.items():
         if path in dirs:
-            continue  # a directory there now: rewinding named files never removes directories
+            if not _all_made_since(current, path, wanted):
+                continue  # it holds what no checkpoint named: never removed
+            prefix = path + "/"
+            dirs = {d for d in dirs if d != path and not d.startswith(prefix)}
+            entries = {p: e for p, e in entries.items() if not p.startswith(prefix)}
         if image is None:
             entries.pop(path, None)
         else:
