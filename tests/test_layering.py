@@ -62,6 +62,7 @@ LEVELS: dict[str, int] = {
     "scanparts": 2,
     "written": 2,
     "audit": 2,
+    "differences": 2,
     "plan": 2,
     "journal": 2,
     "apply": 2,

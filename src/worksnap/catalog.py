@@ -16,6 +16,7 @@ from collections.abc import Hashable
 
 import msgspec
 
+from worksnap.differences import differing
 from worksnap.errors import ChangedError, InputError, ManifestError, ObjectError
 from worksnap.flatbuild import from_flat
 from worksnap.hash import hash_bytes
@@ -32,7 +33,6 @@ from worksnap.manifest import (
 )
 from worksnap.migration import UpgradeReport, migrate
 from worksnap.paths import Digest, Root, is_under
-from worksnap.plan import differing
 from worksnap.progress import Reporter
 from worksnap.record import Record, check_record, loose_of, manifest_of, record_of
 from worksnap.store import Store

@@ -25,6 +25,7 @@ import msgspec
 from worksnap.apply import ApplyPlan, Result, apply_plan, dir_modes, remove_leftovers, verified
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
+from worksnap.differences import LastDifferences
 from worksnap.errors import (
     InputError,
     RecoveryError,
@@ -39,7 +40,6 @@ from worksnap.lock import Locks
 from worksnap.manifest import Manifest
 from worksnap.paths import Root, fs_path, is_under
 from worksnap.plan import (
-    LastDifferences,
     Op,
     Plan,
     check_selected,

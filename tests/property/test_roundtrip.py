@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import tree_state
 from worksnap import Workspace
+from worksnap.differences import differing
 from worksnap.manifest import Entry
 from worksnap.paths import fs_path, wire_name
-from worksnap.plan import differing
 
 pytestmark = pytest.mark.slow  # hypothesis runs many examples
 

@@ -33,13 +33,14 @@ from tests.conftest import SMALL_SPLIT
 from tests.trees import summary
 from worksnap.catalog import count_changes as flat_count_changes
 from worksnap.diff import compare, compare_trees
+from worksnap.differences import LastDifferences, flat_differences, tree_differences
 from worksnap.errors import ManifestError, ObjectError
 from worksnap.flatbuild import from_flat
 from worksnap.hash import hash_bytes
 from worksnap.history import SessionState, undo_target
 from worksnap.manifest import VERSION, Entry, Manifest, tree_digest
 from worksnap.paths import Digest
-from worksnap.plan import LastDifferences, flat_differences, plan_restore, tree_differences
+from worksnap.plan import plan_restore
 from worksnap.tree import (
     Builder,
     Child,
@@ -522,7 +523,7 @@ def test_hostile_children_are_refused_by_the_builder() -> None:
 
 @given(pairs())
 def test_a_plan_from_trees_equals_the_plan_from_flat_views(pair: tuple[Model, Model]) -> None:
-    """`plan.tree_differences` (what a restore's plan reads) equals `flat_differences`, and
+    """`differences.tree_differences` (what a restore's plan reads) equals `flat_differences`, and
     so does the plan made of it; through `Nodes`, the same again when its nodes are kept."""
     objects = Objects()
     a, b = pair
