@@ -222,7 +222,9 @@ def _rule_from_root(args: argparse.Namespace, root: str, rule: str) -> str:
     rel = os.path.relpath(os.path.normpath(full), root)
     from worksnap.errors import InputError
 
-    if rel == "." or rel.startswith("../") or rel == "..":
+    if rel == ".":
+        raise InputError(f"exclude {rule!r} is the root ({root}) itself, not a path inside it")
+    if rel.startswith("../") or rel == "..":
         raise InputError(f"exclude {rule!r} is not a path inside {root}")
     return rel
 

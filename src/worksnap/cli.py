@@ -211,7 +211,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     with open_workspace(args) as ws:
         paths = command_paths(args, args.paths)
         checkpoint = ws.capture_before(paths)
-        named = {ws.relative(p) for p in paths}
+        named = set(ws.selection(paths) or ())  # (capture_before refuses the root)
         large = [(p, size) for p, size in ws.large_files(checkpoint) if p in named]
         cap = ws.max_file_bytes
     if args.json:

@@ -163,7 +163,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             return 0
         manifest = ws.load(args.ref)
         pinned = manifest.id in ws.pinned()
-        wanted = [ws.relative(p) for p in command_paths(args, args.paths)]
+        wanted = ws.selection(command_paths(args, args.paths)) or []  # the root: all
     say(*_show_lines(manifest, pinned=pinned, wanted=wanted))
     return 0
 
@@ -231,8 +231,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with open_workspace(args) as ws:
         changes, read = ws.diff(args.ref or "latest", args.ref2)
         if args.paths_after:
-            wanted = [ws.relative(p) for p in command_paths(args, args.paths_after)]
-            changes = select(changes, wanted)
+            wanted = ws.selection(command_paths(args, args.paths_after))
+            changes = changes if wanted is None else select(changes, wanted)
         if args.json:
             emit_json(views.diff_view(changes, read))
         elif args.numstat or args.stat:

@@ -164,8 +164,8 @@ class Tools:
 
         def run(ws: Workspace) -> dict[str, Any]:
             changes, read = ws.diff(ref or "latest", ref2)
-            if paths:
-                changes = select(changes, [ws.relative(p) for p in paths])
+            if paths and (wanted := ws.selection(paths)) is not None:
+                changes = select(changes, wanted)
             document: dict[str, Any] = {"result": views.diff_view(changes, read)}
             if not stat:
                 patch = b"".join(git_patch(c, read, binary=False) for c in changes)

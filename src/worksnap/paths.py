@@ -162,13 +162,41 @@ class Root:
         """Returns a path given relative to the root, or absolute, as a safe wire path inside it.
 
         Raises:
-            InputError: the path is outside the root, or not a normal path.
+            InputError: the path is outside the root, the root itself, or not a normal path.
         """
         absolute = os.path.normpath(os.path.join(self.path, os.fspath(path)))
+        if absolute == self.path:
+            raise InputError(
+                f"{what} {shown(os.fspath(path))!r} is the root ({self.path}) itself, "
+                "not a path inside it"
+            )
         rel = relative_to(self.path, absolute)
         if rel is None or check_path(rel, what) is not None:
             raise InputError(f"{what} {shown(os.fspath(path))!r} is not a path inside {self.path}")
         return rel
+
+    def selection(
+        self, paths: Iterable[str | os.PathLike[str]] | None, *, named: bool = True
+    ) -> list[str] | None:
+        """Returns the paths a caller selected, as `named` (else `inside`) returns them.
+
+        None, the whole tree, when `paths` is None or one of them is the root itself
+        (`.` at the top, `..` below it: as git takes them), so that naming the root
+        does exactly what naming nothing does. The others are checked all the same.
+
+        Raises:
+            InputError: a path outside the root, excluded (`named`), or not normal.
+        """
+        if paths is None:
+            return None
+        given = [os.fspath(p) for p in paths]
+        top = [os.path.normpath(os.path.join(self.path, p)) == self.path for p in given]
+        rels = [
+            self.named(p) if named else self.inside(p, "path")
+            for p, is_root in zip(given, top, strict=True)
+            if not is_root
+        ]
+        return None if any(top) else rels
 
     def named(self, path: str | os.PathLike[str]) -> str:
         """Returns a path a caller named, inside the root and outside what is never captured.

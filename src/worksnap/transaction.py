@@ -136,7 +136,7 @@ class Restorer:
     def _selection(
         self, paths: Sequence[str | os.PathLike[str]] | None
     ) -> builtins.list[str] | None:
-        return None if paths is None else [self._root.named(p) for p in paths]
+        return self._root.selection(paths)  # the root named: the whole tree, as no paths
 
     def _full_target(self, current: Manifest, target: Manifest, session: str) -> Manifest:
         """Returns the whole tree a restore of `target` aims at (checkpoints are partial)."""

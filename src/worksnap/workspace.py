@@ -387,13 +387,12 @@ class Workspace:
             sizes.append((path, size))
         return sorted(sizes, key=lambda item: (-(item[1] or 0), item[0]))
 
-    def relative(self, path: str | os.PathLike[str]) -> str:
-        """Returns a path (relative to the root, or absolute inside it) in wire form.
+    def selection(self, paths: Iterable[str | os.PathLike[str]]) -> builtins.list[str] | None:
+        """Returns paths (relative to the root, or absolute inside it) in wire form.
 
-        Raises:
-            InputError: it is not a normal path inside the root.
+        None (the whole tree) when one of them is the root itself (`paths.Root.selection`).
         """
-        return self._root.inside(path, "path")
+        return self._root.selection(paths, named=False)
 
     def _disk_path(self, rel: str) -> str:
         return os.path.join(self.root, os.fsdecode(fs_path(rel)))
@@ -525,7 +524,7 @@ class Workspace:
             root=self._root,
             store_dir=self.store_dir,
             read_object=self.store.read_chunks,
-            selected=None if paths is None else [self._root.named(p) for p in paths],
+            selected=self._root.selection(paths),
             progress=lambda done, total: self._reporter("write", done, total),
         )
 

@@ -1,0 +1,129 @@
+"""Paths named on the command line: the root itself is the whole tree (as git takes `.`
+at the top), and a path no restore can reach says why (a symbolic link on the way, or a
+path the snapshot left out), with the exit code of every path a snapshot does not hold.
+
+The commands run in this process, from the directory a shell would be in; the tree
+and the store are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, tree_state, write
+from worksnap import Workspace
+from worksnap.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Runs a command line as a shell in the current directory would (the root found)."""
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def edited(root: Path) -> None:
+    """A snapshot, then a file changed, one added and one deleted, at the top and below."""
+    write(root, "a.txt", "a\n")
+    write(root, "gone.txt", "g\n")
+    write(root, "sub/s.txt", "s\n")
+    Workspace(root).snapshot()
+    write(root, "a.txt", "b\n")
+    write(root, "sub/s.txt", "t\n")
+    write(root, "sub/new.txt", "n\n")
+    os.unlink(root / "gone.txt")
+
+
+# -- 3. the root as a PATH ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "spellings"),
+    [(".", [".", "./", "sub/.."]), ("sub", ["..", "../", "../sub/.."])],
+)
+def test_naming_the_root_is_the_whole_tree(
+    root: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    spellings: list[str],
+) -> None:
+    edited(root)
+    monkeypatch.chdir(root / where)
+    commands = [
+        ["plan", "latest"],
+        ["restore", "latest", "--dry-run"],
+        ["--json", "restore", "latest", "--dry-run"],
+        ["show", "latest"],
+        ["diff", "latest", "--stat"],
+        ["diff", "latest"],
+    ]
+    for command in commands:
+        whole = run(capsys, *command)
+        assert whole[0] == 0, (command, whole)
+        for spelling in spellings:
+            at = command.index("latest") + 1  # (a PATH after an option is not taken)
+            named = [*command, "--", spelling] if "diff" in command else command[:at]
+            named += [] if "diff" in command else [spelling, *command[at:]]
+            assert run(capsys, *named) == whole, named
+
+
+def _copies(tmp_path: Path) -> tuple[Path, Path]:
+    roots = tmp_path / "one", tmp_path / "two"
+    for r in roots:
+        r.mkdir()
+        edited(r)
+        write(r, ".gitignore", "*.log\n")
+        write(r, "keep.log", "ignored\n")
+    return roots
+
+
+def test_restoring_the_root_does_exactly_what_a_restore_without_paths_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one, two = _copies(tmp_path)
+    whole = json.loads(run_cli(capsys, one, "--json", "restore", "latest")[1])
+    named = json.loads(run_cli(capsys, two, "--json", "restore", "latest", ".")[1])
+    assert whole["error"] is None and named["error"] is None
+    assert sorted(named["restored"]) == sorted(whole["restored"])
+    assert set(whole["restored"]) >= {"a.txt", "gone.txt", "sub/new.txt", "sub/s.txt"}
+    assert tree_state(two) == tree_state(one)
+    ws = Workspace(two)
+    write(two, "a.txt", "again\n")
+    target = ws.load("latest")
+    assert ws.plan_restore(target, paths=[two]).changes == ws.plan_restore(target).changes
+
+
+def test_restore_to_of_the_root_writes_the_whole_snapshot(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edited(root)
+    code, out, err = run_cli(capsys, root, "restore", "latest", ".", "--to", str(tmp_path / "c"))
+    assert code == 0, err
+    assert out.startswith("wrote 4 paths of snapshot ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["capture", "."], ["cat", "latest", "."], ["config", "exclude", "add", "."]],
+)
+def test_commands_that_take_no_root_say_so_in_one_line(
+    root: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+) -> None:
+    edited(root)
+    Workspace(root).begin()
+    monkeypatch.chdir(root)
+    code, out, err = run(capsys, *command)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"is the root ({root}) itself, not a path inside it" in err, err
