@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,56 @@ def test_commands_that_take_no_root_say_so_in_one_line(
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"is the root ({root}) itself, not a path inside it" in err, err
+
+
+# -- 4. a path reached through a symlink; a path the snapshot left out ---------
+
+
+@pytest.fixture
+def linked(root: Path) -> str:
+    """A tree with `lsub -> sub` and an ignored file; returns the snapshot's id."""
+    write(root, "sub/s.txt", "s\n")
+    os.symlink("sub", root / "lsub")
+    write(root, ".gitignore", "*.log\n")
+    write(root, "keep.log", "keep\n")
+    return Workspace(root).snapshot().id
+
+
+def test_a_path_through_a_symlink_says_so(
+    root: Path, capsys: pytest.CaptureFixture[str], linked: str
+) -> None:
+    for options in ([], ["--dry-run"], ["--yes"]):
+        command = ["restore" if options else "plan", "latest", "lsub/s.txt", *options]
+        code, out, err = run_cli(capsys, root, *command)
+        assert (code, out) == (2, ""), command
+        assert err == (
+            "worksnap: error: 'lsub/s.txt' is reached through the symbolic link 'lsub' "
+            "(a restore never follows one): name the path it points to\n"
+        ), command
+    # The same in a snapshot that has the link where the workspace now has none.
+    os.unlink(root / "lsub")
+    for command in (["plan", "latest"], ["cat", "latest"]):
+        code, _, err = run_cli(capsys, root, *command, "lsub/s.txt")
+        assert code == 2 and "through the symbolic link 'lsub'" in err, command
+
+
+def test_an_ignored_path_the_snapshot_left_out_says_so_as_cat_does(
+    root: Path, capsys: pytest.CaptureFixture[str], linked: str
+) -> None:
+    cat = run_cli(capsys, root, "cat", "latest", "keep.log")
+    assert cat == (
+        2, "", f"worksnap: error: 'keep.log' is not in snapshot {linked}: it left that out "
+        "(ignored)\n"
+    )  # fmt: skip
+    missing = run_cli(capsys, root, "plan", "latest", "no-such.txt")
+    assert missing[0] == 2
+    before = tree_state(root)
+    for command in (["plan", "latest", "keep.log"], ["restore", "latest", "keep.log", "--dry-run"],
+                    ["restore", "latest", "keep.log", "--yes"],
+                    ["--json", "restore", "latest", "keep.log"]):  # fmt: skip
+        assert run_cli(capsys, root, *command) == cat, command
+    assert tree_state(root) == before
+    shutil.rmtree(root / "sub")  # a directory the snapshot holds: still restored alone
+    code, _, err = run_cli(capsys, root, "restore", "latest", "sub", "--yes")
+    assert code == 0, err
+    assert (root / "sub" / "s.txt").read_text() == "s\n"

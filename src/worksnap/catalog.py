@@ -32,7 +32,7 @@ from worksnap.manifest import (
     tree_digest,
 )
 from worksnap.migration import UpgradeReport, migrate
-from worksnap.paths import Digest, Root, is_under
+from worksnap.paths import Digest, Root, ancestors, is_under
 from worksnap.progress import Reporter
 from worksnap.record import Record, check_record, loose_of, manifest_of, record_of
 from worksnap.store import Store
@@ -340,6 +340,9 @@ class Catalog:
         if found is not None:
             return found
         why = "it holds no such file"
+        links = {e.path for e in manifest.entries if e.type == "symlink"}
+        if (link := next((p for p in ancestors(path) if p in links), None)) is not None:
+            why = f"it is reached through the symbolic link {link!r} (never followed)"
         if path in manifest.dirs:
             why = "it is a directory there"
         for name in ("large", "ignored", "excluded"):

@@ -440,26 +440,59 @@ def check_unchanged(plan: Plan, now: Manifest) -> None:
             raise ConflictError(path)
 
 
-def check_selected(selected: list[str], current: Manifest, target: Manifest) -> None:
-    """Refuses a path that neither the target nor the workspace has (a typo restores nothing).
+def check_selected(
+    selected: list[str],
+    current: Manifest | None,
+    target: Manifest,
+    *,
+    in_workspace: Callable[[str], bool] | None = None,
+) -> None:
+    """Refuses a path no restore of `target` reaches: a typo restores nothing.
+
+    One that neither the target nor the workspace has; one the target left out as
+    ignored or excluded (in `cat`'s words: no restore brings it, nor touches it); one
+    below a symbolic link of either (never followed). `current` None: a restore into
+    another directory, which writes only what the target holds (`in_workspace` says
+    whether the workspace has a path, for the message).
 
     Raises:
         InputError: names the first such path.
     """
+    links = {e.path for s in (target, current) if s for e in s.entries if e.type == "symlink"}
     for wanted in selected:
-        for state in (target, current):
-            if _holds(state, wanted):
-                break
-        else:
+        if any(is_under(p, wanted) for names in _kept(target) for p in names):
+            continue
+        for name in ("ignored", "excluded"):
+            if any(is_under(wanted, p) for p in getattr(target, name)):
+                raise InputError(
+                    f"{wanted!r} is not in snapshot {target.id}: it left that out ({name})"
+                )
+        link = next((p for p in ancestors(wanted.rpartition("/")[0]) if p in links), None)
+        if link is not None:
             raise InputError(
-                f"{wanted!r} is not in snapshot {target.id}, nor in the workspace "
-                "(nothing to restore there)"
+                f"{wanted!r} is reached through the symbolic link {link!r} (a restore never "
+                "follows one): name the path it points to"
             )
+        if _holds(target, wanted) or (current is not None and _holds(current, wanted)):
+            continue
+        if current is None and in_workspace is not None and in_workspace(wanted):
+            raise InputError(
+                f"{wanted!r} is not in snapshot {target.id} (the workspace has it, but "
+                "--to writes only what the snapshot holds)"
+            )
+        raise InputError(
+            f"{wanted!r} is not in snapshot {target.id}, nor in the workspace "
+            "(nothing to restore there)"
+        )
+
+
+def _kept(state: Manifest) -> tuple[list[str], list[str]]:
+    return [e.path for e in state.entries], state.dirs
 
 
 def _holds(state: Manifest, wanted: str) -> bool:
     """True when `state` has something at or below `wanted`, or left out what holds it."""
-    kept = ([e.path for e in state.entries], state.dirs)
+    kept = _kept(state)
     left_out = (state.large, state.ignored, state.excluded)
     return any(is_under(path, wanted) for names in (*kept, *left_out) for path in names) or any(
         is_under(wanted, path) for names in left_out for path in names
