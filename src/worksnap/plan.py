@@ -460,7 +460,7 @@ def check_selected(
     """
     links = {e.path for s in (target, current) if s for e in s.entries if e.type == "symlink"}
     for wanted in selected:
-        if any(is_under(p, wanted) for names in _kept(target) for p in names):
+        if any(is_under(p, wanted) for p in [*target.dirs, *(e.path for e in target.entries)]):
             continue
         for name in ("ignored", "excluded"):
             if any(is_under(wanted, p) for p in getattr(target, name)):
@@ -475,7 +475,7 @@ def check_selected(
             )
         if _holds(target, wanted) or (current is not None and _holds(current, wanted)):
             continue
-        if current is None and in_workspace is not None and in_workspace(wanted):
+        if in_workspace is not None and in_workspace(wanted):
             raise InputError(
                 f"{wanted!r} is not in snapshot {target.id} (the workspace has it, but "
                 "--to writes only what the snapshot holds)"
@@ -486,13 +486,9 @@ def check_selected(
         )
 
 
-def _kept(state: Manifest) -> tuple[list[str], list[str]]:
-    return [e.path for e in state.entries], state.dirs
-
-
 def _holds(state: Manifest, wanted: str) -> bool:
     """True when `state` has something at or below `wanted`, or left out what holds it."""
-    kept = _kept(state)
+    kept = ([e.path for e in state.entries], state.dirs)
     left_out = (state.large, state.ignored, state.excluded)
     return any(is_under(path, wanted) for names in (*kept, *left_out) for path in names) or any(
         is_under(wanted, path) for names in left_out for path in names

@@ -40,7 +40,7 @@ from worksnap.config import Config, Retention, configured_exclusions, load_confi
 from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, ObjectError, SnapshotError, WorksnapError, api_errors
 from worksnap.exclusion import exclusion_root
-from worksnap.extract import extract
+from worksnap.extract import extract, plan_extract
 from worksnap.hash import Prefetch, read_file
 from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_session_name
 from worksnap.layout import store_location
@@ -63,6 +63,7 @@ __all__ = ["DEFAULT_MAX_FILE_BYTES", "GcReport", "Progress", "Reader", "Seams", 
 
 Reader = Callable[[Entry], bytes]
 """Returns the bytes of a captured file."""
+PathArg = str | os.PathLike[str]  # a path given relative to the root, or absolute inside it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -476,7 +477,7 @@ class Workspace:
     # -- restore -------------------------------------------------------------
 
     def plan_restore(
-        self, target: Manifest, *, paths: Sequence[str | os.PathLike[str]] | None = None
+        self, target: Manifest, *, paths: Sequence[PathArg] | None = None, to: PathArg | None = None
     ) -> Plan:
         """Previews what restoring `target` would change; writes nothing but the stat cache.
 
@@ -488,10 +489,15 @@ class Workspace:
             target: the snapshot to restore.
             paths: restore only these paths (relative to the root, or absolute inside
                 it) and what lies below them.
+            to: preview `restore_to(target, to)`: what it writes (every change `D`),
+                refusing what it refuses (`extract.plan_extract`).
 
         Raises:
             InputError: a path that neither the target nor the workspace has.
         """
+        if to is not None:
+            return plan_extract(target, os.fspath(to), root=self._root, store_dir=self.store_dir,
+                                paths=paths)[0]  # fmt: skip
         self._settings()
         return self._restorer.plan(target, paths=paths, session=self.session)
 
@@ -506,25 +512,20 @@ class Workspace:
         return self._restorer.restore(ref, paths=paths, session=self.session)
 
     def restore_to(
-        self,
-        ref: str,
-        directory: str | os.PathLike[str],
-        *,
-        paths: Sequence[str | os.PathLike[str]] | None = None,
+        self, ref: str, directory: PathArg, *, paths: Sequence[PathArg] | None = None
     ) -> Result:
         """Writes snapshot `ref` into `directory`, touching nothing in the workspace.
 
-        `directory` must be new (its parent existing) or empty, outside the root and
-        the store; it appears whole or not at all (see `extract.extract`).
+        `directory` must be new (its parent existing) or empty (then filled in place),
+        outside the root and the store; a failure leaves nothing there (`extract.extract`).
         """
-        target = self.load(ref)
         return extract(
-            target,
+            self.load(ref),
             os.fspath(directory),
             root=self._root,
             store_dir=self.store_dir,
             read_object=self.store.read_chunks,
-            selected=self._root.selection(paths),
+            paths=paths,
             progress=lambda done, total: self._reporter("write", done, total),
         )
 

@@ -1,0 +1,231 @@
+"""`restore REF --to DIR`: an existing empty DIR is filled in place, its preview
+(`--dry-run`) is the real run's plan and refuses what the real run refuses, and what
+it cannot use is said in plain words.
+
+The commands run for real on real directories; a process that drops its privileges
+(`setpriv`) stands for an unprivileged user where the suite runs as root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli as run
+from tests.conftest import tree_state, write
+from worksnap import Workspace
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def snapshotted(root: Path) -> dict[bytes, object]:
+    """A workspace with files, a directory, an empty directory and a link; snapshot taken."""
+    write(root, "a.txt", "a\n")
+    write(root, "d/x.txt", "x\n")
+    write(root, "d/run.sh", "#!/bin/sh\n", mode=0o755)
+    (root / "empty").mkdir()
+    os.symlink("a.txt", root / "link")
+    Workspace(root).snapshot()
+    return tree_state(root)
+
+
+def leftovers(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if p.name.startswith(".worksnap-extract")]
+
+
+# -- 1. an existing empty directory is filled, never replaced -------------------
+
+
+def test_an_empty_directory_is_filled_in_place_keeping_its_inode_and_mode(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = snapshotted(root)
+    out_dir = tmp_path / "private"
+    out_dir.mkdir(mode=0o700)
+    os.chmod(out_dir, 0o700)
+    before = os.stat(out_dir)
+    held = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)  # a shell sitting in it
+    try:
+        code, out, err = run(capsys, root, "restore", "latest", "--yes", "--to", str(out_dir))
+        assert code == 0, err
+        assert out.startswith("wrote 6 paths of snapshot ")
+        after = os.stat(out_dir)
+        assert (after.st_ino, stat.S_IMODE(after.st_mode)) == (before.st_ino, 0o700)
+        assert tree_state(out_dir) == state
+        # The directory the shell holds is the one written, not a deleted one.
+        assert sorted(os.listdir(held)) == ["a.txt", "d", "empty", "link"]
+    finally:
+        os.close(held)
+    assert leftovers(tmp_path) == [] and leftovers(out_dir) == []
+
+
+def test_dot_from_inside_an_empty_directory_fills_it(root: Path, tmp_path: Path) -> None:
+    state = snapshotted(root)
+    here = tmp_path / "here"
+    here.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSNAP_")}
+    env.update(PYTHONPATH=SRC, WORKSNAP_NO_DAEMON="1")
+    # A real process whose working directory is the destination, as a shell's would be.
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "worksnap", "--root", str(root), "restore", "latest",
+         "--yes", "--to", "."],
+        cwd=here, env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert tree_state(here) == state
+
+
+def test_a_failure_while_moving_in_leaves_the_empty_directory_empty(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshotted(root)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    inode = os.stat(out_dir).st_ino
+    real_rename = os.rename
+    moved: list[str] = []
+
+    def rename(src: str, dst: str, *, src_dir_fd: int | None = None,
+               dst_dir_fd: int | None = None) -> None:  # fmt: skip
+        if src_dir_fd is not None and src_dir_fd != dst_dir_fd:  # out of the hidden temp
+            moved.append(src)
+            if len(moved) == 3:
+                raise OSError(5, "Input/output error")
+        real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    monkeypatch.setattr(os, "rename", rename)  # the OS boundary: the third move fails
+    result = Workspace(root).restore_to("latest", out_dir)
+    assert not result.ok and "Input/output error" in (result.error or "")
+    assert len(moved) == 3 and result.restored == []
+    assert os.listdir(out_dir) == [] and os.stat(out_dir).st_ino == inode
+
+
+def test_a_failure_while_writing_leaves_the_empty_directory_empty(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(20):
+        write(root, f"d/f{i}.txt", f"file {i}")
+    Workspace(root).snapshot()
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    real_write = os.write
+    calls: list[int] = []
+
+    def failing_write(fd: int, data: bytes | memoryview) -> int:
+        calls.append(fd)
+        if len(calls) == 7:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", failing_write)  # the OS boundary: a disk that fills up
+    result = Workspace(root).restore_to("latest", out_dir)
+    assert not result.ok and "No space left on device" in (result.error or "")
+    assert os.listdir(out_dir) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounts need root")
+def test_an_empty_mount_point_is_filled(root: Path, tmp_path: Path) -> None:
+    state = snapshotted(root)
+    point = tmp_path / "mnt"
+    point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(point)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        result = Workspace(root).restore_to("latest", point)
+        assert result.ok, result.error
+        assert tree_state(point) == state
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+
+
+# -- 2. a path the snapshot does not hold --------------------------------------
+
+
+def test_a_path_the_snapshot_does_not_hold_is_refused_as_in_place(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshotted(root)
+    in_place = run(capsys, root, "restore", "latest", "no/such/path", "--yes")
+    typo = tmp_path / "typo"
+    to = run(capsys, root, "restore", "latest", "no/such/path", "--yes", "--to", str(typo))
+    assert in_place[0] == 2 and "'no/such/path' is not in snapshot" in in_place[2]
+    assert to == in_place
+    assert not typo.exists()
+    # A path only the workspace has: nothing of it to write.
+    write(root, "new.txt", "new")
+    code, _, err = run(capsys, root, "restore", "latest", "new.txt", "--to", str(typo))
+    assert code == 2 and "'new.txt' is not in snapshot" in err and not typo.exists()
+
+
+# -- 4. what cannot be used is said plainly ----------------------------------------
+
+
+def test_a_symlink_to_an_empty_directory_is_followed(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = snapshotted(root)
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    os.symlink(target, link)
+    code, out, err = run(capsys, root, "restore", "latest", "--yes", "--to", str(link))
+    assert code == 0, err
+    assert out.endswith(f"into {link}\n")
+    assert os.path.islink(link) and tree_state(target) == state
+    dangling = tmp_path / "dangling"
+    os.symlink(tmp_path / "nowhere", dangling)
+    code, out, err = run(capsys, root, "restore", "latest", "--yes", "--to", str(dangling))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"worksnap: error: cannot restore into {dangling}: it is a symbolic link to "
+        f"{tmp_path / 'nowhere'}, which is not a directory\n"
+    )
+    assert not (tmp_path / "nowhere").exists()
+
+
+def _unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
+    """Runs worksnap as a process that permissions bind (root without the overrides)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSNAP_")}
+    env.update(PYTHONPATH=SRC, WORKSNAP_NO_DAEMON="1")
+    command = [sys.executable, "-P", "-m", "worksnap", *args]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root, and no setpriv to drop the permission overrides")
+        command = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--",
+                   *command]  # fmt: skip
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=False,
+                          timeout=120)  # fmt: skip
+
+
+def test_a_destination_it_may_not_write_is_named_not_a_temp_path(
+    root: Path, tmp_path: Path
+) -> None:
+    snapshotted(root)
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    (read_only / "empty").mkdir()
+    os.chmod(read_only / "empty", 0o555)
+    os.chmod(read_only, 0o555)
+    try:
+        for dest in (read_only / "out", read_only / "empty"):
+            done = _unprivileged("--root", str(root), "restore", "latest", "--yes", "--to",
+                                 str(dest))  # fmt: skip
+            assert done.returncode != 0
+            assert done.stderr == (
+                f"worksnap: error: cannot restore into {dest}: Permission denied\n"
+            )
+        assert sorted(os.listdir(read_only)) == ["empty"] and os.listdir(read_only / "empty") == []
+    finally:
+        os.chmod(read_only / "empty", 0o755)
+        os.chmod(read_only, 0o755)
