@@ -8,6 +8,7 @@ The commands run for real on real directories; a process that drops its privileg
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -149,7 +150,73 @@ def test_an_empty_mount_point_is_filled(root: Path, tmp_path: Path) -> None:
         subprocess.run(["umount", str(point)], check=True)
 
 
-# -- 2. a path the snapshot does not hold --------------------------------------
+# -- 2. --dry-run is the real run's preview --------------------------------------
+
+
+def test_dry_run_json_is_the_plan_document_with_to(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshotted(root)
+    out_dir = tmp_path / "out"
+    code, out, err = run(capsys, root, "--json", "restore", "latest", "--to", str(out_dir),
+                         "--dry-run")  # fmt: skip
+    assert code == 0, err
+    preview = json.loads(out)
+    target = Workspace(root).resolve("latest")
+    assert preview == {
+        "target": target,
+        "changes": [{"op": "D", "path": p}
+                    for p in ["a.txt", "d", "d/run.sh", "d/x.txt", "empty", "link"]],
+        "unprotected": [],
+        "to": str(out_dir),
+    }  # fmt: skip
+    assert not out_dir.exists()
+    code, out, _ = run(capsys, root, "restore", "latest", "--to", str(out_dir), "--dry-run")
+    assert code == 0
+    assert out.splitlines() == [
+        "  a.txt", "  d/", "  d/run.sh", "  d/x.txt", "  empty/", "  link",
+        f"would write 6 paths of snapshot {target} into {out_dir}",
+    ]  # fmt: skip
+    assert not out_dir.exists()
+
+
+def test_dry_run_refuses_what_the_real_run_refuses(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshotted(root)
+    full = tmp_path / "full"
+    write(full, "keep", "keep")
+    ro_link = tmp_path / "to-root"
+    os.symlink(root, ro_link)
+    cases = [
+        ["--to", str(root)],
+        ["--to", str(root / "inside")],
+        ["--to", str(full)],
+        ["--to", str(root / ".worksnap" / "x")],
+        ["--to", str(tmp_path / "no" / "parent")],
+        ["--to", str(ro_link)],
+        ["no/such/path", "--to", str(tmp_path / "typo")],
+    ]
+    for case in cases:
+        real = run(capsys, root, "restore", "latest", "--yes", *case)
+        preview = run(capsys, root, "restore", "latest", "--dry-run", *case)
+        assert real[0] == 2 and real[1] == "", (case, real)
+        assert preview == real, case
+        assert run(capsys, root, "--json", "restore", "latest", "--dry-run", *case) == real
+    assert not (tmp_path / "typo").exists()
+    assert os.listdir(full) == ["keep"]
+
+
+def test_dry_run_honours_the_path_selection(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshotted(root)
+    preview = json.loads(run(capsys, root, "--json", "restore", "latest", "d/x.txt", "--to",
+                             str(tmp_path / "sel"), "--dry-run")[1])  # fmt: skip
+    result = json.loads(run(capsys, root, "--json", "restore", "latest", "d/x.txt", "--to",
+                            str(tmp_path / "sel"))[1])  # fmt: skip
+    assert [c["path"] for c in preview["changes"]] == ["d", "d/x.txt"]
+    assert sorted(result["restored"]) == ["d", "d/x.txt"]
 
 
 def test_a_path_the_snapshot_does_not_hold_is_refused_as_in_place(

@@ -274,11 +274,15 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
 
 def _restore_to(args: argparse.Namespace) -> int:
     """`restore REF --to DIR`: the snapshot written elsewhere; the workspace untouched."""
-    if args.dry_run:
+    if args.dry_run:  # the run's own plan: what it writes, refused where the run refuses
         with open_workspace(args) as ws:
-            manifest = ws.load(args.ref)
-        count = len(manifest.entries) + len(manifest.dirs)
-        say(f"would write {plural(count, 'path')} of snapshot {manifest.id} into {args.to}")
+            plan = ws.plan_restore(ws.load(args.ref), paths=_paths(args), to=args.to)
+        if args.json:
+            emit_json(views.extract_plan_view(plan, to=args.to))
+            return 0
+        rows = [f"  {display(c.path)}{'/' if c.entry is None else ''}" for c in plan.changes]
+        say(*rows, f"would write {plural(len(plan.changes), 'path')} of snapshot "
+                   f"{plan.target.id} into {display(args.to)}")  # fmt: skip
         return 0
     with open_workspace(args) as ws:
         result = ws.restore_to(args.ref, args.to, paths=_paths(args))

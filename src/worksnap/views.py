@@ -131,6 +131,11 @@ def extract_view(result: Result, *, to: str) -> View:
     return {**result_view(result), "to": to}
 
 
+def extract_plan_view(plan: Plan, *, to: str) -> View:
+    """`restore --to DIR --dry-run`: like `plan` (every change `D`, a path made), and where."""
+    return {**plan_view(plan), "to": to}
+
+
 def gc_view(report: GcReport) -> View:
     """`gc`: what was removed (or, with `--dry-run`, would be)."""
     return {
