@@ -70,6 +70,7 @@ def test_dot_from_inside_an_empty_directory_fills_it(root: Path, tmp_path: Path)
     state = snapshotted(root)
     here = tmp_path / "here"
     here.mkdir()
+    inode = os.stat(here).st_ino
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSNAP_")}
     env.update(PYTHONPATH=SRC, WORKSNAP_NO_DAEMON="1")
     # A real process whose working directory is the destination, as a shell's would be.
@@ -79,7 +80,7 @@ def test_dot_from_inside_an_empty_directory_fills_it(root: Path, tmp_path: Path)
         cwd=here, env=env, capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert tree_state(here) == state
+    assert tree_state(here) == state and os.stat(here).st_ino == inode
 
 
 def test_a_failure_while_moving_in_leaves_the_empty_directory_empty(
