@@ -287,12 +287,13 @@ def test_a_destination_it_may_not_write_is_named_not_a_temp_path(
     os.chmod(read_only, 0o555)
     try:
         for dest in (read_only / "out", read_only / "empty"):
-            done = _unprivileged("--root", str(root), "restore", "latest", "--yes", "--to",
-                                 str(dest))  # fmt: skip
-            assert done.returncode != 0
-            assert done.stderr == (
-                f"worksnap: error: cannot restore into {dest}: Permission denied\n"
-            )
+            for option in ("--yes", "--dry-run"):  # the preview refuses it alike
+                done = _unprivileged("--root", str(root), "restore", "latest", option, "--to",
+                                     str(dest))  # fmt: skip
+                assert (done.returncode, done.stdout) == (2, ""), option
+                assert done.stderr == (
+                    f"worksnap: error: cannot restore into {dest}: Permission denied\n"
+                ), option
         assert sorted(os.listdir(read_only)) == ["empty"] and os.listdir(read_only / "empty") == []
     finally:
         os.chmod(read_only / "empty", 0o755)

@@ -233,10 +233,15 @@ def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
     try:
         st = os.lstat(final)
     except FileNotFoundError:
-        return final
-    if not stat.S_ISDIR(st.st_mode):
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
         raise InputError(f"cannot restore into {destination}: it exists and is not a directory")
-    with os.scandir(final) as entries:
-        if next(entries, None) is not None:
-            raise InputError(f"cannot restore into {destination}: it is not empty")
+    if st is not None:
+        with os.scandir(final) as entries:
+            if next(entries, None) is not None:
+                raise InputError(f"cannot restore into {destination}: it is not empty")
+    written = parent if st is None else final  # where the temp directory goes
+    if not os.access(written, os.W_OK | os.X_OK):  # said by a preview too
+        code = errno.EROFS if os.statvfs(written).f_flag & os.ST_RDONLY else errno.EACCES
+        raise InputError(f"cannot restore into {destination}: {os.strerror(code)}")
     return final
