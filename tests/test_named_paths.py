@@ -63,6 +63,7 @@ def test_naming_the_root_is_the_whole_tree(
         ["restore", "latest", "--dry-run"],
         ["--json", "restore", "latest", "--dry-run"],
         ["show", "latest"],
+        ["--json", "show", "latest"],
         ["diff", "latest", "--stat"],
         ["diff", "latest"],
     ]

@@ -154,16 +154,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     """`show REF [PATH...]`: one snapshot and its files (`--json`: the manifest)."""
     from worksnap.errors import InputError
 
-    if args.json and args.paths:
-        raise InputError("show --json prints the whole manifest; leave out the PATHs")
     with open_workspace(args) as ws:
+        wanted = ws.selection(command_paths(args, args.paths)) or []  # the root: all
+        if args.json and wanted:
+            raise InputError("show --json prints the whole manifest; leave out the PATHs")
         data = ws.show_bytes(args.ref)
         if args.json:
             write_bytes(data)
             return 0
         manifest = ws.load(args.ref)
         pinned = manifest.id in ws.pinned()
-        wanted = ws.selection(command_paths(args, args.paths)) or []  # the root: all
     say(*_show_lines(manifest, pinned=pinned, wanted=wanted))
     return 0
 
