@@ -231,6 +231,17 @@ def test_user_settings_go_to_the_home_directory(project: Path, tmp_path: Path) -
     assert json.loads((home / ".claude/settings.json").read_text()) == {}
 
 
+def test_uninstall_leaves_the_event_lists_it_never_wrote_to(project: Path, tmp_path: Path) -> None:
+    """Only a list that held a worksnap entry goes when it is left empty (review A, 12)."""
+    settings_file = project / ".claude" / "settings.json"
+    original = '{"hooks": {"Stop": [], "PostToolUse": [{"matcher": "Write", "hooks": []}]}}\n'
+    write(project, ".claude/settings.json", original)
+    assert worksnap("hooks", "install", "claude-code", cwd=project, home=tmp_path).returncode == 0
+    gone = worksnap("hooks", "uninstall", "claude-code", cwd=project, home=tmp_path)
+    assert gone.returncode == 0, gone.stderr
+    assert json.loads(settings_file.read_text()) == json.loads(original)
+
+
 def test_an_unparseable_settings_file_is_refused_and_left_alone(
     project: Path, tmp_path: Path
 ) -> None:

@@ -248,7 +248,11 @@ def install(settings: dict[str, Any], command: str) -> bool:
 
 
 def uninstall(settings: dict[str, Any]) -> bool:
-    """Removes worksnap's hooks (and the groups, events and `hooks` they leave empty)."""
+    """Removes worksnap's hooks (and the groups, events and `hooks` they leave empty).
+
+    Only what held a worksnap entry goes when left empty: an event list or a group
+    that was empty already is someone else's, and stays.
+    """
     hooks = settings.get("hooks")
     if not isinstance(hooks, dict):
         return False
@@ -257,16 +261,19 @@ def uninstall(settings: dict[str, Any]) -> bool:
         groups = hooks[event]
         if not isinstance(groups, list):
             continue
-        kept = []
+        kept, ours = [], False
         for group in groups:
             inner = group.get("hooks") if isinstance(group, dict) else None
             if isinstance(inner, list) and any(_is_ours(h) for h in inner):
-                changed = True
+                ours = True
                 inner = [h for h in inner if not _is_ours(h)]
                 if inner:
                     kept.append({**group, "hooks": inner})
                 continue
             kept.append(group)
+        if not ours:
+            continue  # none of ours in it: left exactly as it was
+        changed = True
         if kept:
             hooks[event] = kept
         else:
