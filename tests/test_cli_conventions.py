@@ -198,6 +198,25 @@ def test_a_path_in_neither_the_snapshot_nor_the_workspace_is_exit_2(
     assert not (root / "new.txt").exists() and (root / "a.txt").read_text() == "edited"
 
 
+@pytest.mark.parametrize("command", ["restore", "plan", "show"])
+def test_a_missing_ref_is_all_the_usage_error_names(
+    capsys: pytest.CaptureFixture[str], root: Path, command: str
+) -> None:
+    """PATH is optional: `restore` alone names only the ref as missing (review B 08, 2)."""
+    code, out, err = run(capsys, "--root", str(root), command)
+    assert (code, out) == (2, "")
+    assert err == (
+        "worksnap: error: the following arguments are required: ref (see `worksnap --help`)\n"
+    )
+    optional = [
+        (name, action.dest)
+        for name, parser in commands().items()
+        for action in parser._actions
+        if not action.option_strings and action.nargs in ("*", "?") and action.required
+    ]
+    assert optional == []  # no optional positional is ever called required
+
+
 def test_every_command_has_an_example_in_its_help() -> None:
     for name, sub in commands().items():
         text = sub.format_help()

@@ -137,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         "examples: worksnap show latest\n          worksnap show step:3 src/",
     )
     show.add_argument("ref", help=REFS)
-    show.add_argument("paths", nargs="*", metavar="PATH", help="only these paths and below")
+    show.add_argument(
+        "paths", nargs="*", default=(), metavar="PATH", help="only these paths and below"
+    )
 
     cat = command(
         "cat",
@@ -158,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         "example: worksnap plan step:3 src/",
     )
     plan.add_argument("ref", help=REFS)
-    plan.add_argument("paths", nargs="*", metavar="PATH", help="only these paths")
+    plan.add_argument("paths", nargs="*", default=(), metavar="PATH", help="only these paths")
 
     restore = command(
         "restore",
@@ -172,7 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
         "          worksnap restore step:3 --to /tmp/step3          (a copy elsewhere)",
     )
     restore.add_argument("ref", help=REFS)
-    restore.add_argument("paths", nargs="*", metavar="PATH", help="restore only these paths")
+    restore.add_argument(
+        "paths", nargs="*", default=(), metavar="PATH", help="restore only these paths"
+    )
     restore.add_argument("--to", metavar="DIR", help="write into DIR, not over the workspace")
     _add_confirm_options(restore)
 
@@ -315,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config.add_argument("key", nargs="?", metavar="KEY")
     config.add_argument("value", nargs="?", metavar="VALUE")
-    config.add_argument("more", nargs="*", metavar="RULE", help=argparse.SUPPRESS)
+    config.add_argument("more", nargs="*", default=(), metavar="RULE", help=argparse.SUPPRESS)
     command(
         "rebind",
         "bind the store to the root after the project moved",

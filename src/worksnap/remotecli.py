@@ -85,7 +85,7 @@ def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser
         "          worksnap push origin latest step:3",
     )
     push.add_argument(
-        "words", nargs="*", metavar="[NAME] REF",
+        "words", nargs="*", default=(), metavar="[NAME] REF",
         help="the remote, then refs (an id, a prefix, latest, latest~N, step:N)",
     )  # fmt: skip
     pull = command(
@@ -100,7 +100,7 @@ def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser
         "          worksnap pull origin 3f2a9c",
     )
     pull.add_argument(
-        "words", nargs="*", metavar="[NAME] ID",
+        "words", nargs="*", default=(), metavar="[NAME] ID",
         help="the remote, then snapshot ids on it (or unique prefixes of 4+ characters)",
     )  # fmt: skip
 
@@ -313,7 +313,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     from worksnap.remote.sync import push
 
     with open_workspace(args) as ws:
-        name, refs = _pick(ws.config(), args.words, "push")
+        name, refs = _pick(ws.config(), list(args.words), "push")
         url = ws.config().remotes[name].url
         if ws.store.exists() and ws.store.legacy_ids():
             ws.upgrade()  # a format 1 store's snapshots have no records to push yet
@@ -339,7 +339,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from worksnap.remote.sync import pull
 
     with open_workspace(args) as ws:
-        name, words = _pick(ws.config(), args.words, "pull")
+        name, words = _pick(ws.config(), list(args.words), "pull")
         url = ws.config().remotes[name].url
         repo = _open(ws, url, create=False)
         ids = _remote_ids(repo, ws.session, words) if words else None
