@@ -141,6 +141,24 @@ def test_list_limit_kind_pins_and_changed_against_what_people_took(
     assert out.splitlines()[-1] == "(* pinned: gc keeps it)"
 
 
+def test_list_limit_0_shows_none_as_git_log_n_0_and_says_there_are_some(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--limit 0` is no usage error (git log -n 0 shows nothing, exit 0), and says the
+    truth: there are snapshots, none shown (review B 08, 1)."""
+    write(root, "a.txt", "1")
+    assert run(capsys, root, "snapshot")[0] == 0
+    assert run(capsys, root, "snapshot", "--kind", "step")[0] == 0
+    assert ok_json(capsys, root, "list", "--limit", "0") == []
+    code, out, err = run(capsys, root, "list", "--limit", "0")
+    assert (code, err) == (0, "")
+    assert out == f"2 snapshots in {root}, session default; --limit 0 shows none\n"
+    code, out, err = run(capsys, root, "list", "--limit", "0", "--kind", "step")
+    assert out == f"1 snapshot of kind step in {root}, session default; --limit 0 shows none\n"
+    code, out, err = run(capsys, root, "list", "--kind", "nope")
+    assert out.startswith(f"no snapshots of kind nope yet in {root}")
+
+
 def test_refs_cannot_pick_the_wrong_snapshot(root: Path) -> None:
     write(root, "a.txt", "1")
     ws = Workspace(root)

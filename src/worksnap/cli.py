@@ -123,16 +123,21 @@ def _cmd_list(args: argparse.Namespace) -> int:
         warn(f"warning: {problem}")
     if args.kind is not None:
         summaries = [s for s in summaries if s.kind == args.kind]
+    found = len(summaries)
     if args.limit is not None:
-        summaries = summaries[: args.limit]
+        summaries = summaries[: args.limit]  # 0 shows none, as `git log -n 0`
     if args.json:
         emit_json([views.summary_view(s, pinned=s.id in pins) for s in summaries])
         return 0
     scope = "every session" if args.all else f"session {args.session}"
-    if not summaries:
-        kind = f" of kind {args.kind}" if args.kind is not None else ""
+    kind = f" of kind {args.kind}" if args.kind is not None else ""
+    if not found:
         say(f"no snapshots{kind} yet in {display(args.root)}, {scope} "
             "(take one with `worksnap snapshot`)")  # fmt: skip
+        return 0
+    if not summaries:
+        say(f"{plural(found, 'snapshot')}{kind} in {display(args.root)}, {scope}; "
+            f"--limit {args.limit} shows none")  # fmt: skip
         return 0
     say(f"snapshots of {display(args.root)}, {scope}, newest first:")
     _print_table(summaries, pins, with_session=args.all)
