@@ -195,6 +195,31 @@ def test_drop_session_frees_what_only_it_needed(root: Path) -> None:
     assert Workspace(root).verify() == []
 
 
+def test_dropping_a_session_that_does_not_exist_is_exit_2_naming_those_that_do(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo (`defualt`) dropped nothing and said so with exit 0 (review B 08, 9)."""
+    from tests.conftest import run_cli
+
+    write(root, "a.txt", "a")
+    assert run_cli(capsys, root, "snapshot")[0] == 0
+    assert run_cli(capsys, root, "--session", "other", "snapshot")[0] == 0
+    before = tree_state(root, skip=())
+    for dry in ([], ["--dry-run"]):
+        code, out, err = run_cli(capsys, root, "gc", "--drop-session", "defualt", *dry)
+        assert (code, out) == (2, "")
+        assert err == (
+            "worksnap: error: no session 'defualt' in this store; its sessions: default, other\n"
+        )
+    assert tree_state(root, skip=()) == before  # nothing dropped, nothing swept
+    code, out, err = run_cli(capsys, root, "gc", "--drop-session", "other")
+    assert (code, err) == (0, "") and out.startswith("dropped 1 snapshot,")
+    with pytest.raises(
+        InputError, match=r"no session 'other' in this store; its sessions: default"
+    ):
+        Workspace(root).gc(drop_session="other")
+
+
 @pytest.mark.parametrize("damaged", ["record", "root tree", "format 1 manifest"])
 def test_gc_with_a_damaged_snapshot_removes_nothing(root: Path, damaged: str) -> None:
     from worksnap import ManifestError

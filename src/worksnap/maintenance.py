@@ -21,6 +21,7 @@ from worksnap.errors import InputError, LockError, ManifestError, ObjectError
 from worksnap.history import Sessions, SessionState, check_session_name
 from worksnap.journal import journal_snapshots
 from worksnap.lock import Locks
+from worksnap.manifest import Summary
 from worksnap.paths import Digest, Root
 from worksnap.record import loose_of
 from worksnap.retention import select_expired
@@ -32,6 +33,9 @@ AUTO_MERGE = 50
 """A snapshot merges the small packs once there are more than this many (git's
 `gc.autoPackLimit`): each snapshot that stores something writes a pack, and every new
 process reads every pack's index (benchmarks/many_packs.py)."""
+
+_NAMED = 10
+"""How many sessions the error for a session that does not exist names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +115,14 @@ class Maintenance:
         Raises:
             ManifestError: a manifest is unreadable, so what it needs is unknown;
                 nothing was removed.
+            InputError: `drop_session` names no session of the store; nothing was removed.
         """
         policy = policy if policy is not None else self.configured_retention()
+        if drop_session is not None:
+            check_session_name(drop_session)
         if not self._store.exists():
+            if drop_session is not None:
+                self._known_session(drop_session, [])
             return GcReport(dry_run=dry_run)
         if not dry_run:
             self._catalog.upgrade_if_needed()
@@ -124,10 +133,10 @@ class Maintenance:
             else self._locks.exclusive("gc", timeout=timeout)
         ):
             summaries, _ = self._store.summaries()
+            if drop_session is not None:
+                self._known_session(drop_session, summaries)
             pins = self._store.pins()
-            keep = pins | self._sessions.referenced(
-                without=check_session_name(drop_session) if drop_session is not None else None
-            )
+            keep = pins | self._sessions.referenced(without=drop_session)
             # A pending recovery rolls back to its pre-restore snapshot: it must stay.
             keep |= journal_snapshots(self._files)
             dropped = select_expired(
@@ -184,6 +193,19 @@ class Maintenance:
             self.gc(policy, wait=False, drop_session=None)
         except LockError:
             pass  # another process holds the store; the next snapshot will try again
+
+    def _known_session(self, name: str, summaries: list[Summary]) -> None:
+        """Refuses a session with no snapshot and no state (a typo), naming those there are."""
+        names = sorted({s.session for s in summaries})
+        state = self._sessions.load(name)
+        if name in names or state.redo or state.checkpoint is not None:
+            return
+        shown = ", ".join(n if n.isprintable() else repr(n) for n in names[:_NAMED])
+        more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+        raise InputError(
+            f"no session {name!r} in this store; "
+            + (f"its sessions: {shown}{more}" if names else "it has no snapshots")
+        )
 
     def merge_packs_if_many(self) -> None:
         """Merges the small packs once there are more than `AUTO_MERGE`.

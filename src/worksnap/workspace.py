@@ -663,6 +663,7 @@ class Workspace:
         Raises:
             ManifestError: a manifest is unreadable, so what it needs is unknown;
                 nothing was removed.
+            InputError: `drop_session` names no session of the store (nothing removed).
         """
         return self._maintenance.gc(
             policy, wait=wait, drop_session=drop_session, everything=everything, dry_run=dry_run
