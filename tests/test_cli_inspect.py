@@ -159,6 +159,67 @@ def test_list_limit_0_shows_none_as_git_log_n_0_and_says_there_are_some(
     assert out.startswith(f"no snapshots of kind nope yet in {root}")
 
 
+EVIL = "fix\x1b]0;owned\x07 it\r\x1b[2K\x9b31m\x7fdone\u202e"
+"""A label that retitles the terminal, erases its line, colours it and reverses text."""
+
+
+def test_labels_and_meta_reach_a_terminal_escaped_and_json_exactly(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every human output of a label goes through one escape (review: raw escapes)."""
+    write(root, "a.txt", "1")
+    assert run(capsys, root, "snapshot", "--label", "first")[0] == 0
+    notes = write(root.parent, "notes.txt", "n")
+    assert run(capsys, root, "snapshot", "--label", EVIL, "--meta", f"why{EVIL}={EVIL}",
+               "--attach", f"{EVIL}={notes}")[0] == 0  # fmt: skip
+    write(root, "a.txt", "2")  # an edit since: `undo` would discard it, back to EVIL's
+    listed = ok_json(capsys, root, "list")
+    assert isinstance(listed, list) and listed[0]["label"] == EVIL  # JSON: exactly
+    evil = listed[0]["id"]
+    shown = ok_json(capsys, root, "show", evil)
+    assert isinstance(shown, dict) and shown["meta"] == {f"why{EVIL}": EVIL}
+    escaped = r"fix\x1b]0;owned\x07 it\r\x1b[2K\x9b31m\x7fdone\u202e"
+    outputs = {
+        "list": run(capsys, root, "list"),
+        "list --all": run(capsys, root, "list", "--all"),
+        "show": run(capsys, root, "show", evil),
+        "gc --dry-run": run(capsys, root, "gc", "--keep-last", "0", "--all", "--dry-run"),
+        "undo --dry-run": run(capsys, root, "undo", "--dry-run"),
+        "attachment (an error)": run(capsys, root, "attachment", evil, "nope"),
+    }
+    for command, (code, out, err) in outputs.items():
+        assert code == (2 if "error" in command else 0), (command, err)
+        assert [c for c in out + err if not c.isprintable() and c != "\n"] == [], command
+        assert escaped in out + err, command
+    assert f"meta     why{escaped}={escaped}\n" in outputs["show"][1]
+    assert f': "{escaped}")' in outputs["undo --dry-run"][1]  # the snapshot it goes back to
+    assert ok_json(capsys, root, "list") == listed  # (the dry runs changed nothing)
+
+
+def test_a_record_from_elsewhere_cannot_write_escapes_through_its_kind_or_session(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record's kind and session are checked only when worksnap takes the snapshot;
+    one pulled from a shared remote (or written by another tool) is shown escaped too."""
+    import msgspec
+
+    from worksnap.record import decode_record, encode_record
+
+    write(root, "a.txt", "1")
+    assert run(capsys, root, "snapshot")[0] == 0
+    [path] = (root / ".worksnap" / "snapshots").iterdir()
+    record = decode_record(path.read_bytes(), str(path))
+    path.write_bytes(encode_record(msgspec.structs.replace(record, kind=EVIL, session=EVIL)))
+    escaped = r"fix\x1b]0;owned\x07 it\r\x1b[2K\x9b31m\x7fdone\u202e"
+    for args in (("list", "--all"), ("du",), ("show", record.id)):
+        code, out, err = run(capsys, root, *args)
+        assert code == 0, (args, err)
+        assert [c for c in out + err if not c.isprintable() and c != "\n"] == [], args
+        assert escaped in out, args
+    listed = ok_json(capsys, root, "list", "--all")
+    assert isinstance(listed, list) and (listed[0]["kind"], listed[0]["session"]) == (EVIL, EVIL)
+
+
 def test_refs_cannot_pick_the_wrong_snapshot(root: Path) -> None:
     write(root, "a.txt", "1")
     ws = Workspace(root)

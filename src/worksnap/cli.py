@@ -28,6 +28,7 @@ from worksnap.output import (
     emit_json,
     human_bytes,
     plural,
+    printable,
     say,
     styled,
     warn,
@@ -130,7 +131,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         emit_json([views.summary_view(s, pinned=s.id in pins) for s in summaries])
         return 0
     scope = "every session" if args.all else f"session {args.session}"
-    kind = f" of kind {args.kind}" if args.kind is not None else ""
+    kind = f" of kind {printable(args.kind)}" if args.kind is not None else ""
     if not found:
         say(f"no snapshots{kind} yet in {display(args.root)}, {scope} "
             "(take one with `worksnap snapshot`)")  # fmt: skip
@@ -154,11 +155,11 @@ def _print_table(summaries: list[Summary], pins: set[str], *, with_session: bool
     for s in summaries:
         step = "-" if s.step is None else str(s.step)
         changed = "-" if s.changed is None else str(s.changed)
-        in_session = f"{s.session:<12}" if with_session else ""
+        in_session = f"{printable(s.session):<12}" if with_session else ""
         mark = "*" if s.id in pins else " "
         row = (
-            f"{s.id}{mark}  {in_session}{step:>4}  {s.kind:<11}  "
-            f"{age(parse_time(s.time), now):>5}  {changed:>7}  {s.label or ''}"
+            f"{s.id}{mark}  {in_session}{step:>4}  {printable(s.kind):<11}  "
+            f"{age(parse_time(s.time), now):>5}  {changed:>7}  {printable(s.label or '')}"
         )
         lines.append(styled(row, "2") if is_automatic(s.kind) else row)
     if pins & {s.id for s in summaries}:
@@ -295,7 +296,7 @@ def _cmd_du(args: argparse.Namespace) -> int:
         return 0
     lines = [f"{'SESSION':<20}  {'SNAPSHOTS':>9}  REFERENCED"]
     for name, (count, size) in sessions.items():
-        lines.append(f"{name:<20}  {count:>9}  {human_bytes(size)}")
+        lines.append(f"{printable(name):<20}  {count:>9}  {human_bytes(size)}")
     say(*lines, f"store on disk: {human_bytes(total)}")
     return 0
 
@@ -561,7 +562,7 @@ def _run(args: argparse.Namespace) -> int:
         return code
     except WorksnapError as exc:
         PROGRESS.clear()
-        print(f"worksnap: error: {exc}", file=sys.stderr)
+        print(f"worksnap: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         PROGRESS.clear()
@@ -571,7 +572,7 @@ def _run(args: argparse.Namespace) -> int:
         raise
     except OSError as exc:
         PROGRESS.clear()
-        print(f"worksnap: error: {exc}", file=sys.stderr)
+        print(f"worksnap: error: {printable(str(exc))}", file=sys.stderr)
         return 1
 
 

@@ -18,6 +18,7 @@ from worksnap.output import (
     emit_json,
     human_bytes,
     plural,
+    printable,
     say,
     styled,
     write_bytes,
@@ -175,15 +176,18 @@ def _show_lines(manifest: Manifest, *, pinned: bool, wanted: list[str]) -> list[
     from worksnap.paths import is_under
 
     when = age(parse_time(manifest.time), datetime.now(timezone.utc))
-    about = [manifest.kind] + ([] if manifest.step is None else [f"step {manifest.step}"])
+    about = [printable(manifest.kind)] + (
+        [] if manifest.step is None else [f"step {manifest.step}"]
+    )
     lines = [
         f"snapshot {manifest.id}" + ("  (pinned: gc keeps it)" if pinned else ""),
-        f"kind     {', '.join(about)}; session {manifest.session}",
+        f"kind     {', '.join(about)}; session {printable(manifest.session)}",
         f"time     {manifest.time} ({when} ago)",
-        *([f"label    {manifest.label}"] if manifest.label else []),
+        *([f"label    {printable(manifest.label)}"] if manifest.label else []),
         f"root     {display(manifest.root)}",
-        *(f"meta     {key}={value}" for key, value in sorted(manifest.meta.items())),
-        *(f"attached {display(name)} (worksnap attachment {manifest.id} {name})"
+        *(f"meta     {printable(key)}={printable(value)}"
+          for key, value in sorted(manifest.meta.items())),
+        *(f"attached {display(name)} (worksnap attachment {manifest.id} {display(name)})"
           for name in sorted(manifest.attachments)),
         f"files    {plural(len(manifest.entries), 'file and link', 'files and links')} "
         f"({human_bytes(sum(e.size or 0 for e in manifest.entries))}), "

@@ -34,8 +34,28 @@ def display(path: str) -> str:
         elif ch.isprintable():
             out.append(ch)
         else:
-            out.append(ch.encode("unicode_escape").decode("ascii"))
+            out.append(_escaped(ch))
     return '"' + "".join(out) + '"'
+
+
+def printable(text: str) -> str:
+    r"""Text someone else wrote (a label, a kind, meta, a session) as a terminal shows it.
+
+    Every character `str.isprintable` refuses (the C0 and C1 controls such as ESC, CR,
+    BEL and CSI, DEL, line separators, bidirectional and other format characters) is
+    written as its escape, `\x1b`, `\r`, `\x9b`, `\u202e`, as `display` writes a
+    path's, so a label cannot move the cursor, retitle the window or hide text; the
+    rest stays as it is, so a plain label reads unchanged. The one function every
+    human output of such text goes through; `--json` carries the text exactly.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    r"""A character as a person can read it: `\t`, `\x1b`, `\x9b`, `\u202e`."""
+    return ch.encode("unicode_escape").decode("ascii")
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:
@@ -98,9 +118,9 @@ def say(*lines: str) -> None:
 
 
 def warn(message: str) -> None:
-    """One line on stderr: `worksnap: MESSAGE`."""
+    """One line on stderr: `worksnap: MESSAGE` (what it quotes escaped by `printable`)."""
     PROGRESS.clear()
-    print(f"worksnap: {message}", file=sys.stderr)
+    print(f"worksnap: {printable(message)}", file=sys.stderr)
 
 
 class ProgressLine(threading.local):

@@ -17,7 +17,17 @@ from typing import TYPE_CHECKING
 
 from worksnap import views
 from worksnap.invocation import command_paths, open_workspace
-from worksnap.output import age, display, emit_json, human_bytes, plural, say, styled, warn
+from worksnap.output import (
+    age,
+    display,
+    emit_json,
+    human_bytes,
+    plural,
+    printable,
+    say,
+    styled,
+    warn,
+)
 from worksnap.paths import fs_path
 
 if TYPE_CHECKING:
@@ -192,8 +202,9 @@ def describe(manifest: Manifest) -> str:
     from worksnap.manifest import parse_time
 
     parts = [] if manifest.step is None else [f"step {manifest.step}"]
-    parts += [manifest.kind, f"{age(parse_time(manifest.time), datetime.now(timezone.utc))} ago"]
-    label = f': "{manifest.label}"' if manifest.label else ""
+    when = age(parse_time(manifest.time), datetime.now(timezone.utc))
+    parts += [printable(manifest.kind), f"{when} ago"]
+    label = f': "{printable(manifest.label)}"' if manifest.label else ""
     return f"snapshot {manifest.id} ({', '.join(parts)}{label})"
 
 
