@@ -86,6 +86,36 @@ def test_a_prompt_is_a_step_and_a_file_tool_a_snapshot_in_the_same_step(project:
     assert {e.path for e in step0.entries} == {"README.md", "src/app.py", "src/flags.py"}
 
 
+def test_prompts_that_arrive_together_get_distinct_consecutive_steps(project: Path) -> None:
+    """Ten UserPromptSubmit events of one session at once, each its own process: the
+    next step was read before the store lock, so several took one number and `rewind N`
+    picked one of them silently (review A, 11). Numbering is now one at a time."""
+    assert hook(project, "user_prompt_submit").returncode == 0  # step 0
+    template = json.loads(event("user_prompt_submit", project))
+    env = {**os.environ, "WORKSNAP_NO_DAEMON": "1"}
+    command = [sys.executable, "-m", "worksnap", "hook", "claude-code"]
+    pipe = subprocess.PIPE
+    hooks = [
+        subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe, cwd=project, env=env)
+        for _ in range(10)
+    ]
+    for i, process in enumerate(hooks):  # all started first: the events go in together
+        assert process.stdin is not None
+        process.stdin.write(json.dumps({**template, "prompt": f"prompt {i}"}).encode())
+        process.stdin.close()
+    for process in hooks:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.wait(timeout=120) == 0
+        assert (process.stdout.read(), process.stderr.read()) == (b"", b"")
+        process.stdout.close()
+        process.stderr.close()
+    rows = snapshots(project)  # newest first
+    assert [r["step"] for r in rows] == list(range(10, -1, -1))
+    assert {r["label"] for r in rows[:10]} == {f"prompt {i}" for i in range(10)}
+    with Workspace(project, session=AGENT_SESSION) as ws:
+        assert ws.load("step:10").id == rows[0]["id"]
+
+
 def test_a_rewind_to_a_prompt_s_step_takes_the_tree_back(project: Path) -> None:
     assert hook(project, "user_prompt_submit").returncode == 0
     write(project, "src/app.py", "print(2)\n")

@@ -56,6 +56,35 @@ def test_sessions_do_not_share_step_numbers(tmp_path: Path) -> None:
         assert ws.snapshot().session == "default"
 
 
+def test_steps_taken_at_once_by_threads_get_distinct_numbers(tmp_path: Path) -> None:
+    """As a daemon's threads take hook steps: each its own workspace on one store."""
+    import threading
+
+    write(tmp_path, "a.txt", "start")
+    workspaces = [Workspace(tmp_path) for _ in range(8)]
+    start = threading.Barrier(len(workspaces))
+    errors: list[BaseException] = []
+
+    def take(ws: Workspace, i: int) -> None:
+        try:
+            start.wait()
+            worksnap.Session(workspace=ws, name="conv-1").step(label=f"turn {i}")
+        except BaseException as exc:  # seen by the test, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=take, args=(ws, i)) for i, ws in enumerate(workspaces)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for ws in workspaces:
+        ws.close()
+    assert errors == []
+    with Workspace(tmp_path, session="conv-1") as ws:
+        steps = [s.step for s in ws.list()]
+    assert steps == list(range(7, -1, -1))  # newest first: numbered in the order stored
+
+
 def test_a_bad_session_name_is_refused(tmp_path: Path) -> None:
     with pytest.raises(worksnap.InputError):
         worksnap.Session(tmp_path, name="no spaces")

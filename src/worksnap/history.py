@@ -44,6 +44,12 @@ ENGINE_KINDS = frozenset(
 """Kinds the engine gives its own records; `Workspace.snapshot` refuses them."""
 
 
+def check_kind(kind: str) -> None:
+    """Refuses a kind a caller may not give: one of `ENGINE_KINDS`, blank, or unprintable."""
+    if kind in ENGINE_KINDS or not kind.strip() or not kind.isprintable():
+        raise InputError(f"kind {kind!r} is reserved: worksnap gives it its own records")
+
+
 def is_automatic(kind: str) -> bool:
     """True for a snapshot worksnap took on its own (see `AUTOMATIC_KINDS`)."""
     return kind in AUTOMATIC_KINDS

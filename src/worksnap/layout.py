@@ -30,6 +30,7 @@ read, and changed, in one place:
       config.json                optional settings
       lock, lock.holder          the store lock and a note of its exclusive holder
       lock.gate                  taken by a waiting writer so new readers queue behind it
+      lock.steps                 held while a session's next step is numbered and stored
       daemon.sock, daemon.log    the daemon's socket and log
 
 Imports nothing but the standard library: the daemon's client imports it on every
@@ -312,6 +313,7 @@ class StorePaths:
         "lock",
         "lock_gate",
         "lock_holder",
+        "lock_steps",
         "manifests",
         "multi_pack_index",
         "objects",
@@ -372,6 +374,8 @@ class StorePaths:
         self.lock_holder = os.path.join(directory, "lock.holder")
         self.lock_gate = os.path.join(directory, "lock.gate")
         """Taken by a waiting writer, so that no new reader gets in before it."""
+        self.lock_steps = os.path.join(directory, "lock.steps")
+        """Held from reading a session's last step until the next step's snapshot is stored."""
         self.socket = os.path.join(directory, "daemon.sock")
         self.daemon_log = os.path.join(directory, "daemon.log")
 

@@ -24,6 +24,11 @@ if told) beside the lock, so a waiting process can say who it waits for. A
 writer killed leaves its note naming a dead process until the next writer
 replaces it; a waiting process only reads the note when a gate holder is what
 keeps it waiting, and that holder has written its own.
+
+A third file, `lock.steps`, numbers steps (`StepLock`): held exclusively from reading
+a session's last step until the snapshot that takes the next one is stored, so prompts
+that arrive at once get distinct, consecutive steps. It is taken before the store lock
+and never while holding it, and no writer takes it, so it cannot deadlock with them.
 """
 
 from __future__ import annotations
@@ -94,11 +99,14 @@ class StoreLock:
         self._deadline = self._notice_at = 0.0
         self._noticed = False
 
-    def __enter__(self) -> StoreLock:
+    def _start(self) -> None:
         start = self._clock()
         self._deadline = start + self._timeout
         self._notice_at = start + self._notice_after
         self._noticed = self._on_wait is None
+
+    def __enter__(self) -> StoreLock:
+        self._start()
         gate = self._files.open_shared(self._gate)
         fd: int | None = None
         noted = False
@@ -194,6 +202,53 @@ class StoreLock:
         return "held by another process"
 
 
+class StepLock(StoreLock):
+    """Numbered steps of a store, one at a time (see the module's docstring).
+
+    One lock for the store, not one per session: a file per session would stay behind
+    it, and steps of two sessions rarely come at once (each holds it for one snapshot).
+    """
+
+    def __init__(
+        self,
+        store_dir: str | StoreDir,
+        *,
+        timeout: float = 60.0,
+        on_wait: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(
+            store_dir, exclusive=True, timeout=timeout, on_wait=on_wait, clock=clock, sleep=sleep
+        )
+
+    def __enter__(self) -> StepLock:
+        self._start()
+        fd = self._files.open_shared(self._files.paths.lock_steps)
+        try:
+            self._wait(lambda: _try(fd, fcntl.LOCK_EX), _numbering)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _numbering() -> str:
+    return "another step of a session is being numbered"
+
+
 def _readers_inside() -> str:
     # A writer holding the gate waits only for readers that got in before it.
     return "shared by snapshots in progress"
@@ -231,3 +286,7 @@ class Locks:
         return StoreLock(
             self._files, exclusive=True, timeout=timeout, purpose=purpose, on_wait=self._on_wait
         )
+
+    def steps(self, *, timeout: float = 60.0) -> StepLock:
+        """The lock a numbered step is taken under (before the store lock, never inside)."""
+        return StepLock(self._files, timeout=timeout, on_wait=self._on_wait)

@@ -6,7 +6,9 @@
 
 What `worksnap run --snapshots`, the Claude Code hooks and the MCP server number their
 steps with: the next step of a session is one more than the highest step any snapshot
-of it has (worksnap's own automatic snapshots do not count), 0 for a new session.
+of it has (worksnap's own automatic snapshots do not count), 0 for a new session. The
+number is read and its snapshot stored under the store's step lock (`lock.StepLock`),
+so steps taken at once, by threads or processes, get distinct consecutive numbers.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from worksnap.errors import api_errors
-from worksnap.history import DEFAULT_SESSION, check_session_name, is_automatic
+from worksnap.history import DEFAULT_SESSION, check_kind, check_session_name, is_automatic
+from worksnap.lock import Locks
+from worksnap.manifest import check_meta
 from worksnap.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -129,6 +133,10 @@ class Session:
     ) -> Manifest:
         """Snapshots the whole workspace as the next numbered step of this session.
 
+        The next step is read and its snapshot stored under the store's step lock: steps
+        taken at once (another process's, another thread's) wait for each other, and
+        each gets its own number.
+
         Args:
             label: a short label (its first line is kept).
             meta: small string metadata (e.g. where to cut the conversation).
@@ -137,9 +145,15 @@ class Session:
             number: this step number instead of the next one (a tool call's snapshot
                 belongs to the step of its prompt).
         """
-        step = self.next_step() if number is None else number
         with self._ws() as ws:
-            return ws.snapshot(kind=kind, step=step, label=label, meta=meta, attach=attach)
+            if number is not None:
+                return ws.snapshot(kind=kind, step=number, label=label, meta=meta, attach=attach)
+            check_kind(kind)  # refused before the store (where the lock is) is made
+            check_meta(meta)
+            ws.store.bind(ws.root)
+            with Locks(ws.store.files).steps():
+                step = self.next_step()
+                return ws.snapshot(kind=kind, step=step, label=label, meta=meta, attach=attach)
 
     def plan_rewind(self, step: int) -> Plan:
         """Previews what `rewind(step)` would change; changes nothing."""

@@ -42,7 +42,7 @@ from worksnap.errors import InputError, ObjectError, SnapshotError, WorksnapErro
 from worksnap.exclusion import exclusion_root
 from worksnap.extract import extract, plan_extract
 from worksnap.hash import Prefetch, read_file
-from worksnap.history import DEFAULT_SESSION, ENGINE_KINDS, Sessions, check_session_name
+from worksnap.history import DEFAULT_SESSION, Sessions, check_kind, check_session_name
 from worksnap.layout import store_location
 from worksnap.lock import Locks
 from worksnap.maintenance import GcReport, Maintenance
@@ -340,8 +340,7 @@ class Workspace:
         """
         check_step(step)
         check_meta(meta)
-        if kind in ENGINE_KINDS or not kind.strip() or not kind.isprintable():
-            raise InputError(f"kind {kind!r} is reserved: worksnap gives it its own records")
+        check_kind(kind)
         config, _ = self._settings()
         self.warnings = []
         self._restorer.recover_if_interrupted(self.session)

@@ -125,6 +125,7 @@ LINKED_FILES = {
     "journal.json": [["snapshot"], ["restore", "latest", "--yes"], ["recover"]],
     "lock": [["snapshot"], ["restore", "latest", "--yes"], ["gc", "--keep-last", "5"]],
     "lock.gate": [["snapshot"], ["restore", "latest", "--yes"], ["gc", "--keep-last", "5"]],
+    "lock.steps": [["run", "--snapshots", "--", "true"]],
     "cache/stat": [["snapshot"], ["restore", "latest", "--yes"], ["plan", "latest"]],
     "cache/stat.log": [["snapshot"], ["plan", "latest"]],
     "sessions/default.json": [["undo"], ["snapshot"]],
