@@ -345,3 +345,22 @@ def test_no_message_without_a_wait_and_none_by_default(
     assert capsys.readouterr() == ("", "")
     holder.release()
     holder.finish()
+
+
+def test_the_step_lock_is_one_at_a_time_and_leaves_the_store_lock_free(store: Path) -> None:
+    """A step is numbered under `lock.steps` alone: a second numbering waits (and gives
+    up, saying why), while a writer and readers of the store lock go on as ever."""
+    from worksnap.lock import StepLock
+
+    with StepLock(str(store)):
+        with pytest.raises(
+            LockError, match=r"busy \(another step of a session is being numbered\)"
+        ):
+            StepLock(str(store), timeout=0.2).__enter__()
+        with StoreLock(str(store), exclusive=True, timeout=0.0):
+            pass  # a restore or gc does not wait for a numbering
+        with StoreLock(str(store), exclusive=False, timeout=0.0):
+            pass
+        assert not Path(StorePaths(str(store)).lock_holder).exists()
+    with StepLock(str(store), timeout=0.0):  # let go on leaving
+        pass
