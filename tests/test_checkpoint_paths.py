@@ -109,7 +109,8 @@ def test_a_file_git_tracks_is_captured_whatever_the_rules_say(
     assert checkpoint.ignored == ["debug.log"]
 
 
-def test_a_directory_made_a_file_within_a_turn_keeps_the_turns_first_state(root: Path) -> None:
+def turn_makes_x_a_file(root: Path) -> Workspace:
+    """A turn that captured x/y, then made the directory x a file: its workspace."""
     write(root, "x/y", "before")
     ws = Workspace(root)
     ws.begin(step=1)
@@ -117,6 +118,11 @@ def test_a_directory_made_a_file_within_a_turn_keeps_the_turns_first_state(root:
     (root / "x/y").unlink()
     (root / "x").rmdir()
     write(root, "x", "the turn made x a file")
+    return ws
+
+
+def test_a_directory_made_a_file_within_a_turn_keeps_the_turns_first_state(root: Path) -> None:
+    ws = turn_makes_x_a_file(root)
     checkpoint = ws.capture_before(["x"])  # x was a directory when the turn began
     assert [e.path for e in checkpoint.entries] == ["x/y"]
     assert checkpoint.absent == []
@@ -138,13 +144,7 @@ def test_a_file_made_a_directory_within_a_turn_keeps_the_turns_first_state(root:
 
 
 def test_a_file_in_the_way_of_a_captured_files_directory_goes_and_is_kept(root: Path) -> None:
-    write(root, "x/y", "before")
-    ws = Workspace(root)
-    ws.begin(step=1)
-    ws.capture_before(["x/y"])
-    (root / "x/y").unlink()
-    (root / "x").rmdir()
-    write(root, "x", "the agent made x a file")
+    ws = turn_makes_x_a_file(root)
     result = ws.rewind(1)
     assert result.ok, result.error
     assert (root / "x/y").read_text() == "before"

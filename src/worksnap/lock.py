@@ -218,8 +218,9 @@ class StepLock(StoreLock):
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        # Not `exclusive` as a store writer is: it writes no holder note, so it removes none.
         super().__init__(
-            store_dir, exclusive=True, timeout=timeout, on_wait=on_wait, clock=clock, sleep=sleep
+            store_dir, exclusive=False, timeout=timeout, on_wait=on_wait, clock=clock, sleep=sleep
         )
 
     def __enter__(self) -> StepLock:
@@ -232,17 +233,6 @@ class StepLock(StoreLock):
             raise
         self._fd = fd
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
 
 
 def _numbering() -> str:
