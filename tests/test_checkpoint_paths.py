@@ -167,3 +167,26 @@ def test_the_directories_a_turn_made_go_with_the_files_it_made_there(root: Path)
     assert (root / "keep/old").read_text() == "there before"
     assert not (root / "new/deep/f").exists()
     assert (root / "new/deep/user").read_text() == "the user's, never named"
+
+
+def test_a_file_that_cannot_come_back_past_files_no_checkpoint_named_is_shown_blocked(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "x", "a file when the turn began")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    ws.capture_before(["x"])
+    (root / "x").unlink()
+    ws.capture_before(["x/made"])
+    write(root, "x/made", "by the agent")
+    write(root, "x/other", "by a shell command no hook saw")
+    plan = ws.plan_restore(ws.load("step:1"))
+    assert [(c.op.value, c.path) for c in plan.changes] == [("B", "x"), ("A", "x/made")]
+    code, out, _ = run_cli(capsys, root, "rewind", "1", "--dry-run")
+    assert code == 0
+    assert "  B  x" in out
+    assert "1 blocked (left as they are)" in out
+    result = ws.rewind(1)
+    assert result.ok and result.blocked == ["x"]
+    assert not (root / "x/made").exists()
+    assert (root / "x/other").read_text() == "by a shell command no hook saw"

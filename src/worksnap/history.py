@@ -16,6 +16,7 @@ from worksnap.errors import InputError, StoreError
 from worksnap.layout import is_snapshot_id
 from worksnap.manifest import Entry, Manifest, Summary, tree_digest
 from worksnap.paths import ancestors
+from worksnap.plan import Change, Op
 from worksnap.storedir import MIB, StoreDir
 
 DEFAULT_SESSION = "default"
@@ -245,7 +246,14 @@ def _all_made_since(current: Manifest, directory: str, wanted: dict[str, Entry |
 
 
 def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifest:
-    """Returns the full target a checkpoint rewind restores.
+    """Returns the full target a checkpoint rewind restores (see `checkpoint_rewind`)."""
+    return checkpoint_rewind(current, checkpoints)[0]
+
+
+def checkpoint_rewind(
+    current: Manifest, checkpoints: list[Manifest]
+) -> tuple[Manifest, list[Change]]:
+    """Returns the full target a checkpoint rewind restores, and the images it leaves.
 
     It is the current state with every path captured in `checkpoints` (the
     checkpoint rewound to and every later one of the session, oldest first)
@@ -253,14 +261,18 @@ def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifes
     or symlink stands in the way of a before-image's directory goes (the
     pre-restore snapshot keeps it). A directory where a before-image's file was, or
     where nothing was, goes only when all it holds was made since (each file in it
-    was absent then); else it stays, and so does what is in it.
+    was absent then); else it stays, and so does what is in it: that image is left,
+    an `Op.BLOCKED` change for a preview and the result to show.
     """
     wanted = earliest_images(checkpoints)
     entries = {e.path: e for e in current.entries}
     dirs = set(current.dirs)
+    left: list[Change] = []
     for path, image in wanted.items():
         if path in dirs:
             if not _all_made_since(current, path, wanted):
+                if image is not None:
+                    left.append(Change(Op.BLOCKED, path, image, was_dir=True))
                 continue  # it holds what no checkpoint named: never removed
             prefix = path + "/"
             dirs = {d for d in dirs if d != path and not d.startswith(prefix)}
@@ -274,7 +286,7 @@ def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifes
                 dirs.add(directory)
     first = checkpoints[0]
     ordered = sorted(entries.values(), key=lambda e: e.path)
-    return msgspec.structs.replace(
+    target = msgspec.structs.replace(
         current,
         tree=tree_digest(ordered, sorted(dirs)),
         id=first.id,
@@ -285,3 +297,4 @@ def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifes
         entries=ordered,
         dirs=sorted(dirs),
     )
+    return target, left

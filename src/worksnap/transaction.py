@@ -26,20 +26,15 @@ from worksnap.apply import ApplyPlan, Result, apply_plan, dir_modes, remove_left
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.differences import LastDifferences
-from worksnap.errors import (
-    InputError,
-    RecoveryError,
-    RestoreError,
-    StoreError,
-    WorksnapError,
-)
+from worksnap.errors import InputError, RecoveryError, RestoreError, StoreError, WorksnapError
 from worksnap.exclusion import compile_rules
-from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_target, undo_target
+from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_rewind, undo_target
 from worksnap.journal import DISCARD, Journal, pending, read_journal, refuse_preview
 from worksnap.lock import Locks
 from worksnap.manifest import Manifest
 from worksnap.paths import Root, fs_path, is_under
 from worksnap.plan import (
+    Change,
     Op,
     Plan,
     check_selected,
@@ -121,9 +116,9 @@ class Restorer:
                 and a preview must neither show that nor change it.
         """
         refuse_preview(self._files)
-        selected = self._selection(paths)
+        selected = self._root.selection(paths)  # the root named: the whole tree, as no paths
         current = self._capture.capture(store_objects=False, max_file_bytes=self._cap(target))
-        return self._plan(current, self._full_target(current, target, session), selected)
+        return self._plan(current, *self._full_target(current, target, session), selected)
 
     def _cap(self, target: Manifest) -> int:
         """The size cap a restore of `target` captures with: never below the target's own.
@@ -133,19 +128,20 @@ class Restorer:
         """
         return max(self._capture.max_file_bytes, target.max_file_bytes)
 
-    def _selection(
-        self, paths: Sequence[str | os.PathLike[str]] | None
-    ) -> builtins.list[str] | None:
-        return self._root.selection(paths)  # the root named: the whole tree, as no paths
-
-    def _full_target(self, current: Manifest, target: Manifest, session: str) -> Manifest:
-        """Returns the whole tree a restore of `target` aims at (checkpoints are partial)."""
+    def _full_target(
+        self, current: Manifest, target: Manifest, session: str
+    ) -> tuple[Manifest, builtins.list[Change]]:
+        """The tree a restore of `target` aims at (a checkpoint's is partial), what it leaves."""
         if target.kind == CHECKPOINT:
-            return checkpoint_target(current, self._catalog.later_checkpoints(target, session))
-        return target
+            return checkpoint_rewind(current, self._catalog.later_checkpoints(target, session))
+        return target, []
 
     def _plan(
-        self, current: Manifest, target: Manifest, selected: builtins.list[str] | None = None
+        self,
+        current: Manifest,
+        target: Manifest,
+        blocked: Sequence[Change] = (),
+        selected: builtins.list[str] | None = None,
     ) -> Plan:
         rules = self._capture.rules()
         ignored = target_ignores(target, rules, self._capture.tracked(rules), self._store.read)
@@ -164,6 +160,8 @@ class Restorer:
             for c in plan.changes
             if c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
         ]
+        if blocked:
+            kept = sorted([*kept, *blocked], key=lambda c: c.path)
         plan = dataclasses.replace(plan, changes=kept)
         if selected is not None:
             check_selected(selected, current, target)
@@ -188,7 +186,7 @@ class Restorer:
     ) -> Result:
         """Restores the snapshot `ref` names; the tree is walked once (see `Workspace.restore`)."""
         target = self._catalog.load(ref, session)
-        selected = self._selection(paths)
+        selected = self._root.selection(paths)  # the root named: the whole tree, as no paths
         return self._restore(
             lambda current: self._catalog.still_stored(target),
             kind="pre-restore",
@@ -217,7 +215,7 @@ class Restorer:
             current = self._capture.capture(
                 store_objects=store_objects, max_file_bytes=self._cap(target)
             )
-        return self._plan(current, self._full_target(current, target, session), selected)
+        return self._plan(current, *self._full_target(current, target, session), selected)
 
     def _restore(
         self,
