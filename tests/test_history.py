@@ -562,6 +562,11 @@ CHECKPOINTS: dict[str, tuple[dict[str, Spec], list[Manifest], dict[str, Spec]]] 
         [_checkpoint("c1", 1, {"x/y": "before"}), _checkpoint("c2", 2, {"x": "turn 1's"})],
         {"x/y": "before"},
     ),
+    "a directory a later checkpoint knew comes back where a file is now": (
+        {"x": "made a file by turn 2"},
+        [_checkpoint("c1", 1, {}, absent=("x/z",)), _checkpoint("c2", 2, {"x/z": "z"})],
+        {"x": "/"},
+    ),
     "a symlink's before-image": (
         {"l": ("link", "new")},
         [_checkpoint("c1", 1, {"l": ("link", "old")})],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable
+from typing import Final, Literal
 
 import msgspec
 
@@ -214,29 +215,35 @@ def undo_target(
     return None
 
 
-def earliest_images(checkpoints: list[Manifest]) -> dict[str, Entry | None]:
-    """Each path `checkpoints` (oldest first) captured, at its earliest state (None: absent).
+DIRECTORY: Final = "dir"
+"""What a checkpoint knows of a directory above a before-image: it was one then."""
 
-    A path is at the state the first checkpoint that names it, or a directory above
-    it, recorded: below what was a file or absent then, nothing was there; what had a
-    before-image below it was a directory then, and none of its own is taken.
+Known = Entry | Literal["dir"] | None
+"""A path's state a checkpoint knows: a before-image, a directory, or absent (None)."""
+
+
+def earliest_states(checkpoints: list[Manifest]) -> dict[str, Known]:
+    """Each path `checkpoints` (oldest first) know, at its earliest known state.
+
+    A path is at the state the first checkpoint that knows it recorded: its
+    before-image, absent, or a directory (one above a before-image), unless a
+    directory above it was then a file or absent: nothing was below it.
     """
-    wanted: dict[str, Entry | None] = {}
-    was_dir: set[str] = set()
+    wanted: dict[str, Known] = {}
     for checkpoint in checkpoints:
-        images = [(e.path, e) for e in checkpoint.entries]
-        for path, image in [*images, *((p, None) for p in checkpoint.absent)]:
-            if path in wanted or path in was_dir:
+        known: list[tuple[str, Known]] = [(e.path, e) for e in checkpoint.entries]
+        known += [(p, None) for p in checkpoint.absent]
+        known += [(d, DIRECTORY) for d in checkpoint.dirs]
+        for path, state in known:
+            if path in wanted:
                 continue
-            parent = path.rpartition("/")[0]
-            below_a_file = any(directory in wanted for directory in ancestors(parent))
-            wanted[path] = None if below_a_file else image
-            if wanted[path] is not None:
-                was_dir.update(ancestors(parent))
+            above = ancestors(path.rpartition("/")[0])
+            below_a_file = any(wanted.get(d, DIRECTORY) != DIRECTORY for d in above)
+            wanted[path] = None if below_a_file else state
     return wanted
 
 
-def _all_made_since(current: Manifest, directory: str, wanted: dict[str, Entry | None]) -> bool:
+def _all_made_since(current: Manifest, directory: str, wanted: dict[str, Known]) -> bool:
     """True when every file below `directory` now is one the checkpoints had as absent."""
     prefix = directory + "/"
     left_out = (*current.ignored, *current.large, *current.excluded)
@@ -257,18 +264,23 @@ def checkpoint_rewind(
 
     It is the current state with every path captured in `checkpoints` (the
     checkpoint rewound to and every later one of the session, oldest first)
-    set back to its earliest state; everything else stays as it is. What a file
-    or symlink stands in the way of a before-image's directory goes (the
-    pre-restore snapshot keeps it). A directory where a before-image's file was, or
-    where nothing was, goes only when all it holds was made since (each file in it
-    was absent then); else it stays, and so does what is in it: that image is left,
-    an `Op.BLOCKED` change for a preview and the result to show.
+    set back to its earliest known state (`earliest_states`); everything else stays
+    as it is. A file or symlink in the way of a directory a checkpoint knew, or of a
+    before-image's, goes (the pre-restore snapshot keeps it). A directory where a
+    before-image's file was, or where nothing was, goes only when all it holds was
+    made since (each file in it was absent then); else it stays, and so does what is
+    in it: that image is left, an `Op.BLOCKED` change for a preview and the result.
     """
-    wanted = earliest_images(checkpoints)
+    wanted = earliest_states(checkpoints)
     entries = {e.path: e for e in current.entries}
     dirs = set(current.dirs)
     left: list[Change] = []
     for path, image in wanted.items():
+        if image == DIRECTORY:
+            for directory in ancestors(path):  # what is in the way of a directory goes
+                entries.pop(directory, None)
+                dirs.add(directory)
+            continue
         if path in dirs:
             if not _all_made_since(current, path, wanted):
                 if image is not None:
