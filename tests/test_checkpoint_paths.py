@@ -190,3 +190,20 @@ def test_a_file_that_cannot_come_back_past_files_no_checkpoint_named_is_shown_bl
     assert result.ok and result.blocked == ["x"]
     assert not (root / "x/made").exists()
     assert (root / "x/other").read_text() == "by a shell command no hook saw"
+
+
+def test_a_dotdot_after_a_symlinked_directory_is_walked_as_the_kernel_walks_it(
+    root: Path,
+) -> None:
+    write(root, "d/sub/x", "x")
+    write(root, "d/e", "orig")
+    write(root, "e", "the root's e, never written")
+    os.symlink("d/sub", root / "L")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    checkpoint = ws.capture_before(["L/../e"])
+    assert [e.path for e in checkpoint.entries] == ["d/e"]
+    write(root, "L/../e", "edited through L/..")  # the kernel: L is d/sub, so L/.. is d
+    assert (root / "d/e").read_text() == "edited through L/.."
+    assert ws.rewind(1).ok
+    assert (root / "d/e").read_text() == "orig"

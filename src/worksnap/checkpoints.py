@@ -124,7 +124,7 @@ class Checkpoints:
             ignored = set(checkpoint.ignored)
             dirs = set(checkpoint.dirs)
             ignored_now = self._ignored_now()
-            for rel in (r for path in paths for r in self._root.written(self._root.named(path))):
+            for rel in (r for path in paths for r in self._root.written(path)):
                 if rel in entries or rel in absent or rel in large or rel in ignored:
                     continue  # the first capture wins
                 if ignored_now(rel):

@@ -214,26 +214,27 @@ class Root:
             raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
         return rel
 
-    def written(self, rel: str) -> list[str]:
-        """The paths a write to the named path `rel` changes: where it leads, and its link.
+    def written(self, path: str | os.PathLike[str]) -> list[str]:
+        """The paths a write to the named `path` changes: where it leads, and its link.
 
-        A directory above `rel` that is a symlink is followed: the path it reaches is
-        returned instead. A symlink at `rel` is returned with the path it leads to, when
-        that is inside the root and not left out (a write through the link changes
-        that one). A look only (`realpath`), for a checkpoint to know what to keep.
+        The path is walked as the kernel walks it (a symlink before a `..` is followed
+        first): a directory above it that is a symlink leads to the path returned. A
+        symlink at the path is returned with the path it leads to, when that is inside
+        the root and not left out (a write through the link changes that one). A look
+        only (`realpath`), for a checkpoint to know what to keep.
 
         Raises:
-            InputError: a symlink above `rel` leads outside the root, or into what is
-                never captured.
+            InputError: what `named` refuses; a symlink above the path leads outside
+                the root, or into what is never captured.
         """
-        parent, _, name = rel.rpartition("/")
-        if parent:
-            base = os.path.realpath(os.path.join(os.fsencode(self.path), fs_path(parent)))
-            reached = os.fsdecode(os.path.join(base, fs_path(name)))
+        rel = self.named(path)
+        parent, name = os.path.split(os.path.join(os.fsencode(self.path), os.fsencode(path)))
+        if name not in (b"", b".", b".."):
+            reached = os.fsdecode(os.path.join(os.path.realpath(parent), name))
             if relative_to(self.path, reached) is None:
                 raise InputError(
-                    f"{shown(rel)!r} is reached through a symbolic link that leads outside "
-                    f"{self.path}"
+                    f"{shown(os.fspath(path))!r} is reached through a symbolic link that leads "
+                    f"outside {self.path}"
                 )
             rel = self.named(reached)
         full = os.path.join(os.fsencode(self.path), fs_path(rel))
