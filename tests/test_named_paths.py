@@ -182,3 +182,17 @@ def test_an_ignored_path_the_snapshot_left_out_says_so_as_cat_does(
     code, _, err = run_cli(capsys, root, "restore", "latest", "sub", "--yes")
     assert code == 0, err
     assert (root / "sub" / "s.txt").read_text() == "s\n"
+
+
+@pytest.mark.parametrize("where", [".", "sub"])
+def test_an_empty_path_is_refused_never_the_whole_tree(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    edited(root)
+    monkeypatch.chdir(root / where)
+    before = tree_state(root)
+    for command in (["restore", "latest", "", "--yes"], ["plan", "latest", ""]):
+        code, _, err = run(capsys, *command)
+        assert code == 2, command
+        assert "an empty path is not a path: name the root as '.'" in err
+    assert tree_state(root) == before

@@ -76,7 +76,8 @@ def command_paths(args: argparse.Namespace, paths: Sequence[str]) -> list[str]:
     cwd = os.getcwd()
     found = args.location is not None and args.location.found != "option"
     inside = found and (cwd == args.root or cwd.startswith(args.root.rstrip("/") + "/"))
-    return [os.path.join(cwd, p) if inside and not os.path.isabs(p) else p for p in paths]
+    # An empty one stays empty, for the workspace to refuse: it is no path (an unset variable).
+    return [os.path.join(cwd, p) if inside and p and not os.path.isabs(p) else p for p in paths]
 
 
 def option_prefix(args: argparse.Namespace) -> str:

@@ -185,11 +185,13 @@ class Root:
         does exactly what naming nothing does. The others are checked all the same.
 
         Raises:
-            InputError: a path outside the root, excluded (`named`), or not normal.
+            InputError: a path outside the root, excluded (`named`), empty, or not normal.
         """
         if paths is None:
             return None
         given = [os.fspath(p) for p in paths]
+        if "" in given:  # an unset variable in a script: never the whole tree (as git)
+            raise InputError("an empty path is not a path: name the root as '.'")
         top = [os.path.normpath(os.path.join(self.path, p)) == self.path for p in given]
         rels = [
             self.named(p) if named else self.inside(p, "path")
