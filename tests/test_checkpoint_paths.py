@@ -60,9 +60,12 @@ def test_a_path_a_symlink_leads_outside_the_root_is_refused(root: Path, tmp_path
     ws.begin(step=1)
     with pytest.raises(InputError, match=r"'L/e' is reached through a symbolic link .* outside"):
         ws.capture_before(["L/e"])
-    # The link itself is the root's: kept; what it leads to is not, and is left alone.
-    checkpoint = ws.capture_before(["link"])
-    assert [e.path for e in checkpoint.entries] == ["link"]
+    # A write through the link changes a file outside, which no rewind can set back.
+    with pytest.raises(InputError, match=r"'link' is a symbolic link to .*, outside .* rewound"):
+        ws.capture_before(["link"])
+    os.symlink(tmp_path, root / "to_a_directory")  # a write there fails: the link alone
+    checkpoint = ws.capture_before(["to_a_directory"])
+    assert [e.path for e in checkpoint.entries] == ["to_a_directory"]
 
 
 def test_a_symlink_leading_into_git_records_only_itself(root: Path) -> None:

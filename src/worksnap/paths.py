@@ -226,8 +226,9 @@ class Root:
         only (`realpath`), for a checkpoint to know what to keep.
 
         Raises:
-            InputError: what `named` refuses; a symlink above the path leads outside
-                the root, or into what is never captured.
+            InputError: what `named` refuses; a symlink above the path, or at it (to
+                anything but a directory), leads outside the root; one above it leads
+                into what is never captured.
         """
         rel = self.named(path)
         parent, name = os.path.split(os.path.join(os.fsencode(self.path), os.fsencode(path)))
@@ -243,8 +244,13 @@ class Root:
         if not os.path.islink(full):
             return [rel]
         leads = os.fsdecode(os.path.realpath(full))
-        if relative_to(self.path, leads) is None or os.path.isdir(leads):
-            return [rel]
+        if os.path.isdir(leads):
+            return [rel]  # a write there fails
+        if relative_to(self.path, leads) is None:
+            raise InputError(
+                f"{shown(os.fspath(path))!r} is a symbolic link to {shown(leads)!r}, outside "
+                f"{self.path}: what is written through it cannot be rewound"
+            )
         try:
             target = self.named(leads)
         except InputError:
