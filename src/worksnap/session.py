@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from worksnap.errors import api_errors
 from worksnap.history import DEFAULT_SESSION, check_kind, check_session_name, is_automatic
-from worksnap.lock import Locks
 from worksnap.manifest import check_meta
 from worksnap.workspace import Workspace
 
@@ -151,7 +150,7 @@ class Session:
             check_kind(kind)  # refused before the store (where the lock is) is made
             check_meta(meta)
             ws.store.bind(ws.root)
-            with Locks(ws.store.files).steps():
+            with ws.locks.steps():  # after a second, it says who holds it
                 step = self.next_step()
                 return ws.snapshot(kind=kind, step=step, label=label, meta=meta, attach=attach)
 

@@ -166,12 +166,12 @@ class Workspace:
         self._seams, self._watch = seams, watch
         self.store = seams.open_store(real_store)
         files = self.store.files
-        self._locks = Locks(files, on_wait=lambda note: self._reporter.notice("wait", note))
+        self.locks = Locks(files, on_wait=lambda note: self._reporter.notice("wait", note))
         self._wire(configured_exclusions(files))
 
     def _wire(self, configured: builtins.list[str]) -> None:
         """Builds the parts under the exclusion rules given and configured (again on a change)."""
-        seams, files, locks = self._seams, self.store.files, self._locks
+        seams, files, locks = self._seams, self.store.files, self.locks
         self._configured = list(configured)
         self._root = exclusion_root(
             self.root, self._store_rel, self._exclude, configured, taken=self._taken
@@ -199,7 +199,7 @@ class Workspace:
             self._root,
             self.store,
             files=files,
-            locks=self._locks,
+            locks=self.locks,
             capture=self._capture,
             catalog=self._catalog,
             sessions=sessions,
@@ -207,11 +207,11 @@ class Workspace:
             apply_plan=seams.apply_plan,
         )
         self._checkpoints = Checkpoints(
-            self._root, self.store, files=files, locks=self._locks, capture=self._capture,
+            self._root, self.store, files=files, locks=self.locks, capture=self._capture,
             catalog=self._catalog, sessions=sessions,
         )  # fmt: skip
         self._maintenance = Maintenance(
-            self._root, self.store, files=files, locks=self._locks, catalog=self._catalog,
+            self._root, self.store, files=files, locks=self.locks, catalog=self._catalog,
             sessions=sessions, caches=caches,
         )  # fmt: skip
 
@@ -295,7 +295,7 @@ class Workspace:
         `true`), or `none` to clear it.
         """
         self.store.bind(self.root)
-        with self._locks.exclusive("config"):
+        with self.locks.exclusive("config"):
             return set_setting(self.store.files, key, value)
 
     # -- snapshot ------------------------------------------------------------
@@ -346,7 +346,7 @@ class Workspace:
         self._restorer.recover_if_interrupted(self.session)
         try:
             self.store.bind(self.root)
-            with self._locks.shared("snapshot"):
+            with self.locks.shared("snapshot"):
                 try:
                     current = self._capture.capture(store_objects=True)
                     manifest = msgspec.structs.replace(

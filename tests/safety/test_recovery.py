@@ -358,3 +358,43 @@ def test_the_mcp_server_recovers_before_it_changes_the_tree(tmp_path: Path, tool
             if tool == "restore":
                 assert ws.plan_restore(ws.load(target)).changes == []
         assert not (root / JOURNAL).exists()
+
+
+STEP_HOLDER = r"""
+import sys
+from worksnap.lock import StepLock
+with StepLock(sys.argv[1]):
+    print("holding", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_numbered_step_waiting_for_another_says_so(root: Path) -> None:
+    write(root, "a.txt", "alpha\n")
+    assert cli("--root", str(root), "snapshot")[0] == 0
+    env = {**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", STEP_HOLDER, str(root / STORE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline() == "holding\n"
+    command = ["--root", str(root), "run", "--snapshots", "--", "true"]
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "worksnap", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert waiting.stderr is not None
+    line = _line(waiting.stderr)
+    assert line.startswith("worksnap: waiting for store "), line
+    assert "(another step of a session is being numbered)" in line, line
+    holder.stdin.write("go\n")
+    holder.communicate(timeout=60)
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
