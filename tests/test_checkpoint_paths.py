@@ -16,6 +16,7 @@ import pytest
 from tests.compat.gitrun import GIT, clean_git_env, git, init_repo
 from tests.conftest import run_cli, write
 from worksnap import InputError, Workspace
+from worksnap.plan import Plan
 
 
 def test_a_path_through_a_symlinked_directory_records_the_file_it_reaches(root: Path) -> None:
@@ -210,3 +211,56 @@ def test_a_dotdot_after_a_symlinked_directory_is_walked_as_the_kernel_walks_it(
     assert (root / "d/e").read_text() == "edited through L/.."
     assert ws.rewind(1).ok
     assert (root / "d/e").read_text() == "orig"
+
+
+MB = 1 << 20
+
+
+def rows(plan: Plan) -> list[tuple[str, str]]:
+    """A plan's `!` rows: (path, why)."""
+    return [(u.path, u.why) for u in plan.unprotected]
+
+
+def test_a_file_that_cannot_come_back_past_a_large_file_is_shown_blocked(root: Path) -> None:
+    write(root, "d/a", "before")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    ws.capture_before(["d/a"])
+    (root / "d/a").unlink()
+    (root / "d").rmdir()
+    write(root, "d", b"\1" * (3 * MB))  # over the cap: in no snapshot, never replaced
+    plan = ws.plan_restore(ws.load("step:1"))
+    assert [(c.op.value, c.path) for c in plan.changes] == [("B", "d/a")]
+    assert rows(plan) == [("d", "added")]
+    result = ws.rewind(1)
+    assert result.ok and result.blocked == ["d/a"]
+    assert (root / "d").read_bytes() == b"\1" * (3 * MB)
+
+
+def test_a_rewind_shows_the_large_files_its_checkpoints_knew_and_no_others(root: Path) -> None:
+    write(root, "big", b"\1" * (3 * MB))
+    write(root, "other.bin", b"\2" * (3 * MB))  # never named by a checkpoint
+    ws = Workspace(root)
+    ws.begin(step=1)
+    assert ws.capture_before(["big"]).large == ["big"]
+    (root / "big").unlink()
+    ws.begin(step=2)
+    ws.capture_before(["new.bin"])
+    write(root, "new.bin", b"\3" * (3 * MB))
+    write(root, "other.bin", b"\4" * (3 * MB))
+    assert rows(ws.plan_restore(ws.load("step:1"))) == [("big", "deleted"), ("new.bin", "added")]
+    assert rows(ws.plan_restore(ws.load("step:2"))) == [("new.bin", "added")]
+
+
+def test_a_captured_file_ignored_now_is_shown_even_at_the_same_size(root: Path) -> None:
+    write(root, ".gitignore", "")
+    write(root, "conf.json", "C1")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    ws.capture_before(["conf.json", ".gitignore"])
+    write(root, ".gitignore", "conf.json\n")
+    write(root, "conf.json", "C2")  # the same size, after the checkpoint
+    plan = ws.plan_restore(ws.load("step:1"))
+    assert [(u.path, u.why, u.size) for u in plan.unprotected] == [("conf.json", "ignored", 2)]
+    assert ws.rewind(1).ok
+    assert (root / "conf.json").read_text() == "C2"  # in no snapshot: never overwritten

@@ -217,22 +217,26 @@ def undo_target(
 
 DIRECTORY: Final = "dir"
 """What a checkpoint knows of a directory above a before-image: it was one then."""
+LARGE: Final = "large"
+"""What a checkpoint knows of a file over the size cap: it was there, and is in no snapshot."""
 
-Known = Entry | Literal["dir"] | None
-"""A path's state a checkpoint knows: a before-image, a directory, or absent (None)."""
+Known = Entry | Literal["dir", "large"] | None
+"""A path's state a checkpoint knows: a before-image, a directory, a large file, or
+absent (None)."""
 
 
 def earliest_states(checkpoints: list[Manifest]) -> dict[str, Known]:
     """Each path `checkpoints` (oldest first) know, at its earliest known state.
 
     A path is at the state the first checkpoint that knows it recorded: its
-    before-image, absent, or a directory (one above a before-image), unless a
-    directory above it was then a file or absent: nothing was below it.
+    before-image, absent, a large file, or a directory (one above a before-image),
+    unless a directory above it was then a file or absent: nothing was below it.
     """
     wanted: dict[str, Known] = {}
     for checkpoint in checkpoints:
         known: list[tuple[str, Known]] = [(e.path, e) for e in checkpoint.entries]
         known += [(p, None) for p in checkpoint.absent]
+        known += [(p, LARGE) for p in checkpoint.large]
         known += [(d, DIRECTORY) for d in checkpoint.dirs]
         for path, state in known:
             if path in wanted:
@@ -259,23 +263,28 @@ def checkpoint_target(current: Manifest, checkpoints: list[Manifest]) -> Manifes
 
 def checkpoint_rewind(
     current: Manifest, checkpoints: list[Manifest]
-) -> tuple[Manifest, list[Change]]:
-    """Returns the full target a checkpoint rewind restores, and the images it leaves.
+) -> tuple[Manifest, list[Change], frozenset[str]]:
+    """Returns what a checkpoint rewind restores, the images it leaves, the paths known.
 
-    It is the current state with every path captured in `checkpoints` (the
-    checkpoint rewound to and every later one of the session, oldest first)
-    set back to its earliest known state (`earliest_states`); everything else stays
-    as it is. A file or symlink in the way of a directory a checkpoint knew, or of a
-    before-image's, goes (the pre-restore snapshot keeps it). A directory where a
-    before-image's file was, or where nothing was, goes only when all it holds was
-    made since (each file in it was absent then); else it stays, and so does what is
-    in it: that image is left, an `Op.BLOCKED` change for a preview and the result.
+    The paths the checkpoints know are the only ones a preview's `!` rows may be
+    about (`plan.unprotected`). The target is the current state with every path
+    captured in `checkpoints` (the checkpoint rewound to and every later one of the
+    session, oldest first) set back to its earliest known state (`earliest_states`);
+    everything else stays as it is. A file or symlink in the way of a directory a
+    checkpoint knew, or of a before-image's, goes (the pre-restore snapshot keeps
+    it). A directory where a before-image's file was, or where nothing was, goes only
+    when all it holds was made since (each file in it was absent then); else it
+    stays, and so does what is in it: that image is left, an `Op.BLOCKED` change for
+    a preview and the result; so is one below what is left out now (a large file).
     """
     wanted = earliest_states(checkpoints)
     entries = {e.path: e for e in current.entries}
     dirs = set(current.dirs)
     left: list[Change] = []
+    left_out = {*current.large, *current.ignored, *current.excluded}  # never touched
     for path, image in wanted.items():
+        if image == LARGE:
+            continue  # in no snapshot: left as it is (`plan.unprotected` says so)
         if image == DIRECTORY:
             for directory in ancestors(path):  # what is in the way of a directory goes
                 entries.pop(directory, None)
@@ -291,6 +300,8 @@ def checkpoint_rewind(
             entries = {p: e for p, e in entries.items() if not p.startswith(prefix)}
         if image is None:
             entries.pop(path, None)
+        elif any(d in left_out for d in ancestors(path.rpartition("/")[0])):
+            left.append(Change(Op.BLOCKED, path, image, was_dir=False))  # in no snapshot
         else:
             entries[path] = image
             for directory in ancestors(path.rpartition("/")[0]):
@@ -308,5 +319,11 @@ def checkpoint_rewind(
         session=first.session,
         entries=ordered,
         dirs=sorted(dirs),
-    )
-    return target, left
+        # As of the checkpoint, for `plan.unprotected`: what it knew over the cap then,
+        # and what is over the cap now where it knew something else.
+        time=first.time,
+        large=sorted({p for p, s in wanted.items() if s == LARGE}.union(
+            p for p in current.large if p not in wanted
+        )),
+    )  # fmt: skip
+    return target, left, frozenset(wanted)

@@ -130,17 +130,18 @@ class Restorer:
 
     def _full_target(
         self, current: Manifest, target: Manifest, session: str
-    ) -> tuple[Manifest, builtins.list[Change]]:
-        """The tree a restore of `target` aims at (a checkpoint's is partial), what it leaves."""
-        if target.kind == CHECKPOINT:
+    ) -> tuple[Manifest, builtins.list[Change], frozenset[str] | None]:
+        """The tree a restore of `target` aims at, what it leaves, what its rows are about."""
+        if target.kind == CHECKPOINT:  # partial: see `history.checkpoint_rewind`
             return checkpoint_rewind(current, self._catalog.later_checkpoints(target, session))
-        return target, []
+        return target, [], None
 
     def _plan(
         self,
         current: Manifest,
         target: Manifest,
         blocked: Sequence[Change] = (),
+        known: frozenset[str] | None = None,
         selected: builtins.list[str] | None = None,
     ) -> Plan:
         rules = self._capture.rules()
@@ -166,9 +167,10 @@ class Restorer:
         if selected is not None:
             check_selected(selected, current, target)
             plan = select_paths(plan, selected)
-        rows = unprotected(plan.current, plan.target, self._probe)
-        if selected is not None:
-            rows = [r for r in rows if any(is_under(r.path, p) for p in selected)]
+        rows = [r for r in unprotected(plan.current, plan.target, self._probe) if (
+            (known is None or r.path in known)  # a checkpoint's: only what it knows
+            and (selected is None or any(is_under(r.path, p) for p in selected))
+        )]  # fmt: skip
         return dataclasses.replace(plan, unprotected=rows)
 
     def _probe(self, rel: str) -> tuple[int, int] | None:
