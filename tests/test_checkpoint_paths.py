@@ -8,7 +8,9 @@ sets back what the turn changed, or the capture says what it could not keep.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -264,3 +266,59 @@ def test_a_captured_file_ignored_now_is_shown_even_at_the_same_size(root: Path) 
     assert [(u.path, u.why, u.size) for u in plan.unprotected] == [("conf.json", "ignored", 2)]
     assert ws.rewind(1).ok
     assert (root / "conf.json").read_text() == "C2"  # in no snapshot: never overwritten
+
+
+def test_a_path_deeper_than_path_max_through_a_symlink_is_refused_not_guessed(
+    root: Path,
+) -> None:
+    deep = "/".join(["d" * 200 + str(i) for i in range(25)])  # about 5,000 characters
+    fd = os.open(root, os.O_RDONLY)
+    for part in deep.split("/"):
+        os.mkdir(part, dir_fd=fd)
+        inner = os.open(part, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.symlink("..", "L", dir_fd=fd)
+    os.close(fd)
+    ws = Workspace(root)
+    ws.begin(step=1)
+    with pytest.raises(InputError, match="cannot follow its symbolic links"):
+        ws.capture_before([f"{deep}/L/q"])
+    with pytest.raises(InputError, match="cannot follow its symbolic links"):
+        ws.capture_before([f"{deep}/L"])
+
+
+def test_a_directory_swapped_for_a_symlink_during_a_capture_is_never_recorded_absent(
+    root: Path,
+) -> None:
+    write(root, "P/f", "orig")
+    write(root, "other/f", "other")
+    os.symlink("other", root / "Q")
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE: P is always there, whole
+    p, q = os.fsencode(root / "P"), os.fsencode(root / "Q")
+    if libc.renameat2(at_cwd, p, at_cwd, q, exchange) != 0:
+        pytest.skip(f"renameat2: {os.strerror(ctypes.get_errno())}")
+    ws = Workspace(root)
+    stop = threading.Event()
+
+    def swap() -> None:  # P: the directory, then a symlink to other, and back
+        while not stop.is_set():
+            libc.renameat2(at_cwd, p, at_cwd, q, exchange)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    refused = []
+    try:
+        for step in range(1, 301):
+            ws.begin(step=step)
+            try:
+                checkpoint = ws.capture_before(["P/f"])
+            except InputError as exc:
+                refused.append(str(exc))  # met the swap: said so, nothing recorded
+                continue
+            assert checkpoint.absent == [], (step, checkpoint.absent)
+    finally:
+        stop.set()
+        swapper.join()
+    assert all("capture it again" in why for why in refused), refused

@@ -17,19 +17,18 @@ from __future__ import annotations
 import gc as cyclic_gc
 import itertools
 import os
-import stat
 import time
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import msgspec
 
 from worksnap.audit import audit_memory
 from worksnap.caches import Caches, Listings, StatRecord, StatTable
-from worksnap.errors import InputError, SnapshotError, shown
+from worksnap.errors import SnapshotError
 from worksnap.fsio import (
     COARSE_TICK_NS,
     MODES,
@@ -42,7 +41,7 @@ from worksnap.fsio import (
 from worksnap.hash import SMALL, Prefetch, read_file
 from worksnap.ignore import Rules, base_rules
 from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339
-from worksnap.paths import Digest, Root, fs_path, wire_name
+from worksnap.paths import Digest, Root, fs_path
 from worksnap.progress import Reporter
 from worksnap.scan import DirScan, Scan, WalkStats, scan_tree
 from worksnap.scanparts import Seen
@@ -507,40 +506,6 @@ class Capture:
         elif store_objects and st.st_size >= SMALL:
             self._store.add_file(digest, raw, rel, dir_fd=dir_fd)
         return digest, st
-
-    def before_image(self, rel: str) -> Entry | Literal["large"] | None:
-        """Stores and returns a path's current file or symlink (a checkpoint's before-image).
-
-        Returns None when nothing is there, "large" for a file over the size cap.
-
-        Raises:
-            InputError: something other than a file or symlink is there.
-        """
-        parent, _, name = rel.rpartition("/")
-        raw = fs_path(name)
-        with DirTree(self._root.path) as tree:
-            # Through a descriptor walked down from the root: never through a symlinked
-            # parent, and no depth is too deep (no absolute path is built).
-            try:
-                dir_fd = tree.dir_fd(parent)
-                st = os.stat(raw, dir_fd=dir_fd, follow_symlinks=False)
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            except OSError as exc:
-                raise InputError(f"{shown(rel)!r}: {exc.strerror}") from None
-            if stat.S_ISLNK(st.st_mode):
-                return Entry(
-                    path=rel, type="symlink", mode=st.st_mode & 0o777,
-                    target=wire_name(os.fsdecode(os.readlink(raw, dir_fd=dir_fd))),
-                )  # fmt: skip
-            if not stat.S_ISREG(st.st_mode):
-                raise InputError(f"{shown(rel)!r} is not a file or symlink")
-            if st.st_size > self.max_file_bytes:
-                return "large"
-            digest, st = self.hash_and_store(rel, store_objects=True, tree=tree)
-        self._store.flush()
-        return Entry(path=rel, type="file", mode=MODES[st.st_mode & 0o777], hash=digest,
-                     size=st.st_size)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,21 +9,24 @@ absent). A rewind to a checkpoint sets back just those paths (see
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 import msgspec
 
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
-from worksnap.errors import InputError
-from worksnap.fsio import DirTree
+from worksnap.errors import InputError, shown
+from worksnap.fsio import MODES, DirTree
 from worksnap.history import CHECKPOINT, Sessions
 from worksnap.ignore import ignore_checker
 from worksnap.lock import Locks
 from worksnap.manifest import (
     VERSION,
+    Entry,
     Manifest,
     check_meta,
     check_step,
@@ -32,7 +35,7 @@ from worksnap.manifest import (
     one_line,
     tree_digest,
 )
-from worksnap.paths import Root, ancestors
+from worksnap.paths import Root, ancestors, fs_path, relative_to, wire_name
 from worksnap.scanparts import read_ignore_file
 from worksnap.store import Store
 from worksnap.storedir import StoreDir
@@ -124,7 +127,7 @@ class Checkpoints:
             ignored = set(checkpoint.ignored)
             dirs = set(checkpoint.dirs)
             ignored_now = self._ignored_now()
-            for rel in (r for path in paths for r in self._root.written(path)):
+            for rel in (r for path in paths for r in self._written(path)):
                 if rel in entries or rel in absent or rel in large or rel in ignored:
                     continue  # the first capture wins
                 if ignored_now(rel):
@@ -136,7 +139,7 @@ class Checkpoints:
                 if any(d in entries or d in absent or d in large for d in ancestors(parent)):
                     absent.add(rel)  # below what was a file, or nothing, when the turn began
                     continue
-                entry = self._capture.before_image(rel)
+                entry = self._before_image(rel)
                 if entry is None:
                     absent.add(rel)
                     top = self._missing_top(parent)
@@ -159,6 +162,104 @@ class Checkpoints:
             )
             return self._catalog.replace(updated)
 
+    def _written(self, path: str | os.PathLike[str]) -> list[str]:
+        """The paths a write to the named `path` changes: where it leads, and its link.
+
+        The path is walked as the kernel walks it (a symlink before a `..` is followed
+        first): a directory above it that is a symlink leads to the path returned. A
+        symlink at the path is returned with the path it leads to, when that is inside
+        the root and not left out (a write through the link changes that one).
+
+        Raises:
+            InputError: what `Root.named` refuses; a symlink above the path, or at it
+                (to anything but a directory), leads outside the root, or cannot be
+                followed (a path longer than PATH_MAX); one above it leads into what
+                is never captured.
+        """
+        root = self._root
+        rel = root.named(path)
+        parent, name = os.path.split(os.path.join(os.fsencode(root.path), os.fsencode(path)))
+        blocker = _blocker(root.path, rel.rpartition("/")[0])
+        walked = b".." in parent.split(b"/") or (blocker is not None and stat.S_ISLNK(blocker))
+        if name not in (b"", b".", b"..") and walked:
+            followed = _followed(parent, path)
+            if followed is None:  # a write there fails too
+                raise InputError(f"{shown(os.fspath(path))!r}: its symbolic links make a loop")
+            reached = os.fsdecode(os.path.join(followed, name))
+            if relative_to(root.path, reached) is None:
+                raise InputError(
+                    f"{shown(os.fspath(path))!r} is reached through a symbolic link that leads "
+                    f"outside {root.path}"
+                )
+            rel = root.named(reached)
+        parent_rel, _, leaf = rel.rpartition("/")
+        with DirTree(root.path) as tree:
+            try:
+                mode = os.lstat(fs_path(leaf), dir_fd=tree.dir_fd(parent_rel)).st_mode
+                is_link = stat.S_ISLNK(mode)
+            except OSError:
+                is_link = False  # nothing there (or not reached): the capture says what it is
+        if not is_link:
+            return [rel]
+        followed = _followed(os.path.join(os.fsencode(root.path), fs_path(rel)), path)
+        if followed is None or os.path.isdir(followed):
+            return [rel]  # a loop, or a directory: a write there fails
+        leads = os.fsdecode(followed)
+        if relative_to(root.path, leads) is None:
+            raise InputError(
+                f"{shown(os.fspath(path))!r} is a symbolic link to {shown(leads)!r}, outside "
+                f"{root.path}: what is written through it cannot be rewound"
+            )
+        try:
+            target = root.named(leads)
+        except InputError:
+            return [rel]  # into `.git`, the store or what is excluded: never touched
+        return [rel] if target == rel else [rel, target]
+
+    def _before_image(self, rel: str) -> Entry | Literal["large"] | None:
+        """Stores and returns a path's current file or symlink (its before-image).
+
+        Returns None when nothing is there, "large" for a file over the size cap.
+
+        Raises:
+            InputError: something other than a file or symlink is there, or a directory
+                above it became a symlink since `_written` looked.
+        """
+        parent, _, name = rel.rpartition("/")
+        raw = fs_path(name)
+        capture = self._capture
+        with DirTree(self._root.path) as tree:
+            # Through a descriptor walked down from the root: never through a symlinked
+            # parent, and no depth is too deep (no absolute path is built).
+            try:
+                dir_fd = tree.dir_fd(parent)
+                st = os.stat(raw, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            except NotADirectoryError:
+                blocker = _blocker(self._root.path, parent)
+                if blocker is None or stat.S_ISLNK(blocker):  # changed since `_written`
+                    raise InputError(
+                        f"{shown(rel)!r}: a directory above it changed while it was captured "
+                        "(a symbolic link now, or then); capture it again"
+                    ) from None
+                return None  # below a file: nothing there
+            except OSError as exc:
+                raise InputError(f"{shown(rel)!r}: {exc.strerror}") from None
+            if stat.S_ISLNK(st.st_mode):
+                return Entry(
+                    path=rel, type="symlink", mode=st.st_mode & 0o777,
+                    target=wire_name(os.fsdecode(os.readlink(raw, dir_fd=dir_fd))),
+                )  # fmt: skip
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"{shown(rel)!r} is not a file or symlink")
+            if st.st_size > capture.max_file_bytes:
+                return "large"
+            digest, st = capture.hash_and_store(rel, store_objects=True, tree=tree)
+        self._store.flush()
+        return Entry(path=rel, type="file", mode=MODES[st.st_mode & 0o777], hash=digest,
+                     size=st.st_size)  # fmt: skip
+
     def _missing_top(self, directory: str) -> str | None:
         """The topmost of `directory` and the directories above it that are not there."""
         with DirTree(self._root.path) as tree:
@@ -175,10 +276,10 @@ class Checkpoints:
         """`ignored(rel)`: whether today's rules leave a file out, as a scan would.
 
         Reads only the `.gitignore` files of the directories above the paths asked
-        about (never through a symlink); a file git tracks is never ignored.
+        about (never through a symlink); a file git tracks is never ignored. git's
+        index is read only for a path the rules ignore (what it adds only un-ignores).
         """
         rules = self._capture.rules()
-        tracked = self._capture.tracked(rules)
 
         def gitignore(directory: str) -> bytes | None:
             with DirTree(self._root.path) as tree:
@@ -198,10 +299,54 @@ class Checkpoints:
                     return False
                 return True
 
-        whole = tracked.enters_whole if tracked is not None and tracked.enters_any else None
-        ignored = ignore_checker(rules, gitignore, whole, nested)
+        by_rules = ignore_checker(rules, gitignore, None, nested)
 
         def ignored_now(rel: str) -> bool:
-            return not (tracked is not None and tracked.is_tracked(rel)) and ignored(rel, False)
+            if not by_rules(rel, False):
+                return False
+            tracked = self._capture.tracked(rules)
+            if tracked is None or not tracked.enters_any:
+                return tracked is None or not tracked.is_tracked(rel)
+            whole = ignore_checker(rules, gitignore, tracked.enters_whole, nested)
+            return not tracked.is_tracked(rel) and whole(rel, False)
 
         return ignored_now
+
+
+def _blocker(root: str, directory: str) -> int | None:
+    """The mode of the first path from `root` down to `directory` that is no directory.
+
+    None when there is none, or a missing one ends the way first. Walked through
+    descriptors, so no depth is too deep.
+    """
+    with DirTree(root) as tree:
+        for above in reversed(list(ancestors(directory))):
+            try:
+                tree.dir_fd(above)
+            except FileNotFoundError:
+                return None
+            except OSError:
+                up, _, name = above.rpartition("/")
+                try:
+                    return os.lstat(fs_path(name), dir_fd=tree.dir_fd(up)).st_mode
+                except OSError:
+                    return None
+    return None
+
+
+def _followed(path: bytes, named: str | os.PathLike[str]) -> bytes | None:
+    """`path` with every symlink followed (`realpath`); None for a loop.
+
+    Raises:
+        InputError: one cannot be followed (a path longer than PATH_MAX).
+    """
+    try:
+        return os.path.realpath(path, strict=True)
+    except FileNotFoundError:
+        return os.path.realpath(path)  # a part not there yet: the rest is followed
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None
+        raise InputError(
+            f"{shown(os.fspath(named))!r}: cannot follow its symbolic links ({exc.strerror})"
+        ) from None

@@ -216,47 +216,6 @@ class Root:
             raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
         return rel
 
-    def written(self, path: str | os.PathLike[str]) -> list[str]:
-        """The paths a write to the named `path` changes: where it leads, and its link.
-
-        The path is walked as the kernel walks it (a symlink before a `..` is followed
-        first): a directory above it that is a symlink leads to the path returned. A
-        symlink at the path is returned with the path it leads to, when that is inside
-        the root and not left out (a write through the link changes that one). A look
-        only (`realpath`), for a checkpoint to know what to keep.
-
-        Raises:
-            InputError: what `named` refuses; a symlink above the path, or at it (to
-                anything but a directory), leads outside the root; one above it leads
-                into what is never captured.
-        """
-        rel = self.named(path)
-        parent, name = os.path.split(os.path.join(os.fsencode(self.path), os.fsencode(path)))
-        if name not in (b"", b".", b".."):
-            reached = os.fsdecode(os.path.join(os.path.realpath(parent), name))
-            if relative_to(self.path, reached) is None:
-                raise InputError(
-                    f"{shown(os.fspath(path))!r} is reached through a symbolic link that leads "
-                    f"outside {self.path}"
-                )
-            rel = self.named(reached)
-        full = os.path.join(os.fsencode(self.path), fs_path(rel))
-        if not os.path.islink(full):
-            return [rel]
-        leads = os.fsdecode(os.path.realpath(full))
-        if os.path.isdir(leads):
-            return [rel]  # a write there fails
-        if relative_to(self.path, leads) is None:
-            raise InputError(
-                f"{shown(os.fspath(path))!r} is a symbolic link to {shown(leads)!r}, outside "
-                f"{self.path}: what is written through it cannot be rewound"
-            )
-        try:
-            target = self.named(leads)
-        except InputError:
-            return [rel]  # into `.git`, the store or what is excluded: never touched
-        return [rel] if target == rel else [rel, target]
-
     def special(self, rel: str) -> bool:
         """True when a FIFO, socket or device is at `rel` now (never captured: excluded).
 
