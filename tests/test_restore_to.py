@@ -298,3 +298,47 @@ def test_a_destination_it_may_not_write_is_named_not_a_temp_path(
     finally:
         os.chmod(read_only / "empty", 0o755)
         os.chmod(read_only, 0o755)
+
+
+# -- a run killed with SIGKILL leaves its temp directory: the next run clears it ----
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    return int(child.stdout)
+
+
+@pytest.mark.parametrize("into", ["an existing empty directory", "a new directory"])
+def test_a_killed_runs_temp_directory_is_cleared_by_the_next_run(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], into: str
+) -> None:
+    state = snapshotted(root)
+    out_dir = tmp_path / "out"
+    holder = out_dir if into == "an existing empty directory" else tmp_path
+    holder.mkdir(exist_ok=True)
+    killed = holder / f".worksnap-extract-{dead_pid()}-k1ll3d"
+    write(killed, "d/x.txt", "half written\n")
+    code, _, err = run(capsys, root, "restore", "latest", "--to", str(out_dir))
+    assert code == 0, err
+    assert tree_state(out_dir) == state
+    assert leftovers(holder) == []
+
+
+def test_a_killed_runs_leftovers_beside_what_it_moved_in_are_named(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshotted(root)
+    out_dir = tmp_path / "out"
+    killed = out_dir / f".worksnap-extract-{dead_pid()}-k1ll3d"
+    write(killed, "d/x.txt", "x\n")
+    write(out_dir, "a.txt", "a\n")  # moved in before the kill
+    code, _, err = run(capsys, root, "restore", "latest", "--to", str(out_dir), "--dry-run")
+    assert code == 2
+    assert f"it holds {killed.name}, left by an interrupted `restore --to`" in err
+    live = out_dir.parent / "live"
+    write(live / f".worksnap-extract-{os.getpid()}-running", "f", "a run going on")
+    code, _, err = run(capsys, root, "restore", "latest", "--to", str(live))
+    assert code == 2 and "it is not empty" in err
+    assert leftovers(live) == [f".worksnap-extract-{os.getpid()}-running"]  # never removed

@@ -121,8 +121,11 @@ def extract(
     """
     plan, final = plan_extract(target, destination, root=root, store_dir=store_dir, paths=paths)
     existing = os.path.isdir(final)
+    into = final if existing else dirname(final)
+    for name in _stale(into):  # a killed run's (`_check_destination` let them be)
+        shutil.rmtree(os.path.join(into, name), ignore_errors=True)
     try:
-        temp = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=final if existing else dirname(final))
+        temp = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-", dir=into)
     except OSError as exc:  # a directory it may not write into: named, not the temp
         raise InputError(f"cannot restore into {destination}: {exc.strerror or exc}") from None
     moved: list[str] = []
@@ -201,6 +204,21 @@ def _take_back(final: str, moved: list[str]) -> None:
     moved.clear()
 
 
+def _stale(directory: str) -> list[str]:
+    """The temp directories in `directory` of `extract` runs whose process is gone."""
+    stale = []
+    for name in os.listdir(directory):
+        pid, dash, _ = name.removeprefix(_TEMP_PREFIX).partition("-")
+        if name.startswith(_TEMP_PREFIX) and dash and pid.isdigit():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                stale.append(name)  # (another user's live process: PermissionError, kept)
+            except OSError:
+                pass
+    return stale
+
+
 def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
     """Returns the absolute destination once it is known to be new or empty, and outside.
 
@@ -236,10 +254,13 @@ def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
         st = None
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise InputError(f"cannot restore into {destination}: it exists and is not a directory")
-    if st is not None:
-        with os.scandir(final) as entries:
-            if next(entries, None) is not None:
-                raise InputError(f"cannot restore into {destination}: it is not empty")
+    if st is not None and set(names := os.listdir(final)) - set(_stale(final)):
+        left = sorted(name for name in names if name.startswith(_TEMP_PREFIX))
+        raise InputError(
+            f"cannot restore into {destination}: it is not empty"
+            + (f" (it holds {left[0]}, left by an interrupted `restore --to`, and maybe what "
+               "that had moved in: empty it and run again)" if left else "")
+        )  # fmt: skip
     written = parent if st is None else final  # where the temp directory goes
     if not os.access(written, os.W_OK | os.X_OK):  # said by a preview too
         code = errno.EROFS if os.statvfs(written).f_flag & os.ST_RDONLY else errno.EACCES
