@@ -238,8 +238,8 @@ class Checkpoints:
                 return None
             except NotADirectoryError:
                 blocker = _blocker(self._root.path, parent)
-                if blocker is None or stat.S_ISLNK(blocker):  # changed since `_written`
-                    raise InputError(
+                if blocker is None or stat.S_ISLNK(blocker) or stat.S_ISDIR(blocker):
+                    raise InputError(  # it changed since `_written` looked, or as it looked
                         f"{shown(rel)!r}: a directory above it changed while it was captured "
                         "(a symbolic link now, or then); capture it again"
                     ) from None
@@ -347,6 +347,11 @@ def _followed(path: bytes, named: str | os.PathLike[str]) -> bytes | None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return None
+        if exc.errno == errno.EINVAL:  # a link read was a link no longer
+            raise InputError(
+                f"{shown(os.fspath(named))!r}: a directory above it changed while it was "
+                "captured (a symbolic link now, or then); capture it again"
+            ) from None
         raise InputError(
             f"{shown(os.fspath(named))!r}: cannot follow its symbolic links ({exc.strerror})"
         ) from None
