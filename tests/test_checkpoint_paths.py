@@ -322,3 +322,15 @@ def test_a_directory_swapped_for_a_symlink_during_a_capture_is_never_recorded_ab
         stop.set()
         swapper.join()
     assert all("capture it again" in why for why in refused), refused
+
+
+def test_a_file_a_checkpoint_had_as_absent_that_is_ignored_now_is_shown(root: Path) -> None:
+    write(root, ".gitignore", "")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    ws.capture_before([".gitignore", "out.txt"])
+    write(root, ".gitignore", "out.txt\n")
+    write(root, "out.txt", "GENERATED")  # made by the turn, then ignored by it
+    plan = ws.plan_restore(ws.load("step:1"))
+    assert [(c.op.value, c.path) for c in plan.changes] == [("M", ".gitignore")]
+    assert [(u.path, u.why, u.size) for u in plan.unprotected] == [("out.txt", "ignored", 9)]

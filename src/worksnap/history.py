@@ -322,6 +322,7 @@ def checkpoint_rewind(
         # As of the checkpoint, for `plan.unprotected`: what it knew over the cap then,
         # and what is over the cap now where it knew something else.
         time=first.time,
+        absent=sorted(p for p, state in wanted.items() if state is None),
         large=sorted({p for p, s in wanted.items() if s == LARGE}.union(
             p for p in current.large if p not in wanted
         )),

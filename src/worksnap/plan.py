@@ -61,8 +61,9 @@ class Unprotected:
         why: "deleted" (the target left it out as large; it is gone now), "changed"
             (the same, and changed since the target was taken), "too-large" (the target
             holds it, but it is over the cap now), "added" (new since, over the cap),
-            "ignored" (added later: the target holds it, but today's ignore rules leave
-            it out, and it changed since; never captured, so the restore leaves it).
+            "ignored" (added later: the target holds it, or has nothing there (`absent`,
+            a checkpoint's), but today's ignore rules leave it out, and it changed since;
+            never captured, so the restore leaves it).
         size: its size now (None when it is gone).
     """
 
@@ -386,6 +387,10 @@ def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unpro
             rows.append(Unprotected(entry.path, "ignored", None))
         elif found[1] >= since or (entry.type == "file" and found[0] != entry.size):
             rows.append(Unprotected(entry.path, "ignored", found[0]))
+    ignored_now = set(current.ignored)
+    for path in target.absent:  # (a checkpoint's: nothing was there)
+        if any(a in ignored_now for a in ancestors(path)) and (found := probe(path)):
+            rows.append(Unprotected(path, "ignored", found[0]))
     rows.sort(key=lambda row: row.path)
     return rows
 

@@ -47,7 +47,7 @@ _WHY = {
     "changed": "changed since; the snapshot left it out as large: not restored",
     "too-large": "over the size cap now: left as it is (raise the cap to restore it)",
     "added": "added since, over the size cap: left as it is",
-    "ignored": "ignored now, so never captured: the snapshot's copy is not restored",
+    "ignored": "ignored now, so in no snapshot: left as it is, not as the snapshot has it",
 }
 
 
