@@ -188,10 +188,29 @@ class Walks:
 
 def run_cli(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
     """Runs a command line in this process on `root`: (exit code, stdout, stderr)."""
+    return run_here(capsys, "--root", str(root), *args)
+
+
+def disk_fills_after(monkeypatch: pytest.MonkeyPatch, writes: int) -> None:
+    """Makes the `writes`-th `os.write` from now fail with ENOSPC (the OS boundary)."""
+    real_write = os.write
+    calls: list[int] = []
+
+    def failing_write(fd: int, data: bytes | memoryview) -> int:
+        calls.append(fd)
+        if len(calls) == writes:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", failing_write)
+
+
+def run_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Runs a command line in this process as a shell in the current directory would."""
     from worksnap.cli import main
 
     try:
-        code = main(["--root", str(root), *args])
+        code = main(list(args))
     except SystemExit as exc:
         code = int(exc.code or 0)
     out, err = capsys.readouterr()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import disk_fills_after, tree_state, write
 from tests.conftest import run_cli as run
-from tests.conftest import tree_state, write
 from worksnap import Workspace
 
 
@@ -255,16 +255,7 @@ def test_restore_to_that_fails_half_way_leaves_nothing(
         write(root, f"d/f{i}.txt", f"file {i}")
     ws = Workspace(root)
     ws.snapshot()
-    calls = []
-    real_write = os.write
-
-    def failing_write(fd: int, data: bytes | memoryview) -> int:
-        calls.append(fd)
-        if len(calls) == 7:
-            raise OSError(28, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", failing_write)  # the OS boundary: a disk that fills up
+    disk_fills_after(monkeypatch, 7)
     result = ws.restore_to("latest", tmp_path / "copy")
     assert not result.ok and "No space left on device" in (result.error or "")
     assert not (tmp_path / "copy").exists()

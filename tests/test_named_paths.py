@@ -16,18 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli, tree_state, write
+from tests.conftest import run_here as run
 from worksnap import Workspace
-from worksnap.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Runs a command line as a shell in the current directory would (the root found)."""
-    try:
-        code = main(list(args))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def edited(root: Path) -> None:

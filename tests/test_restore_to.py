@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import disk_fills_after, tree_state, write
 from tests.conftest import run_cli as run
-from tests.conftest import tree_state, write
 from worksnap import Workspace
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
@@ -116,16 +116,7 @@ def test_a_failure_while_writing_leaves_the_empty_directory_empty(
     Workspace(root).snapshot()
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    real_write = os.write
-    calls: list[int] = []
-
-    def failing_write(fd: int, data: bytes | memoryview) -> int:
-        calls.append(fd)
-        if len(calls) == 7:
-            raise OSError(28, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", failing_write)  # the OS boundary: a disk that fills up
+    disk_fills_after(monkeypatch, 7)
     result = Workspace(root).restore_to("latest", out_dir)
     assert not result.ok and "No space left on device" in (result.error or "")
     assert os.listdir(out_dir) == []

@@ -295,21 +295,21 @@ def test_a_restore_racing_gc_changes_nothing_and_says_retry(root: Path) -> None:
 
 HOLDER = r"""
 import sys
-from worksnap.lock import StoreLock
-with StoreLock(sys.argv[1], exclusive=True, purpose="restore"):
+from worksnap.lock import StepLock, StoreLock
+lock = StepLock(sys.argv[1]) if sys.argv[2] == "steps" else StoreLock(
+    sys.argv[1], exclusive=True, purpose="restore")
+with lock:
     print("holding", flush=True)
     sys.stdin.readline()
 """
 
 
-def test_a_command_waiting_for_the_store_says_who_holds_it(root: Path) -> None:
-    write(root, "a.txt", "alpha\n")
-    with Workspace(root):
-        pass
-    assert cli("--root", str(root), "snapshot")[0] == 0
+def _wait_behind(root: Path, lock: str, *command: str) -> tuple[int, str, str, str]:
+    """Runs `worksnap --root ROOT COMMAND` while another process holds `lock` ("store"
+    or "steps"), lets go once its first line on stderr came: (exit, first line, out, rest)."""
     env = {**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"}
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(root / STORE)],
+        [sys.executable, "-c", HOLDER, str(root / STORE), lock],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -318,22 +318,40 @@ def test_a_command_waiting_for_the_store_says_who_holds_it(root: Path) -> None:
     assert holder.stdout is not None and holder.stdin is not None
     assert holder.stdout.readline() == "holding\n"
     waiting = subprocess.Popen(
-        [sys.executable, "-m", "worksnap", "--root", str(root), "--json", "snapshot"],
+        [sys.executable, "-m", "worksnap", "--root", str(root), *command],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
     assert waiting.stderr is not None
-    line = _line(waiting.stderr)
-    assert line.startswith("worksnap: waiting for store "), line
-    assert f"pid {holder.pid} on " in line and ": restore" in line, line
+    line = _line(waiting.stderr).replace(f"pid {holder.pid} on ", "pid HOLDER on ")
     holder.stdin.write("go\n")
     holder.communicate(timeout=60)
     out, err = waiting.communicate(timeout=60)
-    assert waiting.returncode == 0, err
+    return waiting.returncode, line, out, err
+
+
+def test_a_command_waiting_for_the_store_says_who_holds_it(root: Path) -> None:
+    write(root, "a.txt", "alpha\n")
+    with Workspace(root):
+        pass
+    assert cli("--root", str(root), "snapshot")[0] == 0
+    code, line, out, err = _wait_behind(root, "store", "--json", "snapshot")
+    assert line.startswith("worksnap: waiting for store "), line
+    assert "pid HOLDER on " in line and ": restore" in line, line
+    assert code == 0, err
     assert err == ""  # said once
     assert json.loads(out)["id"]
+
+
+def test_a_numbered_step_waiting_for_another_says_so(root: Path) -> None:
+    write(root, "a.txt", "alpha\n")
+    assert cli("--root", str(root), "snapshot")[0] == 0
+    code, line, _, err = _wait_behind(root, "steps", "run", "--snapshots", "--", "true")
+    assert line.startswith("worksnap: waiting for store "), line
+    assert "(another step of a session is being numbered)" in line, line
+    assert code == 0, err
 
 
 @pytest.mark.parametrize("tool", ["restore", "undo", "redo"])
@@ -358,43 +376,3 @@ def test_the_mcp_server_recovers_before_it_changes_the_tree(tmp_path: Path, tool
             if tool == "restore":
                 assert ws.plan_restore(ws.load(target)).changes == []
         assert not (root / JOURNAL).exists()
-
-
-STEP_HOLDER = r"""
-import sys
-from worksnap.lock import StepLock
-with StepLock(sys.argv[1]):
-    print("holding", flush=True)
-    sys.stdin.readline()
-"""
-
-
-def test_a_numbered_step_waiting_for_another_says_so(root: Path) -> None:
-    write(root, "a.txt", "alpha\n")
-    assert cli("--root", str(root), "snapshot")[0] == 0
-    env = {**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"}
-    holder = subprocess.Popen(
-        [sys.executable, "-c", STEP_HOLDER, str(root / STORE)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert holder.stdout is not None and holder.stdin is not None
-    assert holder.stdout.readline() == "holding\n"
-    command = ["--root", str(root), "run", "--snapshots", "--", "true"]
-    waiting = subprocess.Popen(
-        [sys.executable, "-m", "worksnap", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert waiting.stderr is not None
-    line = _line(waiting.stderr)
-    assert line.startswith("worksnap: waiting for store "), line
-    assert "(another step of a session is being numbered)" in line, line
-    holder.stdin.write("go\n")
-    holder.communicate(timeout=60)
-    _, err = waiting.communicate(timeout=60)
-    assert waiting.returncode == 0, err
