@@ -251,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
         "capture",
         "record files' before-images in the open checkpoint",
         "Record each PATH's current state in the open checkpoint; the first capture of a "
-        "path in a checkpoint wins; a missing file is recorded as absent.",
+        "path in a checkpoint wins; a missing file is recorded as absent. Name the path a "
+        "tool writes: a symlink is followed to where the write goes (refused outside the "
+        "root); an ignored path is listed as ignored, as no rewind touches it.",
         "example: worksnap capture src/app.py README.md",
     )
     capture.add_argument("paths", nargs="+", metavar="PATH")
