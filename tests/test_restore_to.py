@@ -333,3 +333,22 @@ def test_a_killed_runs_leftovers_beside_what_it_moved_in_are_named(
     code, _, err = run(capsys, root, "restore", "latest", "--to", str(live))
     assert code == 2 and "it is not empty" in err
     assert leftovers(live) == [f".worksnap-extract-{os.getpid()}-running"]  # never removed
+
+
+def test_only_a_dead_runs_own_temp_directory_is_cleared(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = snapshotted(root)
+    elsewhere = tmp_path / "elsewhere"
+    write(elsewhere, "precious", "never removed\n")
+    beside = tmp_path / "beside"
+    beside.mkdir()
+    link = f".worksnap-extract-{dead_pid()}-link"
+    os.symlink(elsewhere, beside / link)
+    huge = f".worksnap-extract-{'9' * 30}-huge"
+    write(beside / huge, "f", "a name, not a pid\n")
+    code, _, err = run(capsys, root, "restore", "latest", "--to", str(beside / "out"))
+    assert code == 0, err
+    assert tree_state(beside / "out") == state
+    assert (elsewhere / "precious").read_text() == "never removed\n"
+    assert sorted(leftovers(beside)) == sorted([huge, link])

@@ -205,17 +205,24 @@ def _take_back(final: str, moved: list[str]) -> None:
 
 
 def _stale(directory: str) -> list[str]:
-    """The temp directories in `directory` of `extract` runs whose process is gone."""
+    """The temp directories in `directory` of `extract` runs whose process is gone.
+
+    Only a real directory of this user (never a symlink) with a temp directory's
+    name: `.worksnap-extract-PID-...`, PID a process that no longer exists.
+    """
     stale = []
     for name in os.listdir(directory):
         pid, dash, _ = name.removeprefix(_TEMP_PREFIX).partition("-")
-        if name.startswith(_TEMP_PREFIX) and dash and pid.isdigit():
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                stale.append(name)  # (another user's live process: PermissionError, kept)
-            except OSError:
-                pass
+        if not (name.startswith(_TEMP_PREFIX) and dash and pid.isdigit()):
+            continue
+        try:
+            st = os.lstat(os.path.join(directory, name))
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+                stale.append(name)
+        except (OSError, OverflowError):
+            pass  # gone meanwhile, or a live process (another user's: PermissionError)
     return stale
 
 
