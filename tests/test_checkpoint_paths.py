@@ -334,3 +334,20 @@ def test_a_file_a_checkpoint_had_as_absent_that_is_ignored_now_is_shown(root: Pa
     plan = ws.plan_restore(ws.load("step:1"))
     assert [(c.op.value, c.path) for c in plan.changes] == [("M", ".gitignore")]
     assert [(u.path, u.why, u.size) for u in plan.unprotected] == [("out.txt", "ignored", 9)]
+
+
+def test_a_dotdot_deeper_than_path_max_with_no_symlink_is_walked_without_realpath(
+    root: Path,
+) -> None:
+    deep = "/".join(["d" * 48] * 90)  # about 4,400 characters
+    fd = os.open(root, os.O_RDONLY)
+    for part in [*deep.split("/"), "x"]:
+        os.mkdir(part, dir_fd=fd)
+        inner = os.open(part, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    ws = Workspace(root)
+    ws.begin(step=1)
+    checkpoint = ws.capture_before([f"{root}/{deep}/x/../f"])  # as the CLI makes it, absolute
+    assert checkpoint.absent == [f"{deep}/f"]

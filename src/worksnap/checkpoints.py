@@ -179,9 +179,7 @@ class Checkpoints:
         root = self._root
         rel = root.named(path)
         parent, name = os.path.split(os.path.join(os.fsencode(root.path), os.fsencode(path)))
-        blocker = _blocker(root.path, rel.rpartition("/")[0])
-        walked = b".." in parent.split(b"/") or (blocker is not None and stat.S_ISLNK(blocker))
-        if name not in (b"", b".", b"..") and walked:
+        if name not in (b"", b".", b"..") and _through_a_symlink(root, parent):
             followed = _followed(parent, path)
             if followed is None:  # a write there fails too
                 raise InputError(f"{shown(os.fspath(path))!r}: its symbolic links make a loop")
@@ -311,6 +309,26 @@ class Checkpoints:
             return not tracked.is_tracked(rel) and whole(rel, False)
 
         return ignored_now
+
+
+def _through_a_symlink(root: Root, parent: bytes) -> bool:
+    """True when the kernel's walk of `parent` (absolute) meets a symlink below the root.
+
+    Without one, `..` undoes the component before it, as a lexical walk does: each
+    directory the walk reaches, before each `..` and at its end, is looked at through
+    descriptors, so a deep path with no symlink never needs `realpath`.
+    """
+    parts = parent.split(b"/")
+    ends = [i for i, part in enumerate(parts) if part == b".."] + [len(parts)]
+    for end in ends:
+        above = os.fsdecode(os.path.normpath(b"/".join(parts[:end]) or b"/"))
+        directory = relative_to(root.path, above) if above != root.path else ""
+        if directory is None:
+            continue  # above the root: `named` decides
+        mode = _blocker(root.path, directory)
+        if mode is not None and stat.S_ISLNK(mode):
+            return True
+    return False
 
 
 def _blocker(root: str, directory: str) -> int | None:

@@ -122,9 +122,7 @@ def extract(
     plan, final = plan_extract(target, destination, root=root, store_dir=store_dir, paths=paths)
     existing = os.path.isdir(final)
     into = final if existing else dirname(final)
-    for name in _stale(into):  # a killed run's (`_check_destination` let them be)
-        shutil.rmtree(os.path.join(into, name), ignore_errors=True)
-    try:
+    try:  # (named with its pid, for a person to tell whose it is)
         temp = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-", dir=into)
     except OSError as exc:  # a directory it may not write into: named, not the temp
         raise InputError(f"cannot restore into {destination}: {exc.strerror or exc}") from None
@@ -204,28 +202,6 @@ def _take_back(final: str, moved: list[str]) -> None:
     moved.clear()
 
 
-def _stale(directory: str) -> list[str]:
-    """The temp directories in `directory` of `extract` runs whose process is gone.
-
-    Only a real directory of this user (never a symlink) with a temp directory's
-    name: `.worksnap-extract-PID-...`, PID a process that no longer exists.
-    """
-    stale = []
-    for name in os.listdir(directory):
-        pid, dash, _ = name.removeprefix(_TEMP_PREFIX).partition("-")
-        if not (name.startswith(_TEMP_PREFIX) and dash and pid.isdigit()):
-            continue
-        try:
-            st = os.lstat(os.path.join(directory, name))
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
-                stale.append(name)
-        except (OSError, OverflowError):
-            pass  # gone meanwhile, or a live process (another user's: PermissionError)
-    return stale
-
-
 def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
     """Returns the absolute destination once it is known to be new or empty, and outside.
 
@@ -261,12 +237,12 @@ def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
         st = None
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise InputError(f"cannot restore into {destination}: it exists and is not a directory")
-    if st is not None and set(names := os.listdir(final)) - set(_stale(final)):
+    if st is not None and (names := os.listdir(final)):
         left = sorted(name for name in names if name.startswith(_TEMP_PREFIX))
         raise InputError(
             f"cannot restore into {destination}: it is not empty"
-            + (f" (it holds {left[0]}, left by an interrupted `restore --to`, and maybe what "
-               "that had moved in: empty it and run again)" if left else "")
+            + (f" (it holds {left[0]}, the temp directory of a `restore --to` running, or "
+               "interrupted: then it, and what it had moved in, can go)" if left else "")
         )  # fmt: skip
     written = parent if st is None else final  # where the temp directory goes
     if not os.access(written, os.W_OK | os.X_OK):  # said by a preview too

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -273,13 +274,20 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
     if args.json:
         return  # `blocked` in the view
     for path in result.blocked:
-        held = os.path.isdir(os.path.join(os.fsencode(args.root), fs_path(path)))
-        note = (
-            "a directory holding what no restore touches (ignored or excluded files, a FIFO, "
-            "socket or device), where the snapshot has a file"
-            if held
-            else "a FIFO, socket or device, which no snapshot holds (remove it, then restore again)"
-        )
+        try:
+            mode: int | None = os.lstat(os.path.join(os.fsencode(args.root), fs_path(path))).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and stat.S_ISDIR(mode):
+            note = ("a directory holding what no restore touches (files no checkpoint named, "
+                    "ignored or excluded files, a FIFO, socket or device), where the snapshot "
+                    "has a file")  # fmt: skip
+        elif mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            note = ("a FIFO, socket or device, which no snapshot holds (remove it, then "
+                    "restore again)")  # fmt: skip
+        else:
+            note = ("what is in its way is in no snapshot (a file over the size cap, or one "
+                    "the ignore rules leave out)")  # fmt: skip
         warn(f"warning: {display(path)} left as it is: {note}")
 
 
