@@ -9,6 +9,7 @@ sets back what the turn changed, or the capture says what it could not keep.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import threading
 from pathlib import Path
@@ -351,3 +352,12 @@ def test_a_dotdot_deeper_than_path_max_with_no_symlink_is_walked_without_realpat
     ws.begin(step=1)
     checkpoint = ws.capture_before([f"{root}/{deep}/x/../f"])  # as the CLI makes it, absolute
     assert checkpoint.absent == [f"{deep}/f"]
+
+
+def test_a_checkpoint_records_the_stores_size_cap(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(capsys, root, "config", "max-file-bytes", "10M")[0] == 0
+    code, out, _ = run_cli(capsys, root, "--json", "begin", "--step", "1")
+    assert code == 0
+    assert Workspace(root).load(json.loads(out)["id"]).max_file_bytes == 10 << 20  # M: MiB

@@ -613,6 +613,7 @@ class Workspace:
         Files named to `capture_before` until the next `begin` record their
         before-image in it.
         """
+        self._settings()  # the store's size cap, which the checkpoint records
         return self._checkpoints.begin(
             step=step, label=label, meta=meta, attach=attach, session=self.session
         )
