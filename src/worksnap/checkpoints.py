@@ -142,9 +142,9 @@ class Checkpoints:
                 entry = self._before_image(rel)
                 if entry is None:
                     absent.add(rel)
-                    top = self._missing_top(parent)
-                    if top is not None and top not in dirs:
-                        absent.add(top)  # nothing there: what a turn makes below it goes
+                    top = _first_not_a_directory(self._root.path, parent)
+                    if top is not None and top[1] is None and top[0] not in dirs:
+                        absent.add(top[0])  # nothing there: what a turn makes below it goes
                 elif entry == "large":
                     large.add(rel)
                 else:
@@ -235,7 +235,8 @@ class Checkpoints:
             except FileNotFoundError:
                 return None
             except NotADirectoryError:
-                blocker = _blocker(self._root.path, parent)
+                found = _first_not_a_directory(self._root.path, parent)
+                blocker = None if found is None else found[1]
                 if blocker is None or stat.S_ISLNK(blocker) or stat.S_ISDIR(blocker):
                     raise InputError(  # it changed since `_written` looked, or as it looked
                         f"{shown(rel)!r}: a directory above it changed while it was captured "
@@ -257,18 +258,6 @@ class Checkpoints:
         self._store.flush()
         return Entry(path=rel, type="file", mode=MODES[st.st_mode & 0o777], hash=digest,
                      size=st.st_size)  # fmt: skip
-
-    def _missing_top(self, directory: str) -> str | None:
-        """The topmost of `directory` and the directories above it that are not there."""
-        with DirTree(self._root.path) as tree:
-            for above in reversed(list(ancestors(directory))):
-                try:
-                    tree.dir_fd(above)
-                except FileNotFoundError:
-                    return above
-                except OSError:
-                    return None  # a file (or a symlink) there: what is below it is absent
-        return None
 
     def _ignored_now(self) -> Callable[[str], bool]:
         """`ignored(rel)`: whether today's rules leave a file out, as a scan would.
@@ -325,30 +314,30 @@ def _through_a_symlink(root: Root, parent: bytes) -> bool:
         directory = relative_to(root.path, above) if above != root.path else ""
         if directory is None:
             continue  # above the root: `named` decides
-        mode = _blocker(root.path, directory)
-        if mode is not None and stat.S_ISLNK(mode):
+        found = _first_not_a_directory(root.path, directory)
+        if found is not None and found[1] is not None and stat.S_ISLNK(found[1]):
             return True
     return False
 
 
-def _blocker(root: str, directory: str) -> int | None:
-    """The mode of the first path from `root` down to `directory` that is no directory.
+def _first_not_a_directory(root: str, directory: str) -> tuple[str, int | None] | None:
+    """The first path from `root` down to `directory` that is no directory, and its mode.
 
-    None when there is none, or a missing one ends the way first. Walked through
-    descriptors, so no depth is too deep.
+    Its mode is None when nothing is there; the whole is None when every one is a
+    directory. Walked through descriptors, so no depth is too deep.
     """
     with DirTree(root) as tree:
         for above in reversed(list(ancestors(directory))):
             try:
                 tree.dir_fd(above)
             except FileNotFoundError:
-                return None
+                return above, None
             except OSError:
                 up, _, name = above.rpartition("/")
                 try:
-                    return os.lstat(fs_path(name), dir_fd=tree.dir_fd(up)).st_mode
+                    return above, os.lstat(fs_path(name), dir_fd=tree.dir_fd(up)).st_mode
                 except OSError:
-                    return None
+                    return above, None  # gone since
     return None
 
 
