@@ -279,9 +279,9 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
         except OSError:
             mode = None
         if mode is not None and stat.S_ISDIR(mode):
-            note = ("a directory holding what no restore touches (files no checkpoint named, "
-                    "ignored or excluded files, a FIFO, socket or device), where the snapshot "
-                    "has a file")  # fmt: skip
+            note = ("a directory holding what no restore touches (ignored or excluded files, "
+                    "a FIFO, socket or device; for a checkpoint, files it never named), where "
+                    "the snapshot has a file")  # fmt: skip
         elif mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
             note = ("a FIFO, socket or device, which no snapshot holds (remove it, then "
                     "restore again)")  # fmt: skip

@@ -85,7 +85,8 @@ def test_the_text_restore_warns_about_the_blocked_path(root: Path) -> None:
     assert out.startswith("restored 3 paths")
     assert err == (
         "worksnap: warning: build left as it is: a directory holding what no restore touches "
-        "(ignored or excluded files, a FIFO, socket or device), where the snapshot has a file\n"
+        "(ignored or excluded files, a FIFO, socket or device; for a checkpoint, files it never "
+        "named), where the snapshot has a file\n"
     )
 
 
