@@ -287,15 +287,18 @@ class Checkpoints:
                 return True
 
         by_rules = ignore_checker(rules, gitignore, None, nested)
+        with_index: Callable[[str, bool], bool] | None = None  # made once, when first asked
 
         def ignored_now(rel: str) -> bool:
+            nonlocal with_index
             if not by_rules(rel, False):
                 return False
             tracked = self._capture.tracked(rules)
             if tracked is None or not tracked.enters_any:
                 return tracked is None or not tracked.is_tracked(rel)
-            whole = ignore_checker(rules, gitignore, tracked.enters_whole, nested)
-            return not tracked.is_tracked(rel) and whole(rel, False)
+            if with_index is None:
+                with_index = ignore_checker(rules, gitignore, tracked.enters_whole, nested)
+            return not tracked.is_tracked(rel) and with_index(rel, False)
 
         return ignored_now
 
