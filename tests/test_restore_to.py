@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import disk_fills_after, tree_state, write
 from tests.conftest import run_cli as run
 from worksnap import Workspace
+from worksnap.progress import Progress
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
@@ -83,29 +84,27 @@ def test_dot_from_inside_an_empty_directory_fills_it(root: Path, tmp_path: Path)
     assert tree_state(here) == state and os.stat(here).st_ino == inode
 
 
-def test_a_failure_while_moving_in_leaves_the_empty_directory_empty(
-    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_name_made_in_the_directory_meanwhile_is_never_replaced(
+    root: Path, tmp_path: Path
 ) -> None:
-    snapshotted(root)
+    """A file a person makes in DIR while the files are written stops the moves at its
+    name (the kernel checks and renames in one step, `renameat2` with `RENAME_NOREPLACE`):
+    it keeps its bytes, and what was moved before it is taken back."""
+    snapshotted(root)  # top level, in the order moved: a.txt, d, empty, link
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     inode = os.stat(out_dir).st_ino
-    real_rename = os.rename
-    moved: list[str] = []
 
-    def rename(src: str, dst: str, *, src_dir_fd: int | None = None,
-               dst_dir_fd: int | None = None) -> None:  # fmt: skip
-        if src_dir_fd is not None and src_dir_fd != dst_dir_fd:  # out of the hidden temp
-            moved.append(src)
-            if len(moved) == 3:
-                raise OSError(5, "Input/output error")
-        real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    def person(report: Progress) -> None:
+        if report.what == "write" and report.done == report.total:
+            (out_dir / "empty").write_bytes(b"mine\n")
 
-    monkeypatch.setattr(os, "rename", rename)  # the OS boundary: the third move fails
-    result = Workspace(root).restore_to("latest", out_dir)
-    assert not result.ok and "Input/output error" in (result.error or "")
-    assert len(moved) == 3 and result.restored == []
-    assert os.listdir(out_dir) == [] and os.stat(out_dir).st_ino == inode
+    result = Workspace(root, progress=person).restore_to("latest", out_dir)
+    assert not result.ok
+    assert "empty" in (result.error or "") and "appeared meanwhile" in (result.error or "")
+    assert result.restored == []
+    assert os.listdir(out_dir) == ["empty"] and os.stat(out_dir).st_ino == inode
+    assert (out_dir / "empty").read_bytes() == b"mine\n"
 
 
 def test_a_failure_while_writing_leaves_the_empty_directory_empty(

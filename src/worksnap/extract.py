@@ -10,7 +10,8 @@ A new DIR is written as a temp directory beside it, renamed to DIR at the end: i
 appears whole or not at all. An existing empty DIR is filled in place, so that it
 keeps its inode, mode and owner (a shell sitting in it, a mount point): the files go
 into a hidden temp directory inside it, moved in name by name once all are written
-and durable; a failure takes back what was moved. Only a kill -9 among those renames
+and durable, never over a name (`fsio.rename_noreplace`); a failure takes back what
+was moved. Only a kill -9 among those renames
 (no data is written then) can leave part of the top level, beside the hidden temp.
 """
 
@@ -26,7 +27,7 @@ from os.path import dirname
 
 from worksnap.apply import Result, apply_plan
 from worksnap.errors import InputError, shown
-from worksnap.fsio import fsync_dir, sync_filesystem
+from worksnap.fsio import fsync_dir, rename_noreplace, sync_filesystem
 from worksnap.history import CHECKPOINT
 from worksnap.manifest import VERSION, Manifest, new_id, now_rfc3339, tree_digest
 from worksnap.paths import Root, fs_path, relative_to, wire_name
@@ -171,13 +172,9 @@ def _move_in(temp: str, final: str, moved: list[str]) -> None:
         try:
             for name in sorted(os.listdir(source)):
                 try:
-                    os.stat(name, dir_fd=into, follow_symlinks=False)
-                except FileNotFoundError:
-                    pass
-                else:
-                    raise FileExistsError(errno.EEXIST, "it appeared meanwhile", name)
-                try:
-                    os.rename(name, name, src_dir_fd=source, dst_dir_fd=into)
+                    rename_noreplace(name, src_dir_fd=source, dst_dir_fd=into)
+                except FileExistsError:
+                    raise FileExistsError(errno.EEXIST, "it appeared meanwhile", name) from None
                 except OSError as exc:
                     raise OSError(exc.errno, exc.strerror or str(exc), name) from exc
                 moved.append(name)

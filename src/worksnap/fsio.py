@@ -31,6 +31,7 @@ only hashed again, never taken for another.
 """
 
 _PACKED = struct.Struct("<QQqqI")
+_RENAME_NOREPLACE = 1  # renameat2(2), <linux/fs.h>
 
 MODES = tuple(range(0o1000))
 """Permission bits as shared ints: `MODES[st.st_mode & 0o777]` makes no new int per file
@@ -153,6 +154,36 @@ def sync_filesystem(path: str) -> None:
             raise OSError(code, os.strerror(code), path)
     finally:
         os.close(fd)
+
+
+def rename_noreplace(name: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+    """Renames `name` from one directory to the other, never over a name already there.
+
+    `renameat2(2)` with `RENAME_NOREPLACE`: the kernel checks and renames in one step.
+    Where the C library or the file system has no such flag (before glibc 2.28, some
+    network file systems), a look first, then the rename: a name made between the two
+    is replaced (the gap docs/safety.md lists for those).
+
+    Raises:
+        FileExistsError: `name` is taken in the destination.
+        OSError: the rename failed otherwise.
+    """
+    import ctypes  # only a `restore --to` into an existing directory pays for it
+
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is not None:
+        raw = os.fsencode(name)
+        if renameat2(src_dir_fd, raw, dst_dir_fd, raw, _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL):  # (EINVAL: a file system without it)
+            raise OSError(code, os.strerror(code), name)
+    try:
+        os.stat(name, dir_fd=dst_dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        os.rename(name, name, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    else:
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), name)
 
 
 def write_atomic(path: str, data: bytes) -> None:
