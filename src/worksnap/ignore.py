@@ -496,7 +496,10 @@ def repo_rules(outer: Rules, dir_path: str) -> Rules | None:
     """
     if outer.root is None:
         return None
-    top = Path(outer.root, os.fsdecode(fs_path(dir_path)))
+    top_name = os.path.join(outer.root, os.fsdecode(fs_path(dir_path)))
+    if not os.path.lexists(os.path.join(top_name, ".git")):
+        return None  # (the usual answer, in one lstat: a plan asks about every directory)
+    top = Path(top_name)
     git_dir = git_dir_of(top)
     if git_dir is None:
         return None
