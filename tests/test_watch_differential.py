@@ -43,6 +43,7 @@ from worksnap.apply import Result, apply_plan
 from worksnap.errors import SnapshotError
 from worksnap.flatbuild import from_flat
 from worksnap.manifest import Manifest, decode_manifest
+from worksnap.paths import ancestors
 from worksnap.scan import Scan, scan_tree
 from worksnap.treewalk import Flat
 from worksnap.workspace import Seams
@@ -82,6 +83,14 @@ def differences(watched: Manifest, plain: Manifest) -> list[str]:
         ours, now = set(getattr(watched, name)), set(getattr(plain, name))
         found += [f"{name}: only watched {p}" for p in sorted(ours - now)]
         found += [f"{name}: only plain {p}" for p in sorted(now - ours)]
+    # What the planner relies on (`plan.unprotected`): nothing is captured at or below a
+    # path the scan lists as ignored.
+    ignored = set(plain.ignored)
+    found += [
+        f"{e.path}: captured at or below an ignored path"
+        for e in plain.entries
+        if any(a in ignored for a in ancestors(e.path))
+    ]
     return found
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -349,7 +349,9 @@ def target_ignores(
     return lambda path, is_dir: path in listed or ignored(path, is_dir)
 
 
-def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unprotected]:
+def unprotected(
+    current: Manifest, target: Manifest, probe: Probe, changed: Iterable[Entry]
+) -> list[Unprotected]:
     """Lists the large files a restore of `target` leaves as they are, sorted by path.
 
     A large file is in no snapshot, so the planner never touches it: one the target
@@ -363,6 +365,9 @@ def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unpro
         current: the state the plan was made from.
         target: the snapshot restored.
         probe: what is on disk at a path now (see `Probe`).
+        changed: the target's entries that are not so now (`Differences.only_then`).
+            Those below what is ignored now are among them: a scan captures nothing at
+            or below a path it lists as ignored.
     """
     since = int(parse_time(target.time).timestamp() * 1_000_000_000)
     held: set[str] | None = None  # the target's paths: made only if a large file asks
@@ -381,30 +386,20 @@ def unprotected(current: Manifest, target: Manifest, probe: Probe) -> list[Unpro
         size = found[0] if found is not None else None
         held = {e.path for e in target.entries} if held is None else held
         rows.append(Unprotected(path, "too-large" if path in held else "added", size))
-    for entry in _held_below(target.entries, current.ignored):
+    ignored_now = set(current.ignored)
+    for entry in changed:
+        if not any(a in ignored_now for a in ancestors(entry.path)):
+            continue
         found = probe(entry.path)
         if found is None:
             rows.append(Unprotected(entry.path, "ignored", None))
         elif found[1] >= since or (entry.type == "file" and found[0] != entry.size):
             rows.append(Unprotected(entry.path, "ignored", found[0]))
-    ignored_now = set(current.ignored)
     for path in target.absent:  # (a checkpoint's: nothing was there)
         if any(a in ignored_now for a in ancestors(path)) and (found := probe(path)):
             rows.append(Unprotected(path, "ignored", found[0]))
     rows.sort(key=lambda row: row.path)
     return rows
-
-
-def _held_below(entries: list[Entry], paths: list[str]) -> Iterator[Entry]:
-    """The entries (sorted by path) at or below any of `paths`."""
-    for path in paths:
-        at = bisect_left(entries, path, key=attrgetter("path"))
-        if at < len(entries) and entries[at].path == path:
-            yield entries[at]
-        at = bisect_left(entries, path + "/", key=attrgetter("path"))
-        while at < len(entries) and entries[at].path.startswith(path + "/"):
-            yield entries[at]
-            at += 1
 
 
 def destroys_unstored(plan: Plan, stored: Iterable[Manifest | None]) -> bool:

@@ -153,7 +153,7 @@ class Restorer:
             current,
             target,
             ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
-            differences=self._differences(current, target),
+            differences=(found := self._differences(current, target)),
             special=lambda p: self._root.special(p) and not now.covers(p, is_dir=False),
         )
         kept = [
@@ -167,7 +167,7 @@ class Restorer:
         if selected is not None:
             check_selected(selected, current, target)
             plan = select_paths(plan, selected)
-        rows = [r for r in unprotected(plan.current, plan.target, self._probe) if (
+        rows = [r for r in unprotected(current, target, self._probe, found.only_then) if (
             (known is None or r.path in known)  # a checkpoint's: only what it knows
             and (selected is None or any(is_under(r.path, p) for p in selected))
         )]  # fmt: skip
