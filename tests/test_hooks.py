@@ -24,6 +24,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
 AGENT_SESSION = "9ecf22fa-edf8-4332-ae85-b6d5456eda64"
 
 
+OUTSIDE_CLAUDE = {k: v for k, v in os.environ.items() if k != "CLAUDE_PROJECT_DIR"}
+"""The environment of a hook Claude Code did not start (the suite may run inside one)."""
+
+
 def event(name: str, root: Path) -> str:
     return (FIXTURES / f"{name}.json").read_text().replace("@ROOT@", str(root))
 
@@ -37,7 +41,7 @@ def hook(root: Path, name: str, *, cwd: Path | None = None, text: str | None = N
         capture_output=True,
         text=True,
         cwd=cwd or root,
-        env={**os.environ, "WORKSNAP_NO_DAEMON": "1", **(env or {})},
+        env={**OUTSIDE_CLAUDE, "WORKSNAP_NO_DAEMON": "1", **(env or {})},
         check=False,
     )
 
@@ -321,13 +325,31 @@ def test_a_fifo_for_a_settings_file_is_refused_without_blocking(
 
 
 @pytest.mark.slow
+def test_the_hook_snapshots_the_project_wherever_the_agent_cd_ed(
+    project: Path, tmp_path: Path
+) -> None:
+    """The event's `cwd` is where the agent's shell last went (here another repository);
+    Claude Code names the project in `$CLAUDE_PROJECT_DIR`, and the step is taken there."""
+    elsewhere = tmp_path / "other-repo"
+    write(elsewhere, "notes.txt", "not this project\n")
+    subprocess.run(["git", "init", "-q", str(elsewhere)], check=True)
+    moved = event("user_prompt_submit", project).replace(str(project), str(elsewhere))
+    result = hook(project, "user_prompt_submit", cwd=elsewhere, text=moved,
+                  env={"CLAUDE_PROJECT_DIR": str(project)})  # fmt: skip
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    [row] = snapshots(project)
+    assert (row["kind"], row["step"]) == ("step", 0)
+    assert not (elsewhere / ".git" / "worksnap").exists()
+    assert not (elsewhere / ".worksnap").exists()
+
+
 @pytest.mark.parametrize("from_project", [False, True], ids=["elsewhere", "in-the-project"])
 def test_with_a_daemon_the_hook_runs_in_it(
     project: Path, tmp_path: Path, *, from_project: bool
 ) -> None:
     """Run from the project, the fast client must not hand the daemon a bare `hook`:
     the event is read (and its cwd entered) first, then forwarded with `--event`."""
-    env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+    env = {k: v for k, v in OUTSIDE_CLAUDE.items() if k != "WORKSNAP_NO_DAEMON"}
 
     def daemon(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

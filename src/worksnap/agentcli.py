@@ -25,7 +25,12 @@ BLOCK_EXIT = 2
 
 
 def prepare_hook(args: argparse.Namespace, argv: list[str]) -> list[str] | None:
-    """Reads the hook's event (stdin, once) and starts from its `cwd`; the argv to run.
+    """Reads the hook's event (stdin, once) and starts from the project; the argv to run.
+
+    The project is `$CLAUDE_PROJECT_DIR`, which Claude Code gives every hook: the
+    event's `cwd` is wherever the agent last `cd`-ed (another repository, a nested one,
+    `/tmp`), and a review found the turn snapshotted there, in a store of its own, its
+    step missing from the project's session. Without it, the event's `cwd`.
 
     None: the event is unreadable (said on stderr); the hook then exits 0.
     """
@@ -43,11 +48,13 @@ def prepare_hook(args: argparse.Namespace, argv: list[str]) -> list[str] | None:
     except InputError as exc:
         warn(f"hook: {exc}")
         return None
-    if args.root is None and event.cwd and os.path.isdir(event.cwd):
+    project = os.environ.get("CLAUDE_PROJECT_DIR", "")
+    start = project if project and os.path.isdir(project) else event.cwd
+    if args.root is None and start and os.path.isdir(start):
         try:
-            os.chdir(event.cwd)
+            os.chdir(start)
         except OSError as exc:
-            warn(f"hook: cannot enter {event.cwd}: {exc.strerror}")
+            warn(f"hook: cannot enter {start}: {exc.strerror}")
             return None
     return argv
 
