@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -223,6 +225,37 @@ def worksnap(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[s
         capture_output=True, text=True, cwd=cwd, check=False,
         env={**os.environ, "HOME": str(home), "WORKSNAP_NO_DAEMON": "1"},
     )  # fmt: skip
+
+
+def test_installed_by_python_m_with_no_worksnap_on_the_path_the_hook_runs(
+    project: Path, tmp_path: Path
+) -> None:
+    """A review installed the hooks with `python -m worksnap` where no `worksnap` was on
+    the PATH: the settings named the bare command, and every hook exited 127."""
+    bare_path = "/usr/bin:/bin"
+    assert shutil.which("worksnap", path=bare_path) is None
+    installed = subprocess.run(
+        [sys.executable, "-m", "worksnap", "hooks", "install", "claude-code"],
+        capture_output=True, text=True, cwd=project, check=False,
+        env={**OUTSIDE_CLAUDE, "PATH": bare_path, "HOME": str(tmp_path),
+             "WORKSNAP_NO_DAEMON": "1"},
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    [group] = settings["hooks"]["UserPromptSubmit"]
+    [entry] = group["hooks"]
+    assert shlex.split(entry["command"])[:3] == [sys.executable, "-m", "worksnap"]
+    ran = subprocess.run(  # as Claude Code runs it: by a shell, in the project
+        ["/bin/sh", "-c", entry["command"]], input=event("user_prompt_submit", project),
+        capture_output=True, text=True, cwd=project, check=False,
+        env={**OUTSIDE_CLAUDE, "PATH": bare_path, "WORKSNAP_NO_DAEMON": "1"},
+    )  # fmt: skip
+    assert (ran.returncode, ran.stderr) == (0, "")
+    [row] = snapshots(project)
+    assert (row["kind"], row["step"]) == ("step", 0)
+    gone = worksnap("hooks", "uninstall", "claude-code", cwd=project, home=tmp_path)
+    assert gone.returncode == 0 and "removed from" in gone.stdout
+    assert "hooks" not in json.loads((project / ".claude" / "settings.json").read_text())
 
 
 def test_install_keeps_other_settings_is_idempotent_and_uninstall_restores(

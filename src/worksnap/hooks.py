@@ -167,10 +167,14 @@ def _tool_label(event: Event) -> str:
 def hook_command() -> str:
     """The command the settings run: `worksnap hook claude-code`.
 
-    By its full path when `worksnap` on the PATH is not this installation.
+    By its full path when `worksnap` on the PATH is not this installation; as
+    `PYTHON -m worksnap` when run so and no `worksnap` is on the PATH (a review found
+    every hook failing with 127 then, and nothing said at install).
     """
     here = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     found = shutil.which("worksnap")
+    if found is None and os.path.basename(here) != "worksnap" and sys.executable:
+        return f"{shlex.quote(sys.executable)} -m worksnap hook claude-code"
     if (
         not here
         or os.path.basename(here) != "worksnap"
@@ -187,6 +191,8 @@ def _is_ours(hook: object) -> bool:
         words = shlex.split(str(hook.get("command", "")))
     except ValueError:  # unbalanced quotes: someone else's
         return False
+    if words[1:3] == ["-m", "worksnap"]:  # PYTHON -m worksnap hook claude-code
+        words = words[2:]
     return (
         len(words) == 3
         and os.path.basename(words[0]) == "worksnap"
