@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -184,6 +186,38 @@ def test_an_error_is_a_tool_error_with_the_one_line_message_and_the_server_goes_
     in_server(project, body)
 
 
+def test_a_review_s_small_wrong_results_are_gone(project: Path) -> None:
+    """A negative `limit` dropped the oldest snapshot (`rows[:-1]`); an empty `paths`
+    meant nothing to `plan` and everything to `diff`; a Latin-1 file's patch came back
+    with U+FFFD in it, so `git apply` refused it."""
+    cli(project, "snapshot")
+    write(project, "latin1.txt", "caf\xe9\n".encode("latin-1"))
+    cli(project, "snapshot")
+    write(project, "latin1.txt", "na\xefve\n".encode("latin-1"))
+
+    async def body(client: Client) -> None:
+        for name, arguments in (
+            ("list", {"limit": -1}),
+            ("plan", {"ref": "latest", "paths": []}),
+            ("restore", {"ref": "latest", "paths": []}),
+            ("diff", {"paths": []}),
+        ):
+            result = await client.call_tool(name, arguments)
+            assert result.is_error, name
+        found = await call(client, "diff")
+        assert found["patch_encoding"] == "base64"
+        patch = base64.b64decode(found["patch"])
+        reverse = subprocess.run(
+            ["git", "apply", "-R", "-"], input=patch, cwd=project, capture_output=True,
+            check=False,
+        )  # fmt: skip
+        assert reverse.returncode == 0, reverse.stderr
+        assert (project / "latin1.txt").read_bytes() == "caf\xe9\n".encode("latin-1")
+        assert (await call(client, "diff"))["patch"] == ""
+
+    in_server(project, body)
+
+
 def test_over_stdio_a_real_server_answers_and_writes_only_protocol(project: Path) -> None:
     write(project, "big/" + "x" * 10, "y")
     for i in range(300):
@@ -257,3 +291,63 @@ def test_without_the_sdk_mcp_says_what_to_install_and_exits_2(project: Path) -> 
         "worksnap: error: worksnap mcp needs the MCP SDK: pip install 'worksnap[mcp]' "
         "(or: pip install 'mcp>=2.3')"
     ]
+
+
+HOLDER = """
+import sys
+import threading
+from worksnap import Workspace
+with Workspace(sys.argv[1]) as ws, ws.locks.exclusive("another agent's restore"):
+    print("held", flush=True)
+    sys.stdin.readline()
+    open(sys.argv[2], "w").write("changed by the other agent's restore\\n")
+"""
+
+
+def waits_for_the_lock(thread: threading.Thread, timeout: float = 60.0) -> bool:
+    """True once `thread` is waiting in the store lock (its stack, looked at; no timing)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        while frame is not None:
+            if frame.f_code.co_name == "_wait" and frame.f_code.co_filename.endswith("lock.py"):
+                return True
+            frame = frame.f_back
+        time.sleep(0.01)
+    return False
+
+
+def test_restore_plans_under_the_lock_so_another_agents_restore_cannot_overtake_it(
+    project: Path,
+) -> None:
+    """A review ran two agents' servers on one tree: a `restore` planned before it took
+    the store lock failed "changed since the plan was made (plan again)" whenever the
+    other agent's restore ran in between, a plan this agent never made."""
+    app = project / "src" / "app.py"
+    with Workspace(project) as ws:
+        first = ws.snapshot().id
+    write(project, "src/app.py", "print(2)\n")
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(project), str(app)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with Workspace(project) as ws:
+            tools = Tools(ws, session="default", found=locate(str(project)).found)
+            done: list[dict[str, Any]] = []
+            worker = threading.Thread(target=lambda: done.append(tools.restore(first)))
+            worker.start()
+            assert waits_for_the_lock(worker)  # blocked on the other agent's lock
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            worker.join(timeout=120)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+        holder.stdout.close()
+    [result] = done
+    assert result.get("error") is None, result
+    assert app.read_text() == "print(1)\n"

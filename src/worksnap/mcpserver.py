@@ -111,6 +111,8 @@ class Tools:
             summaries = ws.list()
             pins = ws.pinned()
             rows = [views.summary_view(s, pinned=s.id in pins) for s in summaries]
+            if limit is not None and limit < 0:
+                raise InputError(f"limit must be 0 or more, not {limit}")
             return rows if limit is None else rows[:limit]
 
         return self.call(run, session)
@@ -121,7 +123,9 @@ class Tools:
         Changes nothing. `changes`: M modified, A added since (removed), D deleted
         since (recreated); `unprotected`: large files a restore cannot bring back.
         """
-        return self.call(lambda ws: views.plan_view(ws.plan_restore(ws.load(ref), paths=paths)))
+        return self.call(
+            lambda ws: views.plan_view(ws.plan_restore(ws.load(ref), paths=_named(paths)))
+        )
 
     def show(self, ref: str) -> dict[str, Any]:
         """One snapshot's manifest: kind, step, time, label, meta, attachments, files.
@@ -158,18 +162,23 @@ class Tools:
         """What changed from snapshot `ref` (default latest) to `ref2` (default: now).
 
         Changes nothing. `result`: one row per changed path with line counts; without
-        `stat`, `patch` also holds the changes as a git patch (`git apply` takes it).
+        `stat`, `patch` also holds the changes as a git patch (`git apply` takes it):
+        text when it is UTF-8 (`patch_encoding` "utf-8"), else base64 ("base64").
         """
         from worksnap.diff import git_patch, select
 
         def run(ws: Workspace) -> dict[str, Any]:
             changes, read = ws.diff(ref or "latest", ref2)
-            if paths and (wanted := ws.selection(paths)) is not None:
+            if (named := _named(paths)) and (wanted := ws.selection(named)) is not None:
                 changes = select(changes, wanted)
             document: dict[str, Any] = {"result": views.diff_view(changes, read)}
             if not stat:
                 patch = b"".join(git_patch(c, read, binary=False) for c in changes)
-                document["patch"] = patch.decode("utf-8", "replace")
+                try:  # bytes that are no UTF-8 (a Latin-1 file) go as they are, in base64
+                    document["patch"], document["patch_encoding"] = patch.decode(), "utf-8"
+                except UnicodeDecodeError:
+                    document["patch"] = base64.b64encode(patch).decode("ascii")
+                    document["patch_encoding"] = "base64"
             return document
 
         return self.call(run)
@@ -201,8 +210,11 @@ class Tools:
 
         def run(ws: Workspace) -> dict[str, Any]:
             _recovered(ws, dry_run)
-            plan = ws.plan_restore(ws.load(ref), paths=paths)
-            return views.plan_view(plan) if dry_run else views.result_view(ws.apply(plan))
+            if dry_run:
+                return views.plan_view(ws.plan_restore(ws.load(ref), paths=_named(paths)))
+            # Planned under the store lock, with the tree walked once (as `restore --yes`):
+            # a plan made first could be overtaken by another agent's restore meanwhile.
+            return views.result_view(ws.restore(ref, paths=_named(paths)))
 
         return self.call(run)
 
@@ -215,8 +227,9 @@ class Tools:
 
         def run(ws: Workspace) -> dict[str, Any]:
             _recovered(ws, dry_run)
-            plan = ws.plan_undo()
-            return views.plan_view(plan) if dry_run else views.result_view(ws.undo(plan))
+            if dry_run:
+                return views.plan_view(ws.plan_undo())
+            return views.result_view(ws.undo())  # (planned under the lock, as above)
 
         return self.call(run)
 
@@ -225,10 +238,22 @@ class Tools:
 
         def run(ws: Workspace) -> dict[str, Any]:
             _recovered(ws, dry_run)
-            plan = ws.plan_redo()
-            return views.plan_view(plan) if dry_run else views.result_view(ws.redo(plan))
+            if dry_run:
+                return views.plan_view(ws.plan_redo())
+            return views.result_view(ws.redo())  # (planned under the lock, as above)
 
         return self.call(run)
+
+
+def _named(paths: list[str] | None) -> list[str] | None:
+    """The paths a tool is limited to: None for the whole tree.
+
+    An empty list is refused: a review found it meant nothing to `plan` and `restore`,
+    everything to `diff`.
+    """
+    if paths is not None and not paths:
+        raise InputError("paths: name at least one path, or leave paths out for the whole tree")
+    return paths
 
 
 def _recovered(ws: Workspace, dry_run: bool) -> None:
