@@ -479,6 +479,38 @@ def test_undo_target(case: str) -> None:
     assert undo_target(history, current, state, load=load) == expected
 
 
+def files(root: Path) -> dict[bytes, object]:
+    """Every path in the tree and its content (None: a directory)."""
+    return {p: (s[3] if s[0] == "file" else None) for p, s in tree_state(root).items()}
+
+
+def test_undo_after_a_checkpointed_turn_sets_back_that_turn_only(root: Path) -> None:
+    """A review: after a full snapshot, an edit (b), then a turn a checkpoint recorded
+    (a edited, c made), `status` showed "M a" while `undo` went to the full snapshot,
+    reverting b and removing c. Undo now sets back what the turn captured, as a rewind
+    to that checkpoint does; the next undo goes on to the full snapshot; redo returns."""
+    write(root, "a", "a0\n")
+    write(root, "b", "b0\n")
+    with Workspace(root) as ws:
+        ws.snapshot()
+        write(root, "b", "b1\n")  # before the turn: in no snapshot
+        ws.begin()
+        ws.capture_before(["a", "new/c"])
+        write(root, "a", "a1\n")
+        write(root, "new/c", "made by the turn\n")
+        write(root, "d", "not captured\n")
+        first = ws.undo()
+        assert first.ok and sorted(first.restored) == ["a", "new", "new/c"]
+        assert files(root) == {b"a": b"a0\n", b"b": b"b1\n", b"d": b"not captured\n"}
+        back = ws.redo()
+        assert back.ok and (root / "a").read_text() == "a1\n"
+        assert (root / "new" / "c").read_text() == "made by the turn\n"
+        ws.undo()
+        second = ws.undo()  # past the checkpoint: the full snapshot
+        assert second.ok
+        assert files(root) == {b"a": b"a0\n", b"b": b"b0\n"}
+
+
 def _checkpoint(
     cid: str, second: int, paths: dict[str, Spec], absent: tuple[str, ...] = ()
 ) -> Manifest:

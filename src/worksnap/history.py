@@ -180,11 +180,16 @@ def undo_target(
     *,
     load: Callable[[str], Manifest],
     flat_tree: str | None = None,
+    rewind: Callable[[str], Manifest] | None = None,
 ) -> str | None:
     """Picks what `undo` restores.
 
     That is the newest snapshot older than the last undo's target whose entries or
-    dirs differ from the current ones (undo/redo snapshots and checkpoints never count).
+    dirs differ from the current ones (undo/redo snapshots never count). A checkpoint
+    counts as the tree its rewind aims at (`rewind`; without it, checkpoints never
+    count): an undo after a turn a checkpoint recorded sets back that turn's files,
+    as `status` shows them, not every edit since the last full snapshot (a review
+    found it reverting files no turn had touched and removing new ones).
     Not its `tree` alone: a format 2 root tree also names the ignored, large and
     excluded paths, which no restore changes (a new `__pycache__/` must not make the
     current state a target that restores nothing). Equal trees need no `load`.
@@ -197,19 +202,25 @@ def undo_target(
             whose root tree differs from the current one).
         flat_tree: the format 1 digest of the workspace now, for the summaries of a
             store not migrated yet (they hold format 1 digests).
+        rewind: returns the full tree a rewind to a checkpoint (by id) aims at, from
+            the current state (`checkpoint_target`).
     """
     before = None
     if state.redo:
         last = next((s for s in history if s.id == state.redo[-1].target), None)
         before = (last.time, last.id) if last is not None else None
     for summary in history:
-        if summary.kind in UNDO_KINDS or summary.kind == CHECKPOINT:
+        if summary.kind in UNDO_KINDS or (summary.kind == CHECKPOINT and rewind is None):
             continue
         if before is not None and (summary.time, summary.id) >= before:
             continue
-        if summary.tree in (current.tree, flat_tree):
+        if summary.kind == CHECKPOINT:
+            assert rewind is not None
+            target = rewind(summary.id)
+        elif summary.tree in (current.tree, flat_tree):
             continue  # equal trees (or format 1 digests): equal entries and dirs
-        target = load(summary.id)
+        else:
+            target = load(summary.id)
         if (target.entries, target.dirs) != (current.entries, current.dirs):
             return summary.id
     return None

@@ -156,11 +156,9 @@ class Restorer:
             differences=(found := self._differences(current, target)),
             special=lambda p: self._root.special(p) and not now.covers(p, is_dir=False),
         )
-        kept = [
-            c
-            for c in plan.changes
-            if c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
-        ]
+        kept = [c for c in plan.changes if (
+            c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
+        )]  # fmt: skip
         if blocked:
             kept = sorted([*kept, *blocked], key=lambda c: c.path)
         plan = dataclasses.replace(plan, changes=kept)
@@ -496,11 +494,13 @@ class Restorer:
             raise InputError(f"nothing to undo in session {session!r} (no snapshots yet)")
 
         def choose(current: Manifest) -> Manifest:
-            state = self._sessions.load(session)
-            flat = self._catalog.legacy_digest(current)
             history = [s for s in self._catalog.list(session) if s.id != skip]
-            load = self._catalog.load_id  # cached: the target found is loaded once
-            target_id = undo_target(history, current, state, load=load, flat_tree=flat)
+            load, whole = self._catalog.load_id, self._catalog.whole  # (whole: a checkpoint's)
+            target_id = undo_target(
+                history, current, self._sessions.load(session), load=load,
+                flat_tree=self._catalog.legacy_digest(current),
+                rewind=lambda cid: whole(load(cid), current, session, tree=True)[0],
+            )  # fmt: skip
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
             return self._catalog.load(target_id, session)
