@@ -315,11 +315,73 @@ def test_a_temp_file_gone_before_its_link_is_a_remote_error_not_a_crash(tmp_path
     from worksnap.remote.directory import DirectoryTransport
 
     class Stalled(DirectoryTransport):
-        def _write_temp(self, directory: str, data: bytes, key: str) -> str:
-            tmp = super()._write_temp(directory, data, key)
-            os.unlink(tmp)  # what the gc did while this writer stalled
+        def _write_temp(self, parent: int, data: bytes, key: str) -> str:
+            tmp = super()._write_temp(parent, data, key)
+            os.unlink(tmp, dir_fd=parent)  # what the gc did while this writer stalled
             return tmp
 
     (tmp_path / "remote").mkdir()
     with pytest.raises(RemoteError, match="data/ab/cd"):
         Stalled(str(tmp_path / "remote")).put_if_absent("data/ab/cd", b"bytes")
+
+
+@pytest.mark.parametrize("planted", ["snapshots", "refs", "index", "data", "data/pack"])
+def test_a_symlinked_folder_in_a_file_remote_never_carries_a_write_or_a_delete_out(
+    tmp_path: Path, planted: str
+) -> None:
+    """On a shared disk anyone in the group can plant `snapshots -> /elsewhere`: push wrote
+    records and refs through such a link, and `remote gc` deleted a file out there that
+    looked like a record. Every folder below the remote is opened without following."""
+    import time
+
+    from worksnap.errors import RemoteError
+    from worksnap.remote.gc import collect
+    from worksnap.remote.repository import GRACE, pack_key
+
+    root, remote, outside = tmp_path / "a", tmp_path / "remote", tmp_path / "outside"
+    for folder in (root, remote, outside):
+        folder.mkdir()
+    write(root, "f.txt", "one\n")
+    ws = Workspace(root)
+    ws.snapshot()
+    repo = Repository.open(open_transport(f"file://{remote}"), create=True)
+    push(side(ws), repo, "default")
+    # What gc would take for a dead push's record, a pack with no index, an index.
+    pack = repo.load_indexes().popitem()[1].pack
+    victims = {
+        "aaaaaaaaaaaa.0123456789abcdef": b"precious\n",
+        "default": b"a ref look-alike\n",
+        pack: b"a pack look-alike\n",
+        "b" * 64: b"an index look-alike\n",
+    }
+    for name, data in victims.items():
+        (outside / name).write_bytes(data)
+        (outside / pack[:2]).mkdir(exist_ok=True)
+        (outside / pack[:2] / name).write_bytes(data)
+    link = remote / (pack_key(pack).rpartition("/")[0] if planted == "data/pack" else planted)
+    for path in sorted(link.rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    link.rmdir()
+    link.symlink_to(outside)
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+
+    write(root, "f.txt", "two\n")
+    ws.snapshot()
+    later = time.time() + 4 * GRACE  # every file out there is old enough to delete
+    if planted != "data/pack":
+        with pytest.raises(RemoteError, match=r"is a symlink, not a folder"):
+            push(side(ws), Repository.open(open_transport(f"file://{remote}")), "default")
+    else:  # its new pack goes elsewhere (a listing passes over a link deeper down)
+        push(side(ws), Repository.open(open_transport(f"file://{remote}")), "default")
+    with pytest.raises(RemoteError, match=r"is a symlink, not a folder"):
+        collect(Repository.open(open_transport(f"file://{remote}")), now=lambda: later)
+    transport = open_transport(f"file://{remote}")
+    key = pack_key(pack) if planted.startswith("data") else f"{planted}/{next(iter(victims))}"
+    for action in (
+        lambda: transport.delete(key),
+        lambda: transport.put_if_absent(key.replace(pack, "c" * 64), b"new"),
+        lambda: transport.get(key, max_bytes=100),
+    ):
+        with pytest.raises(RemoteError, match=r"is a symlink, not a folder"):
+            action()
+    assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before

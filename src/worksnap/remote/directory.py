@@ -3,6 +3,14 @@
 Layout: key `a/b/c` is the file `<root>/a/b/c`. Names starting with `.` are the
 backend's own and never keys: `.tmp-*` files being written, and `.locks/`.
 
+- Every folder below the remote's directory is opened from the one above it with
+  `O_NOFOLLOW`, and every file by name in its folder's descriptor (`*at` calls): on a
+  shared disk anyone in the group can plant `snapshots -> /elsewhere`, and a push
+  wrote records through such a link, a gc deleted files out there. A symlink where
+  a folder belongs is refused in one line; one where an object belongs is not read
+  (`O_NOFOLLOW`) and is removed as a link. The remote's own path may hold links (a
+  mount reached through one), as a store's path may.
+
 - Objects appear whole or not at all: the bytes go to a temp file in the target's
   directory (fsynced), and `os.link` publishes it under its name, which fails if
   the name exists: an atomic create-if-absent, even between machines on NFS. A
@@ -49,11 +57,18 @@ from worksnap.remote.transport import (
     is_key,
     probe_transport,
 )
+from worksnap.storedir import kind_of
 
 _LOCK_STRIPES = 256
 _LOCK_TIMEOUT = 30.0
 # O_NONBLOCK: a FIFO planted in the directory must not hang the open.
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FILE_MODE = 0o644
+_DIR_MODE = 0o777
+_LOCKS = ".locks"
 # Errors of link() on file systems without hard links (some FUSE, SMB, FAT).
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 
@@ -75,7 +90,7 @@ class DirectoryTransport:
         """
         self._root = root
         self._durable = durable
-        self._locks = os.path.join(root, ".locks")
+        self._locks = os.path.join(root, _LOCKS)
 
     @property
     def url(self) -> str:
@@ -84,38 +99,36 @@ class DirectoryTransport:
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Creates `key` unless it exists (temp file, then `os.link`, which never replaces)."""
-        path = self._path(key)
-        if os.path.lexists(path):
-            return False
-        directory = os.path.dirname(path)
-        tmp = self._write_temp(directory, data, key)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            raise self._error(exc, key, "create") from None
-        finally:
-            with contextlib.suppress(FileNotFoundError):  # (a gc took it for a dead one's)
-                os.unlink(tmp)
-        self._sync_dir(directory)
+        with self._parent(key, "create", create=True) as (parent, name):
+            with contextlib.suppress(FileNotFoundError):
+                os.stat(name, dir_fd=parent, follow_symlinks=False)
+                return False
+            tmp = self._write_temp(parent, data, key)
+            try:
+                os.link(tmp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                raise self._error(exc, key, "create") from None
+            finally:
+                with contextlib.suppress(FileNotFoundError):  # (a gc took it for a dead one's)
+                    os.unlink(tmp, dir_fd=parent)
+            self._sync_dir(parent)
         return True
 
     def get(self, key: str, *, max_bytes: int) -> bytes:
         """Returns the bytes of `key`; its size is checked before they are read."""
         try:
-            return self._read(self._path(key), max_bytes, key)
+            return self._read(key, max_bytes)
         except FileNotFoundError:
-            raise self._missing(key) from None
+            raise RemoteError(self.url, "missing", key=key) from None
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         """Returns `length` bytes of `key` from `offset`."""
         try:
-            fd = os.open(self._path(key), _READ_FLAGS)
+            fd = self._open(key)
         except FileNotFoundError:
-            raise self._missing(key) from None
-        except OSError as exc:
-            raise self._error(exc, key, "read") from None
+            raise RemoteError(self.url, "missing", key=key) from None
         try:
             size = os.fstat(fd).st_size
             if offset < 0 or length < 0 or offset + length > size:
@@ -139,31 +152,48 @@ class DirectoryTransport:
     def stat(self, key: str) -> Stat | None:
         """Size and ETag of `key` (the ETag costs a read of the object, in 1 MiB pieces)."""
         try:
-            return self._stat(self._path(key), key)
+            fd = self._open(key)
         except FileNotFoundError:
-            self._check_root()
             return None
+        try:
+            return self._stat(fd, key)
+        finally:
+            os.close(fd)
 
     def list_keys(self, prefix: str = "") -> Iterator[ListEntry]:
-        """Walks the directory `prefix`; skips dot-names, symlinks and invalid names."""
-        self._check_root()
-        stack = [(self._path(prefix) if prefix else self._root, prefix)]
+        """Walks the directory `prefix`; skips dot-names, symlinks and invalid names.
+
+        Each folder is opened again from the root, one component at a time with
+        `O_NOFOLLOW` (the remote is three levels deep): a folder swapped for a symlink
+        while it is listed is refused, never listed through.
+        """
+        stack = [check_key(prefix).split("/") if prefix else []]
         while stack:
-            directory, dir_key = stack.pop()
+            names = stack.pop()
+            dir_key = "/".join(names)
             try:
-                entries = os.scandir(directory)
+                with self._folder(names, dir_key, "list") as fd:
+                    found = self._entries(fd, names, dir_key)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # no such prefix, or removed since it was listed
-            except OSError as exc:
-                raise self._error(exc, dir_key, "list") from None
-            with entries:
+            for entry in found:
+                if isinstance(entry, list):
+                    stack.append(entry)
+                else:
+                    yield entry
+
+    def _entries(self, fd: int, names: list[str], dir_key: str) -> list[ListEntry | list[str]]:
+        """The objects in one open folder, and its folders (as their names from the root)."""
+        found: list[ListEntry | list[str]] = []
+        try:
+            with os.scandir(fd) as entries:
                 for entry in entries:
                     key = f"{dir_key}/{entry.name}" if dir_key else entry.name
                     if entry.name.startswith(".") or not is_key(key):
                         continue
                     try:
                         if entry.is_dir(follow_symlinks=False):
-                            stack.append((entry.path, key))
+                            found.append([*names, entry.name])
                             continue
                         if not entry.is_file(follow_symlinks=False):
                             continue
@@ -171,99 +201,175 @@ class DirectoryTransport:
                     except FileNotFoundError:
                         continue  # deleted while listed
                     modified = datetime.fromtimestamp(st.st_mtime_ns / 1e9, timezone.utc)
-                    yield ListEntry(key, st.st_size, modified)
+                    found.append(ListEntry(key, st.st_size, modified))
+        except OSError as exc:
+            raise self._error(exc, dir_key, "list") from None
+        return found
 
     def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
         """Removes the `.tmp-*` files of writers killed part-way, written before `before`.
 
         A live writer's temp file is fresh: it is written in one go, then linked under
         its key and removed. Symlinks and folders of that name are left alone, and so is
-        a file this user may not remove.
+        a file this user may not remove. The walk never follows a link (`os.fwalk` by
+        descriptors): a folder swapped for a symlink cannot lead it out of the remote.
         """
-        self._check_root()
         count = size = 0
-        for directory, dirs, files in os.walk(self._root):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]  # `.locks/` and the like
-            for name in files:
-                path = os.path.join(directory, name)
-                try:
-                    st = os.lstat(path)
-                    if not name.startswith(TEMP_MARK) or not stat_mode.S_ISREG(st.st_mode):
+        with self._folder([], "", "list") as top:
+            for _, dirs, files, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]  # `.locks/` and the like
+                for name in files:
+                    try:
+                        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                        if not name.startswith(TEMP_MARK) or not stat_mode.S_ISREG(st.st_mode):
+                            continue
+                        if st.st_mtime < before:
+                            if not dry_run:
+                                os.unlink(name, dir_fd=dir_fd)
+                            count, size = count + 1, size + st.st_size
+                    except OSError:
+                        # Gone (its writer finished meanwhile), or not this user's to remove
+                        # (a shared disk's sticky folder): left; the rest of the gc is done.
                         continue
-                    if st.st_mtime < before:
-                        if not dry_run:
-                            os.unlink(path)
-                        count, size = count + 1, size + st.st_size
-                except OSError:
-                    # Gone (its writer finished meanwhile), or not this user's to remove (a
-                    # shared disk's sticky folder): left; the rest of the gc is done.
-                    continue
         return count, size
 
     def get_ref(self, key: str, *, max_bytes: int = MAX_REF_BYTES) -> Ref | None:
         """The ref's bytes and their ETag, from one read (a ref is replaced, never rewritten)."""
         try:
-            data = self._read(self._path(key), max_bytes, key)
+            data = self._read(key, max_bytes)
         except FileNotFoundError:
-            self._check_root()
             return None
         return Ref(data, etag_of(data))
 
     def swap_ref(self, key: str, data: bytes, expected_etag: str | None) -> bool:
         """Compare-and-swap under the key's lock; publication by link (create) or rename."""
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        with self._lock(key):
+        operation = "write" if expected_etag else "create"
+        with self._lock(key), self._parent(key, operation, create=True) as (parent, name):
             try:
-                current: str | None = self._stat(path, key).etag
+                fd = self._open_in(parent, name, key)
             except FileNotFoundError:
-                current = None
+                current: str | None = None
+            else:
+                try:
+                    current = self._stat(fd, key).etag
+                finally:
+                    os.close(fd)
             if current != expected_etag:
                 return False
-            tmp = self._write_temp(directory, data, key)
+            tmp = self._write_temp(parent, data, key)
             try:
                 if expected_etag is None:
                     # link, not rename: `put_if_absent` takes no lock and may create it now.
-                    os.link(tmp, path)
+                    os.link(tmp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
                 else:
-                    os.replace(tmp, path)
+                    os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
             except FileExistsError:
                 return False
             except OSError as exc:
-                raise self._error(exc, key, "write" if expected_etag else "create") from None
+                raise self._error(exc, key, operation) from None
             finally:
                 with contextlib.suppress(FileNotFoundError):  # gone when renamed
-                    os.unlink(tmp)
-            self._sync_dir(directory)
+                    os.unlink(tmp, dir_fd=parent)
+            self._sync_dir(parent)
         return True
 
     def delete(self, key: str) -> None:
-        """Removes `key` under its lock (see the module's docstring); missing is fine."""
-        path = self._path(key)
+        """Removes `key` under its lock (see the module's docstring); missing is fine.
+
+        The name is removed, never followed: a symlink there is removed as a link.
+        """
         with self._lock(key):
             try:
-                os.unlink(path)
+                with self._parent(key, "delete") as (parent, name):
+                    try:
+                        os.unlink(name, dir_fd=parent)
+                    except FileNotFoundError:
+                        return
+                    except OSError as exc:
+                        raise self._error(exc, key, "delete") from None
+                    self._sync_dir(parent)
             except FileNotFoundError:
-                self._check_root()
-                return
-            except OSError as exc:
-                raise self._error(exc, key, "delete") from None
-            self._sync_dir(os.path.dirname(path))
+                return  # its folder is gone: so is the key
 
     def probe(self) -> None:
         """Runs `probe_transport`: catches a file system that cannot make hard links."""
         probe_transport(self)
 
-    def _path(self, key: str) -> str:
-        return os.path.join(self._root, *check_key(key).split("/"))
+    @contextlib.contextmanager
+    def _folder(
+        self, names: list[str], key: str, operation: str, *, create: bool = False
+    ) -> Iterator[int]:
+        """Yields a descriptor on the folder `names` below the remote's directory.
 
-    def _read(self, path: str, max_bytes: int, key: str) -> bytes:
+        The remote's own path is followed (a shared disk may be mounted through a
+        link); below it every folder is opened from the one above with `O_NOFOLLOW`, so
+        a symlink planted anywhere in the remote (a member of the group can plant one)
+        never carries a read, a write or a delete out of it.
+
+        Raises:
+            FileNotFoundError: a folder on the way is missing (and not `create`).
+            RemoteError: the remote's directory is missing, or a folder on the way is
+                a symlink or not a folder.
+        """
+        try:
+            fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            raise RemoteError(self.url, "no such directory") from None
+        except OSError as exc:
+            raise RemoteError(self.url, f"cannot open: {exc.strerror or exc}") from None
+        try:
+            for depth in range(len(names)):
+                child = self._descend(fd, names[: depth + 1], key, operation, create=create)
+                os.close(fd)
+                fd = child
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _descend(
+        self, parent: int, names: list[str], key: str, operation: str, *, create: bool
+    ) -> int:
+        """Opens (making it if `create`) the last folder of `names` in its folder `parent`."""
+        name = names[-1]
+        try:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, _DIR_MODE, dir_fd=parent)
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            raise
+        except NotADirectoryError as exc:  # what O_DIRECTORY | O_NOFOLLOW gives on a symlink too
+            try:
+                mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+            except OSError:
+                raise exc from None
+            if operation == "list" and stat_mode.S_ISREG(mode):
+                raise  # a prefix that is an object holds no keys
+            raise RemoteError(
+                self.url,
+                f"cannot {operation}: {'/'.join(names)} is {kind_of(mode)}, not a folder "
+                "(worksnap never follows a link inside a remote)",
+                key=key,
+            ) from None
+        except OSError as exc:
+            raise self._error(exc, key, operation) from None
+
+    @contextlib.contextmanager
+    def _parent(
+        self, key: str, operation: str, *, create: bool = False
+    ) -> Iterator[tuple[int, str]]:
+        """Yields (descriptor of the folder holding `key`, its last segment); see `_folder`."""
+        *names, name = check_key(key).split("/")
+        with self._folder(names, key, operation, create=create) as fd:
+            yield fd, name
+
+    def _read(self, key: str, max_bytes: int) -> bytes:
         """Reads a whole file, refusing it unread if larger than `max_bytes`.
 
         Raises:
             FileNotFoundError: there is no such file.
         """
-        fd = self._open(path, key)
+        fd = self._open(key)
         try:
             size = os.fstat(fd).st_size
             if size > max_bytes:
@@ -282,32 +388,30 @@ class DirectoryTransport:
         finally:
             os.close(fd)
 
-    def _stat(self, path: str, key: str) -> Stat:
-        """Size and ETag of a file, hashed in pieces so that no size costs memory.
-
-        Raises:
-            FileNotFoundError: there is no such file.
-        """
-        fd = self._open(path, key)
+    def _stat(self, fd: int, key: str) -> Stat:
+        """Size and ETag of an open file, hashed in pieces so that no size costs memory."""
         try:
             hasher, size = blake3(), 0
-            while piece := os.read(fd, 1 << 20):
+            while piece := os.pread(fd, 1 << 20, size):
                 hasher.update(piece)
                 size += len(piece)
             return Stat(size, '"' + hasher.hexdigest(length=16) + '"')
         except OSError as exc:
             raise self._error(exc, key, "read") from None
-        finally:
-            os.close(fd)
 
-    def _open(self, path: str, key: str) -> int:
-        """Opens a regular file for reading, never through a symlink.
+    def _open(self, key: str) -> int:
+        """Opens the regular file of `key` for reading, never through a symlink.
 
         Raises:
             FileNotFoundError: there is no such file.
         """
+        with self._parent(key, "read") as (parent, name):
+            return self._open_in(parent, name, key)
+
+    def _open_in(self, parent: int, name: str, key: str) -> int:
+        """Opens the regular file `name` in the folder `parent` for reading (see `_open`)."""
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd = os.open(name, _READ_FLAGS, dir_fd=parent)
         except FileNotFoundError:
             raise
         except OSError as exc:
@@ -317,17 +421,11 @@ class DirectoryTransport:
             raise RemoteError(self.url, "not a regular file", key=key)
         return fd
 
-    def _write_temp(self, directory: str, data: bytes, key: str) -> str:
-        """Writes `data` to a new fsynced `.tmp-*` file in `directory` (made if missing)."""
-        tmp = os.path.join(directory, f"{TEMP_MARK}{secrets.token_hex(8)}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    def _write_temp(self, parent: int, data: bytes, key: str) -> str:
+        """Writes `data` to a new fsynced `.tmp-*` file in the folder `parent`; returns its name."""
+        tmp = f"{TEMP_MARK}{secrets.token_hex(8)}"
         try:
-            try:
-                fd = os.open(tmp, flags, 0o644)
-            except FileNotFoundError:
-                self._check_root()
-                os.makedirs(directory, exist_ok=True)
-                fd = os.open(tmp, flags, 0o644)
+            fd = os.open(tmp, _NEW_FLAGS, _FILE_MODE, dir_fd=parent)
         except OSError as exc:
             raise self._error(exc, key, "write") from None
         try:
@@ -336,7 +434,7 @@ class DirectoryTransport:
                 os.fsync(fd)
         except OSError as exc:
             os.close(fd)
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=parent)
             raise self._error(exc, key, "write") from None
         os.close(fd)
         return tmp
@@ -346,15 +444,11 @@ class DirectoryTransport:
         """Holds the `flock` of the key's stripe (polled, so a stuck holder is reported)."""
         stripe = blake3(key.encode()).digest(length=1)[0] % _LOCK_STRIPES
         path = os.path.join(self._locks, f"{stripe:02x}")
-        try:
+        with self._folder([_LOCKS], key, "lock", create=True) as locks:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except FileNotFoundError:
-                self._check_root()
-                os.makedirs(self._locks, exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise self._error(exc, key, "lock") from None
+                fd = os.open(f"{stripe:02x}", _LOCK_FLAGS, _FILE_MODE, dir_fd=locks)
+            except OSError as exc:
+                raise self._error(exc, key, "lock") from None
         try:
             deadline = time.monotonic() + _LOCK_TIMEOUT
             pause = 0.0005
@@ -375,22 +469,9 @@ class DirectoryTransport:
         finally:
             os.close(fd)  # releases the flock
 
-    def _sync_dir(self, directory: str) -> None:
-        if not self._durable:
-            return
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
+    def _sync_dir(self, fd: int) -> None:
+        if self._durable:
             os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _check_root(self) -> None:
-        if not os.path.isdir(self._root):
-            raise RemoteError(self.url, "no such directory")
-
-    def _missing(self, key: str) -> RemoteError:
-        self._check_root()
-        return RemoteError(self.url, "missing", key=key)
 
     def _error(self, exc: OSError, key: str, operation: str) -> RemoteError:
         if exc.errno in _NO_LINKS and operation == "create":
