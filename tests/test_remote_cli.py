@@ -405,3 +405,52 @@ def test_a_remote_named_on_pull_must_exist_and_ids_must_be_on_it(tmp_path: Path)
     one_line_error(run(a, "verify", "--remote", "elsewhere", code=2))
     shutil.rmtree(tmp_path / "remote")
     one_line_error(run(a, "pull", code=1))
+
+
+def test_a_file_remote_inside_the_root_or_the_store_or_holding_them_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A remote in the root was captured by the next snapshot, and a restore of an older one
+    deleted it (other machines' pushes with it); one in the store mixed with its files."""
+    a, outside = tmp_path / "a", tmp_path / "remote"
+    a.mkdir()
+    outside.mkdir()
+    write(a, "f.txt", "x")
+    run(a, "snapshot")
+    (a / "backup").mkdir()
+    (tmp_path / "into-root").symlink_to(a / "backup")
+    for url in (
+        f"file://{a}/backup",
+        f"file://{a}/.worksnap",
+        f"file://{a}/.worksnap/cache",
+        f"file://{a}",
+        f"file://{tmp_path}",
+        f"file://{tmp_path}/into-root",
+    ):
+        assert "keep a remote outside" in one_line_error(
+            run(a, "remote", "add", "origin", url, code=2)
+        )
+    assert run(a, "remote", "list").stdout == ""
+    assert list((a / "backup").iterdir()) == []
+    b, store = tmp_path / "b", tmp_path / "b-store"
+    b.mkdir()
+    write(b, "f.txt", "x")
+    run(b, "--store", str(store), "snapshot")
+    err = one_line_error(
+        run(b, "--store", str(store), "remote", "add", "o", f"file://{store}/r", code=2)
+    )
+    assert "is inside the store" in err
+    # A remote reached through a link that is turned into the root later.
+    (tmp_path / "turned").symlink_to(outside)
+    run(a, "remote", "add", "origin", f"file://{tmp_path}/turned")
+    run(a, "push")
+    (tmp_path / "turned").unlink()
+    (tmp_path / "turned").symlink_to(a / "backup")
+    for command in (
+        ["push"],
+        ["pull"],
+        ["remote", "gc", "origin"],
+        ["verify", "--remote", "origin"],
+    ):
+        assert "is inside the root" in one_line_error(run(a, *command, code=2))
+    assert list((a / "backup").iterdir()) == []

@@ -16,6 +16,7 @@ local. A pulled snapshot is restored with `restore` or `rewind` after the pull:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from worksnap.remote.gc import GcResult, VerifyReport
     from worksnap.remote.repository import Repository
     from worksnap.remote.sync import Result
+    from worksnap.remote.transport import Transport
     from worksnap.workspace import Workspace
 
 View = dict[str, Any]
@@ -148,9 +150,41 @@ def _open(ws: Workspace, url: str, *, create: bool) -> Repository:
     from worksnap.remote.repository import Repository
 
     paths = ws.store.paths
-    return Repository.open(
-        open_transport(url), cache=paths.remote_cache, trusted=paths.dir, create=create
-    )
+    transport = open_transport(url)
+    check_place(ws, transport)
+    return Repository.open(transport, cache=paths.remote_cache, trusted=paths.dir, create=create)
+
+
+def check_place(ws: Workspace, transport: Transport) -> None:
+    """Refuses a `file://` remote inside the root or the store, or holding either.
+
+    Inside the root, every snapshot captured the remote and a restore of an older one
+    deleted it (other machines' pushes with it); inside the store, the two gcs take each
+    other's files for their own; holding either, the remote gc's sweep of temp files
+    walks the workspace and the store. Checked at `remote add` and on every use (a link
+    on the remote's path may have been turned since).
+
+    Raises:
+        InputError: it is one of those places.
+    """
+    from worksnap.errors import InputError
+    from worksnap.paths import relative_to
+    from worksnap.remote.directory import DirectoryTransport
+
+    if not isinstance(transport, DirectoryTransport):
+        return
+    real = os.path.realpath(transport.directory)
+    for what, place in (("root", ws.root), ("store", ws.store.paths.dir)):
+        if relative_to(place, real) is not None or real == place:
+            raise InputError(
+                f"remote {transport.url} is inside the {what} {place}: keep a remote outside "
+                "the workspace and its store (a snapshot would capture it, a restore remove it)"
+            )
+        if relative_to(real, place) is not None:
+            raise InputError(
+                f"remote {transport.url} holds the {what} {place}: keep a remote outside the "
+                "workspace and its store (its gc would sweep through them)"
+            )
 
 
 @contextmanager
@@ -218,6 +252,7 @@ def _add(args: argparse.Namespace) -> int:
         if name in ws.config().remotes:
             raise InputError(f"remote {name} exists already ({ws.config().remotes[name].url})")
         transport = open_transport(url)  # refuses a URL with a credential in it
+        check_place(ws, transport)
         paths = ws.store.paths
         repo = Repository.add(transport, cache=paths.remote_cache, trusted=paths.dir)
         ws.store.bind(ws.root)

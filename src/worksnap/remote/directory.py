@@ -93,6 +93,11 @@ class DirectoryTransport:
         self._locks = os.path.join(root, _LOCKS)
 
     @property
+    def directory(self) -> str:
+        """The remote's directory, as given."""
+        return self._root
+
+    @property
     def url(self) -> str:
         """`file://` and the directory's path."""
         return "file://" + self._root
