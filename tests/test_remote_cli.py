@@ -454,3 +454,27 @@ def test_a_file_remote_inside_the_root_or_the_store_or_holding_them_is_refused(
     ):
         assert "is inside the root" in one_line_error(run(a, *command, code=2))
     assert list((a / "backup").iterdir()) == []
+
+
+def test_a_file_over_the_remote_s_object_limit_is_refused_before_anything_is_sent(
+    tmp_path: Path,
+) -> None:
+    """A 1.1 GiB file (allowed locally with max-file-bytes 2G) was pushed, and then every
+    reader refused its pack's index: push, pull, gc and verify failed from then on."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    a = tmp_path / "a"
+    a.mkdir()
+    write(a, "small.txt", "hi\n")
+    with (a / "huge.bin").open("wb") as huge:
+        huge.truncate(1100 << 20)  # sparse: the snapshot stores it in little room
+    run(a, "config", "max-file-bytes", "2G")
+    run(a, "snapshot")
+    run(a, "remote", "add", "origin", f"file://{remote}")
+    err = one_line_error(run(a, "push", code=1))
+    assert "huge.bin, which is 1153433600 bytes, more than the 1073741824" in err
+    assert {e.key for e in open_transport(f"file://{remote}").list_keys()} == {"config"}
+    (a / "huge.bin").unlink()
+    second = run(a, "snapshot").stdout.strip()
+    run(a, "push", "origin", second)  # the others go by id
+    assert run(a, "verify", "--remote", "origin").returncode == 0

@@ -32,8 +32,8 @@ import msgspec
 
 from worksnap.errors import InputError, ManifestError, RemoteError
 from worksnap.paths import Digest
-from worksnap.record import Record
-from worksnap.remote.formats import PackIndex
+from worksnap.record import Record, loose_of
+from worksnap.remote.formats import MAX_OBJECT_BYTES, PackIndex
 from worksnap.remote.repository import (
     GRACE,
     PACK_BYTES,
@@ -45,7 +45,7 @@ from worksnap.remote.repository import (
     record_key,
     ref_key,
 )
-from worksnap.treewalk import reachable
+from worksnap.treewalk import flatten, reachable
 
 _UPLOADS = 3
 """Packs uploaded at once by a push."""
@@ -161,6 +161,7 @@ def push(
     grace: float = GRACE,
     pack_bytes: int = PACK_BYTES,
     pack_objects: int = PACK_OBJECTS,
+    max_object_bytes: int = MAX_OBJECT_BYTES,
     progress: Progress = _noop,
     clock: Callable[[], float] = lambda: time.clock_gettime(_AWAKE_OR_ASLEEP),
 ) -> Result:
@@ -175,6 +176,8 @@ def push(
         grace: gc's grace period (the same on every machine using the remote).
         pack_bytes: send a pack once it holds this many bytes.
         pack_objects: or this many objects.
+        max_object_bytes: the largest object every reader takes (`formats.MAX_OBJECT_BYTES`;
+            lower in tests): a push holding a larger file is refused before it sends anything.
         progress: called with (bytes, objects) sent so far.
         clock: seconds that count while the machine sleeps (a laptop suspended mid-push
             for hours must look again; a seam for the test of a slow push).
@@ -207,6 +210,7 @@ def push(
     result = Result(snapshots=[r.id for r in records])
     if not records and not again:
         return result
+    _refuse_oversized(local, repo, [*records, *again], max_object_bytes)
     known = _survey(repo, clock)
     trees: set[str] = set()
 
@@ -229,6 +233,7 @@ def push(
             progress=progress,
             pack_bytes=pack_bytes,
             pack_objects=pack_objects,
+            max_object_bytes=max_object_bytes,
         )
         # A pack relied on since `read_at` is safe from gc for a grace period from then.
         if clock() - known.read_at <= grace / 2:
@@ -238,6 +243,33 @@ def push(
         entries = [repo.put_record(r) for r in records]
         repo.add_to_ref(session, entries, read=(ref, etag))
     return result
+
+
+def _refuse_oversized(
+    local: LocalSide, repo: Repository, records: list[Record], limit: int
+) -> None:
+    """Refuses the push, before it sends anything, if a snapshot holds a file over `limit`.
+
+    Every reader refuses an index listing an object over `formats.MAX_OBJECT_BYTES` (its
+    decompression would allocate that much): pushed, such a file stopped every push,
+    pull, gc and verify of the remote. Objects are not split (that would change the
+    format), so the push is refused, naming the file. Only a snapshot taken with a
+    `max_file_bytes` over the limit can hold one: the others cost nothing here.
+
+    Raises:
+        RemoteError: a file is too large (names the snapshot, the file and both sizes).
+    """
+    for record in records:
+        if record.max_file_bytes <= limit:
+            continue
+        for entry in flatten(Digest(record.tree), local.read, loose=loose_of(record)).entries:
+            if entry.hash is not None and entry.size is not None and entry.size > limit:
+                raise RemoteError(
+                    repo.url,
+                    f"snapshot {record.id} holds {entry.path}, which is {entry.size} bytes, "
+                    f"more than the {limit} a remote object may hold; nothing was pushed "
+                    "(push the other snapshots by id, or lower max-file-bytes for new ones)",
+                )
 
 
 def _upload(
@@ -251,6 +283,7 @@ def _upload(
     progress: Progress,
     pack_bytes: int,
     pack_objects: int,
+    max_object_bytes: int,
 ) -> None:
     """Sends the objects of `needed` that `known` lacks, trees and file contents in apart packs.
 
@@ -283,7 +316,16 @@ def _upload(
                 sent.add(digest)
                 is_tree = digest in trees
                 builder = builders[is_tree]
-                builder.add(digest, local.read(Digest(digest)))
+                data = local.read(Digest(digest))
+                if len(data) > max_object_bytes:
+                    # An attachment (files were checked before anything was sent): no
+                    # index lists it, and no record is written.
+                    raise RemoteError(
+                        repo.url,
+                        f"object {digest} is {len(data)} bytes, more than the "
+                        f"{max_object_bytes} a remote object may hold; no snapshot was listed",
+                    )
+                builder.add(digest, data)
                 result.objects += 1
                 if builder.size >= pack_bytes or len(builder) >= pack_objects:
                     send(builder)
