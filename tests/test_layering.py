@@ -71,6 +71,7 @@ LEVELS: dict[str, int] = {
     "diff": 2,
     "remote.repository": 2,
     "remote.indexcache": 2,
+    "remote.treereader": 2,
     # 3: one responsibility each, built from the mechanisms
     "capture": 3,
     "catalog": 3,

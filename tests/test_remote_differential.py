@@ -20,12 +20,12 @@ from worksnap.remote.repository import (
     Location,
     PackBuilder,
     Repository,
-    TreeReader,
     locations,
     pack_key,
     unpack_object,
 )
 from worksnap.remote.s3 import open_memory
+from worksnap.remote.treereader import TreeReader
 
 STEPS = int(os.environ.get("WORKSNAP_REMOTE_STEPS", "20"))
 SEED = int(os.environ.get("WORKSNAP_REMOTE_SEED", "1"))

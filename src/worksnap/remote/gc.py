@@ -44,13 +44,13 @@ from worksnap.remote.repository import (
     STATE_KEY,
     Location,
     Repository,
-    TreeReader,
     index_key,
     locations,
     pack_key,
     record_key,
     unpack_object,
 )
+from worksnap.remote.treereader import TreeReader
 from worksnap.retention import select_expired
 from worksnap.treewalk import reachable
 

@@ -21,7 +21,7 @@ is bounded before a byte is read, and every small object is decoded strictly (se
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -30,7 +30,7 @@ from blake3 import blake3
 
 from worksnap.errors import ManifestError, RemoteError
 from worksnap.hash import hash_bytes
-from worksnap.paths import Digest, is_digest
+from worksnap.paths import is_digest
 from worksnap.record import Record, check_record, decode_record, encode_record
 from worksnap.remote import formats
 from worksnap.remote.formats import Config, GcState, IndexEntry, Listed, PackIndex, SessionRef
@@ -542,54 +542,3 @@ def _coalesce(
                 continue
         runs.append([item])
     return runs
-
-
-class TreeReader:
-    """Reads tree objects from the remote for a walk, fetching a tree pack whole on first use.
-
-    A tree pack holds the trees one push wrote, which a walk then reads one after
-    another: one request per pack rather than one per tree. Fetched objects are
-    kept (checked) in `fetched`; the objects `skip` says are local are left out.
-    """
-
-    def __init__(
-        self,
-        repo: Repository,
-        places: dict[str, Location],
-        *,
-        skip: Callable[[str], bool] = lambda digest: False,
-    ) -> None:
-        self.repo = repo
-        self.places = places
-        self.fetched: dict[str, bytes] = {}
-        self.bytes = 0
-        self._skip = skip
-        self._packs: set[str] = set()
-
-    def __call__(self, digest: Digest) -> bytes:
-        """Returns a tree object's bytes, checked against their digest."""
-        found = self.fetched.get(digest)
-        if found is not None:
-            return found
-        where = self.place(digest)
-        batch: list[tuple[str, Location]] = [(digest, where)]
-        if where.trees and where.pack not in self._packs:
-            self._packs.add(where.pack)
-            batch = [
-                (d, w) for d, w in self.places.items() if w.pack == where.pack and not self._skip(d)
-            ]
-        for got, data in self.repo.read_objects(batch):
-            self.fetched[got] = data
-        self.bytes += sum(w.length for _, w in batch)
-        return self.fetched[digest]
-
-    def place(self, digest: str) -> Location:
-        """Where an object lies.
-
-        Raises:
-            RemoteError: in no indexed pack (a damaged or partial remote).
-        """
-        where = self.places.get(digest)
-        if where is None:
-            raise RemoteError(self.repo.url, f"object {digest} is in no pack (damaged or partial?)")
-        return where

@@ -40,11 +40,11 @@ from worksnap.remote.repository import (
     Location,
     PackBuilder,
     Repository,
-    TreeReader,
     locations,
     record_key,
     ref_key,
 )
+from worksnap.remote.treereader import TreeReader
 from worksnap.treewalk import flatten, reachable
 
 _UPLOADS = 3
