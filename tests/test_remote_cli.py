@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from worksnap.remote import open_transport
@@ -478,3 +479,46 @@ def test_a_file_over_the_remote_s_object_limit_is_refused_before_anything_is_sen
     second = run(a, "snapshot").stdout.strip()
     run(a, "push", "origin", second)  # the others go by id
     assert run(a, "verify", "--remote", "origin").returncode == 0
+
+
+def test_a_record_the_store_takes_is_pushed_and_pulled_and_a_larger_one_never_written(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint naming 16,000 paths a turn was about to create has a record over 1 MiB:
+    the store takes records up to 16 MiB, but the remote's readers took 1 MiB, so once
+    pushed it stopped every pull, gc and verify."""
+    from worksnap.errors import RemoteError
+    from worksnap.remote.repository import Repository
+    from worksnap.workspace import Workspace
+
+    remote, a, b = tmp_path / "remote", tmp_path / "a", tmp_path / "b"
+    for folder in (remote, a, b):
+        folder.mkdir()
+    write(a, "main.py", "code\n")
+    run(a, "snapshot", "-m", "base")
+    run(a, "begin", "--step", "1", "-m", "turn")
+    names = [
+        f"out/generated-artifact-with-a-long-descriptive-name-{i:06d}.json" for i in range(16_000)
+    ]
+    for start in range(0, len(names), 4000):
+        run(a, "capture", *names[start : start + 4000])
+    url = f"file://{remote}"
+    run(a, "remote", "add", "origin", url)
+    run(a, "push")
+    records = list(open_transport(url).list_keys("snapshots"))
+    assert max(e.size for e in records) > 1 << 20
+    run(b, "remote", "add", "origin", url)
+    assert len(doc(b, "pull")["snapshots"]) == 2  # type: ignore[arg-type]
+    run(b, "remote", "gc", "origin")
+    run(b, "verify", "--remote", "origin")
+    # One the store could not read back is never written to the remote either.
+    from worksnap.record import MAX_RECORD_BYTES
+
+    ws = Workspace(a)
+    record = ws.store.load_record(ws.store.ids()[0])
+    assert record is not None
+    huge = msgspec.structs.replace(record, absent=[f"x/{i:0700d}" for i in range(24_000)])
+    repo = Repository.open(open_transport(url))
+    with pytest.raises(RemoteError, match=f"more than the {MAX_RECORD_BYTES} a reader takes"):
+        repo.put_record(huge)
+    assert list(open_transport(url).list_keys("snapshots")) == records

@@ -16,12 +16,11 @@ from worksnap.diskformat1 import FormatOneFiles
 from worksnap.errors import ManifestError, StoreError
 from worksnap.fsio import file_state
 from worksnap.manifest import Summary
-from worksnap.record import Record, decode_record, encode_record, summary_of
+from worksnap.record import MAX_RECORD_BYTES, Record, decode_record, encode_record, summary_of
 from worksnap.storedir import MIB
 
 # The most each file may hold: a hostile store cannot make a read eat memory.
 _MAX_PINS = 16 * MIB
-_MAX_RECORD = 16 * MIB  # a few hundred bytes, unless it holds many loose paths
 
 
 class SnapshotFiles(FormatOneFiles):
@@ -51,7 +50,7 @@ class SnapshotFiles(FormatOneFiles):
             ManifestError: the record is unreadable, not canonical, or of a newer version.
         """
         try:
-            data = self.files.read_optional(self.paths.record(snapshot_id), limit=_MAX_RECORD)
+            data = self.files.read_optional(self.paths.record(snapshot_id), limit=MAX_RECORD_BYTES)
         except StoreError as exc:
             raise ManifestError(snapshot_id, exc.reason) from None
         except OSError as exc:

@@ -69,6 +69,10 @@ class _Header(msgspec.Struct):
     version: int
 
 
+MAX_RECORD_BYTES = 16 << 20
+"""The largest record a reader takes, in a store or on a remote (a few hundred bytes,
+unless it lists many paths: a checkpoint's `absent` of tens of thousands)."""
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record)
 _header_decoder = msgspec.json.Decoder(_Header)

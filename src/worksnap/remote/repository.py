@@ -31,7 +31,7 @@ from blake3 import blake3
 from worksnap.errors import ManifestError, RemoteError
 from worksnap.hash import hash_bytes
 from worksnap.paths import is_digest
-from worksnap.record import Record, check_record, decode_record, encode_record
+from worksnap.record import MAX_RECORD_BYTES, Record, check_record, decode_record, encode_record
 from worksnap.remote import formats
 from worksnap.remote.formats import Config, GcState, IndexEntry, Listed, PackIndex, SessionRef
 from worksnap.remote.indexcache import IndexCache
@@ -48,7 +48,6 @@ GRACE = 3600.0
 PACK_BYTES = 8 << 20
 """A pack is sent once it holds this much (an object larger than this is a pack alone)."""
 
-MAX_RECORD_BYTES = 1 << 20
 MAX_REF_UPDATES = 50
 """Compare-and-swap tries of one ref update before giving up (each lost one = another won)."""
 
@@ -324,12 +323,11 @@ class Repository:
 
     def pack_listing(self) -> dict[str, ListEntry]:
         """Every pack on the remote, by digest, with its size and time (gc)."""
-        found = {}
-        for entry in self.transport.list_keys(DATA):
-            name = entry.key.rpartition("/")[2]
-            if is_digest(name) and entry.key == pack_key(name):
-                found[name] = entry
-        return found
+        return {
+            name: entry
+            for entry in self.transport.list_keys(DATA)
+            if is_digest(name := entry.key.rpartition("/")[2]) and entry.key == pack_key(name)
+        }
 
     def index_listing(self) -> dict[str, ListEntry]:
         """Every index on the remote, by digest, with its time (gc)."""
@@ -373,8 +371,18 @@ class Repository:
 
         Returns:
             Its entry for the session's ref.
+
+        Raises:
+            RemoteError: the record is larger than `record.MAX_RECORD_BYTES` (nothing written).
         """
         data = encode_record(record)
+        if len(data) > MAX_RECORD_BYTES:
+            # Every reader refuses a bigger one: written, it stopped every pull, gc, verify.
+            raise RemoteError(
+                self.url,
+                f"snapshot {record.id}'s record is {len(data)} bytes, more than the "
+                f"{MAX_RECORD_BYTES} a reader takes; nothing was written",
+            )
         while True:
             nonce = secrets.token_hex(8)
             if self.transport.put_if_absent(record_key(record.id, nonce), data):
