@@ -1175,3 +1175,43 @@ def test_a_dry_run_gc_predicts_the_gc_that_follows(remote: Remote, tmp_path: Pat
     b = empty_local(tmp_path, "b")
     pulled = pull(b, remote.repo(), "default")
     assert_same_snapshots(m.local, b, pulled.snapshots)
+
+
+def test_one_damaged_index_makes_its_pack_unreachable_and_stops_nothing(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """One damaged index stopped every push, gc and verify of the remote (hostile review).
+    As in the local store, its pack's objects are now unreachable: verify names it and
+    checks the rest, a push sends again what it needs, gc leaves that index and its pack."""
+    import time
+
+    from worksnap.remote.repository import GRACE
+
+    m = machine(tmp_path, "m")
+    first = m.snap()
+    push(m.local, remote.repo(), "default")
+    (damaged,) = remote.repo().index_digests()
+    write(m.root, "src/main.py", "print('two')\n")
+    second = m.snap()
+    push(m.local, remote.repo(), "default")
+    data = bytearray(remote.transport().get(index_key(damaged), max_bytes=1 << 24))
+    data[-1] ^= 1
+    remote.transport().delete(index_key(damaged))
+    remote.transport().put_if_absent(index_key(damaged), bytes(data))
+    packs_before = keys(remote, "data")
+
+    report = verify(remote.repo())
+    assert report.problems[0].endswith(f"index/{damaged}: does not match its digest (damaged?)")
+    assert report.snapshots == 2 and len(report.problems) > 1  # the rest checked: objects lost
+    later = time.time() + 4 * GRACE
+    with pytest.raises(RemoteError, match="is in no pack"):
+        collect(remote.repo(), now=lambda: later)  # trees of a listed snapshot are lost
+    again = push(m.local, remote.repo(), "default", ids=[first.id, second.id])
+    assert again.objects > 0
+    assert verify(remote.repo()).problems == [report.problems[0]]
+    result = collect(remote.repo(), now=lambda: later)
+    assert result.damaged_indexes == [damaged] and result.deleted_packs == 0
+    assert index_key(damaged) in keys(remote, "index") and keys(remote, "data") >= packs_before
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, [first.id, second.id])

@@ -318,6 +318,12 @@ def _gc(args: argparse.Namespace) -> int:
             f"{'would delete' if args.dry_run else 'deleted'} "
             f"{', '.join(parts[:-1])} and {parts[-1]} ({human_bytes(result.deleted_bytes)}); "
             f"{plural(result.condemned, 'pack')} condemned, {result.kept_packs} kept"
+            + (
+                f"; {plural(len(result.damaged_indexes), 'damaged index', 'damaged indexes')} "
+                "left alone, with every pack no index lists (verify --remote names them)"
+                if result.damaged_indexes
+                else ""
+            )
         )
     return 0
 
@@ -335,6 +341,7 @@ def gc_view(name: str, url: str, result: GcResult, *, dry_run: bool) -> View:
         "deleted_bytes": result.deleted_bytes,
         "deleted_records": result.deleted_records,
         "deleted_leftovers": result.deleted_leftovers,
+        "damaged_indexes": result.damaged_indexes,
     }
 
 

@@ -71,6 +71,8 @@ class GcResult:
     """Temp files of pushes killed part-way (`file://` remotes), older than the grace."""
     forgotten: list[str] = field(default_factory=list)
     """Snapshots the retention policy dropped from the refs."""
+    damaged_indexes: list[str] = field(default_factory=list)
+    """Indexes that could not be read: left alone, with every pack no index lists."""
 
 
 class GcLease:
@@ -262,10 +264,14 @@ def _collect(
     result.condemned = sum(1 for t in keep.values() if t < 0)
     surviving = {indexes[d].pack for d in indexes if d not in doomed}
     indexed = {index.pack for index in indexes.values()}
+    result.damaged_indexes = sorted(repo.damaged)
     unindexed = [  # a killed push's packs, never indexed
         p
         for p, e in sorted(packs.items())
-        if p not in indexed and e.modified.timestamp() <= started - grace
+        if p not in indexed
+        and e.modified.timestamp() <= started - grace
+        # A damaged index names no pack: each pack it might be the index of is kept.
+        and not repo.damaged
     ]
     unlisted = [
         k
@@ -356,6 +362,7 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
     """
     report = VerifyReport()
     indexes = repo.load_indexes()
+    report.problems.extend(repo.damaged[d] for d in sorted(repo.damaged))
     places = locations(indexes)
     packs = repo.pack_listing()
     for digest, index in sorted(indexes.items()):

@@ -176,6 +176,8 @@ class Repository:
         self.config = config
         self.url = transport.url
         self._cache = IndexCache(cache, config.id, trusted) if cache is not None else None
+        self.damaged: dict[str, str] = {}
+        """Indexes `load_indexes` found damaged, by digest: one line each, for verify."""
 
     @classmethod
     def open(
@@ -243,8 +245,13 @@ class Repository:
     def load_indexes(self, digests: Iterable[str] | None = None) -> dict[str, PackIndex]:
         """Reads the indexes (default: all listed), from the local cache where it has them.
 
+        A damaged or hostile index is left out and noted in `damaged`, as the local store
+        does with a damaged pack index: its pack's objects are unreachable (a push sends
+        them again), `verify` names it, and gc leaves it and every unindexed pack alone.
+        It stopped every push, gc and verify of the remote.
+
         Raises:
-            RemoteError: an index is damaged or hostile (names its key).
+            RemoteError: the store failed.
         """
         wanted = sorted(self.index_digests() if digests is None else digests)
         found: dict[str, PackIndex] = {}
@@ -279,9 +286,13 @@ class Repository:
                 # earlier, so no push may use it, and no listed snapshot needs it.
                 return None
             raise
-        if blake3(data).hexdigest() != digest:
-            raise RemoteError(self.url, "does not match its digest (damaged?)", key=key)
-        index = formats.decode_index(data, self.url, key)
+        try:
+            if blake3(data).hexdigest() != digest:
+                raise RemoteError(self.url, "does not match its digest (damaged?)", key=key)
+            index = formats.decode_index(data, self.url, key)
+        except RemoteError as exc:
+            self.damaged[digest] = str(exc)
+            return None
         self._remember(digest, data)
         return index
 

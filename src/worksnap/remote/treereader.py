@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from worksnap.errors import RemoteError
 from worksnap.paths import Digest
-from worksnap.remote.repository import Location, Repository
+from worksnap.remote.repository import Location, Repository, index_key
 
 
 class TreeReader:
@@ -59,5 +59,7 @@ class TreeReader:
         """
         where = self.places.get(digest)
         if where is None:
-            raise RemoteError(self.repo.url, f"object {digest} is in no pack (damaged or partial?)")
+            damaged = [index_key(d) for d in sorted(self.repo.damaged)]
+            why = f"{', '.join(damaged[:3])} damaged" if damaged else "damaged or partial?"
+            raise RemoteError(self.repo.url, f"object {digest} is in no pack ({why})")
         return where
