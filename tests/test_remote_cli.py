@@ -522,3 +522,22 @@ def test_a_record_the_store_takes_is_pushed_and_pulled_and_a_larger_one_never_wr
     with pytest.raises(RemoteError, match=f"more than the {MAX_RECORD_BYTES} a reader takes"):
         repo.put_record(huge)
     assert list(open_transport(url).list_keys("snapshots")) == records
+
+
+def test_a_named_push_that_sends_objects_again_says_so(tmp_path: Path) -> None:
+    """`push NAME ID` after the remote lost an index sent the objects again, and said
+    "nothing to push (up to date)" while its JSON said objects: 2."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    a = tmp_path / "a"
+    a.mkdir()
+    write(a, "f.txt", "x\n")
+    snapshot = run(a, "snapshot").stdout.strip()
+    run(a, "remote", "add", "origin", f"file://{remote}")
+    run(a, "push")
+    for index in (remote / "index").iterdir():
+        index.unlink()
+    said = run(a, "push", "origin", snapshot).stdout
+    assert "up to date" not in said and "sent again 2 objects" in said, said
+    assert run(a, "verify", "--remote", "origin").returncode == 0
+    assert "up to date" in run(a, "push", "origin", snapshot).stdout

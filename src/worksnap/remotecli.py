@@ -434,6 +434,14 @@ def _render(args: argparse.Namespace, command: str, name: str, url: str, result:
     if args.json:
         emit_json(transfer_view(command, name, url, session, result))
         return
+    if not result.snapshots and result.objects:
+        # A named push of snapshots listed already: what the remote had lost of them.
+        say(
+            f"{name}: sent again {plural(result.objects, 'object')} "
+            f"({human_bytes(result.bytes)}) the remote lacked for snapshots of session "
+            f"{session} it lists already"
+        )
+        return
     if not result.snapshots:
         say(f"{name}: nothing to {command} in session {session} (up to date)")
         return
