@@ -541,3 +541,52 @@ def test_a_named_push_that_sends_objects_again_says_so(tmp_path: Path) -> None:
     assert "up to date" not in said and "sent again 2 objects" in said, said
     assert run(a, "verify", "--remote", "origin").returncode == 0
     assert "up to date" in run(a, "push", "origin", snapshot).stdout
+
+
+OTHER_UID, TEAM_GID = 54321, 54322
+"""Another user and the group both are in: numbers only, no account needed."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_a_second_member_of_the_group_pushes_to_a_group_shared_file_remote(
+    tmp_path: Path,
+) -> None:
+    """A review shared a `file://` remote between two users of one group (a setgid folder,
+    umask 002, as `docs/remote.md` suggests for a team disk): the first one's lock files
+    were made 0644 and opened for writing, so the second could never push."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, OTHER_UID, TEAM_GID)
+    os.chmod(shared, 0o2775)
+    url = f"file://{shared}"
+    first, second = tmp_path / "first", tmp_path / "second"
+    project(first, seed=1)
+    project(second, seed=2)
+    umask = os.umask(0o002)
+    try:
+        run(first, "snapshot")
+        run(first, "remote", "add", "team", url)
+        run(first, "push")
+    finally:
+        os.umask(umask)
+    for path in [shared, *shared.rglob("*")]:  # what the first pushed is the other user's
+        os.chown(path, OTHER_UID, TEAM_GID, follow_symlinks=False)
+    run(second, "snapshot")
+    as_member = [
+        "setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner",
+        f"--regid={TEAM_GID}", f"--groups={TEAM_GID}", "--", "sh", "-c",
+        'umask 002 && exec "$@"', "sh", sys.executable, "-m", "worksnap", "--root",
+        str(second),
+    ]  # fmt: skip
+
+    def member(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*as_member, *args], capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+
+    assert member("remote", "add", "team", url).returncode == 0
+    pushed = member("push")
+    assert pushed.returncode == 0, pushed.stderr
+    assert member("verify", "--remote", "team").returncode == 0
+    run(first, "pull", "team")
+    listed = json.loads(run(first, "--json", "list").stdout)
+    assert len(listed) == 2  # its own and the member's

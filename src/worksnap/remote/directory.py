@@ -65,8 +65,12 @@ _LOCK_TIMEOUT = 30.0
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_FILE_MODE = 0o644
+# A team's shared folder (setgid, umask 002) is written by every member, as git's
+# core.sharedRepository and restic allow: new files and folders take what the umask
+# leaves, and a lock is opened for reading (flock needs no more), so a member may lock
+# another's stripe file.
+_LOCK_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FILE_MODE = 0o666
 _DIR_MODE = 0o777
 _LOCKS = ".locks"
 # Errors of link() on file systems without hard links (some FUSE, SMB, FAT).
