@@ -14,14 +14,14 @@ from typing import Final, Literal
 import msgspec
 
 from worksnap.errors import InputError, StoreError
-from worksnap.layout import is_snapshot_id
+from worksnap.layout import SESSION_NAME, is_snapshot_id
 from worksnap.manifest import Entry, Manifest, Summary, tree_digest
 from worksnap.paths import ancestors
 from worksnap.plan import Change, Op
 from worksnap.storedir import MIB, StoreDir
 
 DEFAULT_SESSION = "default"
-_SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_SESSION_NAME = re.compile(SESSION_NAME + r"\Z")
 
 _MAX_STATE = 16 * MIB
 _MAX_POINTERS = MIB  # 64 sessions' ids are 2 KB

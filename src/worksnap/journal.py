@@ -8,10 +8,13 @@ damaged with one line that says how to clear it.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from worksnap.errors import RecoveryError, RecoveryPending
 from worksnap.frames import MAX_UNPACKED
+from worksnap.layout import SESSION_NAME
 from worksnap.storedir import StoreDir
 
 DISCARD = (
@@ -28,16 +31,18 @@ class Journal(msgspec.Struct, frozen=True, kw_only=True):
     pre_restore: str
     pid: int
     host: str
-    session: str | None = None
+    session: Annotated[str, msgspec.Meta(pattern=f"^{SESSION_NAME}$")] | None = None
     """The session of the restore (None: a journal written before it was recorded)."""
     paths: list[str] | None = None
     """Every path the restore's plan touches (None: written before they were recorded,
     and a recovery then rolls back every path that differs)."""
     kind: str | None = None
     """What ran: "pre-restore" (a restore), "undo", "redo", ... (None: an older journal)."""
-    modes: dict[str, int] = {}
+    modes: dict[str, Annotated[int, msgspec.Meta(ge=0, le=0o7777)]] = {}
     """The permission bits of each directory the plan removes: snapshots hold none, and
-    a rollback makes such a directory again with them, not with the umask's."""
+    a rollback makes such a directory again with them, not with the umask's. (A review
+    found a damaged journal's out-of-range mode stopping a recovery half-way with a
+    traceback; it is refused as damaged, before anything changes.)"""
 
 
 def read_journal(files: StoreDir) -> Journal | None:

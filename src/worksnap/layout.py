@@ -291,6 +291,11 @@ def _is_within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
+SESSION_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+"""A session's name: 1-64 letters, digits, `.`, `_` or `-`, starting with a letter or digit
+(it names a file of the store: `sessions/<name>.json`)."""
+
+
 def is_snapshot_id(text: str) -> bool:
     """True for a snapshot id's form: 12 lowercase hex characters (`manifest.new_id`)."""
     return len(text) == 12 and _HEX.issuperset(text)
