@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -565,3 +568,46 @@ def test_a_reader_follows_an_object_moved_twice_while_it_reads_it(
     monkeypatch.setattr(store, "_read_packed", gone_twice)
     assert store.read(digest) == b"moved on"
     assert gone == [0]
+
+
+OTHER_UID, TEAM_GID = 54321, 54322
+"""Another user and the group both are in: numbers only, no account needed."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_a_second_member_of_the_group_works_in_a_group_shared_store(tmp_path: Path) -> None:
+    """A review shared a project and its store between two users of one group (setgid
+    folders, umask 002): every store file was made 0644 whatever the umask allowed, so the
+    second user was refused at the store lock (`lock.gate`), its message ending "-> None"."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, OTHER_UID, TEAM_GID)
+    os.chmod(shared, 0o2775)
+    root, store = shared / "project", shared / "store"
+    umask = os.umask(0o002)
+    try:
+        write(root, "app.py", "print(1)\n")
+        with Workspace(root, store=store) as ws:
+            ws.snapshot()
+    finally:
+        os.umask(umask)
+    for path in [shared, *shared.rglob("*")]:  # what the first made is the other user's
+        os.chown(path, OTHER_UID, TEAM_GID, follow_symlinks=False)
+    member = [
+        "setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner",
+        f"--regid={TEAM_GID}", f"--groups={TEAM_GID}", "--", "sh", "-c",
+        'umask 002 && exec "$@"', "sh", sys.executable, "-m", "worksnap",
+        "--root", str(root), "--store", str(store),
+    ]  # fmt: skip
+    env = {**os.environ, "WORKSNAP_NO_DAEMON": "1"}
+    (root / "app.py").write_text("print(2)\n")
+    for command in (["snapshot"], ["undo", "--yes"], ["verify"]):
+        done = subprocess.run([*member, *command], capture_output=True, text=True, env=env,
+                              timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, (command, done.stderr)
+    assert (root / "app.py").read_text() == "print(1)\n"
+    os.chmod(store / "lock.gate", 0o644)  # as an older worksnap made it: refused, in one line
+    refused = subprocess.run([*member, "snapshot"], capture_output=True, text=True, env=env,
+                             timeout=300, check=False)  # fmt: skip
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.rstrip().endswith("lock.gate'"), refused.stderr
