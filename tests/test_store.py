@@ -16,7 +16,7 @@ import msgspec
 import pytest
 import zstandard
 
-from tests.conftest import ZSTD_MAGIC, cli_json, unpacked, write
+from tests.conftest import ZSTD_MAGIC, cli_json, disk_fills_after, run_cli, unpacked, write
 from tests.legacy import downgrade
 from worksnap import Workspace, packcodec
 from worksnap.caches import Listing, Listings, load_listings, save_listings
@@ -611,3 +611,33 @@ def test_a_second_member_of_the_group_works_in_a_group_shared_store(tmp_path: Pa
                              timeout=300, check=False)  # fmt: skip
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
     assert refused.stderr.rstrip().endswith("lock.gate'"), refused.stderr
+
+
+def test_gc_on_a_full_disk_says_where_and_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review filled the disk under `gc`: it failed with "No space left on device" and
+    nothing else, after it had dropped snapshots. At each write it may fail at, the one
+    line names the store and what to do; gc run again with room finishes, and the store
+    verifies."""
+    said_gc_again = 0
+    for fail_at in range(1, 12):  # (gc writes 6 times here: a failed write not needed is fine)
+        root = tmp_path / f"p{fail_at}"
+        for n in range(4):
+            write(root, "keep.txt", "kept\n")
+            write(root, "churn.txt", f"version {n}\n" * 200)
+            with Workspace(root) as ws:
+                ws.snapshot()
+        store = str(Workspace(root).store_dir)
+        with monkeypatch.context() as patched:
+            disk_fills_after(patched, fail_at)
+            code, _, err = run_cli(capsys, root, "gc", "--keep-last", "1")
+        if code != 0:
+            assert code == 1 and err.count("\n") == 1, err
+            assert store in err and "free some space" in err, err
+            said_gc_again += "run `worksnap gc` again" in err
+            code, _, err = run_cli(capsys, root, "gc", "--keep-last", "1")
+            assert code == 0, err
+        code, _, err = run_cli(capsys, root, "verify")
+        assert code == 0, err
+    assert said_gc_again > 0

@@ -6,6 +6,7 @@ read (a tree nested past PATH_MAX) still makes a one-line message.
 
 from __future__ import annotations
 
+import errno
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -222,7 +223,12 @@ def _api(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except OSError as exc:
             where = exc.filename if isinstance(exc.filename, str) else ""
-            raise FileSystemError(where, exc.strerror or str(exc)) from exc
+            reason = exc.strerror or str(exc)
+            if not where and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # (the system names no file for a full disk: a review saw the bare words)
+                where = str(getattr(args[0], "store_dir", "")) if args else ""
+                reason = f"{reason}: free some space, then run the command again"
+            raise FileSystemError(where, reason) from exc
 
     return cast(_Method, call)
 

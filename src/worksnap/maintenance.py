@@ -9,6 +9,7 @@ snapshot needs. Marking walks the trees of all remaining snapshots at once
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -17,7 +18,7 @@ import msgspec
 from worksnap.caches import Caches
 from worksnap.catalog import Catalog
 from worksnap.config import Retention, load_config
-from worksnap.errors import InputError, LockError, ManifestError, ObjectError
+from worksnap.errors import FileSystemError, InputError, LockError, ManifestError, ObjectError
 from worksnap.history import Sessions, SessionState, check_session_name
 from worksnap.journal import journal_snapshots
 from worksnap.lock import Locks
@@ -172,7 +173,19 @@ class Maintenance:
                 self._sessions.save(check_session_name(drop_session), SessionState())
             for snapshot_id in dropped:
                 self._store.delete_snapshot(snapshot_id)
-            removed, freed_bytes = self._store.sweep(set(live), merge=True)
+            try:
+                removed, freed_bytes = self._store.sweep(set(live), merge=True)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # A review found only "No space left on device" here, naming nothing.
+                raise FileSystemError(
+                    self._files.path,
+                    f"{exc.strerror}: {len(dropped)} snapshots were dropped, but their "
+                    "objects stay until the packs that also hold kept ones are written "
+                    "anew (before the old go, so a kill loses nothing); free some space "
+                    "and run `worksnap gc` again",
+                ) from None
         self._catalog.forget_last()
         return GcReport(
             snapshots=len(dropped), objects=removed, bytes=freed_bytes, dropped=tuple(dropped)
