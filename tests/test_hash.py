@@ -15,6 +15,7 @@ from worksnap import Workspace
 from worksnap import hash as hash_module
 from worksnap.errors import SnapshotError
 from worksnap.hash import read_file
+from worksnap.scanparts import Scan, add_link
 from worksnap.workspace import Seams
 
 
@@ -110,3 +111,17 @@ def test_a_fifo_where_a_file_was_listed_is_refused_not_waited_on(tmp_path: Path)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_a_file_swapped_for_a_symlink_or_the_reverse_since_listed_is_said_so(
+    tmp_path: Path,
+) -> None:
+    """A review swapped files for symlinks while snapshots ran: the error was the system's
+    "Too many levels of symbolic links" or "Invalid argument", not what happened."""
+    os.symlink("elsewhere", tmp_path / "was-a-file")
+    with pytest.raises(SnapshotError, match="is no longer a regular file"):
+        read_file(str(tmp_path / "was-a-file"), "was-a-file", keep=False)
+    (tmp_path / "was-a-link").write_text("a file now\n")
+    found = Scan()
+    with pytest.raises(SnapshotError, match="is no longer a symlink"):
+        add_link(found, "was-a-link", str(tmp_path / "was-a-link"), -100)  # (AT_FDCWD)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -117,6 +118,8 @@ def read_file(
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
             fd = os.open(path, flags, dir_fd=dir_fd)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # (O_NOFOLLOW) swapped for a symlink since listed
+                raise SnapshotError(rel, "is no longer a regular file (a symlink now)") from None
             raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
         try:
             before = os.fstat(fd)

@@ -8,6 +8,7 @@ again (`refresh` and `remembered` say what of it still holds after events).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -496,6 +497,8 @@ def add_link(here: Scan, rel: str, path: str, dir_fd: int) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
+        if exc.errno == errno.EINVAL:  # readlink of what is no link: swapped since listed
+            raise SnapshotError(rel, "is no longer a symlink") from None
         raise SnapshotError(rel, f"cannot read symlink: {exc.strerror}") from None
     here.symlinks.append((rel, target, mode))
 
