@@ -76,3 +76,21 @@ def test_fast_reads_equal_slow_reads(tmp_path: Path) -> None:
             assert reader(Digest(digest)) == slow_read(repo, digest, places[digest])
             checked += 1
     assert checked > STEPS  # the loop did work
+
+
+def test_a_tree_pack_s_large_contents_are_not_fetched_with_its_trees(tmp_path: Path) -> None:
+    """A small push writes one pack, its trees and file contents together. A review saw
+    `remote gc`, which needs only the trees, unpack every content of such a pack into
+    memory (three compressible 900 MB files: 2.8 GB). Objects over 1 MiB come only when
+    asked for, one at a time."""
+    repo = Repository.open(open_memory(), cache=str(tmp_path / "cache"), create=True)
+    tree, small, large = b"a tree's bytes", b"a small file\n", b"\x00" * (5 << 20)
+    builder = PackBuilder(trees=True)
+    for data in (tree, small, large):
+        builder.add(hash_bytes(data), data)
+    repo.put_pack(builder)
+    places = locations(repo.load_indexes())
+    reader = TreeReader(repo, places)
+    assert reader(hash_bytes(tree)) == tree
+    assert set(reader.fetched) == {hash_bytes(tree), hash_bytes(small)}
+    assert reader(hash_bytes(large)) == large  # still read when asked for

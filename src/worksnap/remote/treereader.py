@@ -11,13 +11,21 @@ from worksnap.errors import RemoteError
 from worksnap.paths import Digest
 from worksnap.remote.repository import Location, Repository, index_key
 
+BATCH_OBJECT = 1 << 20
+"""The largest object fetched along with a tree it was not asked for (unpacked bytes)."""
+BATCH_RAW = 64 << 20
+"""The most unpacked bytes one tree pack's batch holds."""
+
 
 class TreeReader:
     """Reads tree objects from the remote for a walk, fetching a tree pack whole on first use.
 
     A tree pack holds the trees one push wrote, which a walk then reads one after
     another: one request per pack rather than one per tree. Fetched objects are
-    kept (checked) in `fetched`; the objects `skip` says are local are left out.
+    kept (checked) in `fetched`; the objects `skip` says are local are left out, and so
+    are those over `BATCH_OBJECT` unpacked, and any past `BATCH_RAW` in all: a small
+    push's one pack holds file contents beside its trees, and a review saw three
+    compressible 900 MB files, an 87 KB pack, take 2.8 GB to `remote gc` that way.
     """
 
     def __init__(
@@ -43,9 +51,14 @@ class TreeReader:
         batch: list[tuple[str, Location]] = [(digest, where)]
         if where.trees and where.pack not in self._packs:
             self._packs.add(where.pack)
-            batch = [
-                (d, w) for d, w in self.places.items() if w.pack == where.pack and not self._skip(d)
-            ]
+            budget = BATCH_RAW - where.raw
+            for d, w in self.places.items():
+                if w.pack != where.pack or d == digest or w.raw > BATCH_OBJECT or self._skip(d):
+                    continue
+                if w.raw > budget:
+                    break
+                batch.append((d, w))
+                budget -= w.raw
         for got, data in self.repo.read_objects(batch):
             self.fetched[got] = data
         self.bytes += sum(w.length for _, w in batch)
