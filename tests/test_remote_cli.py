@@ -590,3 +590,32 @@ def test_a_second_member_of_the_group_pushes_to_a_group_shared_file_remote(
     run(first, "pull", "team")
     listed = json.loads(run(first, "--json", "list").stdout)
     assert len(listed) == 2  # its own and the member's
+
+
+def test_an_open_checkpoint_is_held_back_until_its_turn_is_over(tmp_path: Path) -> None:
+    """A review pushed right after `begin`: the empty checkpoint went to the remote, the
+    turn's captures then rewrote it here, and the remote (whose records never change)
+    kept the empty one, so a rewind pulled elsewhere set nothing back. The open checkpoint
+    is held back, said so, refused when named; the next `begin` closes it, and it goes."""
+    a, url = tmp_path / "a", f"file://{tmp_path}/remote"
+    (tmp_path / "remote").mkdir()
+    write(a, "f.txt", "before the turn\n")
+    run(a, "snapshot", "--step", "0", "--kind", "step")
+    run(a, "remote", "add", "origin", url)
+    opened = json.loads(run(a, "--json", "begin", "--step", "1").stdout)["id"]
+    pushed = doc(a, "push")
+    assert pushed["held_back"] == [opened] and opened not in pushed["snapshots"]  # type: ignore[operator]
+    said = run(a, "push").stdout
+    assert f"held back the open checkpoint {opened}" in said, said
+    assert opened in one_line_error(run(a, "push", "origin", opened, code=2))
+    run(a, "capture", "f.txt")
+    write(a, "f.txt", "edited by the turn\n")
+    run(a, "begin", "--step", "2")  # the next turn: the first one's checkpoint is closed
+    assert opened in doc(a, "push")["snapshots"]  # type: ignore[operator]
+
+    b = tmp_path / "b"
+    write(b, "f.txt", "edited by the turn\n")
+    run(b, "remote", "add", "origin", url)
+    run(b, "pull")
+    run(b, "rewind", "1", "--yes")
+    assert (b / "f.txt").read_text() == "before the turn\n"

@@ -360,6 +360,7 @@ def cmd_push(args: argparse.Namespace) -> int:
         if ws.store.exists() and ws.store.legacy_ids():
             ws.upgrade()  # a format 1 store's snapshots have no records to push yet
         ids = [ws.resolve(r) for r in refs] if refs else None
+        held = _open_checkpoint(ws, ids)
         repo = _open(ws, url, create=True)
         with _progress(args, "pushed") as progress:
             if not ws.store.exists():
@@ -368,10 +369,31 @@ def cmd_push(args: argparse.Namespace) -> int:
                 result = Result()
             else:
                 with Locks(ws.store.files).shared("push"):
-                    side = StoreSide(ws.store, ws.root)
+                    side = StoreSide(ws.store, ws.root, hold=frozenset(held))
                     result = push(side, repo, ws.session, ids=ids, progress=progress)
-    _render(args, "push", name, url, result)
+    _render(args, "push", name, url, result, held=held)
     return 0
+
+
+def _open_checkpoint(ws: Workspace, ids: list[str] | None) -> list[str]:
+    """The session's open checkpoint, held back from a push (its turn may still capture).
+
+    Raises:
+        InputError: it is named: it is pushed after the turn (the next `begin`).
+    """
+    from worksnap.errors import InputError
+    from worksnap.history import Sessions
+
+    if not ws.store.exists():
+        return []
+    open_id = Sessions(ws.store.files).load(ws.session).checkpoint
+    if open_id is not None and ids is not None and open_id in ids:
+        raise InputError(
+            f"snapshot {open_id} is the open checkpoint of session {ws.session}: its turn "
+            "may still capture files, and a remote record never changes; it is pushed "
+            "once the next `worksnap begin` closes it"
+        )
+    return [open_id] if open_id is not None and ids is None else []
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -415,9 +437,17 @@ def _remote_ids(repo: Repository, session: str, words: list[str]) -> list[str]:
     return found
 
 
-def transfer_view(command: str, name: str, url: str, session: str, result: Result) -> View:
-    """`push --json` and `pull --json`: what moved."""
-    return {
+def transfer_view(
+    command: str,
+    name: str,
+    url: str,
+    session: str,
+    result: Result,
+    *,
+    held: list[str] | None = None,
+) -> View:
+    """`push --json` and `pull --json`: what moved (`held_back`, a push's: added later)."""
+    view: View = {
         "command": command,
         "remote": name,
         "url": url,
@@ -427,13 +457,22 @@ def transfer_view(command: str, name: str, url: str, session: str, result: Resul
         "bytes": result.bytes,
         "new_packs": result.packs,
     }
+    if command == "push":
+        view["held_back"] = held or []
+    return view
 
 
-def _render(args: argparse.Namespace, command: str, name: str, url: str, result: Result) -> None:
+def _render(
+    args: argparse.Namespace, command: str, name: str, url: str, result: Result,
+    *, held: list[str] | None = None,
+) -> None:  # fmt: skip
     session = args.session
     if args.json:
-        emit_json(transfer_view(command, name, url, session, result))
+        emit_json(transfer_view(command, name, url, session, result, held=held))
         return
+    for open_id in held or []:
+        say(f"{name}: held back the open checkpoint {open_id} (its turn may still capture "
+            "files); it is pushed once the next `worksnap begin` closes it")  # fmt: skip
     if not result.snapshots and result.objects:
         # A named push of snapshots listed already: what the remote had lost of them.
         say(

@@ -19,14 +19,20 @@ from worksnap.store import Store
 class StoreSide:
     """`sync.LocalSide` over a store bound to the root `root` (wire form)."""
 
-    def __init__(self, store: Store, root: str) -> None:
+    def __init__(self, store: Store, root: str, *, hold: frozenset[str] = frozenset()) -> None:
         self.store = store
         self.root = root
+        self.hold = hold
+        """Snapshots not to push yet: a session's open checkpoint, which its turn may
+        still rewrite (a remote record never changes: a review saw the empty checkpoint
+        pushed at `begin` stay so, its later captures never reaching the remote)."""
 
     def records(self, session: str) -> list[Record]:
         """The session's records (a damaged one is left out: `verify` reports it)."""
         found = []
         for snapshot_id in self.store.ids():
+            if snapshot_id in self.hold:
+                continue
             try:
                 record = self.store.load_record(snapshot_id)
             except ManifestError:
