@@ -90,6 +90,7 @@ LEVELS: dict[str, int] = {
     "views": 5,
     "runwrap": 5,
     "arguments": 5,
+    "cmdpaths": 5,
     "output": 5,
     "invocation": 5,
     "cli": 5,

@@ -186,3 +186,55 @@ def test_an_empty_path_is_refused_never_the_whole_tree(
         assert code == 2, command
         assert "an empty path is not a path: name the root as '.'" in err
     assert tree_state(root) == before
+
+
+# -- 5. everything after `--` is a PATH ------------------------------------------
+
+
+def test_everything_after_dashdash_is_a_path_even_one_named_dashdash(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Python's argparse drops a second `--` from a list of positionals: `restore REF -- --`
+    # came back with no PATH, and no PATH is the whole tree.
+    write(root, "--", "orig\n")
+    write(root, "-x", "orig\n")
+    write(root, "other.txt", "keep\n")
+    snap = Workspace(root).snapshot().id
+    write(root, "--", "changed\n")
+    write(root, "-x", "changed\n")
+    write(root, "other.txt", "edited\n")
+    write(root, "new.txt", "precious\n")
+    for command in (["plan", "latest"], ["restore", "latest", "--dry-run"]):
+        plan = json.loads(run_cli(capsys, root, "--json", *command, "--", "--")[1])
+        assert plan["changes"] == [{"op": "M", "path": "--"}], command
+    code, out, err = run_cli(capsys, root, "show", "latest", "--", "--")
+    assert code == 0, err
+    assert out.splitlines()[-1].endswith("  --") and "other.txt" not in out
+    assert run_cli(capsys, root, "cat", "latest", "--", "--") == (0, "orig\n", "")
+    assert run_cli(capsys, root, "cat", "latest", "--", "-x") == (0, "orig\n", "")
+    code, out, err = run_cli(capsys, root, "restore", "latest", "--yes", "--", "--", "-x")
+    assert code == 0, err
+    assert out.startswith(f"restored 2 paths in {root} from snapshot {snap}")
+    assert (root / "--").read_text() == (root / "-x").read_text() == "orig\n"
+    assert (root / "other.txt").read_text() == "edited\n"
+    assert (root / "new.txt").read_text() == "precious\n"
+
+
+def test_dashdash_with_no_path_after_it_never_restores_the_whole_tree(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As `git restore --source=HEAD --` ("you must specify path(s) to restore"); `show`
+    # and `diff` show everything, as `git show HEAD --` and `git diff HEAD --` do.
+    edited(root)
+    before = tree_state(root)
+    for command in (["restore", "latest", "--yes"], ["restore", "latest"],
+                    ["plan", "latest"], ["restore", "latest", "--dry-run"]):  # fmt: skip
+        code, out, err = run_cli(capsys, root, *command, "--")
+        assert (code, out) == (2, ""), command
+        assert err.startswith("worksnap: error: ") and err.count("\n") == 1, err
+        assert "no PATH after `--`" in err, err
+    code, out, err = run_cli(capsys, root, "restore", "--yes", "--", "latest")
+    assert (code, out) == (2, "") and "REF comes before `--`" in err, err
+    assert tree_state(root) == before
+    assert run_cli(capsys, root, "show", "latest", "--") == run_cli(capsys, root, "show", "latest")
+    assert run_cli(capsys, root, "cat", "latest", "--")[0] == 2

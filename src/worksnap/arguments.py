@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from worksnap import remotecli
+from worksnap import cmdpaths, remotecli
 
 VERSION = "0.1.0"
 """What `worksnap --version` prints (the package's version, kept equal by a test)."""
@@ -470,18 +470,15 @@ def _add_agent_commands(command: Any) -> None:
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """Parses a command line; the paths after `--` of `diff` go to `paths_after`.
 
-    (`--` would otherwise only end the options, and a path could be taken for a ref.)
+    PATHs are read as git reads them (`cmdpaths`): everything after `--` is one.
 
     Raises:
         SystemExit: bad usage (exit 2, one line), `--help` or `--version` (exit 0).
     """
-    argv = list(argv)
-    paths_after = None
-    at = _command_index(argv)
-    if at is not None and argv[at] == "diff" and "--" in argv[at:]:
-        cut = argv.index("--", at)
-        argv, paths_after = argv[:cut], argv[cut + 1 :]
-    args = _parser().parse_args(argv)
+    words, paths_after, dashdash = cmdpaths.split(list(argv))
+    parser = _parser()
+    args, extra = parser.parse_known_args(words)
+    cmdpaths.take_paths(parser, args, extra, dashdash=dashdash)
     args.paths_after = paths_after
     if args.session is None:  # the environment of this command (a daemon serves many)
         args.session = os.environ.get("WORKSNAP_SESSION") or "default"
@@ -496,25 +493,6 @@ def _parser() -> argparse.ArgumentParser:
     nothing in it, so threads may share it.
     """
     return build_parser()
-
-
-_VALUED = {"--root", "--store", "--session"}
-
-
-def _command_index(argv: list[str]) -> int | None:
-    """Where the command's name is in `argv` (the first word that is not a global option)."""
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        if word == "--":
-            return None
-        if word in _VALUED:
-            i += 2
-            continue
-        if not word.startswith("-"):
-            return i
-        i += 1
-    return None
 
 
 def _add_global_options(parser: argparse.ArgumentParser, *, here: bool) -> None:
