@@ -152,6 +152,20 @@ def test_errors_exit_codes_and_session_come_from_the_client(served: Path) -> Non
     assert requests(root) == 4
 
 
+def test_a_path_named_dashdash_through_the_daemon_keeps_it_watching(served: Path) -> None:
+    # `cat REF -- --` crashed with a TypeError (argparse dropped the second `--`), and a
+    # crash in the daemon drops its workspaces: `daemon status` then said "not watching".
+    root = served
+    write(root, "--", "dashes\n")
+    assert cli(root, "snapshot")[0] == 0
+    before = requests(root)
+    assert cli(root, "cat", "latest", "--", "--") == (0, "dashes\n", "")
+    assert requests(root) == before + 1  # it ran in the daemon
+    code, out, err = cli(root, "daemon", "status")
+    assert code == 0, err
+    assert ", watching, " in out.splitlines()[0]
+
+
 def test_relative_paths_are_the_clients(served: Path) -> None:
     root = served
     target = cli(root, "snapshot")[1].strip()

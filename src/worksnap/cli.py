@@ -393,10 +393,14 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
             {**views.daemon_status_view(status), "mode": decision.mode, "reason": decision.reason}
         )
     elif status:
+        # No workspace open: a command's failure dropped them, the next command opens one.
+        watching = "watching" if status.get("watching") else (
+            "not watching (no inotify)" if status.get("workspaces") else
+            "watching nothing yet (the next command opens the workspace)"
+        )  # fmt: skip
         say(
             f"daemon {status['pid']} serving {status['store']} for {status['root']}: "
-            f"{plural(status['requests'], 'command')}, "
-            f"{'watching' if status.get('watching') else 'not watching (no inotify)'}, "
+            f"{plural(status['requests'], 'command')}, {watching}, "
             f"stops after {status['idle_seconds']:g} s idle",
             f"audits: {status.get('audits', 0)} run, "
             f"{status.get('audit_differences', 0)} differences found",
