@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +49,48 @@ def prepare(root: Path, command: str) -> list[str]:
 
 
 COMMANDS = ["restore", "rewind", "undo", "redo", "recover"]
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def asked_at_a_terminal(
+    root: Path, *args: str, answer: bytes, stdout: Path | None = None
+) -> tuple[int, str]:
+    """Runs worksnap in a real process on a pseudo-terminal and answers its question.
+
+    Stdin and stderr are the terminal, and stdout too unless it goes to the file
+    `stdout` (`worksnap restore latest > log`). Returns the exit code and what the
+    terminal showed. A question that never shows on the terminal fails the test.
+    """
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSNAP_")}
+    with open(stdout or os.devnull, "wb") as file:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "worksnap", "--root", str(root), *args],
+            stdin=terminal,
+            stdout=terminal if stdout is None else file,
+            stderr=terminal,
+            env={**env, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1", "NO_COLOR": "1"},
+        )
+    os.close(terminal)
+    shown, asked = b"", False
+    while True:
+        if not asked and b"[y/N] " in shown:
+            os.write(controller, answer)
+            asked = True
+        ready, _, _ = select.select([controller], [], [], 60)
+        if not ready:  # the question went where nobody sees it, and it waits
+            child.kill()
+            break
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert asked, f"no question on the terminal: {shown!r}"
+    return child.wait(timeout=60), shown.decode().replace("\r\n", "\n")
 
 
 @pytest.fixture
@@ -74,6 +120,18 @@ def test_no_at_the_prompt_changes_nothing(
     assert "  M  a.txt" in out  # the plan came first
     assert f"make 1 change in {root}? [y/N] n\n" in out  # one change, one question
     assert out.rstrip().endswith("nothing was changed")
+    assert everything(root) == before
+
+
+@pytest.mark.parametrize("command", ["restore", "undo"])
+def test_ctrl_d_at_the_question_is_no(root: Path, command: str) -> None:
+    # EOF at the question (Ctrl-D) ended in an EOFError traceback.
+    args = prepare(root, command)
+    before = everything(root)
+    code, shown = asked_at_a_terminal(root, *args, answer=b"\x04")
+    assert code == 1, shown
+    assert "Traceback" not in shown
+    assert shown.endswith("[y/N] \nnothing was changed\n"), shown
     assert everything(root) == before
 
 

@@ -184,7 +184,11 @@ def _change(args: argparse.Namespace, *, verb: str, preview: Preview, run: Run, 
 
 def _confirmed(verb: str, plan: Plan, args: argparse.Namespace) -> bool:
     question = f"{verb}: make {plural(len(plan.changes), 'change')} in {display(args.root)}?"
-    answer = input(f"{question} [y/N] ").strip().lower()
+    try:
+        answer = input(f"{question} [y/N] ").strip().lower()
+    except EOFError:  # Ctrl-D: no answer is no, as "n" (on a line of its own)
+        print(file=sys.stderr)
+        answer = ""
     if answer in ("y", "yes"):
         return True
     say("nothing was changed")
