@@ -222,10 +222,11 @@ def test_restore_asks_at_a_terminal(
     write(root, "a.txt", "edited")
     asked: list[str] = []
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
-    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)
-    got, out, _ = run(capsys, "--root", str(root), "restore", "latest")
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or answer)
+    got, out, err = run(capsys, "--root", str(root), "restore", "latest")
     assert got == code
-    assert asked == [f"restore: make 1 change in {root}? [y/N] "]
+    assert asked == [""]  # the question is on stderr, where a terminal is (`> log`)
+    assert err.endswith(f"restore: make 1 change in {root}? [y/N] ")
     assert "  M  a.txt" in out
     assert (root / "a.txt").read_text() == ("original" if restored else "edited")
 
@@ -237,7 +238,7 @@ def test_restore_does_not_ask_without_a_terminal(
     run(capsys, "--root", str(root), "snapshot")
     write(root, "a.txt", "edited")
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
-    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("must not ask"))
+    monkeypatch.setattr("builtins.input", lambda prompt="": pytest.fail("must not ask"))
     assert run(capsys, "--root", str(root), "restore", "latest")[0] == 0
     assert (root / "a.txt").read_text() == "original"
 

@@ -99,9 +99,9 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     answers: list[str] = []
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
 
-    def type_answer(prompt: str) -> str:
+    def type_answer(prompt: str = "") -> str:
         answer = answers.pop(0)
-        print(prompt + answer)  # as the terminal echoes what is typed
+        print(prompt + answer, file=sys.stderr)  # as the terminal echoes what is typed
         return answer
 
     monkeypatch.setattr("builtins.input", type_answer)
@@ -115,10 +115,10 @@ def test_no_at_the_prompt_changes_nothing(
     args = prepare(root, command)
     before = everything(root)
     terminal.append("n")
-    code, out, _ = run(capsys, root, *args)
+    code, out, err = run(capsys, root, *args)
     assert code == 1
     assert "  M  a.txt" in out  # the plan came first
-    assert f"make 1 change in {root}? [y/N] n\n" in out  # one change, one question
+    assert f"make 1 change in {root}? [y/N] n\n" in err  # one change, one question
     assert out.rstrip().endswith("nothing was changed")
     assert everything(root) == before
 
@@ -133,6 +133,24 @@ def test_ctrl_d_at_the_question_is_no(root: Path, command: str) -> None:
     assert "Traceback" not in shown
     assert shown.endswith("[y/N] \nnothing was changed\n"), shown
     assert everything(root) == before
+
+
+@pytest.mark.parametrize("command", ["restore", "recover"])
+def test_with_stdout_redirected_the_question_is_asked_on_the_terminal(
+    root: Path, tmp_path: Path, command: str
+) -> None:
+    # `worksnap restore latest > log` wrote the plan and the question into the file and
+    # waited for an answer to a question nobody saw.
+    args = prepare(root, command)
+    log = tmp_path / "log"
+    code, shown = asked_at_a_terminal(root, *args, answer=b"y\n", stdout=log)
+    assert code == 0, shown
+    assert "  M  a.txt\n" in shown  # the plan the question is about
+    assert f"make 1 change in {root}? [y/N] " in shown
+    written = log.read_text()
+    assert "  M  a.txt\n" in written and "[y/N]" not in written  # the file: as before
+    assert written.splitlines()[-1].startswith(("restored 1 path", "rolled back")), written
+    assert (root / "a.txt").read_text() == ("first" if command == "restore" else "edited")
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -178,7 +196,7 @@ def test_the_plan_a_person_confirmed_is_the_plan_applied(
 ) -> None:
     prepare(root, "undo")
 
-    def edit_then_answer(prompt: str) -> str:
+    def edit_then_answer(prompt: str = "") -> str:
         print(prompt)
         write(root, "b.txt", "edited while the question was open")  # not in the plan
         return "y"
@@ -195,7 +213,7 @@ def test_the_plan_a_person_confirmed_is_the_plan_applied(
     Workspace(root).snapshot()
     write(root, "a.txt", "and again")
 
-    def conflict_then_answer(prompt: str) -> str:
+    def conflict_then_answer(prompt: str = "") -> str:
         write(root, "a.txt", "changed under the question")
         return "yes"
 

@@ -1,7 +1,8 @@
 """The commands that change the tree: plan, restore, rewind, undo, redo, recover.
 
 Each one (but `plan`, which only previews) shows its plan and asks when a person is at
-the terminal (stdin a terminal, no `--yes`, no `--json`), applies exactly the plan the
+the terminal (stdin a terminal, no `--yes`, no `--json`; the question on stderr, so
+`> log` does not swallow it; Ctrl-D is no), applies exactly the plan the
 person saw, takes `--dry-run` (the plan, nothing changed) and `--yes`, and says what
 it did in one line. Without a terminal (an agent, a script) it runs at once, as before.
 """
@@ -131,7 +132,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         if args.dry_run:
             _show_plan(args, plan, header=_heading("recover", plan))
             return 0
-        _show_plan(args, plan, header=_heading("recover", plan))
+        _show_plan(args, plan, header=_heading("recover", plan), asking=True)
         if not _confirmed("recover", plan, args):
             return 1
     with open_workspace(args) as ws:
@@ -171,7 +172,7 @@ def _change(args: argparse.Namespace, *, verb: str, preview: Preview, run: Run, 
             _show_plan(args, plan, header=_heading(verb, plan))
             return 0
         if plan is not None:
-            _show_plan(args, plan, header=_heading(verb, plan))
+            _show_plan(args, plan, header=_heading(verb, plan), asking=bool(plan.changes))
             if not plan.changes:
                 return 0
             if not _confirmed(verb, plan, args):
@@ -183,9 +184,13 @@ def _change(args: argparse.Namespace, *, verb: str, preview: Preview, run: Run, 
 
 
 def _confirmed(verb: str, plan: Plan, args: argparse.Namespace) -> bool:
+    """Asks on the terminal: stderr, as `rm -i` asks (stdout may be a file: `> log`)."""
     question = f"{verb}: make {plural(len(plan.changes), 'change')} in {display(args.root)}?"
+    sys.stdout.flush()
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
     try:
-        answer = input(f"{question} [y/N] ").strip().lower()
+        answer = input().strip().lower()
     except EOFError:  # Ctrl-D: no answer is no, as "n" (on a line of its own)
         print(file=sys.stderr)
         answer = ""
@@ -213,7 +218,14 @@ def describe(manifest: Manifest) -> str:
     return f"snapshot {manifest.id} ({', '.join(parts)}{label})"
 
 
-def _show_plan(args: argparse.Namespace, plan: Plan, *, header: str | None = None) -> None:
+def _show_plan(
+    args: argparse.Namespace, plan: Plan, *, header: str | None = None, asking: bool = False
+) -> None:
+    """Shows the plan on stdout, and on stderr too when a person is asked about it.
+
+    With stdout going elsewhere (`restore latest > log`), the person at the terminal
+    must see what the question is about; the log keeps the plan, as it always did.
+    """
     if args.json:
         emit_json(views.plan_view(plan))
         return
@@ -249,6 +261,8 @@ def _show_plan(args: argparse.Namespace, plan: Plan, *, header: str | None = Non
             "no snapshot keeps what the ignore rules leave out"
         )
     say(*lines)
+    if asking and not sys.stdout.isatty():
+        print(*lines, sep="\n", file=sys.stderr)
 
 
 def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
