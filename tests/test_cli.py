@@ -256,3 +256,39 @@ def test_plan_and_restore_take_paths(root: Path, capsys: pytest.CaptureFixture[s
     assert isinstance(result, dict) and result["restored"] == ["b.txt"]
     assert (root / "a.txt").read_text() == "A"
     assert (root / "b.txt").read_text() == "b"
+
+
+def test_an_option_may_come_between_the_ref_and_the_paths(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As git takes `git diff HEAD --stat src/`: argparse alone refused the PATHs after an
+    # option ("unrecognized arguments: src").
+    write(root, "src/a.txt", "a")
+    write(root, "b.txt", "b")
+    run(capsys, "--root", str(root), "snapshot")
+    write(root, "src/a.txt", "A")
+    write(root, "b.txt", "B")
+    plan = run_json(capsys, root, "plan", "latest", "--json", "src")
+    assert isinstance(plan, dict) and plan["changes"] == [{"op": "M", "path": "src/a.txt"}]
+    code, out, err = run(capsys, "--root", str(root), "restore", "latest", "--dry-run", "src")
+    assert code == 0, err
+    assert out.startswith("  M  src/a.txt\n") and "b.txt" not in out
+    code, out, err = run(capsys, "--root", str(root), "show", "latest", "--session",
+                         "default", "src")  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[-1].endswith("  src/a.txt")
+    copy = tmp_path / "copy"
+    code, _, err = run(capsys, "--root", str(root), "restore", "latest", "--to", str(copy), "src")
+    assert code == 0, err
+    assert sorted(os.listdir(copy)) == ["src"]
+    code, _, err = run(capsys, "--root", str(root), "restore", "latest", "--yes", "src", "--",
+                       "-b")  # fmt: skip
+    assert code == 2 and "'-b'" in err  # (after `--`, a PATH: in neither)
+    assert run(capsys, "--root", str(root), "restore", "latest", "--yes", "src")[0] == 0
+    assert (root / "src/a.txt").read_text() == "a"
+    assert (root / "b.txt").read_text() == "B"
+    code, out, err = run(
+        capsys, "--root", str(root), "restore", "latest", "--yes", "--bogus", "b.txt"
+    )
+    assert (code, out) == (2, "") and "unrecognized arguments: --bogus" in err
+    assert (root / "b.txt").read_text() == "B"

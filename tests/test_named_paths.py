@@ -61,7 +61,7 @@ def test_naming_the_root_is_the_whole_tree(
         whole = run(capsys, *command)
         assert whole[0] == 0, (command, whole)
         for spelling in spellings:
-            at = command.index("latest") + 1  # (a PATH after an option is not taken)
+            at = command.index("latest") + 1
             named = [*command, "--", spelling] if "diff" in command else command[:at]
             named += [] if "diff" in command else [spelling, *command[at:]]
             assert run(capsys, *named) == whole, named

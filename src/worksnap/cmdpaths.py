@@ -3,7 +3,8 @@
 Everything after the first `--` of a command that takes PATHs is a PATH, a `--` or a
 `-x` too. argparse drops a second `--` from a list of positionals, so `restore REF --
 --` came back with no PATH, which means the whole tree; so the words after `--` never
-reach it as they are, only marked (`_LITERAL`) as words no option can be. Used by
+reach it as they are, only marked (`_LITERAL`) as words no option can be. And an option
+may come between REF and the PATHs, as in git (`restore REF --yes src`). Used by
 `arguments.parse`; standard library only, so `--help` stays fast.
 """
 
@@ -51,7 +52,7 @@ def take_paths(
     name = PATHS.get(args.command)
     value: Any = getattr(args, name) if name is not None else None
     many = isinstance(value, (list, tuple))  # (cat takes one PATH)
-    rest = [word for word in extra if not (many and word.startswith(_LITERAL))]
+    rest = [word for word in extra if not (many and _is_path(word))]
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(_plain(word) for word in rest)}")
     if name is None:
@@ -65,6 +66,15 @@ def take_paths(
     if dashdash and not paths and (verb := args.command) in ("plan", "restore"):
         parser.error(f"{verb}: no PATH after `--` (leave out `--` to {verb} the whole tree)")
     setattr(args, name, paths)
+
+
+def _is_path(word: str) -> bool:
+    """A word argparse handed back that is a PATH: after `--`, or not an option.
+
+    argparse takes the positionals before an option all at once, so the PATHs after
+    one (`restore REF --yes src`, as git takes it) come back unrecognized.
+    """
+    return word.startswith(_LITERAL) or word == "-" or not word.startswith("-")
 
 
 def _plain(word: str) -> str:
