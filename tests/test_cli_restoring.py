@@ -286,7 +286,9 @@ def test_restore_to_writes_a_copy_and_never_touches_the_workspace(
         (root / "inside", "outside the workspace"),
         (root.parent, "outside the workspace"),
         (root / ".worksnap" / "x", "outside the workspace"),
-        (tmp_path / "no" / "parent", "is not a directory"),
+        (tmp_path / "no" / "parent", f"{tmp_path / 'no'} does not exist"),
+        (write(tmp_path, "plain", "") / "x", f"{tmp_path / 'plain'} is not a directory"),
+        ("", "an empty path is not a directory"),  # (was "cannot restore into : it is the root")
     ]:
         code, out, err = run(capsys, root, "restore", "latest", "--to", str(bad))
         assert (code, out) == (2, ""), bad

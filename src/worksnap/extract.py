@@ -208,11 +208,14 @@ def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
     Raises:
         InputError: why it cannot be used.
     """
+    if not destination:  # (it would be the current directory: the root, or a stranger)
+        raise InputError("cannot restore into '': an empty path is not a directory")
     final = os.path.abspath(destination)
     parent = os.path.realpath(os.path.dirname(final))
     final = os.path.join(parent, os.path.basename(final))
     if not os.path.isdir(parent):
-        raise InputError(f"cannot restore into {destination}: {parent} is not a directory")
+        why = "is not a directory" if os.path.lexists(parent) else "does not exist"
+        raise InputError(f"cannot restore into {destination}: {parent} {why}")
     if os.path.islink(final):
         if not os.path.isdir(resolved := os.path.realpath(final)):
             raise InputError(
