@@ -90,3 +90,33 @@ def test_a_path_that_became_a_directory_is_never_a_rename_source(root: Path) -> 
         ("A", "M/b/f", None),
         ("A", "M/c/link", None),
     ]
+
+
+def test_cli_diff_stat_quotes_names_as_the_patch_does_and_says_nothing_of_no_change(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `diff --stat` quoted names as Python does ("bad\xffname") where the patch quotes
+    # them as git does ("bad\377name"), and said " 0 files changed" where git says nothing.
+    write(root, b"bad\xffname", "1\n")
+    write(root, "tab\there", "1\n")
+    write(root, "caf\u00e9", "1\n")
+    assert main(["--root", str(root), "snapshot"]) == 0
+    capsys.readouterr()
+    assert main(["--root", str(root), "diff", "latest", "--stat"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["--root", str(root), "diff", "latest", "--numstat"]) == 0
+    assert capsys.readouterr().out == ""
+    for name in (b"bad\xffname", "tab\there", "caf\u00e9"):
+        write(root, name, "2\n")
+    assert main(["--root", str(root), "diff", "latest"]) == 0
+    patch = capsys.readouterr().out
+    quoted = ['"bad\\377name"', '"caf\\303\\251"', '"tab\\there"']
+    for q in quoted:
+        assert f'--- "a/{q[1:]}\n' in patch, (q, patch)
+    assert main(["--root", str(root), "diff", "latest", "--numstat"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"1\t1\t{q}" for q in quoted]
+    assert main(["--root", str(root), "diff", "latest", "--stat"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        *(f" {q:<13} |    2 +-" for q in quoted),
+        " 3 files changed, 3 insertions(+), 3 deletions(-)",
+    ]

@@ -224,6 +224,11 @@ def _blob_id(data: bytes) -> bytes:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest().encode()
 
 
+def git_name(path: str) -> str:
+    """A path as `git diff --stat` and `--numstat` print it: quoted as the patch's headers."""
+    return _quoted("", path).decode("ascii")  # (every byte over 0x7e is escaped)
+
+
 def _quoted(prefix: str, path: str) -> bytes:
     """`prefix` + path as git prints it: in double quotes with C escapes when it must be."""
     raw = prefix.encode() + fs_path(path)

@@ -248,14 +248,20 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _print_stats(changes: list[Any], read: Any, *, numstat: bool) -> None:
-    from worksnap.diff import line_counts
+    r"""`--stat` and `--numstat` as git prints them: nothing at all for no change.
 
+    Names are quoted as the patch's headers quote them, git's way (`"bad\377name"`).
+    """
+    from worksnap.diff import git_name, line_counts
+
+    if not changes:
+        return
     added_total = deleted_total = 0
     rows = []
     for change in changes:
-        name = display(change.path)
+        name = git_name(change.path)
         if change.op == "R":
-            name = f"{display(change.old_path)} => {display(change.path)}"
+            name = f"{git_name(change.old_path)} => {name}"
         counts = line_counts(change, read)
         rows.append((name, counts))
         if counts:
