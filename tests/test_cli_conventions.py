@@ -190,6 +190,17 @@ def test_a_path_in_neither_the_snapshot_nor_the_workspace_is_exit_2(
     assert not (root / "new.txt").exists() and (root / "a.txt").read_text() == "edited"
 
 
+@pytest.mark.parametrize("options", [[], ["--json"], ["--root", "."]])
+def test_no_command_shows_the_usage_and_the_commands(tmp_path: Path, options: list[str]) -> None:
+    # A bare `worksnap` said only "the following arguments are required: COMMAND".
+    done = process(*options, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, b"")
+    shown = done.stderr.decode()
+    assert shown.startswith("usage: worksnap ")
+    assert "  restore " in shown and "  snapshot " in shown and "examples:" in shown
+    assert "Traceback" not in shown
+
+
 @pytest.mark.parametrize("command", ["restore", "plan", "show"])
 def test_a_missing_ref_is_all_the_usage_error_names(
     capsys: pytest.CaptureFixture[str], root: Path, command: str

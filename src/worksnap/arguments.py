@@ -58,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(pool=None, seams=None, paths_after=None, location=None)
     common = _Parser(add_help=False)
     _add_global_options(common, here=False)
-    commands = parser.add_subparsers(
-        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    commands = parser.add_subparsers(  # (none: `parse` shows the usage and the commands)
+        dest="command", metavar="COMMAND", parser_class=_Parser
     )
 
     def command(name: str, summary: str, description: str, example: str) -> argparse.ArgumentParser:
@@ -478,6 +478,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     words, paths_after, dashdash = cmdpaths.split(list(argv))
     parser = _parser()
     args, extra = parser.parse_known_args(words)
+    if args.command is None:  # `worksnap` alone: what it can do (git shows its usage too)
+        parser.exit(2, parser.format_help())
     cmdpaths.take_paths(parser, args, extra, dashdash=dashdash)
     args.paths_after = paths_after
     if args.session is None:  # the environment of this command (a daemon serves many)
