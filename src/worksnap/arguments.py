@@ -110,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         "root, store, session, daemon, and what changed since the latest snapshot",
         "Show where worksnap works from here (root, store, session), how many snapshots "
         "the store holds and their size, whether a daemon serves it, large files left "
-        "unprotected, and what changed since `latest`, like `git status --short`. Changes "
-        "nothing, and creates no store.",
+        "unprotected, and what changed since `latest`, like `git status --short` (its paths "
+        "relative to the root, from any directory of the project). Changes nothing, and "
+        "creates no store.",
         "example: worksnap status --json",
     )
 
