@@ -235,6 +235,8 @@ def test_dashdash_with_no_path_after_it_never_restores_the_whole_tree(
         assert "no PATH after `--`" in err, err
     code, out, err = run_cli(capsys, root, "restore", "--yes", "--", "latest")
     assert (code, out) == (2, "") and "REF comes before `--`" in err, err
+    code, out, err = run_cli(capsys, root, "restore", "latest", "--to", "--", "copy")
+    assert (code, out) == (2, "") and "value of --to comes before `--`" in err, err
     assert tree_state(root) == before
     assert run_cli(capsys, root, "show", "latest", "--") == run_cli(capsys, root, "show", "latest")
     assert run_cli(capsys, root, "cat", "latest", "--")[0] == 2

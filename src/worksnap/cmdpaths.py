@@ -43,11 +43,11 @@ def take_paths(
 ) -> None:
     """Puts the PATHs argparse handed back into the command's list; refuses the rest.
 
-    A REF after `--` is refused (git reads what follows `--` as paths only). `restore
-    REF --` with no PATH after it restores nothing, as `git restore --source=REF --`
-    refuses ("you must specify path(s)"): never the whole tree, which a script's empty
-    list would otherwise ask for; `plan` previews a restore, so it refuses it too.
-    `show REF --` shows everything, as `git show REF --` does.
+    A REF or an option's value after `--` is refused (git reads what follows as paths).
+    `restore REF --` with no PATH after it restores nothing, as `git restore
+    --source=REF --` refuses ("you must specify path(s)"): never the whole tree, which a
+    script's empty list would otherwise ask for; `plan` previews a restore, so it
+    refuses it too. `show REF --` shows everything, as `git show REF --` does.
     """
     name = PATHS.get(args.command)
     value: Any = getattr(args, name) if name is not None else None
@@ -57,8 +57,10 @@ def take_paths(
         parser.error(f"unrecognized arguments: {' '.join(_plain(word) for word in rest)}")
     if name is None:
         return
-    if str(getattr(args, "ref", None) or "").startswith(_LITERAL):
-        parser.error(f"{args.command}: its REF comes before `--` (what follows `--` is PATHs)")
+    for key, word in vars(args).items():  # a REF, or an option's value (`--to -- x`)
+        if key != name and isinstance(word, str) and word.startswith(_LITERAL):
+            what = "its REF" if key == "ref" else f"the value of --{key.replace('_', '-')}"
+            parser.error(f"{args.command}: {what} comes before `--` (what follows is PATHs)")
     if not many:
         setattr(args, name, _plain(value))
         return
