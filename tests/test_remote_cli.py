@@ -502,6 +502,7 @@ def test_a_record_the_store_takes_is_pushed_and_pulled_and_a_larger_one_never_wr
     ]
     for start in range(0, len(names), 4000):
         run(a, "capture", *names[start : start + 4000])
+    run(a, "begin", "--step", "2")  # the turn is over: its checkpoint is pushed
     url = f"file://{remote}"
     run(a, "remote", "add", "origin", url)
     run(a, "push")
