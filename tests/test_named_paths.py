@@ -220,6 +220,25 @@ def test_everything_after_dashdash_is_a_path_even_one_named_dashdash(
     assert (root / "new.txt").read_text() == "precious\n"
 
 
+def test_an_abbreviated_global_option_keeps_what_follows_dashdash_a_path(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse takes `--ro` for `--root` and `--sess` for `--session`: a review found the
+    value taken for the command's name, so `restore REF -- --` restored every file."""
+    write(root, "--", "orig\n")
+    write(root, "other.txt", "keep\n")
+    Workspace(root).snapshot()
+    write(root, "--", "changed\n")
+    write(root, "other.txt", "edited\n")
+    code, _, err = run(capsys, "--ro", str(root), "--sess", "default", "restore",
+                            "--yes", "latest", "--", "--")  # fmt: skip
+    assert code == 0, err
+    assert (root / "--").read_text() == "orig\n"
+    assert (root / "other.txt").read_text() == "edited\n"
+    code, out, err = run(capsys, "--ro", str(root), "plan", "latest", "--")
+    assert (code, out) == (2, ""), err
+
+
 def test_dashdash_with_no_path_after_it_never_restores_the_whole_tree(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -90,10 +90,19 @@ def _command_index(argv: list[str]) -> int | None:
         word = argv[i]
         if word == "--":
             return None
-        if word in _VALUED:
+        if _valued(word):
             i += 2
             continue
         if not word.startswith("-"):
             return i
         i += 1
     return None
+
+
+def _valued(word: str) -> bool:
+    """A global option whose value is the next word: `--root`, or a prefix argparse takes.
+
+    (`--ro`: a review found `--sess S restore REF -- --` restoring the whole tree, the
+    value taken for the command.) An ambiguous prefix is argparse's error anyway.
+    """
+    return len(word) > 2 and "=" not in word and any(v.startswith(word) for v in _VALUED)
