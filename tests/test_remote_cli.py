@@ -611,8 +611,16 @@ def test_an_open_checkpoint_is_held_back_until_its_turn_is_over(tmp_path: Path) 
     assert opened in one_line_error(run(a, "push", "origin", opened, code=2))
     run(a, "capture", "f.txt")
     write(a, "f.txt", "edited by the turn\n")
-    run(a, "begin", "--step", "2")  # the next turn: the first one's checkpoint is closed
-    assert opened in doc(a, "push")["snapshots"]  # type: ignore[operator]
+    # The next turn closes the first one's checkpoint. A push that looks while `begin`
+    # has saved the new checkpoint but not yet the session's state (put back here as
+    # it was) must still hold the new one back: the newest checkpoint is the open one.
+    state = a / ".worksnap" / "sessions" / "default.json"
+    was = state.read_bytes()
+    second = json.loads(run(a, "--json", "begin", "--step", "2").stdout)["id"]
+    state.write_bytes(was)
+    pushed = doc(a, "push")
+    assert opened in pushed["snapshots"] and second not in pushed["snapshots"]  # type: ignore[operator]
+    assert pushed["held_back"] == [second]
 
     b = tmp_path / "b"
     write(b, "f.txt", "edited by the turn\n")

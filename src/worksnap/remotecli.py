@@ -360,7 +360,8 @@ def cmd_push(args: argparse.Namespace) -> int:
         if ws.store.exists() and ws.store.legacy_ids():
             ws.upgrade()  # a format 1 store's snapshots have no records to push yet
         ids = [ws.resolve(r) for r in refs] if refs else None
-        held = _open_checkpoint(ws, ids)
+        _refuse_open_checkpoint(ws, ids)
+        held: list[str] = []
         repo = _open(ws, url, create=True)
         with _progress(args, "pushed") as progress:
             if not ws.store.exists():
@@ -369,14 +370,15 @@ def cmd_push(args: argparse.Namespace) -> int:
                 result = Result()
             else:
                 with Locks(ws.store.files).shared("push"):
-                    side = StoreSide(ws.store, ws.root, hold=frozenset(held))
+                    side = StoreSide(ws.store, ws.root, hold_open=ids is None)
                     result = push(side, repo, ws.session, ids=ids, progress=progress)
+                    held = side.held
     _render(args, "push", name, url, result, held=held)
     return 0
 
 
-def _open_checkpoint(ws: Workspace, ids: list[str] | None) -> list[str]:
-    """The session's open checkpoint, held back from a push (its turn may still capture).
+def _refuse_open_checkpoint(ws: Workspace, ids: list[str] | None) -> None:
+    """Refuses a push that names the session's open checkpoint (its turn may still capture).
 
     Raises:
         InputError: it is named: it is pushed after the turn (the next `begin`).
@@ -384,16 +386,15 @@ def _open_checkpoint(ws: Workspace, ids: list[str] | None) -> list[str]:
     from worksnap.errors import InputError
     from worksnap.history import Sessions
 
-    if not ws.store.exists():
-        return []
+    if ids is None or not ws.store.exists():
+        return
     open_id = Sessions(ws.store.files).load(ws.session).checkpoint
-    if open_id is not None and ids is not None and open_id in ids:
+    if open_id is not None and open_id in ids:
         raise InputError(
             f"snapshot {open_id} is the open checkpoint of session {ws.session}: its turn "
             "may still capture files, and a remote record never changes; it is pushed "
             "once the next `worksnap begin` closes it"
         )
-    return [open_id] if open_id is not None and ids is None else []
 
 
 def cmd_pull(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from worksnap.errors import ManifestError
+from worksnap.history import CHECKPOINT
 from worksnap.paths import Digest
 from worksnap.record import Record
 from worksnap.store import Store
@@ -19,26 +20,32 @@ from worksnap.store import Store
 class StoreSide:
     """`sync.LocalSide` over a store bound to the root `root` (wire form)."""
 
-    def __init__(self, store: Store, root: str, *, hold: frozenset[str] = frozenset()) -> None:
+    def __init__(self, store: Store, root: str, *, hold_open: bool = False) -> None:
         self.store = store
         self.root = root
-        self.hold = hold
-        """Snapshots not to push yet: a session's open checkpoint, which its turn may
-        still rewrite (a remote record never changes: a review saw the empty checkpoint
-        pushed at `begin` stay so, its later captures never reaching the remote)."""
+        self.hold_open = hold_open
+        """Leave the session's newest checkpoint out of `records`: the open one (or one a
+        `begin` is opening now), which its turn may still rewrite, and a remote record
+        never changes (a review saw the empty checkpoint pushed at `begin` stay so)."""
+        self.held: list[str] = []
+        """What `records` left out for that (its id)."""
 
     def records(self, session: str) -> list[Record]:
         """The session's records (a damaged one is left out: `verify` reports it)."""
         found = []
         for snapshot_id in self.store.ids():
-            if snapshot_id in self.hold:
-                continue
             try:
                 record = self.store.load_record(snapshot_id)
             except ManifestError:
                 continue
             if record is not None and record.session == session:
                 found.append(record)
+        # Only `begin` closes a checkpoint, by opening the next: the newest is open.
+        turns = [r for r in found if r.kind == CHECKPOINT] if self.hold_open else []
+        if turns:
+            newest = max(turns, key=lambda r: (r.time, r.id))
+            found.remove(newest)
+            self.held = [newest.id]
         return found
 
     def has_record(self, snapshot_id: str) -> bool:
