@@ -511,6 +511,52 @@ def test_undo_after_a_checkpointed_turn_sets_back_that_turn_only(root: Path) -> 
         assert files(root) == {b"a": b"a0\n", b"b": b"b0\n"}
 
 
+@pytest.mark.parametrize("left_out", ["ignored", "excluded"])
+def test_undo_goes_past_a_checkpoint_whose_rewind_changes_nothing_now(
+    root: Path, left_out: str
+) -> None:
+    """A review: the turn's one captured file became ignored (or excluded); undo picked
+    that checkpoint every time and restored nothing ("restored 0 paths"), never reaching
+    the full snapshot."""
+    write(root, "a", "a0\n")
+    write(root, "b", "b0\n")
+    exclude = ("a",) if left_out == "excluded" else ()  # from the undo on
+    with Workspace(root) as ws:
+        ws.snapshot()
+        write(root, "b", "b1\n")
+        ws.begin()
+        ws.capture_before(["a"])
+        write(root, "a", "a1\n")
+        if left_out == "ignored":
+            write(root, ".gitignore", "a\n")
+    with Workspace(root, exclude=exclude) as ws:
+        first = ws.undo()
+        assert first.ok and first.restored, first
+        assert (root / "b").read_text() == "b0\n"  # the full snapshot's
+        assert (root / "a").read_text() == "a1\n"  # left out now: never touched
+
+
+def test_a_capture_after_an_undo_is_undone_as_the_turn_s_not_past_it(root: Path) -> None:
+    """A review: after an undo, the turn went on (capture b, edit it); the next undo went
+    to the full snapshot, reverting an edit no turn made (u). A capture clears redo, as a
+    snapshot does, and the undo sets back the turn's files."""
+    write(root, "a", "a0\n")
+    write(root, "b", "b0\n")
+    write(root, "u", "u0\n")
+    with Workspace(root) as ws:
+        ws.snapshot()
+        write(root, "u", "u1\n")  # the person's edit, in no snapshot
+        ws.begin()
+        ws.capture_before(["a"])
+        write(root, "a", "a1\n")
+        assert ws.undo().ok
+        ws.capture_before(["b"])
+        write(root, "b", "b1\n")
+        second = ws.undo()
+        assert second.ok and second.restored == ["b"], second
+        assert files(root) == {b"a": b"a0\n", b"b": b"b0\n", b"u": b"u1\n"}
+
+
 def _checkpoint(
     cid: str, second: int, paths: dict[str, Spec], absent: tuple[str, ...] = ()
 ) -> Manifest:

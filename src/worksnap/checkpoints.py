@@ -111,15 +111,16 @@ class Checkpoints:
             InputError: no checkpoint is open, or a path is outside the root,
                 inside `.git` or the store, or a directory.
         """
-        state = self._sessions.load(session)
-        if state.checkpoint is None:
-            raise InputError(
-                f"no open checkpoint in session {session!r}: run `worksnap begin` first"
-            )
         self._catalog.upgrade_if_needed()
         # Exclusive: captures from parallel tool calls (threads or processes) each
-        # rewrite the checkpoint, and none may lose another's before-images.
+        # rewrite the checkpoint, and none may lose another's before-images. The open
+        # one is read under the lock, so a `begin` meanwhile is seen.
         with self._locks.exclusive("capture"):
+            state = self._sessions.load(session)
+            if state.checkpoint is None:
+                raise InputError(
+                    f"no open checkpoint in session {session!r}: run `worksnap begin` first"
+                )
             checkpoint = self._catalog.load(state.checkpoint, session)
             entries = {e.path: e for e in checkpoint.entries}
             absent = set(checkpoint.absent)
@@ -160,6 +161,9 @@ class Checkpoints:
                 ignored=sorted(ignored),
                 tree=tree_digest(ordered, sorted(dirs)),
             )
+            # A turn went on after an undo: redo would now undo its new edits (as a new
+            # snapshot clears redo; a review found undo then skipping this checkpoint).
+            self._sessions.clear_redo(session)
             return self._catalog.replace(updated)
 
     def _written(self, path: str | os.PathLike[str]) -> list[str]:

@@ -495,11 +495,10 @@ class Restorer:
 
         def choose(current: Manifest) -> Manifest:
             history = [s for s in self._catalog.list(session) if s.id != skip]
-            load, whole = self._catalog.load_id, self._catalog.whole  # (whole: a checkpoint's)
+            # (load_id is cached: the target found is loaded once)
             target_id = undo_target(
-                history, current, self._sessions.load(session), load=load,
-                flat_tree=self._catalog.legacy_digest(current),
-                rewind=lambda cid: whole(load(cid), current, session, tree=True)[0],
+                history, current, self._sessions.load(session), load=self._catalog.load_id,
+                flat_tree=self._catalog.legacy_digest(current), checkpoints=True,
             )  # fmt: skip
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
