@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import stat
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -222,3 +224,33 @@ def cli_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> obje
     code, out, err = run_cli(capsys, root, "--json", *args)
     assert code == 0, err
     return json.loads(out)
+
+
+def terminal_output(
+    controller: int, child: subprocess.Popen[bytes], *, answer: bytes | None = None
+) -> tuple[bytes, bool]:
+    """What a process showed on its pseudo-terminal (`controller`) until it closed it.
+
+    With `answer`, it is typed once the `[y/N] ` question shows; a process that waits a
+    minute showing nothing more is killed (a question that went where no one sees it).
+    Returns what was shown and whether the answer was typed. Closes `controller`.
+    """
+    shown, asked = b"", False
+    while True:
+        if answer is not None and not asked and b"[y/N] " in shown:
+            os.write(controller, answer)
+            asked = True
+        ready, _, _ = select.select([controller], [], [], 60)
+        if not ready:
+            if answer is not None:
+                child.kill()
+            break
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    return shown, asked

@@ -10,7 +10,6 @@ import json
 import os
 import pty
 import re
-import select
 import shutil
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_here as run
-from tests.conftest import write
+from tests.conftest import terminal_output, write
 from worksnap import InputError, Workspace
 from worksnap.arguments import VERSION, build_parser, parse
 from worksnap.cli import main
@@ -320,19 +319,7 @@ def in_a_terminal(*args: str) -> tuple[int, bytes]:
         env={**env, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1", "NO_COLOR": "1"},
     )
     os.close(terminal)
-    shown = b""
-    while True:
-        ready, _, _ = select.select([controller], [], [], 60)
-        if not ready:
-            break
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(controller)
+    shown, _ = terminal_output(controller, child)
     return child.wait(timeout=60), shown
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import disk_fills_after, tree_state, write
+from tests.conftest import disk_fills_after, terminal_output, tree_state, write
 from tests.conftest import run_cli as run
 from worksnap import Workspace
 
@@ -72,23 +71,7 @@ def asked_at_a_terminal(
             env={**env, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1", "NO_COLOR": "1"},
         )
     os.close(terminal)
-    shown, asked = b"", False
-    while True:
-        if not asked and b"[y/N] " in shown:
-            os.write(controller, answer)
-            asked = True
-        ready, _, _ = select.select([controller], [], [], 60)
-        if not ready:  # the question went where nobody sees it, and it waits
-            child.kill()
-            break
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(controller)
+    shown, asked = terminal_output(controller, child, answer=answer)
     assert asked, f"no question on the terminal: {shown!r}"
     return child.wait(timeout=60), shown.decode().replace("\r\n", "\n")
 
