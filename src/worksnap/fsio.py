@@ -143,17 +143,30 @@ def sync_filesystem(path: str) -> None:
     """
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        import ctypes  # only a `restore --to` pays for loading it
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        syncfs = getattr(libc, "syncfs", None)
+        syncfs = _libc("syncfs")
         if syncfs is None:
             os.sync()
-        elif syncfs(fd) != 0:
-            code = ctypes.get_errno()
+        elif (code := syncfs(fd)) != 0:
             raise OSError(code, os.strerror(code), path)
     finally:
         os.close(fd)
+
+
+def _libc(name: str) -> Callable[..., int] | None:
+    """The C library's function `name` as a call returning 0, or its errno (None: no such).
+
+    ctypes is loaded only here, on first use: only `restore --to` pays for it.
+    """
+    import ctypes
+
+    function = getattr(ctypes.CDLL(None, use_errno=True), name, None)
+    if function is None:
+        return None
+
+    def call(*args: object) -> int:
+        return 0 if function(*args) == 0 else ctypes.get_errno()
+
+    return call
 
 
 def rename_noreplace(name: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
@@ -168,14 +181,11 @@ def rename_noreplace(name: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
         FileExistsError: `name` is taken in the destination.
         OSError: the rename failed otherwise.
     """
-    import ctypes  # only a `restore --to` into an existing directory pays for it
-
-    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    renameat2 = _libc("renameat2")
     if renameat2 is not None:
         raw = os.fsencode(name)
-        if renameat2(src_dir_fd, raw, dst_dir_fd, raw, _RENAME_NOREPLACE) == 0:
+        if (code := renameat2(src_dir_fd, raw, dst_dir_fd, raw, _RENAME_NOREPLACE)) == 0:
             return
-        code = ctypes.get_errno()
         if code not in (errno.ENOSYS, errno.EINVAL):  # (EINVAL: a file system without it)
             raise OSError(code, os.strerror(code), name)
     try:
