@@ -42,8 +42,8 @@ _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # What the umask leaves, as git does: 0644 and 0755 under the usual 022; under a team's
 # 002 in a setgid folder, every member of the group works in the store (a review found
 # the second member refused at the store lock, `lock.gate`).
-_FILE_MODE = 0o666
-_DIR_MODE = 0o777
+FILE_MODE = 0o666
+DIR_MODE = 0o777
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -187,7 +187,7 @@ class StoreDir:
     def _open_dir(self, parent: int, name: str, path: str, create: bool) -> int:
         if create:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(name, _DIR_MODE, dir_fd=parent)
+                os.mkdir(name, DIR_MODE, dir_fd=parent)
         try:
             return os.open(name, _DIR, dir_fd=parent)
         except OSError as exc:
@@ -243,7 +243,7 @@ class StoreDir:
         """Opens a regular store file with `flags` (which hold O_NOFOLLOW); refuses all else."""
         with self._parent(path, create=create) as (parent, name):
             try:
-                fd = os.open(name, flags, _FILE_MODE, dir_fd=parent)
+                fd = os.open(name, flags, FILE_MODE, dir_fd=parent)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
                     raise self._wrong(path, "a regular file") from None
@@ -365,7 +365,7 @@ class StoreDir:
         """Creates and locks a temp file beside `name`; returns its name and descriptor."""
         while True:
             tmp = f"{name}{TEMP_MARK}{secrets.token_hex(6)}"
-            fd = os.open(tmp, _NEW, _FILE_MODE, dir_fd=parent)
+            fd = os.open(tmp, _NEW, FILE_MODE, dir_fd=parent)
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_nlink:
                 return tmp, fd
@@ -379,7 +379,7 @@ class StoreDir:
         """
         with self._parent(path, create=True) as (parent, name):
             while True:
-                fd = os.open(name, _NEW, _FILE_MODE, dir_fd=parent)
+                fd = os.open(name, _NEW, FILE_MODE, dir_fd=parent)
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 if os.fstat(fd).st_nlink:
                     return fd

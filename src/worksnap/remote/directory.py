@@ -57,7 +57,7 @@ from worksnap.remote.transport import (
     is_key,
     probe_transport,
 )
-from worksnap.storedir import kind_of
+from worksnap.storedir import DIR_MODE, FILE_MODE, kind_of
 
 _LOCK_STRIPES = 256
 _LOCK_TIMEOUT = 30.0
@@ -67,11 +67,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # A team's shared folder (setgid, umask 002) is written by every member, as git's
 # core.sharedRepository and restic allow: new files and folders take what the umask
-# leaves, and a lock is opened for reading (flock needs no more), so a member may lock
-# another's stripe file.
+# leaves (`storedir.FILE_MODE`, `DIR_MODE`, as the store's), and a lock is opened for
+# reading (flock needs no more), so a member may lock another's stripe file.
 _LOCK_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_FILE_MODE = 0o666
-_DIR_MODE = 0o777
 _LOCKS = ".locks"
 # Errors of link() on file systems without hard links (some FUSE, SMB, FAT).
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
@@ -343,7 +341,7 @@ class DirectoryTransport:
         try:
             if create:
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, _DIR_MODE, dir_fd=parent)
+                    os.mkdir(name, DIR_MODE, dir_fd=parent)
             return os.open(name, _DIR_FLAGS, dir_fd=parent)
         except FileNotFoundError:
             raise
@@ -434,7 +432,7 @@ class DirectoryTransport:
         """Writes `data` to a new fsynced `.tmp-*` file in the folder `parent`; returns its name."""
         tmp = f"{TEMP_MARK}{secrets.token_hex(8)}"
         try:
-            fd = os.open(tmp, _NEW_FLAGS, _FILE_MODE, dir_fd=parent)
+            fd = os.open(tmp, _NEW_FLAGS, FILE_MODE, dir_fd=parent)
         except OSError as exc:
             raise self._error(exc, key, "write") from None
         try:
@@ -455,7 +453,7 @@ class DirectoryTransport:
         path = os.path.join(self._locks, f"{stripe:02x}")
         with self._folder([_LOCKS], key, "lock", create=True) as locks:
             try:
-                fd = os.open(f"{stripe:02x}", _LOCK_FLAGS, _FILE_MODE, dir_fd=locks)
+                fd = os.open(f"{stripe:02x}", _LOCK_FLAGS, FILE_MODE, dir_fd=locks)
             except OSError as exc:
                 raise self._error(exc, key, "lock") from None
         try:

@@ -18,7 +18,7 @@ BATCH_RAW = 64 << 20
 
 
 class TreeReader:
-    """Reads tree objects from the remote for a walk, fetching a tree pack whole on first use.
+    """Reads tree objects from the remote for a walk, a tree pack's small objects at once.
 
     A tree pack holds the trees one push wrote, which a walk then reads one after
     another: one request per pack rather than one per tree. Fetched objects are
