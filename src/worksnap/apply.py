@@ -14,10 +14,8 @@ import os
 import re
 import secrets
 import stat
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Protocol
 
 from blake3 import blake3
@@ -25,7 +23,7 @@ from blake3 import blake3
 from worksnap.errors import ObjectError, SnapshotError, shown
 from worksnap.fsio import DirTree, FileState, file_state, write_all
 from worksnap.hash import read_file
-from worksnap.manifest import Entry, Manifest
+from worksnap.manifest import Entry, Manifest, entry_at
 from worksnap.paths import fs_path
 from worksnap.plan import Change, Op, Plan
 
@@ -98,10 +96,8 @@ def _shrinking(current: list[Entry], writes: list[Change]) -> dict[str, Change]:
     """The writes that replace a file of `current` (sorted by path) with a smaller one."""
     found: dict[str, Change] = {}
     for change in writes:
-        at = bisect_left(current, change.path, key=attrgetter("path"))
-        now = current[at] if at < len(current) else None
-        same = now is not None and now.path == change.path and now.type == "file"
-        if same and now is not None and (now.size or 0) > _new_size(change):
+        now = entry_at(current, change.path)
+        if now is not None and now.type == "file" and (now.size or 0) > _new_size(change):
             found[change.path] = change
     return found
 

@@ -10,14 +10,13 @@ import contextlib
 import re
 from bisect import bisect_left
 from collections.abc import Callable
-from operator import attrgetter
 from typing import Final, Literal
 
 import msgspec
 
 from worksnap.errors import InputError, StoreError
 from worksnap.layout import SESSION_NAME, is_snapshot_id
-from worksnap.manifest import Entry, Manifest, Summary, tree_digest
+from worksnap.manifest import Entry, Manifest, Summary, entry_at, tree_digest
 from worksnap.paths import ancestors
 from worksnap.plan import Change, Op
 from worksnap.storedir import MIB, StoreDir
@@ -264,9 +263,9 @@ def checkpoint_changes(
 
 def _state(manifest: Manifest, path: str) -> Entry | str | None:
     """What a manifest holds at `path`: its entry, DIRECTORY, or None (by search: sorted)."""
-    at = bisect_left(manifest.entries, path, key=attrgetter("path"))
-    if at < len(manifest.entries) and manifest.entries[at].path == path:
-        return manifest.entries[at]
+    entry = entry_at(manifest.entries, path)
+    if entry is not None:
+        return entry
     at = bisect_left(manifest.dirs, path)
     return DIRECTORY if at < len(manifest.dirs) and manifest.dirs[at] == path else None
 

@@ -103,6 +103,12 @@ _decoder = msgspec.json.Decoder(Manifest)
 _header_decoder = msgspec.json.Decoder(_Header)
 
 
+def entry_at(entries: list[Entry], path: str) -> Entry | None:
+    """The entry at `path` in `entries` (sorted by path, as a manifest's are), or None."""
+    at = bisect_left(entries, path, key=operator.attrgetter("path"))
+    return entries[at] if at < len(entries) and entries[at].path == path else None
+
+
 def tree_digest(entries: list[Entry], dirs: list[str]) -> str:
     """Returns the digest of a captured tree: equal trees have equal digests."""
     return str(blake3(_encoder.encode((entries, dirs)), max_threads=1).hexdigest())

@@ -9,12 +9,11 @@ import enum
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from worksnap.differences import Differences, flat_differences
 from worksnap.errors import ConflictError, InputError
 from worksnap.ignore import Rules, ignore_checker
-from worksnap.manifest import Entry, Manifest, parse_time, tree_digest
+from worksnap.manifest import Entry, Manifest, entry_at, parse_time, tree_digest
 from worksnap.paths import ancestors, is_under
 from worksnap.sources import Tracked
 
@@ -327,9 +326,8 @@ def target_ignores(
 
     def gitignore(directory: str) -> bytes | None:
         path = f"{directory}/.gitignore" if directory else ".gitignore"
-        at = bisect_left(entries, path, key=attrgetter("path"))  # sorted by path
-        entry = entries[at] if at < len(entries) else None
-        if entry is None or entry.path != path or entry.type != "file" or not entry.hash:
+        entry = entry_at(entries, path)
+        if entry is None or entry.type != "file" or not entry.hash:
             return None
         return read(entry.hash)
 
