@@ -51,7 +51,8 @@ and enters the event's `cwd` before the store is found, then hands the event on 
 MAX_MESSAGE = 1 << 20
 HEADER = struct.Struct("!I")
 _FD = struct.Struct("i")
-_VALUE_OPTIONS = ("--root", "--store", "--session")
+VALUED_GLOBALS = frozenset({"--root", "--store", "--session"})
+"""The global options whose value is the next word (also `cmdpaths`'s: one list)."""
 
 
 class DaemonLost(Exception):
@@ -115,7 +116,7 @@ def parse(argv: list[str]) -> tuple[str, str | None, str | None] | None:
         if arg == "--":
             break
         name, eq, value = arg.partition("=")
-        if name in _VALUE_OPTIONS:
+        if name in VALUED_GLOBALS:
             if not eq:
                 if i + 1 >= len(argv):
                     return None

@@ -5,7 +5,7 @@ Everything after the first `--` of a command that takes PATHs is a PATH, a `--` 
 --` came back with no PATH, which means the whole tree; so the words after `--` never
 reach it as they are, only marked (`_LITERAL`) as words no option can be. And an option
 may come between REF and the PATHs, as in git (`restore REF --yes src`). Used by
-`arguments.parse`; standard library only, so `--help` stays fast.
+`arguments.parse`; the standard library and `client` only, so `--help` stays fast.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from worksnap.client import VALUED_GLOBALS
+
 PATHS = {"show": "paths", "cat": "path", "plan": "paths", "restore": "paths", "capture": "paths"}
 """The commands whose last positionals are PATHs, and their names in the namespace."""
 
 _LITERAL = "\0"
 """Marks a word that came after `--` (no argument can hold a NUL): a PATH, never an option."""
-
-_VALUED = {"--root", "--store", "--session"}
 
 
 def split(argv: list[str]) -> tuple[list[str], list[str] | None, bool]:
@@ -105,4 +105,4 @@ def _valued(word: str) -> bool:
     (`--ro`: a review found `--sess S restore REF -- --` restoring the whole tree, the
     value taken for the command.) An ambiguous prefix is argparse's error anyway.
     """
-    return len(word) > 2 and "=" not in word and any(v.startswith(word) for v in _VALUED)
+    return len(word) > 2 and "=" not in word and any(v.startswith(word) for v in VALUED_GLOBALS)
