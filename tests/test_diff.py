@@ -120,3 +120,59 @@ def test_cli_diff_stat_quotes_names_as_the_patch_does_and_says_nothing_of_no_cha
         *(f" {q:<13} |    2 +-" for q in quoted),
         " 3 files changed, 3 insertions(+), 3 deletions(-)",
     ]
+
+
+def test_paths_after_the_refs_are_read_as_git_reads_them_without_dashdash(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`diff src/x.py` is the diff of that file since latest, as `git diff src/x.py` is.
+
+    A git user types it without `--`; it was refused ("ref 'src/x.py' is too short",
+    "unrecognized arguments"). A word that is both a ref and a path is refused, never
+    guessed; with `--` it is read as before.
+    """
+    from tests.conftest import run_cli, run_here
+
+    write(root, "src/x.py", "x = 1\n")
+    write(root, "src/y.py", "y = 1\n")
+    write(root, "top.txt", "top\n")
+    ws = Workspace(root)
+    first = ws.snapshot().id
+    write(root, "src/x.py", "x = 2\n")
+    write(root, "top.txt", "top 2\n")
+    second = ws.snapshot().id
+    write(root, "src/y.py", "y = 2\n")
+
+    def changed(*args: str) -> list[str]:
+        code, out, err = run_cli(capsys, root, "--json", "diff", *args)
+        assert code == 0, err
+        return [row["path"] for row in json.loads(out)]
+
+    assert changed() == ["src/y.py"]
+    assert changed("src/x.py") == []  # (the same since latest)
+    assert changed("src/y.py", "top.txt") == ["src/y.py"]
+    assert changed(first, "src") == ["src/x.py", "src/y.py"]
+    assert changed(first, second, "top.txt") == ["top.txt"]
+    assert changed(first, second, "--", "top.txt") == ["top.txt"]
+    code, out, err = run_cli(capsys, root, "diff", first, "--numstat", "top.txt")  # (as git)
+    assert (code, out) == (0, "1\t1\ttop.txt\n"), err
+    monkeypatch.chdir(root / "src")  # found from the directory: paths are relative to it
+    code, out, err = run_here(capsys, "--json", "diff", first, "y.py")
+    assert (code, [row["path"] for row in json.loads(out)]) == (0, ["src/y.py"]), err
+
+    # Refused in one line, nothing guessed: a file named like a ref, a third ref, neither.
+    write(root, "latest", "a file\n")
+    code, out, err = run_cli(capsys, root, "diff", "latest")
+    assert (code, out) == (2, "")
+    assert "'latest' is both a ref and a path: put the paths after `--`" in err
+    assert changed("--", "latest") == ["latest"]
+    assert changed("latest", "--") == ["latest", "src/y.py"]
+    for args, said in [
+        ((first, second, "latest~1"), "'latest~1' is a third REF (at most two)"),
+        ((first, second, "latest~1", "--"), "'latest~1' before `--` is a third REF"),
+        (("nosuchfile",), "no snapshot matches 'nosuchfile' (and no path is there"),
+        ((first, "gone.txt"), "'gone.txt' is no ref and no path; paths go after `--`"),
+    ]:
+        code, out, err = run_cli(capsys, root, "diff", *args)
+        assert (code, out, err.count("\n")) == (2, "", 1), err
+        assert said in err

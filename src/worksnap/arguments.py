@@ -346,13 +346,17 @@ def build_parser() -> argparse.ArgumentParser:
         "show what changed since a snapshot, as a git patch",
         "A patch from REF (default: latest) to REF2 (default: the workspace now), in git's "
         "format (`git apply` takes it): mode changes, renames, added and deleted files; "
-        "binary files are only named unless --binary. Only below PATHs if given after --.",
+        "binary files are only named unless --binary. Only below PATHs if given: after --, "
+        "or, as git reads them, after the words that name snapshots (a word that is both a "
+        "ref and a path is refused: put the paths after --).",
         "examples: worksnap diff step:2 --stat\n"
+        "          worksnap diff src/main.py               (since latest, in one file)\n"
         "          worksnap diff latest~1 latest -- src/   (between two snapshots, in src/)\n"
         "          worksnap diff step:2 | git apply -R      (take back the changes)",
     )
     diff.add_argument("ref", nargs="?", help=REFS + " (default: latest)")
     diff.add_argument("ref2", nargs="?", help="a second ref (default: the workspace now)")
+    diff.add_argument("paths", nargs="*", default=(), metavar="PATH", help="only below these paths")
     style = diff.add_mutually_exclusive_group()
     style.add_argument("--stat", action="store_true", help="a histogram per file")
     style.add_argument("--numstat", action="store_true", help="added, deleted, path per line")

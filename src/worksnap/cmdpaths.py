@@ -15,7 +15,10 @@ from typing import Any
 
 from worksnap.client import VALUED_GLOBALS
 
-PATHS = {"show": "paths", "cat": "path", "plan": "paths", "restore": "paths", "capture": "paths"}
+PATHS = {
+    "show": "paths", "cat": "path", "plan": "paths", "restore": "paths", "capture": "paths",
+    "diff": "paths",  # (its PATHs after `--` are `paths_after`: see `split`)
+}  # fmt: skip
 """The commands whose last positionals are PATHs, and their names in the namespace."""
 
 _LITERAL = "\0"
@@ -30,7 +33,7 @@ def split(argv: list[str]) -> tuple[list[str], list[str] | None, bool]:
     words after their `--` as marked positionals.
     """
     at = _command_index(argv)
-    if at is None or argv[at] not in ("diff", *PATHS) or "--" not in argv[at:]:
+    if at is None or argv[at] not in PATHS or "--" not in argv[at:]:
         return argv, None, False
     cut = argv.index("--", at)
     if argv[at] == "diff":

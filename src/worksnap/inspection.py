@@ -233,9 +233,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from worksnap.diff import git_patch, select
 
     with open_workspace(args) as ws:
-        changes, read = ws.diff(args.ref or "latest", args.ref2)
-        if args.paths_after:
-            wanted = ws.selection(command_paths(args, args.paths_after))
+        refs, paths = _refs_and_paths(ws, args)
+        changes, read = ws.diff(*refs)
+        if paths:
+            wanted = ws.selection(command_paths(args, paths))
             changes = changes if wanted is None else select(changes, wanted)
         if args.json:
             emit_json(views.diff_view(changes, read))
@@ -245,6 +246,58 @@ def cmd_diff(args: argparse.Namespace) -> int:
             for change in changes:
                 write_bytes(git_patch(change, read, binary=args.binary))
     return 0
+
+
+def _refs_and_paths(ws: Workspace, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """`diff`'s REFs and PATHs, read as git reads `git diff A B x`.
+
+    Before `--` every word is a REF. Without `--`, the first words that name a snapshot
+    are the REFs (at most two) and the rest PATHs, each of which must be there now; a
+    word that is both is refused, so that a file named like a ref is never read wrong.
+    """
+    from worksnap.errors import InputError
+
+    words = [w for w in (args.ref, args.ref2) if w is not None] + list(args.paths)
+    if args.paths_after is not None:
+        if args.paths:
+            raise InputError(f"diff: {args.paths[0]!r} before `--` is a third REF (at most two)")
+        return words or ["latest"], args.paths_after
+
+    def there(word: str) -> bool:
+        path = command_paths(args, [word])[0]
+        return bool(word) and os.path.lexists(os.path.join(args.root, path))
+
+    refs: list[str] = []
+    for word in words[:2]:
+        if (no_ref := _no_ref(ws, word)) is not None:
+            if not refs and not there(word):
+                raise InputError(f"{no_ref} (and no path is there: paths go after `--`)")
+            break
+        if there(word):
+            raise InputError(
+                f"diff: {word!r} is both a ref and a path: put the paths after `--` "
+                f"(`worksnap diff -- {word}`, or `worksnap diff {word} --`)"
+            )
+        refs.append(word)
+    paths = words[len(refs) :]
+    for word in paths:
+        if not there(word):
+            what = "no ref and no path" if _no_ref(ws, word) else "a third REF (at most two)"
+            raise InputError(f"diff: {word!r} is {what}; paths go after `--`")
+    return refs or ["latest"], paths
+
+
+def _no_ref(ws: Workspace, word: str) -> str | None:
+    """Why `word` names no snapshot (None: it names one)."""
+    from worksnap.errors import InputError
+
+    try:
+        ws.resolve(word)
+    except InputError as exc:
+        if type(exc) is not InputError:  # a damaged store, not a word that is no ref
+            raise
+        return str(exc)
+    return None
 
 
 def _print_stats(changes: list[Any], read: Any, *, numstat: bool) -> None:
