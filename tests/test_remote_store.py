@@ -373,7 +373,8 @@ def test_a_symlinked_folder_in_a_file_remote_never_carries_a_write_or_a_delete_o
             push(side(ws), Repository.open(open_transport(f"file://{remote}")), "default")
     else:  # its new pack goes elsewhere (a listing passes over a link deeper down)
         push(side(ws), Repository.open(open_transport(f"file://{remote}")), "default")
-    with pytest.raises(RemoteError, match=r"is a symlink, not a folder"):
+    # (a pack the listing does not see is lost: the snapshot needing it stops the gc)
+    with pytest.raises(RemoteError, match=r"is a symlink, not a folder|missing or cut short"):
         collect(Repository.open(open_transport(f"file://{remote}")), now=lambda: later)
     transport = open_transport(f"file://{remote}")
     key = pack_key(pack) if planted.startswith("data") else f"{planted}/{next(iter(victims))}"

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from worksnap.invocation import open_workspace
-from worksnap.output import PROGRESS, emit_json, human_bytes, plural, say
+from worksnap.output import PROGRESS, emit_json, human_bytes, plural, say, warn
 
 if TYPE_CHECKING:
     from worksnap.config import Config
@@ -324,6 +324,12 @@ def _gc(args: argparse.Namespace) -> int:
                 if result.damaged_indexes
                 else ""
             )
+            + (
+                f"; {'would delete' if args.dry_run else 'deleted'} "
+                f"{plural(len(result.lost_indexes), 'index', 'indexes')} whose pack was lost"
+                if result.lost_indexes
+                else ""
+            )
         )
     return 0
 
@@ -342,6 +348,7 @@ def gc_view(name: str, url: str, result: GcResult, *, dry_run: bool) -> View:
         "deleted_records": result.deleted_records,
         "deleted_leftovers": result.deleted_leftovers,
         "damaged_indexes": result.damaged_indexes,
+        "lost_indexes": result.lost_indexes,
     }
 
 
@@ -460,6 +467,7 @@ def transfer_view(
     }
     if command == "push":
         view["held_back"] = held or []
+        view["lost_packs"] = result.lost_packs
     return view
 
 
@@ -468,6 +476,13 @@ def _render(
     *, held: list[str] | None = None,
 ) -> None:  # fmt: skip
     session = args.session
+    if result.lost_packs:  # (also with --json: a warning is stderr's)
+        warn(
+            f"{name}: {plural(len(result.lost_packs), 'pack')} an index names "
+            f"{'is' if len(result.lost_packs) == 1 else 'are'} missing or cut short on the "
+            "remote: what this push needed of them was sent again; `worksnap verify --remote "
+            f"{name}` names the snapshots that lost data (push them again by id)"
+        )
     if args.json:
         emit_json(transfer_view(command, name, url, session, result, held=held))
         return

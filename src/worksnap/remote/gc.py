@@ -73,6 +73,9 @@ class GcResult:
     """Snapshots the retention policy dropped from the refs."""
     damaged_indexes: list[str] = field(default_factory=list)
     """Indexes that could not be read: left alone, with every pack no index lists."""
+    lost_indexes: list[str] = field(default_factory=list)
+    """Indexes whose pack was not there whole (`Repository.whole`), deleted (a dry run:
+    that would be)."""
 
 
 class GcLease:
@@ -245,8 +248,12 @@ def _collect(
     ]
     index_times = repo.index_listing()
     packs = repo.pack_listing()
-    indexes = repo.load_indexes(index_times)
+    indexes = repo.whole(repo.load_indexes(index_times), packs)
     marked = _mark(repo, indexes, listed, young)
+    # Of no use to anyone, and every gc failed on the pack; past the grace period, as
+    # a pack is written before its index (a listing a moment apart may see the index only).
+    lost = [d for d in sorted(repo.lost) if index_times[d].modified.timestamp() <= started - grace]
+    result.lost_indexes = lost
 
     since = {c.index: c.since for c in state.condemned}
     keep: dict[str, float] = {}
@@ -310,6 +317,8 @@ def _collect(
             repo.transport.delete(pack_key(pack))
             result.deleted_packs += 1
             result.deleted_bytes += packs[pack].size
+    for digest in lost:
+        repo.transport.delete(index_key(digest))
     for pack in unindexed:
         repo.transport.delete(pack_key(pack))
         result.deleted_packs += 1
@@ -361,14 +370,13 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
     of its objects checked against its digest.
     """
     report = VerifyReport()
-    indexes = repo.load_indexes()
+    indexes = repo.whole(repo.load_indexes())  # (a copy sent again is read, not the lost)
     report.problems.extend(repo.damaged[d] for d in sorted(repo.damaged))
+    report.problems.extend(
+        f"pack {pack} of index {digest} is missing or cut short"
+        for digest, pack in sorted(repo.lost.items())
+    )
     places = locations(indexes)
-    packs = repo.pack_listing()
-    for digest, index in sorted(indexes.items()):
-        entry = packs.get(index.pack)
-        if entry is None or entry.size != index.size:
-            report.problems.append(f"pack {index.pack} of index {digest} is missing or cut short")
     listed: list[Listed] = []
     for session in repo.sessions():
         ref, _ = repo.get_ref(session)

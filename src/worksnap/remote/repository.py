@@ -178,6 +178,8 @@ class Repository:
         self._cache = IndexCache(cache, config.id, trusted) if cache is not None else None
         self.damaged: dict[str, str] = {}
         """Indexes `load_indexes` found damaged, by digest: one line each, for verify."""
+        self.lost: dict[str, str] = {}
+        """Indexes `whole` found without their pack, by digest: the pack's digest."""
 
     @classmethod
     def open(
@@ -270,6 +272,27 @@ class Repository:
                 ):
                     if index is not None:
                         found[digest] = index
+        return found
+
+    def whole(
+        self, indexes: dict[str, PackIndex], packs: dict[str, ListEntry] | None = None
+    ) -> dict[str, PackIndex]:
+        """The `indexes` whose pack is on the remote whole; the others are noted in `lost`.
+
+        A pack is written before its index, so an index without its pack (or with one of
+        another size) is damage: a bucket's lifecycle rule, a partial copy. Its objects are
+        unreachable, as a damaged index's are: a push sends them again (it said it pushed
+        a snapshot no one could pull), and gc deletes the index (every gc failed on the
+        missing pack). `packs`: the pack listing, when the caller has one.
+        """
+        packs = self.pack_listing() if packs is None else packs
+        found: dict[str, PackIndex] = {}
+        for digest, index in indexes.items():
+            entry = packs.get(index.pack)
+            if entry is not None and entry.size == index.size:
+                found[digest] = index
+            else:
+                self.lost[digest] = index.pack
         return found
 
     def _remember(self, digest: str, data: bytes) -> None:

@@ -104,6 +104,9 @@ class Result:
     objects: int = 0
     bytes: int = 0
     packs: int = 0
+    lost_packs: list[str] = field(default_factory=list)
+    """Packs an index names that are not on the remote whole (a push's: their objects,
+    when needed, were sent again; `Repository.whole`)."""
 
 
 def _noop(sent: int, objects: int) -> None:
@@ -139,7 +142,7 @@ def _survey(
     state, _ = repo.gc_state()
     listed = repo.index_digests()
     have = {k: v for k, v in (cached or {}).items() if k in listed}
-    indexes = {**have, **repo.load_indexes(listed - have.keys())}
+    indexes = repo.whole({**have, **repo.load_indexes(listed - have.keys())})
     places = locations(indexes, avoid=(c.index for c in state.condemned))
     return _Known(indexes, places, started)
 
@@ -242,6 +245,7 @@ def push(
     if records:
         entries = [repo.put_record(r) for r in records]
         repo.add_to_ref(session, entries, read=(ref, etag))
+    result.lost_packs = sorted(set(repo.lost.values()))
     return result
 
 
@@ -398,7 +402,7 @@ def pull(
     result = Result(snapshots=[r.id for r in records])
     if not records:
         return result
-    places = locations(repo.load_indexes())
+    places = locations(repo.whole(repo.load_indexes()))  # (a copy sent again is whole)
     read_remote = TreeReader(repo, places, skip=local.has)
 
     def read(digest: Digest) -> bytes:

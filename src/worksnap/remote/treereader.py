@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from worksnap.errors import RemoteError
 from worksnap.paths import Digest
-from worksnap.remote.repository import Location, Repository, index_key
+from worksnap.remote.repository import Location, Repository, index_key, pack_key
 
 BATCH_OBJECT = 1 << 20
 """The largest object fetched along with a tree it was not asked for (unpacked bytes)."""
@@ -72,7 +72,9 @@ class TreeReader:
         """
         where = self.places.get(digest)
         if where is None:
-            damaged = [index_key(d) for d in sorted(self.repo.damaged)]
-            why = f"{', '.join(damaged[:3])} damaged" if damaged else "damaged or partial?"
+            damaged = [f"{index_key(d)} damaged" for d in sorted(self.repo.damaged)]
+            lost = sorted({pack_key(p) for p in self.repo.lost.values()})
+            damaged += [f"{key} missing or cut short" for key in lost]
+            why = ", ".join(damaged[:3]) if damaged else "damaged or partial?"
             raise RemoteError(self.repo.url, f"object {digest} is in no pack ({why})")
         return where
