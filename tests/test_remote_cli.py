@@ -544,6 +544,29 @@ def test_a_named_push_that_sends_objects_again_says_so(tmp_path: Path) -> None:
     assert "up to date" in run(a, "push", "origin", snapshot).stdout
 
 
+def test_a_push_past_a_lost_pack_says_so_on_stderr_and_in_its_json(tmp_path: Path) -> None:
+    """A pack gone from the remote (its index kept): the push says what it sent again."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    a = tmp_path / "a"
+    a.mkdir()
+    write(a, "f.txt", "x\n")
+    run(a, "snapshot")
+    run(a, "remote", "add", "origin", f"file://{remote}")
+    assert json.loads(run(a, "--json", "push").stdout)["lost_packs"] == []
+    (pack,) = (p for p in (remote / "data").rglob("*") if p.is_file())
+    pack.unlink()
+    write(a, "g.txt", "y\n")
+    run(a, "snapshot")
+    done = run(a, "--json", "push")
+    assert json.loads(done.stdout)["lost_packs"] == [pack.name]
+    assert done.stderr == (
+        "worksnap: origin: 1 pack an index names is missing or cut short on the remote: what "
+        "this push needed of them was sent again; `worksnap verify --remote origin` names the "
+        "snapshots that lost data (push them again by id)\n"
+    )
+
+
 OTHER_UID, TEAM_GID = 54321, 54322
 """Another user and the group both are in: numbers only, no account needed."""
 
