@@ -30,6 +30,7 @@ LEVELS: dict[str, int] = {
     "packcodec": 0,
     "objectindex": 0,
     "multipack": 0,
+    "packsweep": 0,
     # the remote's transports: bytes under keys, conditional writes; nothing of snapshots
     "remote": 0,
     "remote.transport": 0,

@@ -15,6 +15,7 @@ wins over both).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 from collections.abc import Container, Iterator
@@ -28,7 +29,7 @@ from worksnap.fsio import write_all
 from worksnap.hash import SMALL, hash_bytes
 from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
 from worksnap.multipack import Quick, StaleIndex, refresh
-from worksnap.objectindex import Finder, ObjectIndex, join_indexes, used_copy
+from worksnap.objectindex import Finder, ObjectIndex, join_indexes
 from worksnap.packcodec import (
     MAX_CHAIN,
     OpenPacks,
@@ -45,6 +46,7 @@ from worksnap.packcodec import (
     slots,
     sound_chain,
 )
+from worksnap.packsweep import SweepPlan, Tally, announce, plan_sweep, remove_packs
 from worksnap.paths import Digest, is_digest
 from worksnap.storedir import KIB, MIB, StoreDir
 
@@ -494,11 +496,15 @@ class DiskStore(SnapshotFiles):
     def sweep(self, live: set[str] | None, *, merge: bool = False) -> tuple[int, int]:
         """Deletes every object not in `live`, and leftovers of interrupted writes.
 
-        Packs holding dead objects are rewritten with only their live ones; a live
-        object whose base dies is stored again alone, so no kept object loses a base it
-        needs. The new pack is durable before any old one goes. The caller holds the
-        exclusive lock, so no pack is being written. A pack whose index is damaged is
-        left as it is (what it holds is unknown; see `problems`).
+        First, before anything is written, go the packs no kept object is read from
+        and the dead loose objects: on a full disk that is the room the rest needs.
+        Then the packs holding dead objects beside kept ones are rewritten with only
+        their kept ones; a live object whose base dies is stored again alone (rebuilt
+        through its old chain, whose packs stay until then), so no kept object loses a
+        base it needs (`packsweep.plan_sweep`). The new pack is durable before any of
+        those old ones goes. The caller holds the exclusive lock, so no pack is being
+        written. A pack whose index is damaged is left as it is (what it holds is
+        unknown; see `problems`).
 
         Args:
             live: the objects to keep; None keeps every one.
@@ -508,51 +514,58 @@ class DiskStore(SnapshotFiles):
 
         Returns:
             How many objects were removed and how many bytes that freed.
+
+        Raises:
+            SweepStopped: the disk filled up part-way; what went before stays gone.
         """
         if live is None and not self._small_packs():  # nothing to merge: no index read
             return 0, self.sweep_abandoned()  # again, nothing written but dead leftovers
         self.close()
         self._index = None  # read afresh under the lock: others may have published packs
-        removed = 0
-        freed = self.sweep_abandoned()
+        done = Tally(0, self.sweep_abandoned())
         index = self._load_index()
         if live is None and self._damaged:
-            return 0, freed  # what a damaged pack holds is unknown: nothing else is moved
-        base_of = self._find.base_of
-
-        def kept(digest: str) -> bool:
-            return live is None or digest in live
-
-        orphans = set() if live is None else {
-            d for d in live if (s := index.get(d)) and (b := base_of(s)) and b not in live
-        }  # fmt: skip
+            return 0, done.freed  # what a damaged pack holds is unknown: nothing else is moved
         small = self._small_packs() if merge else set()
-        rewritten: list[tuple[str, list[tuple[str, Slot]]]] = []
+        packs = []
         for name in sorted(self.files.listdir(self.paths.packs)):
             pack_name, kind = self.paths.pack_file(name)
             if kind == "index" and pack_name not in self._damaged:
                 if live is None and pack_name not in small:
                     continue  # a merge reads only the packs it merges
-                records = slots(*rows) if (rows := self._read_index(pack_name, {})) else []
-                # A copy the index does not read (a twin, see join_indexes) goes.
-                unused = any(not used_copy(index, d, s) for d, s in records)
-                gone = any(not kept(d) or d in orphans for d, _ in records)
-                if unused or gone or pack_name in small:
-                    rewritten.append((pack_name, records))
-        if live is None and not rewritten:
-            return 0, freed  # nothing to merge: no pack written, no `generation` either
+                rows = self._read_index(pack_name, {})
+                packs.append((pack_name, slots(*rows) if rows else []))
+        plan = plan_sweep(index, self._find, packs, live, small=small)
+        if live is None and not plan.first and not plan.rewritten:
+            return 0, done.freed  # nothing to merge: no pack written, no `generation` either
         try:
-            copied: set[str] = set()
-            for pack_name, records in rewritten:
-                fd = self.files.open_file(self.paths.pack(pack_name))
+            if live is not None:  # a merge removes no object, only copies no one reads
+                announce(self.files, plan.first, done)
+            remove_packs(self.files, plan.first, done)
+            if live is not None:  # loose objects are each a file: a merge leaves them be
+                done.add(*self.files.sweep_loose(live))
+            self._rewrite(plan)
+            remove_packs(self.files, plan.rewritten, done)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise plan.stopped(self.dir, exc.strerror or str(exc), done) from None
+        finally:
+            self._indexes -= done.indexes  # (else its own next `sync` would say True)
+            self._index = None
+        return done.removed, done.freed
+
+    def _rewrite(self, plan: SweepPlan) -> None:
+        """Writes the kept copies of `plan.rewritten` into one new pack and publishes it."""
+        try:
+            for pack in (pack for pack in plan.rewritten if pack.copies):
+                fd = self.files.open_file(self.paths.pack(pack.name))
                 try:
-                    for digest, slot in records:
-                        if kept(digest) and digest not in copied and used_copy(index, digest, slot):
-                            copied.add(digest)
-                            self._writer = self._writer or PackWriter(self.files)
-                            stored = os.pread(fd, slot.stored, slot.offset)
-                            alone = self._readable(digest) if digest in orphans else None
-                            self._writer.append(digest, *moved(stored, slot, alone))
+                    for digest, slot in pack.copies:
+                        self._writer = self._writer or PackWriter(self.files)
+                        stored = os.pread(fd, slot.stored, slot.offset)
+                        alone = self._readable(digest) if digest in plan.orphans else None
+                        self._writer.append(digest, *moved(stored, slot, alone))
                 finally:
                     os.close(fd)
             self.flush()  # every live copy is durable before any old pack goes
@@ -561,22 +574,6 @@ class DiskStore(SnapshotFiles):
             # writer (its next snapshot would publish it, offsets and all).
             self.discard()
             raise
-        if live is not None:
-            # Other processes may remember objects about to go: told before the first
-            # goes. A merge removes none: a reader finds a moved one by reading the
-            # index again (`_read_packed_again`), and `sync` sees the packs gone.
-            self.files.write(self.paths.generation, self.files.new_name().encode())
-        for pack_name, records in rewritten:
-            self.files.unlink(self.paths.pack_index(pack_name))
-            self.files.unlink(self.paths.pack(pack_name))
-            self._indexes.discard(os.path.basename(self.paths.pack_index(pack_name)))
-            dead = [slot.stored for digest, slot in records if not kept(digest)]
-            removed, freed = removed + len(dead), freed + sum(dead)
-        if live is not None:  # loose objects are each a file: a merge leaves them be
-            loose, space = self.files.sweep_loose(live)
-            removed, freed = removed + loose, freed + space
-        self._index = None
-        return removed, freed
 
     def pack_count(self) -> int:
         """How many published packs the index was read from (see `sweep`'s `merge`)."""

@@ -210,6 +210,39 @@ class FileSystemError(WorksnapError):
         self.reason = reason
 
 
+class SweepStopped(FileSystemError):
+    """A gc sweep ran out of room part-way; what it removed before that stays removed.
+
+    The packs no kept object is read from go first, so a full disk stops a sweep only
+    where writing the others anew needs more room than that freed.
+
+    Attributes:
+        removed: the objects removed before it stopped.
+        freed: the bytes that freed.
+        left: the packs still to be written anew (dead objects beside kept ones).
+        left_bytes: the bytes of dead objects those packs hold (what finishing frees).
+        needed: about how many bytes writing them anew takes (the kept objects in them).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        reason: str,
+        *,
+        removed: int,
+        freed: int,
+        left: int,
+        left_bytes: int,
+        needed: int,
+    ) -> None:
+        super().__init__(path, reason)
+        self.removed = removed
+        self.freed = freed
+        self.left = left
+        self.left_bytes = left_bytes
+        self.needed = needed
+
+
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 _Class = TypeVar("_Class", bound=type)
 

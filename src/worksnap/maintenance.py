@@ -18,7 +18,14 @@ import msgspec
 from worksnap.caches import Caches
 from worksnap.catalog import Catalog
 from worksnap.config import Retention, load_config
-from worksnap.errors import FileSystemError, InputError, LockError, ManifestError, ObjectError
+from worksnap.errors import (
+    FileSystemError,
+    InputError,
+    LockError,
+    ManifestError,
+    ObjectError,
+    SweepStopped,
+)
 from worksnap.history import Sessions, SessionState, check_session_name
 from worksnap.journal import journal_snapshots
 from worksnap.lock import Locks
@@ -175,13 +182,14 @@ class Maintenance:
                 self._store.delete_snapshot(snapshot_id)
             try:
                 removed, freed_bytes = self._store.sweep(set(live), merge=True)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            except (SweepStopped, OSError) as exc:
+                if isinstance(exc, OSError) and exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
                 # A review found only "No space left on device" here, naming nothing.
+                reason = exc.reason if isinstance(exc, SweepStopped) else exc.strerror
                 raise FileSystemError(
                     self._files.path,
-                    f"{exc.strerror}: {len(dropped)} snapshots were dropped, but their "
+                    f"{reason}: {len(dropped)} snapshots were dropped, but their "
                     "objects stay until the packs that also hold kept ones are written "
                     "anew (before the old go, so a kill loses nothing); free some space "
                     "and run `worksnap gc` again",

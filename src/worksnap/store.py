@@ -126,6 +126,9 @@ class ObjectStore(Protocol):
         """Deletes every object not in `live` (None: none): (objects removed, bytes freed).
 
         With `merge`, small packs become one (see `DiskStore.sweep`).
+
+        Raises:
+            SweepStopped: the disk filled up part-way; what went before stays gone.
         """
         ...
 
