@@ -182,17 +182,16 @@ class Maintenance:
                 self._store.delete_snapshot(snapshot_id)
             try:
                 removed, freed_bytes = self._store.sweep(set(live), merge=True)
-            except (SweepStopped, OSError) as exc:
-                if isinstance(exc, OSError) and exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            except SweepStopped as stop:
+                raise FileSystemError(self._files.path, _stopped(stop, len(dropped))) from None
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
                 # A review found only "No space left on device" here, naming nothing.
-                reason = exc.reason if isinstance(exc, SweepStopped) else exc.strerror
                 raise FileSystemError(
                     self._files.path,
-                    f"{reason}: {len(dropped)} snapshots were dropped, but their "
-                    "objects stay until the packs that also hold kept ones are written "
-                    "anew (before the old go, so a kill loses nothing); free some space "
-                    "and run `worksnap gc` again",
+                    f"{exc.strerror}: {_plural(len(dropped), 'snapshot')} dropped, nothing "
+                    "freed yet; free some space and run `worksnap gc` again",
                 ) from None
         self._catalog.forget_last()
         return GcReport(
@@ -348,3 +347,30 @@ class Maintenance:
             self._store.rebind(self._root.path)
             self._caches.drop()
         return count
+
+
+def _plural(count: int, word: str) -> str:
+    """`1 snapshot`, `3 snapshots`."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _stopped(stop: SweepStopped, dropped: int) -> str:
+    """What a gc stopped by a full disk did, and what is left to do, in one line."""
+    freed = (
+        f"freed {stop.freed:,} bytes ({_plural(stop.removed, 'object')} no kept snapshot "
+        "needs, in files and packs of their own)"
+        if stop.freed
+        else "freed nothing yet"
+    )
+    if not stop.left:
+        return (
+            f"{stop.reason}: {_plural(dropped, 'snapshot')} dropped, {freed}; "
+            "free some space and run `worksnap gc` again"
+        )
+    return (
+        f"{stop.reason}: {_plural(dropped, 'snapshot')} dropped, {freed}; "
+        f"{stop.left_bytes:,} bytes more stay in {_plural(stop.left, 'pack')} that also "
+        "hold kept objects, until those are written anew (before the old go, so a kill "
+        f"loses nothing), which takes about {stop.needed:,} bytes: free some space and "
+        "run `worksnap gc` again"
+    )
