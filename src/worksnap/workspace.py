@@ -146,8 +146,8 @@ class Workspace:
         self.root = os.path.realpath(root)
         if not force and self.root in ("/", os.path.realpath(os.path.expanduser("~"))):
             raise InputError(
-                f"refusing to snapshot {self.root}: it is / or your home directory "
-                "(pass --force if you really mean it)"
+                f"refusing {self.root} as a workspace root: it is / or your home directory, "
+                "and a snapshot would take all of it (pass --force if you really mean it)"
             )
         if max_file_bytes is not None and max_file_bytes < 0:
             raise InputError("max_file_bytes must not be negative")

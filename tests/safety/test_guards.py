@@ -20,7 +20,11 @@ from .conftest import STORE, cli, tree_state, write
 def test_slash_is_refused_as_root_without_force(command: str) -> None:
     code, out, err = cli("--root", "/", command)
     assert (code, out) == (2, "")
-    assert "--force" in err
+    # (named as a root, not as a snapshot: `list` would snapshot nothing; review I 01)
+    assert err == (
+        "worksnap: error: refusing / as a workspace root: it is / or your home directory, "
+        "and a snapshot would take all of it (pass --force if you really mean it)\n"
+    )
     assert not os.path.exists("/" + STORE)
 
 
