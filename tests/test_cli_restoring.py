@@ -237,6 +237,27 @@ def test_plurals_and_nothing_to_do(root: Path, capsys: pytest.CaptureFixture[str
     assert code == 0 and out.startswith(f"restored 2 paths in {root} from snapshot ")
 
 
+def test_a_restore_limited_to_paths_that_match_says_they_match_not_the_root(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plan REF b.txt` said "nothing to restore: ROOT matches snapshot", with a.txt
+    differing from it (review I 05)."""
+    write(root, "a.txt", "a")
+    write(root, "b.txt", "b")
+    write(root, "c.txt", "c")
+    assert run(capsys, root, "snapshot")[0] == 0
+    latest = Workspace(root).resolve("latest")
+    write(root, "a.txt", "changed")
+    for args, said in [
+        (("plan", "latest", "b.txt"), f"nothing to restore: b.txt matches snapshot {latest}\n"),
+        (("restore", "latest", "b.txt", "c.txt", "--yes"),
+         f"nothing to restore: b.txt, c.txt match snapshot {latest}\n"),
+    ]:  # fmt: skip
+        code, out, err = run(capsys, root, *args)
+        assert (code, out) == (0, said), err
+        assert (root / "a.txt").read_text() == "changed"
+
+
 WriteInto = Callable[[Path], Path]
 
 

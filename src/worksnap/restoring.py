@@ -241,7 +241,7 @@ def _show_plan(
                      f"(not protected{size}: {_WHY[row.why]})")  # fmt: skip
     counts = plan.counts()
     if not plan.changes:
-        lines.append(f"nothing to restore: {root} matches snapshot {plan.target.id}")
+        lines.append(f"nothing to restore: {_matching(args)} snapshot {plan.target.id}")
     else:
         blocked = f", {counts['B']} blocked (left as they are)" if counts["B"] else ""
         lines.append(
@@ -265,6 +265,18 @@ def _show_plan(
         print(*lines, sep="\n", file=sys.stderr)
 
 
+def _matching(args: argparse.Namespace) -> str:
+    """What matches the snapshot: the root, or the PATHs a restore was limited to.
+
+    (A review found `plan REF b.txt` saying the whole root matched, while a.txt differed.)
+    """
+    paths = [display(p) for p in getattr(args, "paths", None) or ()]
+    if not paths:
+        return f"{display(args.root)} matches"
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return f"{shown} {'matches' if len(paths) == 1 else 'match'}"
+
+
 def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
     if args.json:
         emit_json(views.result_view(result))
@@ -275,7 +287,7 @@ def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
                 f"from snapshot {result.target}" + (f" ({then})" if result.pre_restore else "")
             )
         else:
-            say(f"nothing to restore: {display(args.root)} matches snapshot {result.target}")
+            say(f"nothing to restore: {_matching(args)} snapshot {result.target}")
     else:
         state = (
             "the workspace was rolled back to how it was before"
