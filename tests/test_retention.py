@@ -177,6 +177,51 @@ def test_rebind_after_the_project_moved(root: Path, tmp_path: Path) -> None:
     assert (moved / "a.txt").read_text() == "a"
 
 
+def test_a_store_named_from_outside_its_root_is_never_rebound_away_from_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review I 07: with project a's store named by $WORKSNAP_STORE in another directory,
+    `status` said "1 snapshot" and "no snapshot yet" at once, `list` called a's snapshots
+    the other directory's, and `plan` said to run `worksnap rebind`, which took a's own
+    store away from it (a could no longer snapshot). A moved project still rebinds."""
+    import subprocess
+
+    from tests.conftest import run_here
+
+    a, elsewhere = tmp_path / "a", tmp_path / "elsewhere"
+    write(a, "f.txt", "one\n")
+    write(elsewhere, "g.txt", "other\n")
+    subprocess.run(["git", "init", "-q", str(a)], check=True)
+    monkeypatch.chdir(a)
+    assert run_here(capsys, "snapshot")[0] == 0
+    store = str(a / ".git" / "worksnap")
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("WORKSNAP_STORE", store)
+    still_there = f"it is still there: run worksnap inside it, or with --root {a}"
+    code, out, err = run_here(capsys, "status")
+    assert (code, out) == (2, "")
+    said = f"worksnap: error: store {store} belongs to {a}, not {elsewhere} ({still_there})\n"
+    assert err == said
+    code, out, err = run_here(capsys, "list")
+    assert out.startswith(f"snapshots of {a} (not {elsewhere}), session default,"), err
+    code, out, err = run_here(capsys, "plan", "latest")
+    assert code == 2 and err.endswith(f"({still_there})\n")
+    code, out, err = run_here(capsys, "rebind")
+    assert (code, out) == (2, "")
+    assert f"is the store of {a}, which is still there: run worksnap inside it" in err
+    monkeypatch.delenv("WORKSNAP_STORE")
+    monkeypatch.chdir(a)
+    assert run_here(capsys, "snapshot")[0] == 0  # a's store is still a's
+
+    moved = tmp_path / "moved"
+    a.rename(moved)
+    monkeypatch.chdir(moved)
+    code, out, err = run_here(capsys, "status")
+    assert code == 2 and err.endswith("(if the project moved here, run `worksnap rebind`)\n")
+    assert run_here(capsys, "rebind")[0] == 0
+    assert run_here(capsys, "snapshot")[0] == 0
+
+
 def test_drop_session_frees_what_only_it_needed(root: Path) -> None:
     write(root, "shared.txt", "in both sessions")
     write(root, "a.txt", "only in the doomed session " * 20)

@@ -120,6 +120,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         summaries = ws.list(all_sessions=args.all)
         problems = list(ws.problems)
         pins = ws.pinned()
+        bound = ws.store.bound() if summaries else None
     for problem in problems:
         warn(f"warning: {problem}")
     if args.kind is not None:
@@ -140,7 +141,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         say(f"{plural(found, 'snapshot')}{kind} in {display(args.root)}, {scope}; "
             f"--limit {args.limit} shows none")  # fmt: skip
         return 0
-    say(f"snapshots of {display(args.root)}, {scope}, newest first:")
+    # (Run outside its root, with the store named: they are that root's, not this one's.)
+    elsewhere = f" (not {display(args.root)})" if bound not in (None, args.root) else ""
+    say(f"snapshots of {display(bound or args.root)}{elsewhere}, {scope}, newest first:")
     _print_table(summaries, pins, with_session=args.all)
     return 0
 

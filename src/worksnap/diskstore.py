@@ -27,7 +27,7 @@ from worksnap.errors import InputError, ObjectError, SnapshotError, StoreError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.fsio import write_all
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths
+from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths, rebind_hint
 from worksnap.multipack import Quick, StaleIndex, refresh
 from worksnap.objectindex import Finder, ObjectIndex, join_indexes
 from worksnap.packcodec import (
@@ -118,20 +118,23 @@ class DiskStore(SnapshotFiles):
         """
         if not self.exists():
             self.create()
-        data = self.files.read_optional(self.paths.root, limit=_MAX_ROOT)
-        if data is None:
+        bound = self.bound()
+        if bound is None:
             self.rebind(root)
             return
-        bound = os.fsdecode(data).rstrip("\n")
         if bound != root:
             raise InputError(
-                f"store {self.dir} belongs to {bound}, not {root} "
-                "(if the project moved, run `worksnap rebind`)"
+                f"store {self.dir} belongs to {bound}, not {root} ({rebind_hint(bound)})"
             )
 
     def rebind(self, root: str) -> None:
         """Records `root` as the root this store belongs to."""
         self.files.write(self.paths.root, os.fsencode(root) + b"\n")
+
+    def bound(self) -> str | None:
+        """The root this store belongs to (None: none recorded yet); reads only."""
+        data = self.files.read_optional(self.paths.root, limit=_MAX_ROOT)
+        return os.fsdecode(data).rstrip("\n") if data is not None else None
 
     def close(self) -> None:
         """Closes open files; an unpublished pack is removed (see `discard`)."""

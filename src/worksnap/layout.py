@@ -163,6 +163,18 @@ def store_location(root: str, store: str | None) -> str:
     return _existing_store(root, top) or _default_store(root, top)
 
 
+def rebind_hint(bound: str) -> str:
+    """What to say of a store or snapshot of the root `bound`, met from another root.
+
+    `worksnap rebind` is for a project that moved. Where `bound` is still there, the
+    command was run in the wrong place (or with another project's store named): a review
+    followed the rebind advice there and took a project's own store away from it.
+    """
+    if os.path.isdir(bound):
+        return f"it is still there: run worksnap inside it, or with --root {bound}"
+    return "if the project moved here, run `worksnap rebind`"
+
+
 def git_dir(work_tree: str) -> str | None:
     """The git directory of the work tree whose top is `work_tree` (None: none, or unreadable).
 

@@ -10,6 +10,7 @@ snapshot needs. Marking walks the trees of all remaining snapshots at once
 from __future__ import annotations
 
 import errno
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -28,6 +29,7 @@ from worksnap.errors import (
 )
 from worksnap.history import Sessions, SessionState, check_session_name
 from worksnap.journal import journal_snapshots
+from worksnap.layout import store_location
 from worksnap.lock import Locks
 from worksnap.manifest import Summary
 from worksnap.paths import Digest, Root
@@ -319,6 +321,20 @@ class Maintenance:
         """
         if not self._store.exists():
             raise InputError(f"no store at {self._paths.dir} to rebind")
+        bound = self._store.bound()
+        if (
+            bound is not None
+            and bound != self._root.path
+            and os.path.isdir(bound)
+            and store_location(bound, None) == self._paths.dir
+        ):
+            # A review was told to rebind from the wrong directory (another project's
+            # store named by $WORKSNAP_STORE), and took that project's store away from it.
+            raise InputError(
+                f"store {self._paths.dir} is the store of {bound}, which is still there: "
+                "run worksnap inside it (rebind is for a project that moved; a copy of a "
+                "project has its own store)"
+            )
         self._catalog.upgrade_if_needed()
         with self._locks.exclusive("rebind"):
             count = 0

@@ -20,6 +20,7 @@ import msgspec
 from blake3 import blake3
 
 from worksnap.errors import InputError, ManifestError, shown
+from worksnap.layout import rebind_hint
 from worksnap.paths import (
     check_path,
     is_canonical,
@@ -271,8 +272,7 @@ def check_manifest(
     if manifest.root != root:
         raise ManifestError(
             source,
-            f"belongs to {manifest.root!r}, not {root!r} "
-            "(if the project moved, run `worksnap rebind`)",
+            f"belongs to {manifest.root!r}, not {root!r} ({rebind_hint(manifest.root)})",
         )
     if not _ID.match(manifest.id):
         raise ManifestError(source, f"bad id {manifest.id!r}")

@@ -10,6 +10,7 @@ import msgspec
 from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.hash import hash_bytes
+from worksnap.layout import rebind_hint
 from worksnap.manifest import Manifest, Summary, decode_manifest, encode_manifest
 from worksnap.paths import Digest
 from worksnap.record import Record, decode_record, encode_record, summary_of
@@ -54,13 +55,16 @@ class MemoryStore:
             self.root = root
         elif self.root != root:
             raise InputError(
-                f"store in memory belongs to {self.root}, not {root} "
-                "(if the project moved, run `worksnap rebind`)"
+                f"store in memory belongs to {self.root}, not {root} ({rebind_hint(self.root)})"
             )
 
     def rebind(self, root: str) -> None:
         """Binds the store to `root`."""
         self.root = root
+
+    def bound(self) -> str | None:
+        """The root this store belongs to (None: none yet)."""
+        return self.root
 
     def close(self) -> None:
         """Nothing to release."""

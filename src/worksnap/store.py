@@ -228,6 +228,10 @@ class Store(ObjectStore, SnapshotStore, Protocol):
         """Records `root` as the root this store belongs to (after the project moved)."""
         ...
 
+    def bound(self) -> str | None:
+        """The root this store belongs to (None: none recorded yet); reads only."""
+        ...
+
     def close(self) -> None:
         """Releases open files; the store may be used again after."""
         ...
