@@ -97,8 +97,9 @@ class DiskStore(SnapshotFiles):
     # -- the directory -------------------------------------------------------
 
     def create(self) -> None:
-        """Creates the store's directories, not format 1's `manifests/` (idempotent)."""
+        """Makes the store's folders, not format 1's `manifests/` (`StoreDir.refuse_foreign`)."""
         paths = self.paths
+        self.files.refuse_foreign()
         for path in (paths.packs, paths.objects, paths.snapshots, paths.cache):
             self.files.makedirs(path)
         self.files.fsync(self.dir)  # the new directories survive a crash with what goes in them
@@ -133,8 +134,8 @@ class DiskStore(SnapshotFiles):
 
     def bound(self) -> str | None:
         """The root this store belongs to (None: none recorded yet); reads only."""
-        data = self.files.read_optional(self.paths.root, limit=_MAX_ROOT)
-        return os.fsdecode(data).rstrip("\n") if data is not None else None
+        data = self.files.read_optional(self.paths.root, limit=_MAX_ROOT) or b""
+        return os.fsdecode(data).rstrip("\n") or None
 
     def close(self) -> None:
         """Closes open files; an unpublished pack is removed (see `discard`)."""

@@ -396,6 +396,15 @@ class StorePaths:
         self.socket = os.path.join(directory, "daemon.sock")
         self.daemon_log = os.path.join(directory, "daemon.log")
 
+    def foreign(self, names: list[str]) -> list[str]:
+        """Of the names in the store's directory, those no store of ours makes (sorted)."""
+        ours = {
+            os.path.basename(path)
+            for path in (getattr(self, slot) for slot in self.__slots__)
+            if isinstance(path, str) and os.path.dirname(path) == self.dir
+        }
+        return sorted(n for n in names if n not in ours and not n.startswith(TEMP_MARK))
+
     # -- snapshots ------------------------------------------------------------
 
     def record(self, snapshot_id: str) -> str:

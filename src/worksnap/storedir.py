@@ -305,6 +305,21 @@ class StoreDir:
         except FileNotFoundError:
             return None
 
+    def refuse_foreign(self) -> None:
+        """Refuses to make a store in a directory that holds what no store does.
+
+        `--store .git` made a store in git's directory and its gc deleted git's objects,
+        a review found; `--store src` (for `--root src`) wrote `*` into `src/.gitignore`.
+
+        Raises:
+            InputError: names the first names found that are not a store's.
+        """
+        if strange := self.paths.foreign(self.listdir(self.path)):
+            shown = ", ".join(strange[:3]) + (", ..." if len(strange) > 3 else "")
+            raise InputError(f"refusing to make a store in {self.path}: it holds {shown}, "
+                             "which no worksnap store does (name a new or empty directory, "
+                             "or an existing store)")  # fmt: skip
+
     def listdir(self, path: str) -> list[str]:
         """The names in a folder of the store ([] when it does not exist)."""
         try:

@@ -188,3 +188,38 @@ def test_damaged_summary_is_reported_and_skipped_by_list(
         assert "skipped" in err
     code, _, err = cli("--root", str(root), "restore", first, "--yes")
     assert code == 0, err
+
+
+def test_a_directory_that_is_not_a_store_is_never_made_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review I 08: `--store .git` (stores do live in the git directory) made a store in
+    git's own directory, and `gc` deleted every git object it found under `objects/`;
+    `--store src` (for `--root src`) wrote `*` into `src/.gitignore`, so git ignored the
+    sources. A directory holding anything no store holds is refused before any write."""
+    import subprocess
+
+    root = tmp_path / "project"
+    write(root, "src/app.py", "print(1)\n")
+    git = ["git", "-C", str(root), "-c", "user.name=n", "-c", "user.email=e@x"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    before = {p: p.read_bytes() for p in (root / ".git").rglob("*") if p.is_file()}
+    for store, holds in [(root / ".git", "COMMIT_EDITMSG, HEAD, "), (root / "src", "app.py,")]:
+        for command in (["snapshot"], ["config", "max-file-bytes", "1M"], ["begin"]):
+            code, out, err = cli("--root", str(root), "--store", str(store), *command)
+            assert (code, out) == (2, ""), (command, err)
+            assert err.startswith(f"worksnap: error: refusing to make a store in {store}: it holds")
+            assert holds in err and err.count("\n") == 1
+    assert {p: p.read_bytes() for p in (root / ".git").rglob("*") if p.is_file()} == before
+    assert sorted(os.listdir(root / "src")) == ["app.py"]
+    # What is a store's, or nothing at all, is taken as before.
+    for store in (tmp_path / "new", tmp_path / "empty", root / ".git" / "worksnap"):
+        if store.name == "empty":
+            store.mkdir()
+        code, _, err = cli("--root", str(root), "--store", str(store), "snapshot")
+        assert code == 0, err
+        (store / ".tmp-left-by-a-kill").write_bytes(b"")
+        code, _, err = cli("--root", str(root), "--store", str(store), "snapshot")
+        assert code == 0, err
