@@ -65,6 +65,9 @@ SLOW_READ_SECONDS = 100e-6
 cache (cached: about 40 us). With the tree cached, the helper thread only costs: it takes
 the GIL back and forth (a warm-cache cold snapshot went from 2.1 to 3.0 s with it)."""
 
+LOOKS = 3
+"""How many times a capture looks at a tree that changes under it before it gives up."""
+
 
 class ReadFile(Protocol):
     """`hash.read_file`: reads and hashes one file safely against concurrent writes."""
@@ -262,6 +265,19 @@ class Capture:
                 cyclic_gc.enable()
 
     def _capture(self, *, store_objects: bool, cap: int) -> Manifest:
+        # A file that went or changed kind between the listing and the read (an editor's
+        # atomic save, a test run's temp files) is a tree still changing: look again, as
+        # the next listing sees it. A review found every such snapshot failing outright.
+        looks = 1
+        while True:
+            try:
+                return self._capture_once(store_objects=store_objects, cap=cap)
+            except SnapshotError as exc:
+                if not exc.changing or looks == LOOKS:
+                    raise
+                looks += 1
+
+    def _capture_once(self, *, store_objects: bool, cap: int) -> Manifest:
         tick = self._caches.tick()
         if not tick and is_coarse(os.stat(self._root.path)):
             tick = self._learn_tick()  # the root's own times: known before anything is trusted
@@ -495,7 +511,9 @@ class Capture:
         try:
             dir_fd = tree.dir_fd(parent)
         except OSError as exc:
-            raise SnapshotError(rel, f"changed while the snapshot ran ({exc.strerror})") from None
+            raise SnapshotError(
+                rel, f"changed while the snapshot ran ({exc.strerror})", changing=True
+            ) from None
         raw = fs_path(name)
         recent = recent_ns if recent_ns is not None else self._racy_margin_ns + self._caches.tick()
         digest, data, st = self._read_file(

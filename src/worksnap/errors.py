@@ -89,14 +89,22 @@ class SnapshotError(WorksnapError):
 
     Attributes:
         path: the workspace path that failed, or "" when the failure is the store's.
+        changing: the path went, or changed kind, between the listing and the read
+            (an editor's atomic save): a capture looks again (`Capture.capture`).
     """
 
     exit_code = 1
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, *, changing: bool = False) -> None:
         super().__init__(f"{shown(path)}: {reason}" if path else reason)
         self.path = path
         self.reason = reason
+        self.changing = changing
+
+
+def gone(exc: OSError) -> bool:
+    """Whether a path went (or a directory above it, or became a link) since it was listed."""
+    return exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 
 
 class ConflictError(InputError):

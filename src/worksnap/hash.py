@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 from blake3 import blake3
 
-from worksnap.errors import SnapshotError
+from worksnap.errors import SnapshotError, gone
 from worksnap.fsio import file_state
 from worksnap.paths import Digest
 
@@ -119,12 +119,14 @@ def read_file(
             fd = os.open(path, flags, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # (O_NOFOLLOW) swapped for a symlink since listed
-                raise SnapshotError(rel, "is no longer a regular file (a symlink now)") from None
-            raise SnapshotError(rel, f"cannot read: {exc.strerror}") from None
+                raise SnapshotError(
+                    rel, "is no longer a regular file (a symlink now)", changing=True
+                ) from None
+            raise SnapshotError(rel, f"cannot read: {exc.strerror}", changing=gone(exc)) from None
         try:
             before = os.fstat(fd)
             if not stat.S_ISREG(before.st_mode):
-                raise SnapshotError(rel, "is no longer a regular file")
+                raise SnapshotError(rel, "is no longer a regular file", changing=True)
             if before.st_size < SMALL:
                 data = b"".join(_chunks(fd, chunk_size))
                 digest = hash_bytes(data)

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worksnap.caches import Listing, Listings, Stamp, listing_key
-from worksnap.errors import SnapshotError
+from worksnap.errors import SnapshotError, gone
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path
 from worksnap.scanparts import (
@@ -347,7 +347,7 @@ def _one_dir(
         else:
             dir_stat = os.lstat(path or ".", dir_fd=anchor.fd)
         if not stat.S_ISDIR(dir_stat.st_mode):
-            raise SnapshotError(rel_dir or ".", "changed while it was scanned")
+            raise SnapshotError(rel_dir or ".", "changed while it was scanned", changing=True)
         _read_dir(
             w,
             item,
@@ -365,7 +365,9 @@ def _one_dir(
             pending=pending,
         )
     except OSError as exc:
-        raise SnapshotError(rel_dir or ".", f"cannot read: {exc.strerror}") from None
+        raise SnapshotError(
+            rel_dir or ".", f"cannot read: {exc.strerror}", changing=gone(exc)
+        ) from None
     finally:
         if dir_fd >= 0:
             os.close(dir_fd)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from worksnap.caches import Stamp
-from worksnap.errors import SnapshotError
+from worksnap.errors import SnapshotError, gone
 from worksnap.exclusion import excluded_entry
 from worksnap.fsio import file_state, state_fields
 from worksnap.ignore import Rules
@@ -295,7 +295,9 @@ def classify(
         with os.scandir(dir_fd) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
-        raise SnapshotError(rel_dir or ".", f"cannot list directory: {exc.strerror}") from None
+        raise SnapshotError(
+            rel_dir or ".", f"cannot list directory: {exc.strerror}", changing=gone(exc)
+        ) from None
     if stats is not None:
         stats.listed.append(rel_dir)
     return _classified(rel_dir, entries, dir_rules, exclude=exclude, stats=stats, hints=hints,
@@ -498,8 +500,10 @@ def add_link(here: Scan, rel: str, path: str, dir_fd: int) -> None:
         return
     except OSError as exc:
         if exc.errno == errno.EINVAL:  # readlink of what is no link: swapped since listed
-            raise SnapshotError(rel, "is no longer a symlink") from None
-        raise SnapshotError(rel, f"cannot read symlink: {exc.strerror}") from None
+            raise SnapshotError(rel, "is no longer a symlink", changing=True) from None
+        raise SnapshotError(
+            rel, f"cannot read symlink: {exc.strerror}", changing=gone(exc)
+        ) from None
     here.symlinks.append((rel, target, mode))
 
 

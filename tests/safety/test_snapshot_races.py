@@ -148,15 +148,57 @@ def test_parent_swapped_for_a_symlink_never_reads_outside(root: Path, tmp_path: 
     (outside / "x.txt").write_bytes(b"SECRET outside the root")
     write(root, "d/x.txt", "inside")
 
+    scans = []
+
     def scan_then_swap(*args: Any, **kwargs: Any) -> Scan:
         found = scan_tree(*args, **kwargs)
-        (root / "d" / "x.txt").unlink()
-        (root / "d").rmdir()
-        os.symlink(outside, root / "d")  # swapped after the scan, before the read
+        scans.append(found)
+        if len(scans) == 1:
+            (root / "d" / "x.txt").unlink()
+            (root / "d").rmdir()
+            os.symlink(outside, root / "d")  # swapped after the scan, before the read
         return found
 
     with Workspace(root, seams=Seams(scan_tree=scan_then_swap)) as ws:
-        with pytest.raises(SnapshotError, match="changed while the snapshot ran"):
-            ws.snapshot()
+        # The first look fails on the swap; the capture looks again and takes the link.
+        snap = ws.snapshot()
         stored = [ws.store.read(d) for d in ws.store.digests()]
+    assert len(scans) == 2
+    assert [(e.path, e.type, e.target) for e in snap.entries] == [("d", "symlink", str(outside))]
     assert b"SECRET outside the root" not in stored
+
+
+def test_a_file_gone_between_listing_and_reading_makes_the_capture_look_again(
+    root: Path,
+) -> None:
+    """An editor's atomic save or a test run's temp file: listed, then gone before it is
+    read. Every such snapshot failed ("cannot read: No such file or directory"), also the
+    pre-restore snapshot of an unrelated restore (review I 13). The capture looks again,
+    and takes the tree as the next listing finds it; a tree that keeps changing under
+    every look still fails, in one line."""
+    write(root, "kept.txt", "kept")
+    write(root, ".save.tmp", "new contents")
+    scans = []
+
+    def scan_then_save(*args: Any, **kwargs: Any) -> Scan:
+        found = scan_tree(*args, **kwargs)
+        scans.append(found)
+        if len(scans) == 1:
+            os.rename(root / ".save.tmp", root / "saved.txt")  # after the listing
+        return found
+
+    with Workspace(root, seams=Seams(scan_tree=scan_then_save)) as ws:
+        snap = ws.snapshot()
+    assert len(scans) == 2
+    assert [e.path for e in snap.entries] == ["kept.txt", "saved.txt"]
+
+    def always_gone(*args: Any, **kwargs: Any) -> Scan:
+        write(root, "churn.tmp", "x")
+        found = scan_tree(*args, **kwargs)
+        os.unlink(root / "churn.tmp")
+        return found
+
+    with Workspace(root, seams=Seams(scan_tree=always_gone)) as ws:
+        with pytest.raises(SnapshotError, match=r"churn.tmp.*: cannot read: No such file"):
+            ws.snapshot()
+        assert len(ws.list()) == 1
