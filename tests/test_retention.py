@@ -375,3 +375,26 @@ def test_gc_keeps_labelled_steps_over_run_snapshots(
     assert "add --all" in capsys.readouterr().err
     assert main(["--root", str(root), "gc", "--keep-last", "0", "--all"]) == 0
     assert ws.list() == []
+
+
+def test_a_retention_setting_that_keeps_nothing_is_refused(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review I 11: `config max-age 0` (0 reads as "no limit" to many) was taken without a
+    word, and the next snapshot dropped every earlier one of the session."""
+    from tests.conftest import run_cli
+
+    for step in range(3):
+        write(root, "a.txt", str(step))
+        Workspace(root).snapshot(step=step)
+    for key, value in [("keep-last", "0"), ("max-age", "0"), ("max-age", "0d"), ("max-bytes", "0")]:
+        code, out, err = run_cli(capsys, root, "config", key, value)
+        assert (code, out) == (2, ""), err
+        assert err.startswith(f"worksnap: error: {key} {value} would keep no snapshot but pinned")
+        assert f"`worksnap config {key} none` clears the setting" in err
+    Workspace(root).snapshot()
+    assert len(Workspace(root).list()) == 4
+    code, _, err = run_cli(capsys, root, "config", "keep-last", "2")
+    assert code == 0, err
+    Workspace(root).snapshot()
+    assert len(Workspace(root).list()) == 2

@@ -209,19 +209,34 @@ def set_setting(store: StoreDir, key: str, value: str) -> Config:
         config = msgspec.structs.replace(config, hooks_block=value.lower() == "true")
     elif key == "keep-last":
         count = None if cleared else _count(value)
+        _keeps_some(key, value, count)
         retention = msgspec.structs.replace(retention, keep_last=count)
     elif key == "max-age":
         if not cleared:
-            parse_duration(value)
+            _keeps_some(key, value, parse_duration(value))
         retention = msgspec.structs.replace(retention, max_age=None if cleared else value)
     else:
         if not cleared:
-            parse_size(value)
+            _keeps_some(key, value, parse_size(value))
         retention = msgspec.structs.replace(retention, max_bytes=None if cleared else value)
     config = msgspec.structs.replace(config, retention=retention)
     config.check()
     store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
     return config
+
+
+def _keeps_some(key: str, value: str, amount: float | None) -> None:
+    """Refuses a retention setting that keeps nothing: every snapshot would drop the rest.
+
+    (0 reads as "no limit" to many; a review set `max-age 0` and its next snapshot
+    silently dropped the session's history. `gc --keep-last 0` asks for `--all`.)
+    """
+    if amount == 0:
+        raise InputError(
+            f"{key} {value} would keep no snapshot but pinned ones, dropping the rest at every "
+            f"snapshot: `worksnap config {key} none` clears the setting; `worksnap gc "
+            "--keep-last 0 --all` drops them once"
+        )
 
 
 def change_exclusions(store: StoreDir, *, add: list[str], remove: list[str]) -> Config:
