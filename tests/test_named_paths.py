@@ -259,3 +259,25 @@ def test_dashdash_with_no_path_after_it_never_restores_the_whole_tree(
     assert tree_state(root) == before
     assert run_cli(capsys, root, "show", "latest", "--") == run_cli(capsys, root, "show", "latest")
     assert run_cli(capsys, root, "cat", "latest", "--")[0] == 2
+
+
+def test_an_absolute_path_through_a_symlink_to_the_project_is_inside_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review I 10: with the project reached through a symlink (`~/src -> /data/src`), a
+    path spelled as the shell shows it (`$PWD/app.py`) was "not a path inside" it; git
+    takes it."""
+    from tests.conftest import run_here
+
+    real = tmp_path / "real"
+    write(real, "src/app.py", "one\n")
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(real)
+    assert run_here(capsys, "snapshot")[0] == 0
+    write(real, "src/app.py", "two\n")
+    spelled = str(tmp_path / "link" / "src" / "app.py")
+    code, out, err = run_here(capsys, "restore", "latest", "--yes", spelled)
+    assert (code, out.split(" in ")[0]) == (0, "restored 1 path"), err
+    assert (real / "src" / "app.py").read_text() == "one\n"
+    code, out, err = run_here(capsys, "restore", "latest", "--yes", str(tmp_path / "app.py"))
+    assert code == 2 and "is not a path inside" in err  # (outside is still outside)

@@ -171,6 +171,9 @@ class Root:
                 "not a path inside it"
             )
         rel = relative_to(self.path, absolute)
+        if rel is None:  # spelled through a symlink to the root or above it (`$PWD/x`, as git)
+            parent, name = os.path.split(absolute)
+            rel = relative_to(self.path, os.path.join(os.path.realpath(parent), name))
         if rel is None or check_path(rel, what) is not None:
             raise InputError(f"{what} {shown(os.fspath(path))!r} is not a path inside {self.path}")
         return rel
