@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -129,6 +130,20 @@ def test_run_wraps_a_command_and_passes_its_status(
     ]
     code, _, err = call(capsys, root, "run")
     assert code == 2 and "needs a command" in err
+
+
+def test_run_passes_on_a_killed_command_s_status_as_a_shell_does(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review I 12: a command killed by signal N made `run` exit 256 - N (SIGTERM: 241),
+    and `--json` say -15; a shell says 128 + N (143), which scripts test for."""
+    monkeypatch.chdir(root)
+    write(root, "a.txt", "a")
+    kill = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    code, _, err = call(capsys, root, "run", "--", sys.executable, "-c", kill)
+    assert code == 143, err
+    code, out, err = call(capsys, root, "--json", "run", "--", sys.executable, "-c", kill)
+    assert (code, json.loads(out)["exit_code"]) == (143, 143), err
 
 
 def test_run_every_snapshots_once_the_tree_settles(

@@ -29,7 +29,8 @@ class Outcome:
 
     Attributes:
         command: the program and its arguments.
-        exit_code: its exit status (127: not found, 126: not executable, as a shell says).
+        exit_code: its exit status as a shell says it (127: not found, 126: not executable,
+            128 + N: killed by signal N).
         snapshots: the snapshots taken around it, in order (none when it never started).
         error: why it could not be started, or None.
     """
@@ -100,7 +101,8 @@ def run_wrapped(
         except KeyboardInterrupt:
             time.sleep(_INTERRUPTED_GRACE_SECONDS)  # the child got the same SIGINT
     taken.append(snapshot("after"))
-    return Outcome(argv, code, taken)
+    # Killed by signal N: 128 + N, as a shell says it (a review found 256 - N as the exit).
+    return Outcome(argv, 128 - code if code < 0 else code, taken)
 
 
 def _content(manifest: Manifest) -> str:
