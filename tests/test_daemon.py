@@ -643,6 +643,23 @@ def test_a_big_tree_on_a_local_file_system_starts_the_daemon_by_itself(tmp_path:
         cli(root, "daemon", "stop")
 
 
+def test_the_size_a_daemon_starts_at_follows_a_tree_that_grew(tmp_path: Path) -> None:
+    """Review I 03: the estimate was the stat cache's size alone; a tree that grew after
+    its first snapshot (its growth in `stat.log`) stayed "about 733 files" at 6,000."""
+    from worksnap import autostart
+
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    assert direct(root, "snapshot")[0] == 0
+    small = autostart.decide(str(root), str(root / ".worksnap"))
+    assert not small.start and small.reason.startswith("off: about 1 files, fewer than")
+    for i in range(autostart.BREAK_EVEN_FILES + 500):
+        write(root, f"d{i % 40}/f{i}.txt", f"{i}\n")
+    assert direct(root, "snapshot")[0] == 0
+    grown = autostart.decide(str(root), str(root / ".worksnap"))
+    assert grown.reason.startswith(f"on: about {autostart.BREAK_EVEN_FILES + 501} files on ")
+
+
 def test_a_small_tree_starts_none_and_status_says_why(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, "a.txt", "a")
