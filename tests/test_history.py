@@ -557,6 +557,23 @@ def test_a_capture_after_an_undo_is_undone_as_the_turn_s_not_past_it(root: Path)
         assert files(root) == {b"a": b"a0\n", b"b": b"b0\n", b"u": b"u1\n"}
 
 
+def test_a_preview_of_a_checkpoint_rewind_reads_the_gitignore_of_the_tree_now(root: Path) -> None:
+    """The undo differential walk (seed 1, step 11): a preview captures the tree without
+    storing it, and a checkpoint's rewind keeps the tree's own `.gitignore`, which the
+    planner reads to know what the rewind may remove; `undo --dry-run`, `plan` and
+    `rewind --dry-run` failed with "object ...: missing from the store"."""
+    write(root, "a", "a0\n")
+    with Workspace(root) as ws:
+        turn = ws.begin()
+        ws.capture_before(["new"])
+        write(root, "new", "made by the turn\n")
+        write(root, ".gitignore", "*.log\n")  # the user's, in no snapshot
+        for plan in (ws.plan_undo(), ws.plan_restore(ws.load(turn.id))):
+            assert plan.target.id == turn.id
+            assert [(c.op.value, c.path) for c in plan.changes] == [("A", "new")]
+        assert ws.undo().restored == ["new"]
+
+
 def _checkpoint(
     cid: str, second: int, paths: dict[str, Spec], absent: tuple[str, ...] = ()
 ) -> Manifest:

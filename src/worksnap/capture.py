@@ -28,7 +28,7 @@ import msgspec
 
 from worksnap.audit import audit_memory
 from worksnap.caches import Caches, Listings, StatRecord, StatTable
-from worksnap.errors import SnapshotError
+from worksnap.errors import ConflictError, SnapshotError
 from worksnap.fsio import (
     COARSE_TICK_NS,
     MODES,
@@ -38,7 +38,7 @@ from worksnap.fsio import (
     is_coarse,
     is_coarse_stamp,
 )
-from worksnap.hash import SMALL, Prefetch, read_file
+from worksnap.hash import SMALL, Prefetch, hash_bytes, read_file
 from worksnap.ignore import Rules, base_rules
 from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339
 from worksnap.paths import Digest, Root, fs_path
@@ -231,6 +231,31 @@ class Capture:
         """Trusts no cached digest until files are stat-ed again (they were rewritten)."""
         self._caches.forget_stat_table()
         self._kept = {}
+
+    def read_now(self, entry: Entry) -> bytes:
+        """A file's bytes: from the store, or from the tree when a capture kept none.
+
+        A preview's capture stores nothing, and the target of a checkpoint's rewind or
+        of a rollback keeps the files of the tree now: the planner reads their
+        `.gitignore` files (never through a symlink; a FIFO put there is not waited on).
+
+        Raises:
+            ConflictError: the file is no longer as the capture found it.
+        """
+        digest = entry.hash or ""
+        if self._store.has(digest):
+            return self._store.read(digest)
+        parent, _, name = entry.path.rpartition("/")
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with DirTree(self._root.path) as tree:
+            try:
+                with open(os.open(fs_path(name), flags, dir_fd=tree.dir_fd(parent)), "rb") as f:
+                    data = f.read()
+            except OSError:
+                raise ConflictError(entry.path) from None
+        if hash_bytes(data) != digest:
+            raise ConflictError(entry.path)
+        return data
 
     def subtree(self, path: str, digest: Digest) -> Flat | None:
         """The flat view below `path` in the last committed capture (`treewalk.subtrees_of`)."""

@@ -311,7 +311,7 @@ Probe = Callable[[str], "tuple[int, int] | None"]
 
 
 def target_ignores(
-    target: Manifest, rules: Rules, tracked: Tracked | None, read: Callable[[str], bytes]
+    target: Manifest, rules: Rules, tracked: Tracked | None, read: Callable[[Entry], bytes]
 ) -> Callable[[str, bool], bool]:
     """`ignored(path, is_dir)` under the target's ignore rules (`plan_restore`'s, less exclusions).
 
@@ -320,7 +320,8 @@ def target_ignores(
     entered as the scan entered it, so the target holds everything that was in it and what
     is there now and not in the target came since. What the target lists as ignored is
     ignored (entered for git's files only when it was taken, such a directory's other
-    children are there).
+    children are there). `read` returns a file's bytes: a target made from the tree now
+    (a checkpoint's rewind, a rollback's) has its files, which a preview did not store.
     """
     entries = target.entries
 
@@ -329,7 +330,7 @@ def target_ignores(
         entry = entry_at(entries, path)
         if entry is None or entry.type != "file" or not entry.hash:
             return None
-        return read(entry.hash)
+        return read(entry)
 
     if tracked is None or not tracked.enters_any:
         return ignore_checker(rules, gitignore)

@@ -199,6 +199,22 @@ def test_a_killed_recovery_is_recovered_without_losing_later_work(root: Path) ->
     assert tree_state(root) == edited
 
 
+def test_a_recovery_preview_reads_the_gitignore_of_the_tree_now(root: Path) -> None:
+    """Found with the undo differential walk's fix: the rollback's target keeps the tree's
+    own `.gitignore`, which a preview's capture does not store, and the planner reads it
+    for what the rollback removes; `recover --dry-run` failed with "object ...: missing
+    from the store"."""
+    write(root, "a", "a0\n")
+    with Workspace(root) as ws:
+        pre = ws.snapshot().id  # stands in for a pre-restore snapshot
+        write(root, "new", "the killed restore made this\n")
+        write(root, ".gitignore", "*.log\n")  # the user's, after the kill
+        journal = {"target": pre, "pre_restore": pre, "pid": 1, "host": "gone", "paths": ["new"]}
+        (root / JOURNAL).write_text(json.dumps(journal))
+        plan = ws.plan_recover()
+        assert plan is not None and [(c.op.value, c.path) for c in plan.changes] == [("A", "new")]
+
+
 # -- item 9: a journal that cannot be acted on -----------------------------------
 
 
