@@ -574,6 +574,25 @@ def test_a_preview_of_a_checkpoint_rewind_reads_the_gitignore_of_the_tree_now(ro
         assert ws.undo().restored == ["new"]
 
 
+def test_undo_counts_a_checkpoint_whose_files_are_over_a_cap_lowered_since(root: Path) -> None:
+    """The undo differential walk (seed 1, step 55): a rewind captures under at least its
+    checkpoint's cap, so it sets back a file the turn made larger than today's (lower) cap;
+    undo skipped that checkpoint as changing nothing and went to the full snapshot,
+    reverting an edit no turn made (b)."""
+    write(root, "a", "a0\n")
+    write(root, "b", "b0\n")
+    with Workspace(root, max_file_bytes=1024) as ws:
+        ws.snapshot()
+        write(root, "b", "b1\n")  # the person's edit, in no turn
+        turn = ws.begin()
+        ws.capture_before(["a"])
+        write(root, "a", "x" * 100)
+    with Workspace(root, max_file_bytes=64) as ws:  # the cap lowered since
+        assert ws.plan_undo().target.id == turn.id
+        assert ws.undo().restored == ["a"]
+        assert files(root) == {b"a": b"a0\n", b"b": b"b1\n"}
+
+
 def _checkpoint(
     cid: str, second: int, paths: dict[str, Spec], absent: tuple[str, ...] = ()
 ) -> Manifest:

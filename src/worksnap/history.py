@@ -182,6 +182,7 @@ def undo_target(
     load: Callable[[str], Manifest],
     flat_tree: str | None = None,
     checkpoints: bool = False,
+    capture: Callable[[int], Manifest] | None = None,
 ) -> str | None:
     """Picks what `undo` restores.
 
@@ -204,8 +205,11 @@ def undo_target(
         flat_tree: the format 1 digest of the workspace now, for the summaries of a
             store not migrated yet (they hold format 1 digests).
         checkpoints: count the session's checkpoints (see `checkpoint_changes`).
+        capture: captures the workspace under a size cap, for checkpoints (see
+            `states_at_cap`; None: every one is compared with `current`).
     """
-    rewind = checkpoint_changes(current, history, load) if checkpoints else None
+    at_cap = states_at_cap(current, capture)
+    rewind = checkpoint_changes(current, history, load, at_cap) if checkpoints else None
     before = None
     if state.redo:
         last = next((s for s in history if s.id == state.redo[-1].target), None)
@@ -228,8 +232,31 @@ def undo_target(
     return None
 
 
+def states_at_cap(
+    current: Manifest, capture: Callable[[int], Manifest] | None
+) -> Callable[[int], Manifest]:
+    """`at_cap(cap)`: the workspace now as a restore of a snapshot taken under `cap` sees it.
+
+    A restore captures under at least its target's size cap (`Restorer._cap`), so a
+    file over the cap of `current` and under the target's is compared, and restored
+    or removed. Each state is captured once (`capture(cap)`; None: `current` for all).
+    """
+    states = {current.max_file_bytes: current}
+
+    def at_cap(cap: int) -> Manifest:
+        cap = max(cap, current.max_file_bytes)
+        if cap not in states:
+            states[cap] = current if capture is None else capture(cap)
+        return states[cap]
+
+    return at_cap
+
+
 def checkpoint_changes(
-    current: Manifest, history: list[Summary], load: Callable[[str], Manifest]
+    current: Manifest,
+    history: list[Summary],
+    load: Callable[[str], Manifest],
+    at_cap: Callable[[int], Manifest] | None = None,
 ) -> Callable[[str], bool]:
     """For `undo_target`: whether a rewind to a checkpoint (by id) changes something now.
 
@@ -238,25 +265,31 @@ def checkpoint_changes(
     Each checkpoint of `history` (the session's) is loaded once, and one that
     captured nothing answers as the next later one: a review found undo walking past
     600 such checkpoints taking 38 s, each reloading every later one.
+
+    Large is as the rewind sees it: a restore captures under at least its target's
+    size cap, so a file over today's cap is compared, and set back, by the rewind of
+    a checkpoint begun under a higher one (`at_cap`: see `states_at_cap`; None:
+    `current`, whatever the cap).
     """
     turns = sorted((s for s in history if s.kind == CHECKPOINT), key=lambda s: (s.time, s.id))
     at = {s.id: i for i, s in enumerate(turns)}
     loaded: dict[str, Manifest] = {}
-    answers: dict[tuple[str, ...], bool] = {}
-    left_out = {*current.ignored, *current.large, *current.excluded}
+    answers: dict[tuple[int, tuple[str, ...]], bool] = {}
 
     def changes(checkpoint_id: str) -> bool:
         later = [loaded.get(s.id) or loaded.setdefault(s.id, load(s.id))
                  for s in turns[at[checkpoint_id]:]]  # fmt: skip
+        now = current if at_cap is None else at_cap(later[0].max_file_bytes)
         named = tuple(m.id for m in later if m.entries or m.absent or m.dirs or m.large)
-        if named not in answers:
-            target, _, known = checkpoint_rewind(current, later)
-            answers[named] = any(
-                _state(current, path) != _state(target, path)
+        if (now.max_file_bytes, named) not in answers:
+            target, _, known = checkpoint_rewind(now, later)
+            left_out = {*now.ignored, *now.large, *now.excluded}
+            answers[now.max_file_bytes, named] = any(
+                _state(now, path) != _state(target, path)
                 for path in known
                 if not any(a in left_out for a in ancestors(path))
             )
-        return answers[named]
+        return answers[now.max_file_bytes, named]
 
     return changes
 

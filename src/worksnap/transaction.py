@@ -495,10 +495,10 @@ class Restorer:
 
         def choose(current: Manifest) -> Manifest:
             history = [s for s in self._catalog.list(session) if s.id != skip]
-            # (load_id is cached: the target found is loaded once)
-            target_id = undo_target(
+            target_id = undo_target(  # (load_id is cached: the target found is loaded once)
                 history, current, self._sessions.load(session), load=self._catalog.load_id,
                 flat_tree=self._catalog.legacy_digest(current), checkpoints=True,
+                capture=lambda cap: self._capture.capture(store_objects=False, max_file_bytes=cap),
             )  # fmt: skip
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
