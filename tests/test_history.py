@@ -593,6 +593,37 @@ def test_undo_counts_a_checkpoint_whose_files_are_over_a_cap_lowered_since(root:
         assert files(root) == {b"a": b"a0\n", b"b": b"b1\n"}
 
 
+@pytest.mark.parametrize(
+    "since",
+    ["logs/ holds only ignored files", "the file x is a directory holding only ignored files",
+     "big, large then, is small now", "big is over a cap lowered since, as it was"],
+)  # fmt: skip
+def test_undo_goes_past_a_snapshot_whose_restore_changes_nothing(root: Path, since: str) -> None:
+    """The undo differential walk (seeds 1-3): undo went to the newest snapshot whose
+    entries or dirs differed from the tree now where only what no restore changes
+    differed (a `B` change at most); it restored nothing, pushed no redo frame, and went
+    there again at every undo, never further back."""
+    write(root, ".gitignore", "*.log\n")
+    write(root, "a", "a0\n")
+    write(root, "x", "x0\n")
+    write(root, "big", "b" * 100)
+    with Workspace(root, max_file_bytes=1024 if "lowered" in since else 64) as ws:
+        first = ws.snapshot().id
+        write(root, "a", "a1\n")
+        ws.snapshot()
+    if since.startswith("logs/"):
+        write(root, "logs/run.log", "ignored\n")
+    elif since.startswith("the file x"):
+        (root / "x").unlink()
+        write(root, "x/run.log", "ignored\n")
+    elif since.startswith("big, large then"):
+        write(root, "big", "b\n")
+    with Workspace(root, max_file_bytes=64) as ws:
+        assert ws.plan_undo().target.id == first
+        assert ws.undo().restored == ["a"]
+        assert (root / "a").read_text() == "a0\n"
+
+
 def _checkpoint(
     cid: str, second: int, paths: dict[str, Spec], absent: tuple[str, ...] = ()
 ) -> Manifest:

@@ -183,11 +183,13 @@ def undo_target(
     flat_tree: str | None = None,
     checkpoints: bool = False,
     capture: Callable[[int], Manifest] | None = None,
+    restores: Callable[[Manifest, Manifest], bool] | None = None,
 ) -> str | None:
     """Picks what `undo` restores.
 
-    That is the newest snapshot older than the last undo's target whose entries or
-    dirs differ from the current ones (undo/redo snapshots never count). A checkpoint
+    That is the newest snapshot older than the last undo's target whose restore
+    changes something (`restores`; without it, whose entries or dirs differ from the
+    current ones), undo/redo snapshots never counting. A checkpoint
     counts when a rewind to it changes something (`checkpoints`; else they never
     count): an undo after a turn a checkpoint recorded sets back that turn's files,
     as `status` shows them, not every edit since the last full snapshot (a review
@@ -205,8 +207,14 @@ def undo_target(
         flat_tree: the format 1 digest of the workspace now, for the summaries of a
             store not migrated yet (they hold format 1 digests).
         checkpoints: count the session's checkpoints (see `checkpoint_changes`).
-        capture: captures the workspace under a size cap, for checkpoints (see
-            `states_at_cap`; None: every one is compared with `current`).
+        capture: captures the workspace under a size cap (see `states_at_cap`; None:
+            every snapshot is compared with `current`).
+        restores: whether the plan from a state (`at_cap`'s) to a snapshot makes a
+            change (`Plan.applies`): asked of each snapshot whose tree differs, in place
+            of comparing entries and dirs (a directory holding only ignored or large
+            files, a file the snapshot has where a directory holding some is now, a
+            file over today's cap that the snapshot holds as it is: no restore changes
+            them, and an undo there would restore nothing, every time).
     """
     at_cap = states_at_cap(current, capture)
     rewind = checkpoint_changes(current, history, load, at_cap) if checkpoints else None
@@ -227,7 +235,10 @@ def undo_target(
         if summary.tree in (current.tree, flat_tree):
             continue  # equal trees (or format 1 digests): equal entries and dirs
         target = load(summary.id)
-        if (target.entries, target.dirs) != (current.entries, current.dirs):
+        if restores is not None:
+            if restores(at_cap(target.max_file_bytes), target):
+                return summary.id
+        elif (target.entries, target.dirs) != (current.entries, current.dirs):
             return summary.id
     return None
 

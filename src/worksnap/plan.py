@@ -89,6 +89,11 @@ class Plan:
         """The changes a restore cannot make and leaves out (see `Op.BLOCKED`)."""
         return [c for c in self.changes if c.op is Op.BLOCKED]
 
+    @property
+    def applies(self) -> bool:
+        """Whether applying it changes anything: it holds a change that is not blocked."""
+        return any(c.op is not Op.BLOCKED for c in self.changes)
+
     def counts(self) -> dict[str, int]:
         """Returns how many changes of each op the plan holds."""
         counts = {op.value: 0 for op in Op}

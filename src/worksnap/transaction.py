@@ -255,7 +255,7 @@ class Restorer:
                     )
                 check_unchanged(expected, pre)
                 plan = expected
-            if plan.changes and len(plan.blocked) < len(plan.changes):
+            if plan.applies:
                 pre = msgspec.structs.replace(pre, kind=kind, session=session)
                 result = self._run(plan, pre, session)
             else:
@@ -272,7 +272,7 @@ class Restorer:
             ChangedError: the plan's target left the store since (a gc).
             ObjectError: an object the plan needs is missing or damaged.
         """
-        if len(plan.blocked) == len(plan.changes):
+        if not plan.applies:
             return Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
@@ -499,6 +499,7 @@ class Restorer:
                 history, current, self._sessions.load(session), load=self._catalog.load_id,
                 flat_tree=self._catalog.legacy_digest(current), checkpoints=True,
                 capture=lambda cap: self._capture.capture(store_objects=False, max_file_bytes=cap),
+                restores=lambda now, target: self._plan(now, target).applies,
             )  # fmt: skip
             if target_id is None:
                 raise InputError(f"nothing to undo in session {session!r}")
