@@ -536,6 +536,25 @@ def test_undo_goes_past_a_checkpoint_whose_rewind_changes_nothing_now(
         assert (root / "a").read_text() == "a1\n"  # left out now: never touched
 
 
+def test_undo_goes_past_a_checkpoint_whose_deleted_file_is_excluded_now(root: Path) -> None:
+    """The undo differential walk (seed 3, step 30): a turn deleted its captured file,
+    which is excluded now; no restore recreates what today's rules exclude, yet undo
+    counted the checkpoint (the file is in no capture's `excluded`: it is gone) and
+    restored nothing, every time."""
+    write(root, "a", "a0\n")
+    write(root, "b", "b0\n")
+    with Workspace(root) as ws:
+        ws.snapshot()
+        write(root, "b", "b1\n")
+        ws.begin()
+        ws.capture_before(["a"])
+        (root / "a").unlink()
+    with Workspace(root, exclude=("a",)) as ws:
+        first = ws.undo()
+        assert first.ok and first.restored == ["b"], first  # the full snapshot's
+        assert files(root) == {b"b": b"b0\n"}
+
+
 def test_a_capture_after_an_undo_is_undone_as_the_turn_s_not_past_it(root: Path) -> None:
     """A review: after an undo, the turn went on (capture b, edit it); the next undo went
     to the full snapshot, reverting an edit no turn made (u). A capture clears redo, as a

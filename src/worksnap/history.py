@@ -15,6 +15,7 @@ from typing import Final, Literal
 import msgspec
 
 from worksnap.errors import InputError, StoreError
+from worksnap.exclusion import compile_rules
 from worksnap.layout import SESSION_NAME, is_snapshot_id
 from worksnap.manifest import Entry, Manifest, Summary, entry_at, tree_digest
 from worksnap.paths import ancestors
@@ -272,7 +273,8 @@ def checkpoint_changes(
     """For `undo_target`: whether a rewind to a checkpoint (by id) changes something now.
 
     Only a path no rule leaves out now counts (a review found undo stuck on a
-    checkpoint whose one file had become ignored: "restored 0 paths", every time).
+    checkpoint whose one file had become ignored: "restored 0 paths", every time;
+    the differential walk, on one whose file it deleted had become excluded).
     Each checkpoint of `history` (the session's) is loaded once, and one that
     captured nothing answers as the next later one: a review found undo walking past
     600 such checkpoints taking 38 s, each reloading every later one.
@@ -295,11 +297,17 @@ def checkpoint_changes(
         if (now.max_file_bytes, named) not in answers:
             target, _, known = checkpoint_rewind(now, later)
             left_out = {*now.ignored, *now.large, *now.excluded}
-            answers[now.max_file_bytes, named] = any(
-                _state(now, path) != _state(target, path)
-                for path in known
-                if not any(a in left_out for a in ancestors(path))
-            )
+            rules = compile_rules(frozenset(now.exclude))
+
+            def counts(path: str) -> bool:
+                was, will = _state(now, path), _state(target, path)
+                if was == will or any(a in left_out for a in ancestors(path)):
+                    return False
+                # A path gone since is never made again where today's rules exclude it
+                # (`Restorer._plan`), and it is in no capture's `excluded`.
+                return was is not None or not rules.covers(path, is_dir=will == DIRECTORY)
+
+            answers[now.max_file_bytes, named] = any(counts(path) for path in known)
         return answers[now.max_file_bytes, named]
 
     return changes
