@@ -555,6 +555,25 @@ def test_undo_goes_past_a_checkpoint_whose_deleted_file_is_excluded_now(root: Pa
         assert files(root) == {b"b": b"b0\n"}
 
 
+def test_undo_goes_past_a_checkpoint_that_rewinds_only_below_a_large_file(root: Path) -> None:
+    """A turn made a file in a directory where a large file (in no snapshot) was: its
+    rewind touches nothing at or below what its checkpoint knew as large (the planner
+    never touches what the target left out, nor below it), yet undo counted it and
+    restored nothing, every time (found while reading `checkpoint_changes` against the
+    planner, for the undo differential walk)."""
+    write(root, "a", "a0\n")
+    write(root, "big", "b" * 100)
+    with Workspace(root, max_file_bytes=64) as ws:
+        first = ws.snapshot().id
+        write(root, "a", "a1\n")
+        ws.begin()
+        assert ws.capture_before(["big", "big/c"]).large == ["big"]
+        (root / "big").unlink()
+        write(root, "big/c", "made by the turn\n")
+        assert ws.plan_undo().target.id == first
+        assert ws.undo().restored == ["a"]
+
+
 def test_a_capture_after_an_undo_is_undone_as_the_turn_s_not_past_it(root: Path) -> None:
     """A review: after an undo, the turn went on (capture b, edit it); the next undo went
     to the full snapshot, reverting an edit no turn made (u). A capture clears redo, as a

@@ -296,7 +296,9 @@ def checkpoint_changes(
         named = tuple(m.id for m in later if m.entries or m.absent or m.dirs or m.large)
         if (now.max_file_bytes, named) not in answers:
             target, _, known = checkpoint_rewind(now, later)
-            left_out = {*now.ignored, *now.large, *now.excluded}
+            # What `plan_restore` never touches, nor below: the target's `large` also holds
+            # what the checkpoints knew as large (a file in no snapshot, never replaced).
+            left_out = {*now.ignored, *now.large, *now.excluded, *target.large}
             rules = compile_rules(frozenset(now.exclude))
 
             def counts(path: str) -> bool:
