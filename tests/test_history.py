@@ -631,6 +631,27 @@ def test_undo_counts_a_checkpoint_whose_files_are_over_a_cap_lowered_since(root:
         assert files(root) == {b"a": b"a0\n", b"b": b"b1\n"}
 
 
+def test_a_confirmed_undo_goes_where_its_preview_went_after_the_cap_was_lowered(
+    root: Path,
+) -> None:
+    """A preview chooses from the tree under today's cap; the confirmed undo (`undo` at a
+    terminal, `ws.undo(ws.plan_undo())`) chose again from its capture under the target's
+    higher cap, where the file the last turn made large counts for that turn, and refused:
+    "the workspace changed since the preview" (found reading undo's choice for the undo
+    differential walk, which now confirms some of its undos)."""
+    write(root, "f", "f0\n")
+    with Workspace(root, max_file_bytes=4096) as ws:
+        first = ws.snapshot().id
+    with Workspace(root, max_file_bytes=64) as ws:
+        ws.begin()
+        ws.capture_before(["f"])
+        write(root, "f", "x" * 100)  # over today's cap: the turn's rewind leaves it
+        plan = ws.plan_undo()
+        assert plan.target.id == first
+        assert ws.undo(plan).restored == ["f"]
+        assert (root / "f").read_text() == "f0\n"
+
+
 @pytest.mark.parametrize(
     "since",
     ["logs/ holds only ignored files", "the file x is a directory holding only ignored files",

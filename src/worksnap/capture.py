@@ -257,6 +257,14 @@ class Capture:
             raise ConflictError(entry.path)
         return data
 
+    def probe(self, rel: str) -> tuple[int, int] | None:
+        """A large file's size and newest time now (None: gone); for `plan.unprotected`."""
+        try:
+            st = os.lstat(os.path.join(self._root.path, os.fsdecode(fs_path(rel))))
+        except OSError:
+            return None
+        return st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
+
     def subtree(self, path: str, digest: Digest) -> Flat | None:
         """The flat view below `path` in the last committed capture (`treewalk.subtrees_of`)."""
         return self._subtrees(path, digest)

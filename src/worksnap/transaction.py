@@ -32,7 +32,7 @@ from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_rewind, und
 from worksnap.journal import DISCARD, Journal, pending, read_journal, refuse_preview
 from worksnap.lock import Locks
 from worksnap.manifest import Manifest
-from worksnap.paths import Root, fs_path, is_under
+from worksnap.paths import Root, is_under
 from worksnap.plan import (
     Change,
     Op,
@@ -165,19 +165,11 @@ class Restorer:
         if selected is not None:
             check_selected(selected, current, target)
             plan = select_paths(plan, selected)
-        rows = [r for r in unprotected(current, target, self._probe, found.only_then) if (
+        rows = [r for r in unprotected(current, target, self._capture.probe, found.only_then) if (
             (known is None or r.path in known)  # a checkpoint's: only what it knows
             and (selected is None or any(is_under(r.path, p) for p in selected))
         )]  # fmt: skip
         return dataclasses.replace(plan, unprotected=rows)
-
-    def _probe(self, rel: str) -> tuple[int, int] | None:
-        """A large file's size and newest time now (None: gone); for `plan.unprotected`."""
-        try:
-            st = os.lstat(os.path.join(self._root.path, os.fsdecode(fs_path(rel))))
-        except OSError:
-            return None
-        return st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
 
     # -- restoring ------------------------------------------------------------
 
@@ -494,6 +486,8 @@ class Restorer:
             raise InputError(f"nothing to undo in session {session!r} (no snapshots yet)")
 
         def choose(current: Manifest) -> Manifest:
+            if current.max_file_bytes != self._capture.max_file_bytes:  # a confirmed plan's
+                current = self._capture.capture(store_objects=False)  # as its preview chose
             history = [s for s in self._catalog.list(session) if s.id != skip]
             target_id = undo_target(  # (load_id is cached: the target found is loaded once)
                 history, current, self._sessions.load(session), load=self._catalog.load_id,
