@@ -21,10 +21,19 @@ back, mode changes, files over the size cap, `.gitignore` files), turns that cap
 nothing, the user's edits (never captured; ignored files too), `.gitignore` edits that
 make captured paths ignored or not, size cap changes (`config max-file-bytes`), the
 workspace opened again under other exclusion rules, plain snapshots, undo, redo and
-restores (of snapshots and checkpoints). After every step, for every checkpoint of the
+restores (of snapshots and checkpoints; half of the undos and redos previewed first, then
+that plan applied, as at a terminal). After every step, for every checkpoint of the
 session, the fast answer is compared with the slow one, and what `plan_undo` targets
 with the newest snapshot or checkpoint (older than the last undo's target, undo and redo
 snapshots never) whose planned rewind changes something.
+
+Left out: a `.gitignore` over the size cap. A checkpoint's rewind target has the
+before-image of a `.gitignore` the turn made larger than the cap, which the rewind leaves
+as it is (large now); the planner still decides by that before-image what the rewind
+removes, so a file the turn made that it ignores stays, and undo goes to the checkpoint
+to restore nothing. tests/test_history.py holds it as a strict xfail
+(`test_undo_after_a_turn_made_the_gitignore_larger_than_the_cap`) until one of the two
+is decided to be wrong.
 
 Derandomized: `WORKSNAP_UNDO_STEPS` (default 400) and `WORKSNAP_UNDO_SEED` (default 1)
 choose the walk; every `EPISODE` steps it goes on in a new session (and a new
@@ -175,7 +184,7 @@ class Walk:
         full = self.root / path
         try:
             if op in ("write", "large"):
-                _write(full, rng.randbytes(100 if op == "large" else rng.randrange(0, 8)))
+                _write(full, rng.randbytes(_size(op, path, rng)))
             elif op == "gitignore":
                 _write(full, _rules(rng))
             elif op == "delete":
@@ -208,7 +217,7 @@ class Walk:
         full = self.root / path
         try:
             if op in ("write", "large", "ignored"):
-                _write(full, rng.randbytes(100 if op == "large" else rng.randrange(0, 8)))
+                _write(full, rng.randbytes(_size(op, path, rng)))
             elif op == "gitignore":
                 if rng.random() < 0.2 and full.is_file():
                     full.unlink()
@@ -240,15 +249,20 @@ class Walk:
             ws.snapshot(label=f"after turn {self.turn}")
             self.note(f"snapshot after turn {self.turn}")
         elif op in ("undo", "redo"):
+            confirmed = rng.random() < 0.5  # previewed, then that plan applied (a terminal's)
             try:
-                result = ws.undo() if op == "undo" else ws.redo()
+                if op == "undo":
+                    result = ws.undo(ws.plan_undo() if confirmed else None)
+                else:
+                    result = ws.redo(ws.plan_redo() if confirmed else None)
             except InputError as exc:
                 if f"nothing to {op}" not in str(exc):
                     raise
                 self.note(f"{op}: nothing to {op}")
                 return
             assert result.ok, result
-            self.note(f"{op} to {self.name(result.target)}: {len(result.restored)} restored")
+            how = " as previewed" if confirmed else ""
+            self.note(f"{op}{how} to {self.name(result.target)}: {len(result.restored)} restored")
         elif op == "restore":
             history = ws.list()
             if history:
@@ -349,6 +363,11 @@ def _rows(plan: Plan) -> str:
     return "[" + ", ".join(f"{c.op.value} {c.path}" for c in plan.changes) + "]"
 
 
+def _size(op: str, path: str, rng: random.Random) -> int:
+    """Over the smallest cap for a large write; never for a `.gitignore` (see the top)."""
+    return 100 if op == "large" and not path.endswith(".gitignore") else rng.randrange(0, 8)
+
+
 def _rules(rng: random.Random) -> bytes:
     return "".join(f"{rule}\n" for rule in rng.sample(RULES, rng.randrange(0, 4))).encode()
 
@@ -383,7 +402,11 @@ def walk(root: Path, seed: int, steps: int, found: Callable[[Difference, Walk], 
     for step in range(steps):
         if step and step % EPISODE == 0:
             run.new_session()
-        run.step()
+        try:
+            run.step()
+        except Exception as exc:
+            found(Difference(step, f"the step failed: {exc!r}"), run)
+            raise
         for difference in run.differences(step):
             found(difference, run)
     run.workspace.close()
