@@ -489,7 +489,8 @@ class Restorer:
             if current.max_file_bytes != self._capture.max_file_bytes:  # a confirmed plan's
                 current = self._capture.capture(store_objects=False)  # as its preview chose
             history = [s for s in self._catalog.list(session) if s.id != skip]
-            target_id = undo_target(  # (load_id is cached: the target found is loaded once)
+            # (load_id is cached: the target found is loaded once)
+            target_id = undo_target(
                 history, current, self._sessions.load(session), load=self._catalog.load_id,
                 flat_tree=self._catalog.legacy_digest(current), checkpoints=True,
                 capture=lambda cap: self._capture.capture(store_objects=False, max_file_bytes=cap),
