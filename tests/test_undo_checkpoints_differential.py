@@ -134,8 +134,9 @@ class Walk:
             if "is excluded" in str(exc):
                 self.note(f"  capture {path} refused: {exc}")
                 return True  # a hook fails open: the tool writes, uncaptured
-            if "is not a file or symlink" not in str(exc) and "make a loop" not in str(exc):
-                raise
+            refusals = ("is not a file or symlink", "make a loop", "cannot follow its symbolic")
+            if not any(refusal in str(exc) for refusal in refusals):
+                raise  # (a directory there, a loop, a symlink to a file above: the tool fails)
             self.note(f"  capture {path} refused: {exc}")
             return False
         return True
