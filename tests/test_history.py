@@ -574,6 +574,36 @@ def test_undo_goes_past_a_checkpoint_that_rewinds_only_below_a_large_file(root: 
         assert ws.undo().restored == ["a"]
 
 
+def test_undo_goes_past_a_checkpoint_whose_file_would_replace_a_directory_it_cannot_empty(
+    root: Path,
+) -> None:
+    """Turn 1 knew p/q as a large file (in no snapshot), turn 2 knew p as a file; after
+    an undo of turn 2, p is an empty directory again. Rewinding turn 1 puts the file p
+    back only by removing that directory, which the planner never removes when the
+    target left something out below it (a `B` change); undo counted the checkpoint and
+    restored nothing, every time (found reading `checkpoint_changes` against the
+    planner, for the undo differential walk)."""
+    write(root, "a", "a0\n")
+    write(root, "p/q", "q" * 100)
+    with Workspace(root, max_file_bytes=64) as ws:
+        first = ws.snapshot().id
+        write(root, "a", "a1\n")  # the person's edit
+        ws.begin()
+        assert ws.capture_before(["p/q"]).large == ["p/q"]
+        (root / "p/q").unlink()
+        (root / "p").rmdir()
+        write(root, "p", "the person's file\n")
+        ws.begin()
+        ws.capture_before(["p"])
+        (root / "p").unlink()
+        (root / "p").mkdir()
+        assert ws.undo().restored == ["p"]  # turn 2's
+        (root / "p").unlink()
+        (root / "p").mkdir()
+        assert ws.plan_undo().target.id == first
+        assert ws.undo().restored == ["a"]
+
+
 @pytest.mark.xfail(strict=True, reason="the planner reads the .gitignore it cannot restore")
 def test_undo_after_a_turn_made_the_gitignore_larger_than_the_cap(root: Path) -> None:
     """Found for the undo differential walk, and left: the turn made `.gitignore` larger

@@ -305,6 +305,9 @@ def checkpoint_changes(
                 was, will = _state(now, path), _state(target, path)
                 if was == will or any(a in left_out for a in ancestors(path)):
                     return False
+                if was == DIRECTORY and isinstance(will, Entry):
+                    # A file where a directory holds what is left out: a `B` change.
+                    return not any(p.startswith(f"{path}/") for p in left_out)
                 # A path gone since is never made again where today's rules exclude it
                 # (`Restorer._plan`), and it is in no capture's `excluded`.
                 return was is not None or not rules.covers(path, is_dir=will == DIRECTORY)
