@@ -65,8 +65,7 @@ SLOW_READ_SECONDS = 100e-6
 cache (cached: about 40 us). With the tree cached, the helper thread only costs: it takes
 the GIL back and forth (a warm-cache cold snapshot went from 2.1 to 3.0 s with it)."""
 
-LOOKS = 3
-"""How many times a capture looks at a tree that changes under it before it gives up."""
+LOOKS = 3  # how many times a capture looks at a tree that changes under it, at most
 
 
 class ReadFile(Protocol):
@@ -235,15 +234,11 @@ class Capture:
     def read_now(self, entry: Entry) -> bytes:
         """A file's bytes: from the store, or from the tree when a capture kept none.
 
-        A preview's capture stores nothing, and the target of a checkpoint's rewind or
-        of a rollback keeps the files of the tree now: the planner reads their
-        `.gitignore` files (never through a symlink; a FIFO put there is not waited on).
-
-        Raises:
-            ConflictError: the file is no longer as the capture found it.
+        (A preview stores nothing; a checkpoint's rewind or a rollback targets files of the
+        tree now.) Never through a symlink, never waiting on a FIFO. ConflictError: the
+        file is no longer as the capture found it.
         """
-        digest = entry.hash or ""
-        if self._store.has(digest):
+        if self._store.has(digest := entry.hash or ""):
             return self._store.read(digest)
         parent, _, name = entry.path.rpartition("/")
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -256,14 +251,6 @@ class Capture:
         if hash_bytes(data) != digest:
             raise ConflictError(entry.path)
         return data
-
-    def probe(self, rel: str) -> tuple[int, int] | None:
-        """A large file's size and newest time now (None: gone); for `plan.unprotected`."""
-        try:
-            st = os.lstat(os.path.join(self._root.path, os.fsdecode(fs_path(rel))))
-        except OSError:
-            return None
-        return st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
 
     def subtree(self, path: str, digest: Digest) -> Flat | None:
         """The flat view below `path` in the last committed capture (`treewalk.subtrees_of`)."""
@@ -291,26 +278,23 @@ class Capture:
         # collector would keep re-walking them all (a quarter of a warm snapshot).
         collecting = cyclic_gc.isenabled()
         cyclic_gc.disable()
+        looks = 1
         try:
-            return self._capture(store_objects=store_objects, cap=cap)
+            while True:
+                try:
+                    return self._capture(store_objects=store_objects, cap=cap)
+                except SnapshotError as exc:
+                    # A path that went or changed kind between the listing and the read
+                    # (an editor's atomic save): the tree changes, look again. A review
+                    # found every such snapshot failing outright.
+                    if not exc.changing or looks == LOOKS:
+                        raise
+                    looks += 1
         finally:
             if collecting:
                 cyclic_gc.enable()
 
     def _capture(self, *, store_objects: bool, cap: int) -> Manifest:
-        # A file that went or changed kind between the listing and the read (an editor's
-        # atomic save, a test run's temp files) is a tree still changing: look again, as
-        # the next listing sees it. A review found every such snapshot failing outright.
-        looks = 1
-        while True:
-            try:
-                return self._capture_once(store_objects=store_objects, cap=cap)
-            except SnapshotError as exc:
-                if not exc.changing or looks == LOOKS:
-                    raise
-                looks += 1
-
-    def _capture_once(self, *, store_objects: bool, cap: int) -> Manifest:
         tick = self._caches.tick()
         if not tick and is_coarse(os.stat(self._root.path)):
             tick = self._learn_tick()  # the root's own times: known before anything is trusted

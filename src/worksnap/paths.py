@@ -229,3 +229,11 @@ class Root:
         except OSError:
             return False
         return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+    def probe(self, rel: str) -> tuple[int, int] | None:
+        """A file's size and newest time now (None: gone); for `plan.unprotected`."""
+        try:
+            st = os.lstat(os.path.join(os.fsencode(self.path), fs_path(rel)))
+        except OSError:
+            return None
+        return st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
