@@ -134,3 +134,20 @@ def build_scenario(root: Path, seams: Seams | None = None) -> tuple[Workspace, s
     write(root, "addeddir/a/b.txt", "deep added\n")
     (root / "addeddir" / "emptyadded").mkdir()
     return ws, target
+
+
+def killed_at_call(argv_index: int, then: str) -> str:
+    """A Python script that kills itself (SIGKILL) at its n-th unlink, replace, write or
+    fsync, n being `sys.argv[argv_index]`, and runs `then` (the code under test)."""
+    return rf"""
+import os, signal, sys
+n, calls = int(sys.argv[{argv_index}]), [0]
+for name in ("unlink", "replace", "write", "fsync"):
+    def wrap(*args, _real=getattr(os, name), **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _real(*args, **kwargs)
+    setattr(os, name, wrap)
+{then}
+"""

@@ -31,6 +31,7 @@ from worksnap.hash import hash_bytes
 from worksnap.packcodec import decode_rows
 
 from ..conftest import tree_state, write
+from .faults import killed_at_call
 from .test_disk_full import mounted_tmpfs, used, worksnap
 from .test_kill import SRC
 
@@ -257,19 +258,7 @@ def test_gc_that_cannot_finish_on_a_full_disk_says_what_it_freed_and_what_is_lef
 
 
 # `worksnap` with the n-th unlink, rename, write or fsync of the process a kill -9.
-KILLED_AT_CALL = r"""
-import os, signal, sys
-n, calls = int(sys.argv[1]), [0]
-for name in ("unlink", "replace", "write", "fsync"):
-    def wrap(*args, _real=getattr(os, name), **kwargs):
-        calls[0] += 1
-        if calls[0] == n:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return _real(*args, **kwargs)
-    setattr(os, name, wrap)
-from worksnap.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
+KILLED_AT_CALL = killed_at_call(1, "from worksnap.cli import main\nsys.exit(main(sys.argv[2:]))")
 
 
 @pytest.mark.parametrize("dropped", ["by this gc", "before (no room for generation)"])

@@ -22,6 +22,7 @@ from worksnap.lock import Locks
 from worksnap.storedir import StoreDir
 
 from .conftest import STORE
+from .faults import killed_at_call
 from .test_kill import SRC
 
 
@@ -351,19 +352,11 @@ def test_writers_side_by_side_and_sweeps_lose_nothing(tmp_path: Path) -> None:
 
 
 # A sweep that kills itself at its n-th unlink, replace, write or fsync.
-SWEEP_KILLED_AT_CALL = r"""
-import os, signal, sys
-from worksnap.diskstore import DiskStore
-n, calls = int(sys.argv[3]), [0]
-for name in ("unlink", "replace", "write", "fsync"):
-    def wrap(*args, _real=getattr(os, name), **kwargs):
-        calls[0] += 1
-        if calls[0] == n:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return _real(*args, **kwargs)
-    setattr(os, name, wrap)
-DiskStore(sys.argv[1]).sweep(set(sys.argv[2].split(",")) - {""})
-"""
+SWEEP_KILLED_AT_CALL = killed_at_call(
+    3,
+    "from worksnap.diskstore import DiskStore\n"
+    'DiskStore(sys.argv[1]).sweep(set(sys.argv[2].split(",")) - {""})',
+)
 
 
 def _versions_in_packs(
