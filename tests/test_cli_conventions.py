@@ -455,3 +455,36 @@ def test_a_command_s_progress_line_is_its_own_in_the_daemon_s_threads(
         thread.join()
     assert snapshot_err.getvalue() == "\r\x1b[Khashing 5/10\r\x1b[Ksnapshot 1234abcd stored\n"
     assert list_err.getvalue() == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_a_path_the_user_cannot_read_says_how_to_leave_it_out(tmp_path: Path) -> None:
+    """Review I 14: one directory the user may not read (`chmod 000`, a root-owned docker
+    volume) stopped every snapshot and `status` with "cannot read: Permission denied",
+    and nothing said that excluding it is the way on."""
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    write(root, "priv/secret.txt", "s")
+    os.chmod(root / "priv", 0o000)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    # Root without the capabilities that pass over permission bits: a user who may not read.
+    user = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--",
+            sys.executable, "-m", "worksnap", "--root", str(root)]  # fmt: skip
+
+    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": src, "WORKSNAP_NO_DAEMON": "1"}
+        return subprocess.run([*user, *args], capture_output=True, text=True, env=env,
+                              timeout=120, check=False)  # fmt: skip
+
+    try:
+        done = as_user("snapshot")
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr == (
+            "worksnap: error: priv: cannot read: Permission denied "
+            "(to leave it out: worksnap config exclude add priv)\n"
+        )
+        assert as_user("config", "exclude", "add", "priv").returncode == 0
+        done = as_user("snapshot")
+        assert done.returncode == 0, done.stderr
+    finally:
+        os.chmod(root / "priv", 0o700)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -100,6 +101,18 @@ class SnapshotError(WorksnapError):
         self.path = path
         self.reason = reason
         self.changing = changing
+
+
+def unreadable(path: str, exc: OSError, what: str = "cannot read") -> SnapshotError:
+    """A path a capture could not read; one the user may not read says how to leave it out.
+
+    (A review: one `chmod 000` directory, a root-owned docker volume, stopped every
+    snapshot and `status`, and nothing said that excluding it is the way on.)
+    """
+    reason = f"{what}: {exc.strerror}"
+    if exc.errno in (errno.EACCES, errno.EPERM) and path not in ("", "."):
+        reason += f" (to leave it out: worksnap config exclude add {shlex.quote(path)})"
+    return SnapshotError(path, reason, changing=gone(exc))
 
 
 def gone(exc: OSError) -> bool:

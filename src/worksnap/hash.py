@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 from blake3 import blake3
 
-from worksnap.errors import SnapshotError, gone
+from worksnap.errors import SnapshotError, unreadable
 from worksnap.fsio import file_state
 from worksnap.paths import Digest
 
@@ -122,7 +122,7 @@ def read_file(
                 raise SnapshotError(
                     rel, "is no longer a regular file (a symlink now)", changing=True
                 ) from None
-            raise SnapshotError(rel, f"cannot read: {exc.strerror}", changing=gone(exc)) from None
+            raise unreadable(rel, exc) from None
         try:
             before = os.fstat(fd)
             if not stat.S_ISREG(before.st_mode):

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worksnap.caches import Listing, Listings, Stamp, listing_key
-from worksnap.errors import SnapshotError, gone
+from worksnap.errors import SnapshotError, unreadable
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path
 from worksnap.scanparts import (
@@ -365,9 +365,7 @@ def _one_dir(
             pending=pending,
         )
     except OSError as exc:
-        raise SnapshotError(
-            rel_dir or ".", f"cannot read: {exc.strerror}", changing=gone(exc)
-        ) from None
+        raise unreadable(rel_dir or ".", exc) from None
     finally:
         if dir_fd >= 0:
             os.close(dir_fd)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from worksnap.caches import Stamp
-from worksnap.errors import SnapshotError, gone
+from worksnap.errors import SnapshotError, gone, unreadable
 from worksnap.exclusion import excluded_entry
 from worksnap.fsio import file_state, state_fields
 from worksnap.ignore import Rules
@@ -295,9 +295,7 @@ def classify(
         with os.scandir(dir_fd) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
-        raise SnapshotError(
-            rel_dir or ".", f"cannot list directory: {exc.strerror}", changing=gone(exc)
-        ) from None
+        raise unreadable(rel_dir or ".", exc, "cannot list directory") from None
     if stats is not None:
         stats.listed.append(rel_dir)
     return _classified(rel_dir, entries, dir_rules, exclude=exclude, stats=stats, hints=hints,
