@@ -660,6 +660,33 @@ def test_the_size_a_daemon_starts_at_follows_a_tree_that_grew(tmp_path: Path) ->
     assert grown.reason.startswith(f"on: about {autostart.BREAK_EVEN_FILES + 501} files on ")
 
 
+def test_the_size_estimate_never_waits_on_a_fifo_nor_follows_a_link_in_the_store(
+    tmp_path: Path,
+) -> None:
+    """The store is input (a cloned tree): a FIFO at `cache/last.json` or a record must not
+    hang every command's end, nor a link there be read."""
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    assert direct(root, "snapshot")[0] == 0
+    store = root / ".worksnap"
+    (store / "cache" / "last.json").unlink()
+    os.mkfifo(store / "cache" / "last.json")
+    record = next((store / "snapshots").iterdir())
+    script = (
+        "import sys; from worksnap import autostart; "
+        "print(autostart.estimated_files(autostart.StorePaths(sys.argv[1])))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    for plant in ("fifo", "link"):
+        if plant == "link":
+            (store / "cache" / "last.json").unlink()
+            (store / "cache" / "last.json").symlink_to(record)
+        done = subprocess.run([sys.executable, "-c", script, str(store)], capture_output=True,
+                              text=True, env=env, timeout=60, check=False)  # fmt: skip
+        assert (done.returncode, done.stderr) == (0, ""), plant
+        assert int(done.stdout) < 100, plant  # the stat cache's size: the record unread
+
+
 def test_a_small_tree_starts_none_and_status_says_why(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, "a.txt", "a")

@@ -124,17 +124,22 @@ def estimated_files(paths: StorePaths) -> int:
     tree that grew after its first snapshot (a review: 6,000 files taken for 733, its
     growth being in `stat.log`).
     """
+    from worksnap.errors import InputError
+    from worksnap.storedir import StoreDir
+
+    store = StoreDir(paths.dir)  # never through a link, never a FIFO (a cloned store)
     try:
-        with open(paths.last_full, "rb") as f:
-            last = json.loads(f.read(_SMALL_FILE))
-        counts = []
-        for snapshot_id, _ in last.values():
-            with open(paths.record(str(snapshot_id)), "rb") as f:
-                counts.append(int(json.loads(f.read(_SMALL_FILE))["files"]))
+        last = json.loads(store.read_optional(paths.last_full, limit=_SMALL_FILE) or b"{}")
+        counts = [
+            int(json.loads(store.read(paths.record(str(snapshot_id)), limit=_SMALL_FILE))["files"])
+            for snapshot_id, _ in last.values()
+        ]
         if counts:
             return max(counts)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (InputError, OSError, ValueError, TypeError, KeyError, AttributeError):
         pass  # none yet, a format 1 store, or damage: the cache's size says enough
+    finally:
+        store.close()
     try:
         return os.stat(paths.stat_cache).st_size // STAT_CACHE_BYTES_PER_FILE
     except OSError:
