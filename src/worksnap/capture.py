@@ -28,7 +28,7 @@ import msgspec
 
 from worksnap.audit import audit_memory
 from worksnap.caches import Caches, Listings, StatRecord, StatTable
-from worksnap.errors import ConflictError, SnapshotError
+from worksnap.errors import ConflictError, SnapshotError, Vanished
 from worksnap.fsio import (
     COARSE_TICK_NS,
     MODES,
@@ -61,9 +61,8 @@ PREFETCH_AFTER = 64
 """Files hashed before the rest may be read ahead (a few changed files are not worth a thread)."""
 
 SLOW_READ_SECONDS = 100e-6
-"""Mean time per file over those above which the reads come from the disk, not the page
-cache (cached: about 40 us). With the tree cached, the helper thread only costs: it takes
-the GIL back and forth (a warm-cache cold snapshot went from 2.1 to 3.0 s with it)."""
+"""Mean time per file above which reads come from the disk, not the page cache (about 40 us):
+a read-ahead thread on a cached tree costs the GIL (a cold snapshot: 2.1 s to 3.0 s with it)."""
 
 LOOKS = 3  # how many times a capture looks at a tree that changes under it, at most
 
@@ -274,8 +273,7 @@ class Capture:
             self._kept = {}
             self._last_capture = None
             self._last_cap = cap
-        # A capture allocates a few objects per file and frees few of them: the cyclic
-        # collector would keep re-walking them all (a quarter of a warm snapshot).
+        # Few of the objects made per file are freed: the cyclic collector would re-walk them.
         collecting = cyclic_gc.isenabled()
         cyclic_gc.disable()
         looks = 1
@@ -284,9 +282,8 @@ class Capture:
                 try:
                     return self._capture(store_objects=store_objects, cap=cap)
                 except SnapshotError as exc:
-                    # A path that went or changed kind between the listing and the read
-                    # (an editor's atomic save): the tree changes, look again. A review
-                    # found every such snapshot failing outright.
+                    # A path that changed kind, or a directory gone, since it was listed:
+                    # the tree changes under the capture, which looks again.
                     if not exc.changing or looks == LOOKS:
                         raise
                     looks += 1
@@ -417,9 +414,12 @@ class Capture:
                             later = (f for _, g in groups[group + 1 :] for f in g)
                             rest = itertools.chain(files[i + 1 :], later)
                             prefetch.start(_unhashed(self._root.path, rest, cache))
-                        digest, st = self.hash_and_store(
-                            rel, store_objects=store_objects, tree=tree, recent_ns=margin,
-                            base=hit[1] if hit else self.trees.previous(rel))  # fmt: skip
+                        try:
+                            digest, st = self.hash_and_store(
+                                rel, store_objects=store_objects, tree=tree, recent_ns=margin,
+                                base=hit[1] if hit else self.trees.previous(rel))  # fmt: skip
+                        except Vanished:
+                            continue  # not part of this snapshot, as in a listing (scan.py)
                         if not tick and is_coarse(st):
                             tick = COARSE_TICK_NS
                             self._caches.record_tick(tick)  # the caller captures again
@@ -431,7 +431,7 @@ class Capture:
                         self._report("hash", done, total)
                 entries += mine
                 made += mine
-                if remember is not None:
+                if remember is not None and len(mine) == len(files):  # (Kept: one per file)
                     kept[d] = Kept(remember[d], mine, _records(files, fresh, was))
         links = [Entry(path=rel, type="symlink", mode=mode, target=target)
                  for rel, target, mode in found.symlinks]  # fmt: skip

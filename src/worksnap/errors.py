@@ -103,6 +103,19 @@ class SnapshotError(WorksnapError):
         self.changing = changing
 
 
+class Vanished(SnapshotError):
+    """A file the scan listed was gone by its read: the capture leaves it out, as a listing.
+
+    An editor's atomic save, a test run's temp file: a listing leaves out what is deleted
+    while it walks, and a capture what is deleted before it is read. (A review: every
+    such snapshot failed, and so did the pre-restore snapshot of an unrelated restore,
+    while a tool rewrote temp files.)
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, "cannot read: No such file or directory", changing=True)
+
+
 def unreadable(path: str, exc: OSError, what: str = "cannot read") -> SnapshotError:
     """A path a capture could not read; one the user may not read says how to leave it out.
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 from blake3 import blake3
 
-from worksnap.errors import SnapshotError, unreadable
+from worksnap.errors import SnapshotError, Vanished, unreadable
 from worksnap.fsio import file_state
 from worksnap.paths import Digest
 
@@ -109,7 +109,7 @@ def read_file(
 
     Raises:
         SnapshotError: the file cannot be read, is no longer a regular file, or
-            kept changing on every try.
+            kept changing on every try; `Vanished` when it is gone since it was listed.
     """
     previous: Digest | None = None
     for _ in range(_RETRIES):
@@ -122,6 +122,8 @@ def read_file(
                 raise SnapshotError(
                     rel, "is no longer a regular file (a symlink now)", changing=True
                 ) from None
+            if exc.errno == errno.ENOENT:  # deleted (or renamed away) since it was listed
+                raise Vanished(rel) from None
             raise unreadable(rel, exc) from None
         try:
             before = os.fstat(fd)
