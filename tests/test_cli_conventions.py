@@ -171,6 +171,31 @@ def test_reserved_kinds_are_refused(
             Workspace(root).snapshot(kind=kind)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["config", "max-file-bytes", "abc"],
+        ["config", "keep-last", "0"],
+        ["config", "nope", "1"],
+        ["config", "exclude", "remove", "foo"],
+        ["remote", "remove", "typo"],
+        ["remote", "add", "bad/name", "file:///nowhere"],
+        ["capture", "a.txt"],
+    ],
+    ids=" ".join,
+)
+def test_a_refused_command_leaves_no_store_behind(
+    root: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Exit 2 is "nothing changed": a review found four of these making the store of a
+    project that had none (an empty one that a later command then took as its own)."""
+    write(root, "a.txt", "a")
+    code, out, err = run(capsys, "--root", str(root), *command)
+    assert (code, out) == (2, ""), err
+    assert err.startswith("worksnap: error: ") and err.count("\n") == 1
+    assert sorted(p.name for p in root.iterdir()) == ["a.txt"]
+
+
 def test_a_path_in_neither_the_snapshot_nor_the_workspace_is_exit_2(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -186,7 +186,7 @@ def _rewound(args: argparse.Namespace) -> bool:
 
 def cmd_config_exclude(args: argparse.Namespace) -> int:
     """`config exclude [add|remove RULE...]`: the store's exclusion rules."""
-    from worksnap.config import change_exclusions
+    from worksnap.config import with_exclusions
     from worksnap.errors import InputError
 
     action, rules = args.value, list(args.more)
@@ -199,15 +199,10 @@ def cmd_config_exclude(args: argparse.Namespace) -> int:
         if not rules:
             raise InputError(f"config exclude {action}: name at least one path or pattern")
         with open_workspace(args) as ws:
-            ws.store.bind(ws.root)
-            root = ws.root
             if action == "add":
-                rules = [_rule_from_root(args, root, r) for r in rules]
-            config = change_exclusions(
-                ws.store.files,
-                add=rules if action == "add" else [],
-                remove=rules if action == "remove" else [],
-            )
+                rules = [_rule_from_root(args, ws.root, r) for r in rules]
+            add, remove = (rules, []) if action == "add" else ([], rules)
+            config = ws.change_config(lambda c: with_exclusions(c, add=add, remove=remove))
     else:
         raise InputError(f"config exclude {action!r}: use add or remove")
     if args.json:

@@ -111,6 +111,9 @@ class Checkpoints:
             InputError: no checkpoint is open, or a path is outside the root,
                 inside `.git` or the store, or a directory.
         """
+        no_checkpoint = f"no open checkpoint in session {session!r}: run `worksnap begin` first"
+        if not self._store.exists():
+            raise InputError(no_checkpoint)  # and no store is made to say so (exit 2)
         self._catalog.upgrade_if_needed()
         # Exclusive: captures from parallel tool calls (threads or processes) each
         # rewrite the checkpoint, and none may lose another's before-images. The open
@@ -118,9 +121,7 @@ class Checkpoints:
         with self._locks.exclusive("capture"):
             state = self._sessions.load(session)
             if state.checkpoint is None:
-                raise InputError(
-                    f"no open checkpoint in session {session!r}: run `worksnap begin` first"
-                )
+                raise InputError(no_checkpoint)
             checkpoint = self._catalog.load(state.checkpoint, session)
             entries = {e.path: e for e in checkpoint.entries}
             absent = set(checkpoint.absent)

@@ -3,7 +3,7 @@
 The one reader of that file, and a strict one: an unknown field, a value of the wrong
 type or a size or duration that does not parse is refused with one clear error when
 the file is read, never half-applied (a snapshot reads it before it stores anything).
-`worksnap config KEY VALUE` writes it through `set_setting`.
+`worksnap config KEY VALUE` changes it through `with_setting` and `Workspace.change_config`.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
     """Exclusion rules for every snapshot and restore (`exclusion.py`): a path relative to
     the root, or a .gitignore-style pattern when it has `*`, `?` or `[`."""
     remotes: dict[str, RemoteSetting] = {}
-    """The remotes by name (`worksnap remote add`); written by `add_remote`/`remove_remote`."""
+    """The remotes by name (`worksnap remote add`); changed by `with_remote`/`without_remote`."""
 
     def cap(self) -> int | None:
         """The size cap in bytes (None: not set)."""
@@ -179,18 +179,16 @@ def get_setting(config: Config, key: str) -> object:
     return value
 
 
-def set_setting(store: StoreDir, key: str, value: str) -> Config:
-    """Sets one `worksnap config` key in the store's config.json; returns the new config.
+def with_setting(config: Config, key: str, value: str) -> Config:
+    """`config` with one `worksnap config` key set; every other setting kept.
 
     `value` is what a person types: a size (`64M`), a duration (`30d`), a count,
-    `true`/`false`, or `none` to clear the setting. The file is rewritten atomically,
-    keeping every other setting. The store must exist.
+    `true`/`false`, or `none` to clear the setting.
 
     Raises:
-        InputError: unknown key, a value that does not parse, or a damaged config.
+        InputError: unknown key, or a value that does not parse.
     """
     _check_key(key)
-    config = load_config(store)
     cleared = value.strip().lower() in ("none", "null", "")
     retention = config.retention
     if key == "max-file-bytes":
@@ -219,10 +217,7 @@ def set_setting(store: StoreDir, key: str, value: str) -> Config:
         if not cleared:
             _keeps_some(key, value, parse_size(value))
         retention = msgspec.structs.replace(retention, max_bytes=None if cleared else value)
-    config = msgspec.structs.replace(config, retention=retention)
-    config.check()
-    store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
-    return config
+    return msgspec.structs.replace(config, retention=retention)
 
 
 def _keeps_some(key: str, value: str, amount: float | None) -> None:
@@ -239,16 +234,14 @@ def _keeps_some(key: str, value: str, amount: float | None) -> None:
         )
 
 
-def change_exclusions(store: StoreDir, *, add: list[str], remove: list[str]) -> Config:
-    """Adds and removes exclusion rules in the store's config.json; returns the new config.
+def with_exclusions(config: Config, *, add: list[str], remove: list[str]) -> Config:
+    """`config` with exclusion rules added and removed; every other setting kept.
 
     A rule already there is not added twice; removing one that is not there is refused.
-    The file is rewritten atomically, keeping every other setting.
 
     Raises:
-        InputError: a rule to remove is not there, a rule does not check, or a damaged config.
+        InputError: a rule to remove is not there.
     """
-    config = load_config(store)
     rules = list(config.exclude)
     for rule in remove:
         if rule not in rules:
@@ -256,43 +249,43 @@ def change_exclusions(store: StoreDir, *, add: list[str], remove: list[str]) -> 
             raise InputError(f"exclude {rule!r} is not in this store's config (it has: {shown})")
         rules.remove(rule)
     rules += [rule for rule in dict.fromkeys(add) if rule not in rules]
-    config = msgspec.structs.replace(config, exclude=rules)
-    config.check()
-    store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
-    return config
+    return msgspec.structs.replace(config, exclude=rules)
 
 
-def add_remote(store: StoreDir, name: str, url: str) -> Config:
-    """Adds a remote to the store's config.json (rewritten atomically); returns the new config.
+def with_remote(config: Config, name: str, url: str) -> Config:
+    """`config` with a remote added.
 
     Raises:
-        InputError: a bad name, one already there, or a damaged config.
+        InputError: a bad name, or one already there.
     """
     check_remote_name(name)
-    config = load_config(store)
     if name in config.remotes:
         raise InputError(
             f"remote {name} exists already ({config.remotes[name].url}); "
             f"remove it first: worksnap remote remove {name}"
         )
     remotes = {**config.remotes, name: RemoteSetting(url=url)}
-    return _write(store, msgspec.structs.replace(config, remotes=remotes))
+    return msgspec.structs.replace(config, remotes=remotes)
 
 
-def remove_remote(store: StoreDir, name: str) -> Config:
-    """Removes a remote from the store's config.json; returns the new config.
+def without_remote(config: Config, name: str) -> Config:
+    """`config` with a remote removed.
 
     Raises:
-        InputError: no remote of that name, or a damaged config.
+        InputError: no remote of that name.
     """
-    config = load_config(store)
     if name not in config.remotes:
         raise InputError(f"no remote {name!r} (see: worksnap remote list)")
     remotes = {k: v for k, v in config.remotes.items() if k != name}
-    return _write(store, msgspec.structs.replace(config, remotes=remotes))
+    return msgspec.structs.replace(config, remotes=remotes)
 
 
-def _write(store: StoreDir, config: Config) -> Config:
+def save_config(store: StoreDir, config: Config) -> Config:
+    """Writes `config` to the store's config.json (atomically); returns it.
+
+    Raises:
+        InputError: a setting that does not check (`Config.check`).
+    """
     config.check()
     store.write(store.paths.config, msgspec.json.format(msgspec.json.encode(config)) + b"\n")
     return config

@@ -3,7 +3,7 @@
 Also `verify --remote` (its grammar is verify's, in arguments.py).
 
 Grammar and rendering both live here (arguments.py calls `add_commands`). A remote is
-a name in the store's config.json bound to a URL (`config.add_remote`); credentials
+a name in the store's config.json bound to a URL (`config.with_remote`); credentials
 come from the AWS environment and files, never from the command line or the config.
 
 Locks: `pull` writes objects and records into the store under the exclusive store
@@ -240,9 +240,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from worksnap.config import add_remote, check_remote_name
+    from worksnap.config import check_remote_name, with_remote
     from worksnap.errors import InputError
-    from worksnap.lock import Locks
     from worksnap.remote import open_transport
     from worksnap.remote.repository import Repository
 
@@ -255,9 +254,7 @@ def _add(args: argparse.Namespace) -> int:
         check_place(ws, transport)
         paths = ws.store.paths
         repo = Repository.add(transport, cache=paths.remote_cache, trusted=paths.dir)
-        ws.store.bind(ws.root)
-        with Locks(ws.store.files).exclusive("remote add"):
-            add_remote(ws.store.files, name, transport.url)
+        ws.change_config(lambda config: with_remote(config, name, transport.url))
     if args.json:
         emit_json({"name": name, "url": transport.url, "repository": repo.config.id})
     else:
@@ -266,13 +263,10 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
-    from worksnap.config import remove_remote
-    from worksnap.lock import Locks
+    from worksnap.config import without_remote
 
     with open_workspace(args) as ws:
-        ws.store.bind(ws.root)
-        with Locks(ws.store.files).exclusive("remote remove"):
-            remove_remote(ws.store.files, args.name)
+        ws.change_config(lambda config: without_remote(config, args.name))
     if args.json:
         emit_json({"name": args.name, "removed": True})
     else:

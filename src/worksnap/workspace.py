@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from worksnap import config as settings
 from worksnap.apply import ApplyPlan, Result, apply_plan
 from worksnap.caches import Caches
 from worksnap.capture import (
@@ -36,7 +37,7 @@ from worksnap.capture import (
 )
 from worksnap.catalog import Catalog
 from worksnap.checkpoints import Checkpoints
-from worksnap.config import Config, Retention, configured_exclusions, load_config, set_setting
+from worksnap.config import Config, Retention, configured_exclusions, load_config
 from worksnap.diskstore import DiskStore
 from worksnap.errors import InputError, ObjectError, SnapshotError, WorksnapError, api_errors
 from worksnap.exclusion import exclusion_root
@@ -278,9 +279,7 @@ class Workspace:
         if config.exclude != self._configured:  # `worksnap config exclude` since we opened
             self._capture.close()
             self._wire(config.exclude)
-        cap = self._max_file_bytes
-        if cap is None:
-            cap = config.cap()
+        cap = config.cap() if self._max_file_bytes is None else self._max_file_bytes
         self._capture.max_file_bytes = DEFAULT_MAX_FILE_BYTES if cap is None else cap
         return config, self._capture.max_file_bytes
 
@@ -289,14 +288,15 @@ class Workspace:
         return load_config(self.store.files)
 
     def set_config(self, key: str, value: str) -> Config:
-        """Sets one setting of the store, creating the store if needed.
+        """Sets one setting (`config.SETTINGS`) as a person types it (`64M`, `30d`, `none`)."""
+        return self.change_config(lambda config: settings.with_setting(config, key, value))
 
-        `key` is one of `config.SETTINGS`; `value` is as a person types it (`64M`, `30d`,
-        `true`), or `none` to clear it.
-        """
+    def change_config(self, change: Callable[[Config], Config]) -> Config:
+        """Saves the settings `change` makes of the store's (creating it); returns them."""
+        change(self.config()).check()  # bad input leaves no store behind (exit 2: nothing changed)
         self.store.bind(self.root)
         with self.locks.exclusive("config"):
-            return set_setting(self.store.files, key, value)
+            return settings.save_config(self.store.files, change(self.config()))
 
     # -- snapshot ------------------------------------------------------------
 
