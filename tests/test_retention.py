@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from tests.conftest import tree_state, write
 from tests.legacy import downgrade
 from worksnap import InputError, Summary, Workspace
 from worksnap.diskstore import DiskStore
+from worksnap.hash import SMALL
+from worksnap.layout import TEMP_MARK
 from worksnap.retention import Retention, parse_duration, parse_size, select_expired
 
 
@@ -398,3 +401,53 @@ def test_a_retention_setting_that_keeps_nothing_is_refused(
     assert code == 0, err
     Workspace(root).snapshot()
     assert len(Workspace(root).list()) == 2
+
+
+def test_gc_dry_run_says_what_gc_then_does_and_changes_no_byte_of_the_store(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review I 04: the dry run said "12 objects (1.4 KiB freed)", gc then "(672 B freed)".
+
+    The dry run summed the raw sizes of what dropped snapshots named; gc counts what
+    its sweep removes: stored (compressed) bytes, leftovers of killed writes, objects
+    no snapshot named. Here files change at every snapshot (so versions stand on one
+    another), a large file goes loose, packs are partly emptied, and a killed
+    snapshot left a pack without an index and a temp file.
+    """
+    from tests.conftest import run_cli
+    from worksnap.output import human_bytes
+
+    ws = Workspace(root)
+    text = os.urandom(6000).hex()
+    for i in range(6):
+        text = text[:3000] + f"edit {i}\n" + text[3000:]
+        write(root, "notes.txt", text)
+        write(root, f"new{i}.txt", f"file {i}\n" * 20)
+        write(root, "small.txt", f"v{i}")
+        (root / "big.bin").write_bytes(bytes([i]) * (SMALL + 10))
+        ws.snapshot(step=i)
+    ws.close()
+    store = root / ".worksnap"
+    (store / "packs" / "0123456789abcdef.pack").write_bytes(b"a killed writer's pack")
+    (store / "objects" / "ab").mkdir()
+    (store / "objects" / "ab" / f"{'c' * 62}{TEMP_MARK}0123").write_bytes(b"half a file")
+    before = tree_state(store, skip=())
+
+    code, out, _ = run_cli(capsys, root, "gc", "--keep-last", "2", "--dry-run")
+    assert code == 0
+    code, dry_json, _ = run_cli(capsys, root, "--json", "gc", "--keep-last", "2", "--dry-run")
+    assert code == 0
+    api = Workspace(root).gc(Retention(keep_last=2), dry_run=True)
+    assert tree_state(store, skip=()) == before  # not one byte changed
+    preview = json.loads(dry_json)
+    code, run_json, _ = run_cli(capsys, root, "--json", "gc", "--keep-last", "2")
+    assert code == 0
+    report = json.loads(run_json)
+    assert report["snapshots"] == 4 and report["objects"] > 4 and report["bytes"] > 0
+    assert {**preview, "dry_run": False} == report
+    assert (api.snapshots, api.objects, api.bytes) == (4, report["objects"], report["bytes"])
+    assert out.startswith(
+        f"would drop 4 snapshots, {report['objects']} objects "
+        f"({human_bytes(report['bytes'])} freed); nothing was removed:\n"
+    )
+    assert Workspace(root).verify() == []

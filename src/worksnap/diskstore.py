@@ -6,10 +6,9 @@ only and published by writing its index last, so snapshots running side by side
 never see each other's half-written objects and need no lock between them.
 A snapshot (format 2) is its tree objects, stored like any object, and then its
 record (`snapshots/<id>.json`, plain JSON; diskrecords.py) once they are flushed: a
-record's presence means the snapshot is complete. A store written by an older
-worksnap holds format 1 manifests (zstd frames, frames.py) and their summaries instead,
-read until the migration (migration.py) turns each into trees and a record (a record
-wins over both).
+record's presence means the snapshot is complete. A store written by an older worksnap
+holds format 1 manifests (zstd frames, frames.py) and their summaries instead, read until
+the migration (migration.py) turns each into trees and a record (a record wins over both).
 """
 
 from __future__ import annotations
@@ -491,57 +490,58 @@ class DiskStore(SnapshotFiles):
                     yield sub + rest
 
     def sweep_abandoned(self) -> int:
-        """Removes the packs and temp files of writers that died; returns the bytes freed.
-
-        Safe beside running snapshots (`StoreDir.remove_unpublished`).
-        """
+        """Removes dead writers' leftovers (`StoreDir.remove_unpublished`): bytes freed."""
         return self.files.remove_unpublished()
 
-    def sweep(self, live: set[str] | None, *, merge: bool = False) -> tuple[int, int]:
+    def sweep(
+        self, live: set[str] | None, *, merge: bool = False, dry_run: bool = False
+    ) -> tuple[int, int]:
         """Deletes every object not in `live`, and leftovers of interrupted writes.
 
         First, before anything is written, go the packs no kept object is read from
         and the dead loose objects: on a full disk that is the room the rest needs.
         Then the packs holding dead objects beside kept ones are rewritten with only
-        their kept ones; a live object whose base dies is stored again alone (rebuilt
-        through its old chain, whose packs stay until then), so no kept object loses a
-        base it needs (`packsweep.plan_sweep`). The new pack is durable before any of
-        those old ones goes. The caller holds the exclusive lock, so no pack is being
-        written. A pack whose index is damaged is left as it is (what it holds is
-        unknown; see `problems`).
+        their kept ones, a live object whose base dies stored again alone, so no kept
+        object loses a base (`packsweep.plan_sweep`); the new pack is durable before
+        the old go. The caller holds the exclusive lock (a dry run, the shared one), so
+        no pack is being written. A pack whose index is damaged is left as it is.
 
         Args:
             live: the objects to keep; None keeps every one.
             merge: the small packs (`_small_packs`) are rewritten too, into one, as
                 git's automatic gc packs its packs: each snapshot that stores something
                 writes a pack, and every new process reads every pack's index.
+            dry_run: write and remove nothing; count what the run would, from the
+                same plan (its answer, unless the store changes in between).
 
         Returns:
-            How many objects were removed and how many bytes that freed.
+            (objects removed, bytes freed: their stored bytes and the leftovers' files)
 
         Raises:
             SweepStopped: the disk filled up part-way; what went before stays gone.
         """
         if live is None and not self._small_packs():  # nothing to merge: no index read
-            return 0, self.sweep_abandoned()  # again, nothing written but dead leftovers
-        self.close()
+            return 0, self.files.remove_unpublished(dry_run=dry_run)  # dead leftovers only
+        if not dry_run:
+            self.close()
         self._index = None  # read afresh under the lock: others may have published packs
-        done = Tally(0, self.sweep_abandoned())
+        done = Tally(0, self.files.remove_unpublished(dry_run=dry_run))
         index = self._load_index()
         if live is None and self._damaged:
             return 0, done.freed  # what a damaged pack holds is unknown: nothing else is moved
         small = self._small_packs() if merge else set()
-        packs = []
-        for name in sorted(self.files.listdir(self.paths.packs)):
-            pack_name, kind = self.paths.pack_file(name)
-            if kind == "index" and pack_name not in self._damaged:
-                if live is None and pack_name not in small:
-                    continue  # a merge reads only the packs it merges
-                rows = self._read_index(pack_name, {})
-                packs.append((pack_name, slots(*rows) if rows else []))
+        packs = [  # (a merge reads only the packs it merges)
+            (name, slots(*rows) if (rows := self._read_index(name, {})) else [])
+            for name in self._listed()
+            if name not in self._damaged and (live is not None or name in small)
+        ]
         plan = plan_sweep(index, self._find, packs, live, small=small)
         if live is None and not plan.first and not plan.rewritten:
             return 0, done.freed  # nothing to merge: no pack written, no `generation` either
+        if dry_run:
+            done.add(*plan.removes())
+            done.add(*self.files.sweep_loose(live, dry_run=True) if live is not None else (0, 0))
+            return done.removed, done.freed
         try:
             if live is not None:  # a merge removes no object, only copies no one reads
                 announce(self.files, plan.first, done)

@@ -54,9 +54,12 @@ class GcReport:
 
     Attributes:
         snapshots: how many snapshots were dropped.
-        objects: how many objects were deleted (a dry run: those only dropped snapshots
-            needed; a real one also sweeps leftovers no snapshot ever named).
-        bytes: the bytes that freed.
+        objects: how many objects were deleted: those only dropped snapshots needed,
+            and leftovers no snapshot ever named.
+        bytes: the bytes that freed: the objects' stored (compressed) bytes, and the
+            files of writes killed part-way. A dry run counts the run's own plan
+            (`Store.sweep`), so its three numbers are those the run then reports,
+            unless the store changes in between.
         dropped: the ids of the snapshots dropped, newest first.
         dry_run: nothing was removed.
     """
@@ -166,24 +169,13 @@ class Maintenance:
             dropped.sort(key=lambda i: order.get(i, ("", i)), reverse=True)
             # Before anything is removed: an unreadable snapshot stops the gc here.
             live = self.live_objects(set(self._store.ids()) - set(dropped))
-            if dry_run:
-                gone: dict[str, int] = {}
-                for snapshot_id in dropped:
-                    gone.update(self.object_sizes(snapshot_id))
-                freed = {d: size for d, size in gone.items() if d not in live}
-                return GcReport(
-                    snapshots=len(dropped),
-                    objects=len(freed),
-                    bytes=sum(freed.values()),
-                    dropped=tuple(dropped),
-                    dry_run=True,
-                )
-            if drop_session is not None:
+            if drop_session is not None and not dry_run:
                 self._sessions.save(check_session_name(drop_session), SessionState())
-            for snapshot_id in dropped:
+            for snapshot_id in dropped if not dry_run else ():
                 self._store.delete_snapshot(snapshot_id)
             try:
-                removed, freed_bytes = self._store.sweep(set(live), merge=True)
+                # A dry run counts the same sweep's plan: its numbers are the run's.
+                removed, freed_bytes = self._store.sweep(live, merge=True, dry_run=dry_run)
             except SweepStopped as stop:
                 raise FileSystemError(self._files.path, _stopped(stop, len(dropped))) from None
             except OSError as exc:
@@ -195,9 +187,14 @@ class Maintenance:
                     f"{exc.strerror}: {_plural(len(dropped), 'snapshot')} dropped, nothing "
                     "freed yet; free some space and run `worksnap gc` again",
                 ) from None
-        self._catalog.forget_last()
+        if not dry_run:
+            self._catalog.forget_last()
         return GcReport(
-            snapshots=len(dropped), objects=removed, bytes=freed_bytes, dropped=tuple(dropped)
+            snapshots=len(dropped),
+            objects=removed,
+            bytes=freed_bytes,
+            dropped=tuple(dropped),
+            dry_run=dry_run,
         )
 
     def drop(self, snapshot_id: str) -> None:

@@ -159,11 +159,19 @@ class MemoryStore:
         swept, self._synced = self._sweeps != self._synced, self._sweeps
         return swept
 
-    def sweep(self, live: set[str] | None, *, merge: bool = False) -> tuple[int, int]:
-        """Drops every object not in `live` (None: none); there are no packs to merge."""
+    def sweep(
+        self, live: set[str] | None, *, merge: bool = False, dry_run: bool = False
+    ) -> tuple[int, int]:
+        """Drops every object not in `live` (None: none); there are no packs to merge.
+
+        With `dry_run`, drops nothing and says what it would.
+        """
         dead = [digest for digest in self.objects if live is not None and digest not in live]
-        freed = sum(len(self.objects.pop(digest)) for digest in dead)
-        self._sweeps += 1
+        freed = sum(len(self.objects[digest]) for digest in dead)
+        if not dry_run:
+            for digest in dead:
+                del self.objects[digest]
+            self._sweeps += 1
         return len(dead), freed
 
     def pack_count(self) -> int:

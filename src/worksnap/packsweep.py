@@ -79,6 +79,14 @@ class SweepPlan:
     rewritten: list[SweptPack]
     orphans: set[str]
 
+    def removes(self) -> tuple[int, int]:
+        """How many dead objects the plan's packs hold, and their stored bytes.
+
+        What `remove_packs` counts once the sweep is done: a dry run's answer.
+        """
+        packs = [*self.first, *self.rewritten]
+        return sum(len(pack.dead) for pack in packs), sum(sum(pack.dead) for pack in packs)
+
     def needed(self) -> int:
         """About how many bytes the new pack takes: the kept copies, an orphan at its size."""
         return sum(

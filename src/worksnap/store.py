@@ -122,10 +122,14 @@ class ObjectStore(Protocol):
         """Forgets what it remembers if a sweep ran since the last call; True if one did."""
         ...
 
-    def sweep(self, live: set[str] | None, *, merge: bool = False) -> tuple[int, int]:
+    def sweep(
+        self, live: set[str] | None, *, merge: bool = False, dry_run: bool = False
+    ) -> tuple[int, int]:
         """Deletes every object not in `live` (None: none): (objects removed, bytes freed).
 
-        With `merge`, small packs become one (see `DiskStore.sweep`).
+        With `merge`, small packs become one (see `DiskStore.sweep`). With `dry_run`,
+        nothing is written or removed: the answer is what the run would return (the
+        same plan, counted), unless the store changes in between.
 
         Raises:
             SweepStopped: the disk filled up part-way; what went before stays gone.

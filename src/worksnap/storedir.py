@@ -448,7 +448,7 @@ class StoreDir:
             os.fsync(fd)
 
     def remove_abandoned(
-        self, path: str, *, unless: Callable[[], bool] | None = None
+        self, path: str, *, unless: Callable[[], bool] | None = None, dry_run: bool = False
     ) -> int | None:
         """Removes a file whose writer is gone (nobody holds its lock); returns its size.
 
@@ -459,6 +459,8 @@ class StoreDir:
             path: the store file.
             unless: asked once the lock is taken; True keeps the file (a pack whose
                 writer published its index and let go of it in between).
+            dry_run: only say what would go (the lock is taken and let go: a writer
+                that creates the file now waits for it a moment).
         """
         try:
             fd = self.open_file(path)
@@ -473,16 +475,17 @@ class StoreDir:
                 return None
             size = os.fstat(fd).st_size
             # Under its lock: a writer that opens it now finds it unlinked and starts over.
-            return size if self.unlink(path) else None
+            return size if dry_run or self.unlink(path) else None
         finally:
             os.close(fd)
 
-    def remove_unpublished(self) -> int:
+    def remove_unpublished(self, *, dry_run: bool = False) -> int:
         """Removes the packs and temp files of writers that died; returns the bytes freed.
 
         Safe beside running snapshots: a writer holds its pack locked until the pack's
         index is published, so only a pack nobody holds and that has no index is a
-        leftover (of a snapshot killed, or failed, before it could remove it).
+        leftover (of a snapshot killed, or failed, before it could remove it). With
+        `dry_run`, removes nothing and returns the bytes it would free.
         """
         names = self.listdir(self.paths.packs)
         indexed = {p for p, kind in map(self.paths.pack_file, names) if kind == "index"}
@@ -496,13 +499,14 @@ class StoreDir:
                     return self.lstat(index) is not None
 
                 path = os.path.join(self.paths.packs, name)
-                freed += self.remove_abandoned(path, unless=published) or 0
+                freed += self.remove_abandoned(path, unless=published, dry_run=dry_run) or 0
         return freed
 
-    def sweep_loose(self, live: set[str]) -> tuple[int, int]:
+    def sweep_loose(self, live: set[str], *, dry_run: bool = False) -> tuple[int, int]:
         """Removes the loose objects not in `live`, and dead writers' temp files there.
 
-        Returns how many objects were removed and how many bytes that freed.
+        Returns how many objects were removed and how many bytes that freed (`dry_run`:
+        would be; nothing is removed).
         """
         removed = freed = 0
         for sub in self.listdir(self.paths.objects):
@@ -510,10 +514,10 @@ class StoreDir:
             for rest in self.listdir(directory):
                 path = os.path.join(directory, rest)
                 if self.paths.is_temp(rest):
-                    freed += self.remove_abandoned(path) or 0
+                    freed += self.remove_abandoned(path, dry_run=dry_run) or 0
                 elif sub + rest not in live:
                     st = self.lstat(path)
-                    if st is not None and self.unlink(path):
+                    if st is not None and (dry_run or self.unlink(path)):
                         freed += st.st_size
                         removed += 1
         return removed, freed
