@@ -269,9 +269,13 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(views.gc_view(report))
     elif report.dry_run:
+        about = "about " if report.estimate else ""
         say(f"would drop {plural(report.snapshots, 'snapshot')}, "
-            f"{plural(report.objects, 'object')} ({human_bytes(report.bytes)} freed); "
-            "nothing was removed" + (":" if gone else ""))  # fmt: skip
+            f"{about}{plural(report.objects, 'object')} ({about}{human_bytes(report.bytes)} "
+            "freed); nothing was removed" + (":" if gone else ""))  # fmt: skip
+        if report.estimate:
+            warn("note: about: gc first migrates this store's format 1 snapshots, writing "
+                 "their trees, and removes those of dropped snapshots too")  # fmt: skip
         if gone:
             _print_table(gone, pins, with_session=True)
     else:

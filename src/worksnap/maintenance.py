@@ -62,6 +62,9 @@ class GcReport:
             unless the store changes in between.
         dropped: the ids of the snapshots dropped, newest first.
         dry_run: nothing was removed.
+        estimate: a dry run's objects and bytes are about, not the run's: the store
+            holds format 1 snapshots, which gc migrates first, writing their trees, and
+            the trees it writes for dropped snapshots go too, uncounted here.
     """
 
     snapshots: int = 0
@@ -69,6 +72,7 @@ class GcReport:
     bytes: int = 0
     dropped: tuple[str, ...] = ()
     dry_run: bool = False
+    estimate: bool = False
 
 
 class Maintenance:
@@ -195,6 +199,7 @@ class Maintenance:
             bytes=freed_bytes,
             dropped=tuple(dropped),
             dry_run=dry_run,
+            estimate=dry_run and bool(self._store.legacy_ids()),
         )
 
     def drop(self, snapshot_id: str) -> None:

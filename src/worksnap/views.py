@@ -144,6 +144,7 @@ def gc_view(report: GcReport) -> View:
         "bytes": report.bytes,
         "dropped": list(report.dropped),
         "dry_run": report.dry_run,
+        "estimate": report.estimate,
     }
 
 
