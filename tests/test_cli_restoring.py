@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import pty
+import select
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -115,6 +117,37 @@ def test_ctrl_d_at_the_question_is_no(root: Path, command: str) -> None:
     assert code == 1, shown
     assert "Traceback" not in shown
     assert shown.endswith("[y/N] \nnothing was changed\n"), shown
+    assert everything(root) == before
+
+
+@pytest.mark.parametrize("command", ["restore", "undo", "recover"])
+def test_ctrl_c_at_the_question_says_nothing_was_changed(root: Path, command: str) -> None:
+    # A review: Ctrl-C said only "worksnap: interrupted", the same as Ctrl-C mid-restore,
+    # so a person could not tell whether the tree was touched.
+    args = prepare(root, command)
+    before = everything(root)
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSNAP_")}
+    # As a shell starts a foreground job: SIGINT not ignored, even when the tests run in
+    # the background (a handled signal is reset to its default in the child).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "worksnap", "--root", str(root), *args],
+            stdin=terminal, stdout=terminal, stderr=terminal,
+            env={**env, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1", "NO_COLOR": "1"},
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    os.close(terminal)
+    shown = b""
+    while b"[y/N] " not in shown:
+        assert select.select([controller], [], [], 60)[0], f"no question: {shown!r}"
+        shown += os.read(controller, 65536)
+    child.send_signal(signal.SIGINT)  # Ctrl-C at the question
+    rest, _ = terminal_output(controller, child)
+    assert child.wait(timeout=60) == 130
+    assert rest.decode().replace("\r\n", "\n") == "worksnap: interrupted; nothing was changed\n"
     assert everything(root) == before
 
 

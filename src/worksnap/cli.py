@@ -566,7 +566,7 @@ def _run_pooled(argv: list[str], pool: WorkspacePool) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from worksnap.errors import WorksnapError
+    from worksnap.errors import Interrupted, WorksnapError
 
     try:
         code: int = _commands()[args.command](args)
@@ -575,9 +575,10 @@ def _run(args: argparse.Namespace) -> int:
         PROGRESS.clear()
         print(f"worksnap: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        PROGRESS.clear()
-        print("worksnap: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        PROGRESS.clear()  # a command that changes the tree says how it left it
+        state = f"; {printable(exc.state)}" if isinstance(exc, Interrupted) else ""
+        print(f"worksnap: interrupted{state}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         raise

@@ -206,6 +206,45 @@ class RestoreError(WorksnapError):
     exit_code = 1
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a command that changes the tree; `state` says how it left the tree.
+
+    Still a KeyboardInterrupt (whatever stops at Ctrl-C stops at it), so the CLI exits
+    130 as for any Ctrl-C: the line it prints says more (a review found a restore
+    rolled back, the user told only "interrupted", so left to assume it half done).
+
+    Attributes:
+        state: rolled back, nothing changed, or, when the tree may be half-restored,
+            what the failure path says to run.
+    """
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
+
+    @classmethod
+    def before_any_change(cls) -> Interrupted:
+        """At the question or while planning: the tree is as it was."""
+        return cls("nothing was changed")
+
+    @classmethod
+    def rolled_back(cls, kept: str | None, blocked: list[str]) -> Interrupted:
+        """Stopped mid-apply and rolled back (the words of a failed restore's rollback).
+
+        `kept`: the snapshot of the tree the rollback found, when it had to store it
+        first; `blocked`: the paths it left as they are (something in no snapshot in
+        the way), so the tree is not all as before.
+        """
+        state = "the workspace was rolled back to how it was before"
+        if blocked:
+            shown_paths = ", ".join(shown(p) for p in blocked[:3])
+            more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+            state += f", but for {shown_paths}{more} (left as they are: in no snapshot)"
+        if kept is not None:
+            state += f"; the tree as it was when interrupted is kept in snapshot {kept}"
+        return cls(state)
+
+
 class RemoteError(WorksnapError):
     """A remote store failed an operation: unreachable, refused, throttled, missing or damaged.
 

@@ -8,13 +8,16 @@ damaged with one line that says how to clear it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 import msgspec
 
-from worksnap.errors import RecoveryError, RecoveryPending
+from worksnap.errors import InputError, Interrupted, RecoveryError, RecoveryPending, StoreError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.layout import SESSION_NAME
+from worksnap.manifest import Manifest
 from worksnap.storedir import StoreDir
 
 DISCARD = (
@@ -63,6 +66,26 @@ def read_journal(files: StoreDir) -> Journal | None:
         ) from None
 
 
+def rollback_snapshot(
+    files: StoreDir, record: Journal, load: Callable[[str, str], Manifest], session: str
+) -> Manifest:
+    """The snapshot a journal rolls back to, `load`ed (the catalog's) in the journal's session.
+
+    `session`: the one to load it in when the journal names none (an older journal).
+
+    Raises:
+        RecoveryError: it cannot be loaded; the message says how to clear the journal.
+    """
+    try:
+        return load(record.pre_restore, record.session or session)
+    except (InputError, StoreError) as exc:
+        raise RecoveryError(
+            f"an interrupted restore left a journal ({files.paths.journal}) that rolls "
+            f"back to snapshot {record.pre_restore}, which cannot be loaded ({exc}); the "
+            f"workspace may be partly restored: {DISCARD}"
+        ) from None
+
+
 def journal_snapshots(files: StoreDir) -> set[str]:
     """The snapshots a pending journal needs (a recovery rolls back to them): gc keeps them."""
     try:
@@ -81,6 +104,35 @@ def pending(files: StoreDir) -> str | None:
         "partly restored; run `worksnap recover` (it keeps the tree as it is in a snapshot "
         "first, for `worksnap undo`)"
     )
+
+
+def remove_journal(files: StoreDir) -> None:
+    """Removes the journal durably: once a restore is done, it must not come back."""
+    files.unlink(files.paths.journal)
+    files.fsync(files.path)
+
+
+@contextlib.contextmanager
+def on_interrupt(files: StoreDir, changes: Callable[[], int]) -> Iterator[None]:
+    """Ctrl-C in a command that changes the tree raises Interrupted: how it left the tree.
+
+    (An apply stopped says how its rollback went: `Restorer._run`.) With the journal
+    still there, the tree may be half-restored (a recovery stopped, or a restore stopped
+    while its journal was in place); else it is as it was, or, when `changes()` (the
+    restores and recoveries finished) moved meanwhile, as the one that finished left it.
+    """
+    before = changes()
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Interrupted):
+            raise
+        line = pending(files)
+        if line is not None:
+            raise Interrupted(line) from None
+        if changes() != before:
+            raise Interrupted("the workspace was changed before the interrupt came") from None
+        raise Interrupted.before_any_change() from None
 
 
 def refuse_preview(files: StoreDir) -> None:

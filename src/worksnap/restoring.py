@@ -10,10 +10,11 @@ it did in one line. Without a terminal (an agent, a script) it runs at once, as 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -125,7 +126,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
             )
         return 0
     if args.dry_run or not (args.yes or args.json or not sys.stdin.isatty()):
-        with open_workspace(args) as ws:
+        with open_workspace(args) as ws, _unchanged_if_interrupted():
             plan = ws.plan_recover()
         if plan is None:
             return _no_recovery(args)
@@ -133,8 +134,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
             _show_plan(args, plan, header=_heading("recover", plan))
             return 0
         _show_plan(args, plan, header=_heading("recover", plan), asking=True)
-        if not _confirmed("recover", plan, args):
-            return 1
+        with _unchanged_if_interrupted():
+            if not _confirmed("recover", plan, args):
+                return 1
     with open_workspace(args) as ws:
         result = ws.recover()
     if result is None:
@@ -167,20 +169,32 @@ def _change(args: argparse.Namespace, *, verb: str, preview: Preview, run: Run, 
     """Previews, asks (a person at a terminal), applies what was shown, and reports."""
     asking = not (args.yes or args.json or not sys.stdin.isatty())
     with open_workspace(args) as ws:
-        plan = preview(ws) if args.dry_run or asking else None
-        if plan is not None and args.dry_run:
-            _show_plan(args, plan, header=_heading(verb, plan))
-            return 0
-        if plan is not None:
-            _show_plan(args, plan, header=_heading(verb, plan), asking=bool(plan.changes))
-            if not plan.changes:
+        with _unchanged_if_interrupted():
+            plan = preview(ws) if args.dry_run or asking else None
+            if plan is not None and args.dry_run:
+                _show_plan(args, plan, header=_heading(verb, plan))
                 return 0
-            if not _confirmed(verb, plan, args):
-                return 1
-        result = run(ws, plan)
+            if plan is not None:
+                _show_plan(args, plan, header=_heading(verb, plan), asking=bool(plan.changes))
+                if not plan.changes:
+                    return 0
+                if not _confirmed(verb, plan, args):
+                    return 1
+        result = run(ws, plan)  # Ctrl-C in it: Interrupted says how it left the tree
     if result is None:
         return 1
     return _report(args, result, then=then)
+
+
+@contextlib.contextmanager
+def _unchanged_if_interrupted() -> Iterator[None]:
+    """Ctrl-C while planning or at the question: the line says nothing was changed."""
+    from worksnap.errors import Interrupted
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted.before_any_change() from None
 
 
 def _confirmed(verb: str, plan: Plan, args: argparse.Namespace) -> bool:

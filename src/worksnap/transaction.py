@@ -15,6 +15,7 @@ Commands that change the tree or record it whole recover first; previews refuse.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import os
 import socket
@@ -26,10 +27,18 @@ from worksnap.apply import ApplyPlan, Result, apply_plan, dir_modes, remove_left
 from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.differences import LastDifferences
-from worksnap.errors import InputError, RecoveryError, RestoreError, StoreError, WorksnapError
+from worksnap.errors import InputError, Interrupted, RecoveryError, RestoreError, WorksnapError
 from worksnap.exclusion import compile_rules
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_rewind, undo_target
-from worksnap.journal import DISCARD, Journal, pending, read_journal, refuse_preview
+from worksnap.journal import (
+    Journal,
+    on_interrupt,
+    pending,
+    read_journal,
+    refuse_preview,
+    remove_journal,
+    rollback_snapshot,
+)
 from worksnap.lock import Locks
 from worksnap.manifest import Manifest
 from worksnap.paths import Root, is_under
@@ -99,6 +108,10 @@ class Restorer:
         self._sessions = sessions
         self._report = report
         self._apply_plan = apply_plan
+        self._changes = 0  # restores and recoveries finished: did one come before a Ctrl-C?
+
+    def _interrupts(self) -> contextlib.AbstractContextManager[None]:  # `on_interrupt`
+        return on_interrupt(self._files, lambda: self._changes)
 
     # -- planning -------------------------------------------------------------
 
@@ -229,7 +242,7 @@ class Restorer:
         """
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with self._locks.exclusive(_purpose(kind)):
+        with self._interrupts(), self._locks.exclusive(_purpose(kind)):
             if expected is None:
                 plan = self._choose_and_plan(
                     choose, store_objects=True, session=session, selected=selected, cap=cap
@@ -268,7 +281,7 @@ class Restorer:
             return Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
-        with self._locks.exclusive(_purpose(kind)):
+        with self._interrupts(), self._locks.exclusive(_purpose(kind)):
             self._catalog.still_stored(plan.target)
             # The cap the plan was made with: else files would move between captured
             # and large, and look changed.
@@ -304,10 +317,20 @@ class Restorer:
             )
         except BaseException as exc:
             # Interrupted (Ctrl-C, a bug): undo now rather than at the next command.
-            failed = Result(target=plan.target.id, error=f"interrupted: {exc!r}")
-            self._roll_back(pre, None, failed, plan.target, session=session)
-            self._remove_journal()
+            ctrl_c = isinstance(exc, KeyboardInterrupt)
+            why = "interrupted" if ctrl_c else f"interrupted: {exc!r}"
+            failed = Result(target=plan.target.id, error=why)
+            try:
+                back = self._roll_back(pre, None, failed, plan.target, session=session)
+            except RestoreError as error:  # the journal stays, for `recover`
+                if ctrl_c:
+                    raise Interrupted(str(error)) from None
+                raise
+            remove_journal(self._files)
+            if ctrl_c:  # says how that went (Ctrl-C again stops it too: `on_interrupt`)
+                raise Interrupted.rolled_back(back.pre_restore, back.blocked) from None
             raise
+        self._changes += 1
         result.pre_restore = pre.id
         if not result.ok:  # after a conflict, what it changed goes back; the edits stay
             touched = result.changed if result.conflict else None
@@ -319,7 +342,7 @@ class Restorer:
                 result.error = (
                     f"{result.error}; the tree as it was is kept in snapshot {back.pre_restore}"
                 )
-        self._remove_journal()
+        remove_journal(self._files)
         return result  # the stat cache stays: no cached digest holds for a new inode
 
     def _roll_back(
@@ -405,7 +428,7 @@ class Restorer:
         journal = self._paths.journal
         if self._files.lstat(journal) is None:
             return None  # checked again under the lock: this only spares a missing store
-        with self._locks.exclusive("recover"):
+        with self._interrupts(), self._locks.exclusive("recover"):
             try:
                 record = read_journal(self._files)
             except RecoveryError:
@@ -419,7 +442,7 @@ class Restorer:
             if discard:
                 return self._discard(record, keep)
             assert record is not None
-            pre = self._pre_restore(record, keep)
+            pre = rollback_snapshot(self._files, record, self._catalog.load, session)
             try:
                 target: Manifest | None = self._catalog.load(record.target, keep)
             except WorksnapError:
@@ -428,23 +451,9 @@ class Restorer:
             back = self._roll_back(
                 pre, record.paths, interrupted, target, session=keep, recovering=True
             )
-            self._remove_journal()
+            remove_journal(self._files)
+            self._changes += 1
             return back
-
-    def _pre_restore(self, record: Journal, session: str) -> Manifest:
-        """The snapshot a journal rolls back to.
-
-        Raises:
-            RecoveryError: it cannot be loaded; the message says how to clear the journal.
-        """
-        try:
-            return self._catalog.load(record.pre_restore, session)
-        except (InputError, StoreError) as exc:
-            raise RecoveryError(
-                f"an interrupted restore left a journal ({self._paths.journal}) that rolls "
-                f"back to snapshot {record.pre_restore}, which cannot be loaded ({exc}); the "
-                f"workspace may be partly restored: {DISCARD}"
-            ) from None
 
     def _discard(self, record: Journal | None, session: str) -> Result:
         """Drops the journal, the tree left as it is and stored as a snapshot first."""
@@ -452,14 +461,9 @@ class Restorer:
         current = self._capture.capture(store_objects=True)
         kept = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
         self._catalog.save(kept, session)
-        self._remove_journal()
+        remove_journal(self._files)
         target = record.target if record is not None else ""
         return Result(target=target, pre_restore=kept.id)
-
-    def _remove_journal(self) -> None:
-        """Removes the journal durably: once a restore is done, it must not come back."""
-        self._files.unlink(self._paths.journal)
-        self._files.fsync(self._files.path)
 
     def plan_recover(self, session: str) -> Plan | None:
         """Previews what `recover` would change (None: no restore was interrupted).
@@ -470,7 +474,7 @@ class Restorer:
         record = read_journal(self._files)
         if record is None:
             return None
-        pre = self._pre_restore(record, record.session or session)
+        pre = rollback_snapshot(self._files, record, self._catalog.load, session)
         now = self._capture.capture(store_objects=False, max_file_bytes=self._cap(pre))
         aim = pre if record.paths is None else rollback_target(now, pre, record.paths)
         return self._plan(now, aim)

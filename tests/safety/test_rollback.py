@@ -13,18 +13,23 @@ import errno
 import os
 import re
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import msgspec
 import pytest
 
+import worksnap
 from worksnap import ConflictError, ObjectError, Progress, RestoreError, Workspace
 from worksnap.apply import Result, apply_plan
 from worksnap.workspace import Seams
 
 from .conftest import STORE, cli, store_files, tree_state, write
 from .faults import STEPS, Faults, build_scenario
+
+SRC = str(Path(worksnap.__file__).resolve().parents[1])
 
 _COUNTS: Counter[str] = Counter()
 
@@ -125,6 +130,79 @@ def test_interrupt_mid_apply_rolls_back_at_once(root: Path) -> None:
         ws.restore(target)
     assert tree_state(root) == before
     assert not (root / STORE / "journal.json").exists()
+
+
+# Ctrl-C (a real SIGINT, sent by the process to itself) at the third step of the restore's
+# apply, and what its rollback (the second apply) meets: nothing, Ctrl-C again at its first
+# step, or a failure (its apply reports one).
+_CTRL_C_MID_APPLY = r"""
+import os, signal, sys
+from worksnap import apply, cli
+from worksnap.workspace import Seams
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a shell starts a foreground job
+rollback, calls = sys.argv[1], []
+
+def ctrl_c_at(step, progress):
+    def report(done, total):
+        if done == step:
+            os.kill(os.getpid(), signal.SIGINT)
+        if progress is not None:
+            progress(done, total)
+    return report
+
+def apply_plan(root, plan, read, **kwargs):
+    calls.append(plan)
+    if len(calls) == 1:
+        kwargs["progress"] = ctrl_c_at(3, kwargs.get("progress"))
+    elif rollback == "interrupted too":
+        kwargs["progress"] = ctrl_c_at(1, None)
+    elif rollback == "failing":
+        return apply.Result(target=plan.target.id, error="an injected EIO")
+    return apply.apply_plan(root, plan, read, **kwargs)
+
+sys.exit(cli.main(sys.argv[2:], seams=Seams(apply_plan=apply_plan)))
+"""
+
+
+@pytest.mark.parametrize("rollback", ["done", "interrupted too", "failing"])
+def test_ctrl_c_mid_apply_says_how_it_left_the_tree(root: Path, rollback: str) -> None:
+    # A review: Ctrl-C rolled the tree back, and all it said was "worksnap: interrupted",
+    # so the user had to assume a half-restored tree. Now the one line says how it was
+    # left; when the rollback did not finish, what a failed rollback says (recover).
+    ws, target = build_scenario(root)
+    ws.close()
+    before = tree_state(root)
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_MID_APPLY, rollback, "--root", str(root),
+         "restore", target, "--yes"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"},
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    if rollback == "done":
+        assert lines[0] == (
+            "worksnap: interrupted; the workspace was rolled back to how it was before"
+        )
+        assert tree_state(root) == before
+        assert not (root / STORE / "journal.json").exists()
+        return
+    if rollback == "interrupted too":
+        assert lines[0].startswith("worksnap: interrupted; a restore was interrupted (journal ")
+        assert "the workspace may be partly restored; run `worksnap recover`" in lines[0]
+    else:
+        assert re.fullmatch(
+            r"worksnap: interrupted; restore failed \(interrupted\) and so did the rollback "
+            r"\(an injected EIO\); the pre-restore snapshot \w+ holds the earlier state "
+            r"\(run `worksnap recover` to try again\)",
+            lines[0],
+        ), lines[0]
+    assert (root / STORE / "journal.json").exists()
+    assert tree_state(root) != before  # as it says: partly restored
+    code, _, err = cli("--root", str(root), "recover")
+    assert code == 0, err
+    assert tree_state(root) == before
 
 
 def test_failed_rollback_keeps_journal_and_recover_finishes_it(
