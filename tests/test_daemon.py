@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.compat.gitrun import GIT, init_repo
-from tests.conftest import tree_state, write
+from tests.conftest import terminal_output, tree_state, write
 from worksnap import client, daemon
 from worksnap.layout import StorePaths
 
@@ -566,6 +566,28 @@ def test_ctrl_c_at_the_prompt_leaves_the_next_line_to_the_shell(served: Path) ->
     finally:
         term.close()
     assert (root / "src/app.py").read_text() == "edited\n"  # nothing was restored
+
+
+def test_ctrl_c_at_the_prompt_is_said_once_as_without_a_daemon(served: Path) -> None:
+    # A review: "worksnap: interrupted" twice, the client's line and then the daemon's
+    # (README: every error is one line on stderr). The client now tells the daemon and
+    # waits for it: the daemon's line, as a command run here prints it, is the only one.
+    root = served
+    target = cli(root, "snapshot")[1].strip()
+    write(root, "src/app.py", "edited\n")
+    term = Terminal()
+    client_proc = term.run(root, "restore", target)
+    shown = term.read_until(b"[y/N] ")
+    client_proc.send_signal(signal.SIGINT)  # Ctrl-C at the question
+    assert client_proc.wait(timeout=60) == 130
+    # The daemon's copies of the terminal are the last open once ours is closed: read
+    # until it has closed them, so whatever it was to print is there.
+    os.close(term.slave)
+    rest, _ = terminal_output(term.master, client_proc)  # closes the master
+    after = (shown + rest).split(b"[y/N] ", 1)[1].decode().replace("\r\n", "\n")
+    assert after == "worksnap: interrupted; nothing was changed\n"
+    assert (root / "src/app.py").read_text() == "edited\n"
+    assert requests(root) == 2  # the daemon ran it
 
 
 # -- issue 12, 5: the client's umask ----------------------------------------------

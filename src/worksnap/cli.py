@@ -524,8 +524,8 @@ def _main(argv: list[str], args: argparse.Namespace, *, tried_daemon: bool) -> i
             )
             return 1
         except KeyboardInterrupt:
-            # Closing the connection tells the daemon: it stops the command at its next
-            # progress report, as Ctrl-C would here (a restore rolls back).
+            # Before the daemon took the command, or Ctrl-C a second time while it was
+            # stopping it (a first one it is told of, and it says how it left the tree).
             print("worksnap: interrupted", file=sys.stderr)
             return 130
         if code is not None:

@@ -29,7 +29,10 @@ from worksnap.layout import StorePaths, locate, store_location
 
 TYPE_CHECKING = False  # typing costs 9 ms to import; mypy treats this name as True
 if TYPE_CHECKING:
+    import signal as _signal
     from typing import Any
+else:
+    import _signal  # the C module: `signal` itself imports enum and functools (12 ms)
 
 PROTOCOL = 2
 SUPPORTED = sys.platform.startswith("linux")
@@ -77,8 +80,8 @@ def run(argv: list[str]) -> tuple[int | None, bool]:
         )
         return 1, True
     except KeyboardInterrupt:
-        # Closing the connection tells the daemon: it stops reading our terminal and
-        # stops the command at its next progress report, as Ctrl-C would here.
+        # Before the daemon took the command, or Ctrl-C a second time while it was
+        # stopping it (a first one it is told of, and it says how it left the tree).
         print("worksnap: interrupted", file=sys.stderr)
         return 130, True
 
@@ -150,8 +153,14 @@ def forward(
     `owner` is the uid the daemon must run as (default: ours; tests name another),
     `fds` the standard descriptors it gets (tests hand it pipes).
 
+    Ctrl-C while the daemon has the command is relayed (`_relay_ctrl_c`): the daemon
+    stops it as Ctrl-C would here and prints the one line saying how, and its exit code
+    (130) is returned. A second Ctrl-C stops the wait.
+
     Raises:
         DaemonLost: the daemon started the command and stopped before it ended.
+        KeyboardInterrupt: Ctrl-C before the daemon started the command (nothing ran),
+            or a second one.
     """
     if not SUPPORTED or os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
         return None
@@ -163,6 +172,7 @@ def forward(
     sock = connect(store_location(os.path.realpath(root), store), owner)
     if sock is None:
         return None
+    relayed = _relay_ctrl_c(sock)
     try:
         request = {
             "op": "run",
@@ -180,19 +190,55 @@ def forward(
             send(sock, request, list(fds))
             answer, _ = receive(sock)
         except OSError:
-            return None
+            answer = None
         if answer is None or not answer.get("started"):
+            if relayed is not None and relayed[1]:
+                raise KeyboardInterrupt  # not run: never run it here after a Ctrl-C
             return None
         try:
             result, _ = receive(sock)
         except OSError:
             result = None
     finally:
+        if relayed is not None:
+            _signal.signal(_signal.SIGINT, relayed[0])
         sock.close()
     if result is None or not isinstance(result.get("exit"), int):
         raise DaemonLost
     code: int = result["exit"]
     return code
+
+
+def _relay_ctrl_c(sock: _socket.socket) -> tuple[Any, list[bool]] | None:
+    """Makes Ctrl-C close our end of `sock` for writing, which the daemon takes as Ctrl-C.
+
+    The daemon then stops the command at its next progress report or read of the
+    terminal (a restore rolls back), prints the one line saying so on our stderr, and
+    sends the exit code, which we go on waiting for: this process printing a line of
+    its own too was a second "interrupted" (a review). A second Ctrl-C raises
+    KeyboardInterrupt. Returns the handler to put back and whether Ctrl-C came (a list
+    the handler appends to); None when SIGINT is not Python's default here (ignored in
+    a background job, or not the main thread): left alone.
+    """
+    try:
+        previous = _signal.getsignal(_signal.SIGINT)
+        if previous is not _signal.default_int_handler:
+            return None
+        seen: list[bool] = []
+
+        def relay(signum: int, frame: Any) -> None:
+            if seen:
+                raise KeyboardInterrupt
+            seen.append(True)
+            try:
+                sock.shutdown(_socket.SHUT_WR)
+            except OSError:
+                pass  # the daemon is gone: the wait ends (DaemonLost)
+
+        _signal.signal(_signal.SIGINT, relay)
+    except ValueError:  # not the main thread
+        return None
+    return previous, seen
 
 
 def request(store_dir: str, op: str, *, owner: int | None = None) -> dict[str, Any] | None:
