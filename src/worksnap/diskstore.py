@@ -26,7 +26,7 @@ from worksnap.errors import InputError, ObjectError, SnapshotError, StoreError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.fsio import write_all
 from worksnap.hash import SMALL, hash_bytes
-from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths, rebind_hint
+from worksnap.layout import STORE_FORMAT, TEMP_MARK, StorePaths, belongs_elsewhere
 from worksnap.multipack import Quick, StaleIndex, refresh
 from worksnap.objectindex import Finder, ObjectIndex, join_indexes
 from worksnap.packcodec import (
@@ -123,9 +123,7 @@ class DiskStore(SnapshotFiles):
             self.rebind(root)
             return
         if bound != root:
-            raise InputError(
-                f"store {self.dir} belongs to {bound}, not {root} ({rebind_hint(bound)})"
-            )
+            raise InputError(f"store {self.dir} {belongs_elsewhere(bound, root)}")
 
     def rebind(self, root: str) -> None:
         """Records `root` as the root this store belongs to."""

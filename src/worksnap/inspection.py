@@ -55,14 +55,12 @@ def status_state(
     """
     from worksnap import autostart
     from worksnap.errors import InputError
-    from worksnap.layout import StorePaths, rebind_hint
+    from worksnap.layout import StorePaths, belongs_elsewhere
 
     exists = ws.store.exists()
     if exists and (bound := ws.store.bound()) not in (None, ws.root):
         # (Else "1 snapshot" and "no snapshot yet" at once: its snapshots are another root's.)
-        raise InputError(
-            f"store {ws.store_dir} belongs to {bound}, not {ws.root} ({rebind_hint(bound)})"
-        )
+        raise InputError(f"store {ws.store_dir} {belongs_elsewhere(bound, ws.root)}")
     everyone = ws.list(all_sessions=True) if exists else []
     mine = [s for s in everyone if s.session == session]
     size = ws.store_size()

@@ -46,6 +46,7 @@ import stat  # already loaded: os.path imports it
 # this module on every command, and they would double its import time (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Literal
 
 STORE_DIR_NAME = ".worksnap"
@@ -163,16 +164,18 @@ def store_location(root: str, store: str | None) -> str:
     return _existing_store(root, top) or _default_store(root, top)
 
 
-def rebind_hint(bound: str) -> str:
-    """What to say of a store or snapshot of the root `bound`, met from another root.
+def belongs_elsewhere(bound: str, root: str, show: Callable[[str], str] = str) -> str:
+    """What to say of a store or snapshot of the root `bound`, met from `root`.
 
     `worksnap rebind` is for a project that moved. Where `bound` is still there, the
     command was run in the wrong place (or with another project's store named): a review
     followed the rebind advice there and took a project's own store away from it.
     """
     if os.path.isdir(bound):
-        return f"it is still there: run worksnap inside it, or with --root {bound}"
-    return "if the project moved here, run `worksnap rebind`"
+        hint = f"it is still there: run worksnap inside it, or with --root {bound}"
+    else:
+        hint = "if the project moved here, run `worksnap rebind`"
+    return f"belongs to {show(bound)}, not {show(root)} ({hint})"
 
 
 def git_dir(work_tree: str) -> str | None:

@@ -20,7 +20,7 @@ import msgspec
 from blake3 import blake3
 
 from worksnap.errors import InputError, ManifestError, shown
-from worksnap.layout import rebind_hint
+from worksnap.layout import belongs_elsewhere
 from worksnap.paths import (
     check_path,
     is_canonical,
@@ -270,10 +270,7 @@ def check_manifest(
         ManifestError: the first problem found.
     """
     if manifest.root != root:
-        raise ManifestError(
-            source,
-            f"belongs to {manifest.root!r}, not {root!r} ({rebind_hint(manifest.root)})",
-        )
+        raise ManifestError(source, belongs_elsewhere(manifest.root, root, repr))
     if not _ID.match(manifest.id):
         raise ManifestError(source, f"bad id {manifest.id!r}")
     if not is_digest(manifest.tree):

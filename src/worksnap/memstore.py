@@ -10,7 +10,7 @@ import msgspec
 from worksnap.errors import InputError, ManifestError, ObjectError, SnapshotError
 from worksnap.frames import MAX_UNPACKED
 from worksnap.hash import hash_bytes
-from worksnap.layout import rebind_hint
+from worksnap.layout import belongs_elsewhere
 from worksnap.manifest import Manifest, Summary, decode_manifest, encode_manifest
 from worksnap.paths import Digest
 from worksnap.record import Record, decode_record, encode_record, summary_of
@@ -54,9 +54,7 @@ class MemoryStore:
         if self.root is None:
             self.root = root
         elif self.root != root:
-            raise InputError(
-                f"store in memory belongs to {self.root}, not {root} ({rebind_hint(self.root)})"
-            )
+            raise InputError(f"store in memory {belongs_elsewhere(self.root, root)}")
 
     def rebind(self, root: str) -> None:
         """Binds the store to `root`."""

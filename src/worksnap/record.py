@@ -17,7 +17,7 @@ from itertools import pairwise
 import msgspec
 
 from worksnap.errors import ManifestError
-from worksnap.layout import rebind_hint
+from worksnap.layout import belongs_elsewhere
 from worksnap.manifest import VERSION as FLAT_VERSION
 from worksnap.manifest import Manifest, Summary, parse_time
 from worksnap.paths import check_path, is_digest, is_git_name, may_hold_git_name
@@ -118,10 +118,7 @@ def check_record(record: Record, *, root: str, source: str) -> None:
         ManifestError: the first problem found.
     """
     if record.root != root:
-        raise ManifestError(
-            source,
-            f"belongs to {record.root!r}, not {root!r} ({rebind_hint(record.root)})",
-        )
+        raise ManifestError(source, belongs_elsewhere(record.root, root, repr))
     if not _ID.match(record.id) or (record.parent is not None and not _ID.match(record.parent)):
         raise ManifestError(source, f"bad id {record.id!r} or parent {record.parent!r}")
     if not is_digest(record.tree):
