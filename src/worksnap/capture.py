@@ -14,6 +14,7 @@ it also guards the listing cache's stamps and `hash.read_file`'s double read.
 
 from __future__ import annotations
 
+import functools
 import gc as cyclic_gc
 import itertools
 import os
@@ -144,9 +145,7 @@ class Capture:
         racy_margin_ns: int = RACY_MARGIN_NS,
         nodes: Nodes | None = None,
     ) -> None:
-        self._root = root
-        self._store = store
-        self._caches = caches
+        self._root, self._store, self._caches = root, store, caches
         self.max_file_bytes = max_file_bytes
         self._report = report
         self._read_file = read_file
@@ -280,10 +279,10 @@ class Capture:
         try:
             while True:
                 try:
-                    return self._capture(store_objects=store_objects, cap=cap)
+                    return self._capture(store_objects=store_objects, cap=cap, final=looks == LOOKS)
                 except SnapshotError as exc:
-                    # A path that changed kind, or a directory gone, since it was listed:
-                    # the tree changes under the capture, which looks again.
+                    # A path gone or of another kind since it was listed: the tree changes
+                    # under the capture, which looks again (a coherent look, once it settles).
                     if not exc.changing or looks == LOOKS:
                         raise
                     looks += 1
@@ -291,17 +290,15 @@ class Capture:
             if collecting:
                 cyclic_gc.enable()
 
-    def _capture(self, *, store_objects: bool, cap: int) -> Manifest:
+    def _capture(self, *, store_objects: bool, cap: int, final: bool) -> Manifest:
         tick = self._caches.tick()
         if not tick and is_coarse(os.stat(self._root.path)):
             tick = self._learn_tick()  # the root's own times: known before anything is trusted
-        current = self._capture_with(store_objects=store_objects, cap=cap, tick=tick)
-        if self._caches.tick() != tick:
-            # Coarse times below the root (another file system mounted there) after this
-            # capture trusted stamps within a tick: forget them, and capture again.
-            tick = self._learn_tick()
-            current = self._capture_with(store_objects=store_objects, cap=cap, tick=tick)
-        return current
+        look = functools.partial(self._look, store_objects=store_objects, cap=cap, final=final)
+        current = look(tick=tick)
+        # Coarse times below the root (another file system mounted there) after this
+        # capture trusted stamps within a tick: forget them, and capture again.
+        return current if self._caches.tick() == tick else look(tick=self._learn_tick())
 
     def _learn_tick(self) -> int:
         """Records that the tree ticks in seconds; trusts no cache, nor watched memory, before."""
@@ -311,7 +308,7 @@ class Capture:
         self._kept = {}
         return COARSE_TICK_NS
 
-    def _capture_with(self, *, store_objects: bool, cap: int, tick: int) -> Manifest:
+    def _look(self, *, store_objects: bool, cap: int, tick: int, final: bool) -> Manifest:
         scan_start = time.time_ns()
         margin = self._racy_margin_ns + tick
         trust_before = scan_start - margin
@@ -419,7 +416,9 @@ class Capture:
                                 rel, store_objects=store_objects, tree=tree, recent_ns=margin,
                                 base=hit[1] if hit else self.trees.previous(rel))  # fmt: skip
                         except Vanished:
-                            continue  # not part of this snapshot, as in a listing (scan.py)
+                            if not final:
+                                raise
+                            continue  # on the final look: not part of it, as in a listing
                         if not tick and is_coarse(st):
                             tick = COARSE_TICK_NS
                             self._caches.record_tick(tick)  # the caller captures again

@@ -104,12 +104,12 @@ class SnapshotError(WorksnapError):
 
 
 class Vanished(SnapshotError):
-    """A file the scan listed was gone by its read: the capture leaves it out, as a listing.
+    """A file the scan listed was gone by its read: the capture looks again (`changing`).
 
-    An editor's atomic save, a test run's temp file: a listing leaves out what is deleted
-    while it walks, and a capture what is deleted before it is read. (A review: every
-    such snapshot failed, and so did the pre-restore snapshot of an unrelated restore,
-    while a tool rewrote temp files.)
+    An editor's atomic save, a test run's temp file. Gone under the last look too, it is
+    left out (`Capture._look`), as a listing leaves out what is deleted while it walks.
+    (A review: while a tool renamed temp files without a pause, half the snapshots failed
+    after three looks, and the pre-restore snapshots of unrelated restores with them.)
     """
 
     def __init__(self, path: str) -> None:
