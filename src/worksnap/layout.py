@@ -400,13 +400,18 @@ class StorePaths:
         self.daemon_log = os.path.join(directory, "daemon.log")
 
     def foreign(self, names: list[str]) -> list[str]:
-        """Of the names in the store's directory, those no store of ours makes (sorted)."""
+        """Of the names in the store's directory, those no store of ours makes (sorted).
+
+        One of ours being written (`NAME.tmp-HEX`: a first command beside this one, or
+        one killed there) is ours too.
+        """
         ours = {
             os.path.basename(path)
             for path in (getattr(self, slot) for slot in self.__slots__)
             if isinstance(path, str) and os.path.dirname(path) == self.dir
         }
-        return sorted(n for n in names if n not in ours and not n.startswith(TEMP_MARK))
+        ours.add("")  # (`.tmp-...`: a large object's temp file)
+        return sorted(n for n in names if n.partition(TEMP_MARK)[0] not in ours)
 
     # -- snapshots ------------------------------------------------------------
 

@@ -223,3 +223,13 @@ def test_a_directory_that_is_not_a_store_is_never_made_one(
         (store / ".tmp-left-by-a-kill").write_bytes(b"")
         code, _, err = cli("--root", str(root), "--store", str(store), "snapshot")
         assert code == 0, err
+    # A store's own name being written (`NAME.tmp-HEX`, by a first command running beside
+    # this one, or left by one killed there) is a store's: two threads taking their first
+    # snapshots at once had one refused, "it holds root.tmp-f1a4b480e4f3".
+    killed = tmp_path / "killed"
+    write(killed, "root.tmp-f1a4b480e4f3", "")
+    code, _, err = cli("--root", str(root), "--store", str(killed), "snapshot")
+    assert code == 0, err
+    write(tmp_path / "other", "notes.tmp-f1a4b480e4f3", "")  # not a name of ours
+    code, _, err = cli("--root", str(root), "--store", str(tmp_path / "other"), "snapshot")
+    assert code == 2 and "it holds notes.tmp-f1a4b480e4f3" in err, err
