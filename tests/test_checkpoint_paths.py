@@ -361,3 +361,20 @@ def test_a_checkpoint_records_the_stores_size_cap(
     code, out, _ = run_cli(capsys, root, "--json", "begin", "--step", "1")
     assert code == 0
     assert Workspace(root).load(json.loads(out)["id"]).max_file_bytes == 10 << 20  # M: MiB
+
+
+def test_a_directory_is_refused_even_after_a_file_in_it_was_captured(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(root, "lib/one.py", "one")
+    write(root, "lib/two.py", "two")
+    ws = Workspace(root)
+    ws.begin(step=1)
+    with pytest.raises(InputError, match="'lib' is not a file or symlink"):
+        ws.capture_before(["lib"])
+    ws.capture_before(["lib/one.py"])  # lib is now among the checkpoint's directories
+    with pytest.raises(InputError, match="'lib' is not a file or symlink"):
+        ws.capture_before(["lib"])  # not a silent success that left lib/two.py out
+    code, _, err = run_cli(capsys, root, "capture", "lib")
+    assert code == 2
+    assert "'lib' is not a file or symlink" in err

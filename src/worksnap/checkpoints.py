@@ -136,6 +136,8 @@ class Checkpoints:
                     ignored.add(rel)  # a restore never touches it: nothing to keep
                     continue
                 if rel in dirs:
+                    if self._a_directory_now(rel):  # refused as the first capture is
+                        raise InputError(f"{shown(rel)!r} is not a file or symlink")
                     continue  # a directory when the turn began: its files have their images
                 parent = rel.rpartition("/")[0]
                 if any(d in entries or d in absent or d in large for d in ancestors(parent)):
@@ -218,6 +220,16 @@ class Checkpoints:
         except InputError:
             return [rel]  # into `.git`, the store or what is excluded: never touched
         return [rel] if target == rel else [rel, target]
+
+    def _a_directory_now(self, rel: str) -> bool:
+        """Whether a directory (not a symlink to one) is at `rel` now."""
+        parent, _, name = rel.rpartition("/")
+        with DirTree(self._root.path) as tree:
+            try:
+                st = os.stat(fs_path(name), dir_fd=tree.dir_fd(parent), follow_symlinks=False)
+            except OSError:
+                return False  # nothing there, or not reached: no directory to refuse
+        return stat.S_ISDIR(st.st_mode)
 
     def _before_image(self, rel: str) -> Entry | Literal["large"] | None:
         """Stores and returns a path's current file or symlink (its before-image).
