@@ -166,9 +166,34 @@ def test_reserved_kinds_are_refused(
     assert (code, out) == (2, "")
     assert "is reserved" in err and err.count("\n") == 1
     assert not (root / ".worksnap").exists()
-    if kind not in ("run-after",):  # run-* are the run wrapper's, through the API
-        with pytest.raises(InputError, match="is reserved"):
-            Workspace(root).snapshot(kind=kind)
+    with pytest.raises(InputError, match="is reserved"):  # the API refuses the same kinds
+        Workspace(root).snapshot(kind=kind)
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [("", "is blank"), ("  ", "is blank"), ("a\nb", "cannot be printed"),
+     ("a\tb", "cannot be printed")],
+)  # fmt: skip
+def test_a_blank_or_unprintable_kind_is_refused_as_what_it_is(
+    root: Path, capsys: pytest.CaptureFixture[str], kind: str, why: str
+) -> None:
+    """A blank kind, or one with a newline, was refused as "reserved" (revJ's review)."""
+    write(root, "a.txt", "a")
+    code, out, err = run(capsys, "--root", str(root), "snapshot", "--kind", kind)
+    assert (code, out) == (2, "")
+    assert why in err and "reserved" not in err and err.count("\n") == 1
+    with pytest.raises(InputError, match=why):
+        Workspace(root).snapshot(kind=kind)
+
+
+def test_only_the_run_wrapper_takes_a_run_kind(root: Path) -> None:
+    write(root, "a.txt", "a")
+    ws = Workspace(root)
+    taken = ws.snapshot(kind="run-before", automatic=True)
+    assert taken.kind == "run-before"
+    with pytest.raises(InputError, match="is reserved"):
+        ws.snapshot(kind="undo", automatic=True)  # automatic allows the run kinds only
 
 
 @pytest.mark.parametrize(

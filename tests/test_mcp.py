@@ -186,6 +186,31 @@ def test_an_error_is_a_tool_error_with_the_one_line_message_and_the_server_goes_
     in_server(project, body)
 
 
+def test_snapshot_refuses_the_kinds_the_cli_refuses_for_the_same_reasons(project: Path) -> None:
+    """`snapshot(kind="run-before")` was accepted (the CLI refused it), so `latest` skipped
+    the agent's snapshot; a kind with a newline was refused as "reserved" (revJ's review)."""
+    cli(project, "snapshot", "-m", "first")
+
+    async def body(client: Client) -> None:
+        for kind, why in (
+            ("run-before", "is reserved"), ("run-settled", "is reserved"),
+            ("checkpoint", "is reserved"), ("", "is blank"), ("a\nb", "cannot be printed"),
+        ):  # fmt: skip
+            result = await client.call_tool("snapshot", {"kind": kind, "label": "agent's"})
+            assert result.is_error, kind
+            [content] = result.content
+            assert why in getattr(content, "text", ""), kind
+            refused = subprocess.run(
+                [sys.executable, "-m", "worksnap", "snapshot", "--kind", kind],
+                capture_output=True, text=True, cwd=project, env=ENV, check=False,
+            )  # fmt: skip
+            assert refused.returncode == 2 and why in refused.stderr, kind
+        assert len((await call(client, "list"))["result"]) == 1  # nothing was taken
+
+    in_server(project, body)
+    assert cli(project, "show", "latest")["label"] == "first"
+
+
 def test_a_review_s_small_wrong_results_are_gone(project: Path) -> None:
     """A negative `limit` dropped the oldest snapshot (`rows[:-1]`); an empty `paths`
     meant nothing to `plan` and everything to `diff`; a Latin-1 file's patch came back

@@ -359,8 +359,8 @@ def test_gc_keeps_labelled_steps_over_run_snapshots(
         steps.append(ws.snapshot(step=i, kind="step", label=f"step {i}").id)
     for i in range(8):
         write(root, "a.txt", f"run {i}")
-        ws.snapshot(kind="run-before", label="make test")
-        ws.snapshot(kind="run-after", label="make test")
+        ws.snapshot(kind="run-before", label="make test", automatic=True)
+        ws.snapshot(kind="run-after", label="make test", automatic=True)
     capsys.readouterr()
     assert main(["--root", str(root), "--json", "gc", "--keep-last", "5", "--dry-run"]) == 0
     preview = json.loads(capsys.readouterr().out)

@@ -48,15 +48,9 @@ _LARGE_NAMED = 3  # how many of the files left out as large a snapshot names
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
-    from worksnap.history import AUTOMATIC_KINDS
+    from worksnap.history import check_kind
 
-    if args.kind in AUTOMATIC_KINDS:
-        from worksnap.errors import InputError
-
-        raise InputError(
-            f"kind {args.kind!r} is reserved: worksnap gives it to the snapshots it takes "
-            "on its own; choose another word"
-        )
+    check_kind(args.kind)  # before the store is opened (and made)
     from worksnap.agentcli import exclusion_arguments
 
     with open_workspace(args, exclude=exclusion_arguments(args, args.exclude)) as ws:

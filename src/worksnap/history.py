@@ -35,10 +35,10 @@ UNDO_KINDS = frozenset({"undo", "redo"})
 CHECKPOINT = "checkpoint"
 """Kind of a light per-turn checkpoint (before-images of named files, no tree scan)."""
 
-AUTOMATIC_KINDS = frozenset(
-    {"pre-restore", "pre-recover", "recover", "undo", "redo", "run-before", "run-after",
-     "run-settled"}
-)  # fmt: skip
+RUN_KINDS = frozenset({"run-before", "run-after", "run-settled"})
+"""Kinds of the snapshots `worksnap run` takes (`Workspace.snapshot(automatic=True)`)."""
+
+AUTOMATIC_KINDS = frozenset({"pre-restore", "pre-recover", "recover", "undo", "redo"}) | RUN_KINDS
 """Kinds of the snapshots worksnap takes on its own, as part of another command: `latest`
 skips them, retention drops them first, `list` dims them. Reachable by id, undo, redo."""
 
@@ -48,10 +48,31 @@ ENGINE_KINDS = frozenset(
 """Kinds the engine gives its own records; `Workspace.snapshot` refuses them."""
 
 
-def check_kind(kind: str) -> None:
-    """Refuses a kind a caller may not give: one of `ENGINE_KINDS`, blank, or unprintable."""
-    if kind in ENGINE_KINDS or not kind.strip() or not kind.isprintable():
-        raise InputError(f"kind {kind!r} is reserved: worksnap gives it its own records")
+def check_kind(kind: str, *, automatic: bool = False) -> None:
+    """Refuses a kind a caller may not give, saying why: blank, unprintable, or reserved.
+
+    The one check of a snapshot's kind, for the API, the command line and MCP alike:
+    one of `ENGINE_KINDS` or `AUTOMATIC_KINDS` is worksnap's own. With `automatic`
+    (the run wrapper's snapshots), one of `RUN_KINDS` is allowed.
+    """
+    if not kind.strip():
+        raise InputError(f"kind {kind!r} is blank: give a word such as 'manual' or 'step'")
+    if not kind.isprintable():
+        raise InputError(
+            f"kind {kind!r} has a character that cannot be printed (a newline, a tab or "
+            "another control character): give one word on one line"
+        )
+    if automatic and kind in RUN_KINDS:
+        return
+    if kind in AUTOMATIC_KINDS:
+        raise InputError(
+            f"kind {kind!r} is reserved: worksnap gives it to the snapshots it takes "
+            "on its own; choose another word"
+        )
+    if kind in ENGINE_KINDS:
+        raise InputError(
+            f"kind {kind!r} is reserved: worksnap gives it its own records; choose another word"
+        )
 
 
 def is_automatic(kind: str) -> bool:

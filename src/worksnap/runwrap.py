@@ -77,7 +77,7 @@ def run_wrapped(
     def snapshot(when: str) -> Manifest:
         if numbered is not None:
             return numbered.step(kind=STEP, label=label, meta={"run": when})
-        return ws.snapshot(kind=f"run-{when}", step=step, label=label)
+        return ws.snapshot(kind=f"run-{when}", step=step, label=label, automatic=True)
 
     taken = [snapshot("before")]
     try:

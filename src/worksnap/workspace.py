@@ -317,18 +317,19 @@ class Workspace:
         label: str | None = None,
         meta: dict[str, str] | None = None,
         attach: dict[str, bytes] | None = None,
+        automatic: bool = False,
     ) -> Manifest:
         """Captures the whole workspace and stores it as a new snapshot of this session.
 
-        Every call records a new snapshot with its own id, even when nothing
-        changed (then no new object is written), and clears the session's redo
-        stack (unless undo or redo took it). An invalid store config refuses it
-        before anything is stored; if the configured retention fails after it,
-        the snapshot stands and `warnings` says why.
+        Every call records a new snapshot with its own id, even when nothing changed (then
+        no new object is written), and clears the session's redo stack (unless undo or redo
+        took it). An invalid store config refuses it before anything is stored; if the
+        configured retention fails after it, the snapshot stands and `warnings` says why.
 
         Args:
             kind: what the snapshot is for (`manual`, `step`, ...); not one of the
-                kinds worksnap gives its own records (`history.ENGINE_KINDS`).
+                kinds worksnap gives its own snapshots (`history.check_kind`).
+            automatic: one `worksnap run` takes: a kind in `history.RUN_KINDS` is allowed.
             step: the agent step it belongs to.
             label: a short label; its first line is kept, at most 200 bytes.
             meta: small string metadata (e.g. a conversation cut point).
@@ -340,7 +341,7 @@ class Workspace:
         """
         check_step(step)
         check_meta(meta)
-        check_kind(kind)
+        check_kind(kind, automatic=automatic)
         config, _ = self._settings()
         self.warnings = []
         self._restorer.recover_if_interrupted(self.session)
@@ -621,9 +622,8 @@ class Workspace:
     def capture_before(self, paths: Iterable[str | os.PathLike[str]]) -> Manifest:
         """Records the before-image of each named file in the open checkpoint.
 
-        The first capture of a path in a checkpoint wins; a file that does not
-        exist is recorded as absent (a rewind removes it). Costs what the named
-        files cost, never a tree scan.
+        The first capture of a path in a checkpoint wins; a file that does not exist is recorded as
+        absent (a rewind removes it). Costs what the named files cost, never a tree scan.
 
         Raises:
             InputError: no checkpoint is open, or a path is outside the root,
