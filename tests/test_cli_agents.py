@@ -12,7 +12,10 @@ from tests.conftest import cli_json as ok_json
 from tests.conftest import run_cli as call
 from tests.conftest import tree_state, write
 from worksnap.diskstore import DiskStore
+from worksnap.errors import InputError
 from worksnap.hash import hash_bytes
+from worksnap.runwrap import run_wrapped
+from worksnap.workspace import Workspace
 
 
 def test_rewind_undo_redo_from_the_command_line(
@@ -145,6 +148,23 @@ def test_run_passes_on_a_killed_command_s_status_as_a_shell_does(
     assert code == 143, err
     code, out, err = call(capsys, root, "--json", "run", "--", sys.executable, "-c", kill)
     assert (code, json.loads(out)["exit_code"]) == (143, 143), err
+
+
+@pytest.mark.parametrize("every", ["0", "-1", "nan", "inf", "-0.0"])
+def test_run_every_not_above_zero_is_refused_and_runs_nothing(
+    root: Path, capsys: pytest.CaptureFixture[str], every: str
+) -> None:
+    """`--every 0` and `--every -1` were taken, and polled without a pause (revJ's review)."""
+    write(root, "a.txt", "a")
+    ran = root / "ran.txt"
+    script = f"import pathlib; pathlib.Path({str(ran)!r}).write_text('x')"
+    code, out, err = call(capsys, root, "run", "--every", every, "--", sys.executable, "-c", script)
+    assert (code, out) == (2, "")
+    assert "above 0 seconds" in err and err.count("\n") == 1
+    assert not ran.exists() and not (root / ".worksnap").exists()
+    with pytest.raises(InputError, match="above 0 seconds"):
+        run_wrapped(Workspace(root), [sys.executable, "-c", script], every=float(every), step=None)
+    assert not ran.exists()
 
 
 def test_run_every_snapshots_once_the_tree_settles(

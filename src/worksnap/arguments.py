@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -371,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stdout goes to stderr and one JSON document is printed when it ends.",
         "example: worksnap run --every 30 -- make test",
     )
-    run.add_argument("--every", type=float, metavar="SECONDS", help="check every SECONDS")
+    run.add_argument("--every", type=_seconds, metavar="SECONDS", help="check every SECONDS")
     run.add_argument("--step", type=_natural, help="agent step number for the snapshots")
     run.add_argument(
         "--snapshots", action="store_true",
@@ -567,4 +568,15 @@ def _natural(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A time above 0: `--every 0` (or below) polled without a pause, a core for hours."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < math.inf:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time above 0 seconds")
     return value

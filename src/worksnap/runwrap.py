@@ -5,6 +5,7 @@ What `worksnap run` does, as a function any front end can call.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from worksnap.errors import InputError
 from worksnap.manifest import Manifest, tree_digest
 from worksnap.session import STEP, Session
 from worksnap.workspace import Workspace
@@ -58,16 +60,21 @@ def run_wrapped(
     command line; their kinds are `run-before` and `run-after`. A command that
     cannot be started leaves no snapshot behind.
 
+    Raises:
+        InputError: `every` is not above 0 (nor finite); nothing is run.
+
     Args:
         ws: the workspace.
         command: the program and its arguments.
-        every: seconds between checks while it runs (None: no checks).
+        every: seconds between checks while it runs, above 0 (None: no checks).
         step: the agent step the snapshots belong to.
         stdout: where the command's standard output goes (a descriptor; None: ours).
         numbered: take every snapshot as the next numbered step of this session
             (kind `step`, `meta.run` saying `before`, `settled` or `after`), so that
             a later `rewind N` can name it (`run --snapshots`); `step` is then unused.
     """
+    if every is not None and not 0 < every < math.inf:  # 0 would poll without a pause
+        raise InputError(f"every={every!r}: give a time above 0 seconds, or None")
     argv = list(command)
     problem = _cannot_start(argv[0])
     if problem is not None:
