@@ -89,6 +89,24 @@ def test_config_exclude_lists_and_refuses_what_is_not_there(
     assert "not in this store's config" in capsys.readouterr().err
 
 
+def test_config_exclude_remove_reads_a_path_from_the_current_directory_as_add_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In sub/, `add local.txt` stored sub/local.txt and `remove local.txt` was refused."""
+    write(tmp_path, "sub/local.txt", "x")
+    write(tmp_path, "local.txt", "y")
+    assert main(["--root", str(tmp_path), "snapshot"]) == 0
+    monkeypatch.chdir(tmp_path / "sub")
+    assert main(["config", "exclude", "add", "local.txt", "*.tmp"]) == 0
+    assert main(["--root", str(tmp_path), "config", "exclude", "add", "local.txt"]) == 0
+    assert main(["config", "exclude", "remove", "local.txt", "*.tmp"]) == 0
+    capsys.readouterr()
+    assert main(["--json", "config", "exclude"]) == 0
+    assert json.loads(capsys.readouterr().out)["exclude"] == ["local.txt"]  # the top one stays
+    assert main(["config", "exclude", "remove", "local.txt"]) == 2
+    assert "'sub/local.txt' is not in this store's config" in capsys.readouterr().err
+
+
 def test_a_restore_leaves_what_the_target_excluded_even_if_new(tmp_path: Path) -> None:
     write(tmp_path, "keep.txt", "v1")
     with Workspace(tmp_path, exclude=("*.tmp", "state.db")) as ws:

@@ -199,8 +199,8 @@ def cmd_config_exclude(args: argparse.Namespace) -> int:
         if not rules:
             raise InputError(f"config exclude {action}: name at least one path or pattern")
         with open_workspace(args) as ws:
-            if action == "add":
-                rules = [_rule_from_root(args, ws.root, r) for r in rules]
+            # remove reads a rule as add does: `add x` then `remove x` in sub/ is sub/x both times
+            rules = [_rule_from_root(args, ws.root, r) for r in rules]
             add, remove = (rules, []) if action == "add" else ([], rules)
             config = ws.change_config(lambda c: with_exclusions(c, add=add, remove=remove))
     else:
