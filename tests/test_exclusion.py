@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import tree_state, write
@@ -33,6 +34,43 @@ def test_a_glob_matches_at_any_depth_and_anchored_only_at_the_top(tmp_path: Path
     rules = (".agent-*.json", "/build/*.tmp", "cach[e]/")
     with Workspace(tmp_path, exclude=rules) as ws:
         assert paths_of(ws) == {"sub/agent.json", "sub/build/y.tmp", "cache.txt"}
+
+
+def test_a_name_and_a_slash_is_a_directories_only_rule_at_any_depth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cache/` was the path `cache` (top only): `sub/cache/f` was captured (revJ's review)."""
+    for name in ("cache/a", "sub/cache/b", "sub/deep/cache/c", "other/cache", "cache.txt",
+                 "keep/x", "top/keep/y"):  # fmt: skip
+        write(tmp_path, name, "x")
+    kept = {"other/cache", "cache.txt"}  # a file named cache is no directory
+    with Workspace(tmp_path, exclude=("cache/", "keep/")) as ws:
+        assert paths_of(ws) == kept
+    assert main(["--root", str(tmp_path), "snapshot"]) == 0
+    monkeypatch.chdir(tmp_path / "sub")  # a pattern is read from the root, wherever one is
+    assert main(["config", "exclude", "add", "cache/", "keep/"]) == 0
+    capsys.readouterr()
+    assert main(["--json", "config", "exclude"]) == 0
+    assert json.loads(capsys.readouterr().out)["exclude"] == ["cache/", "keep/"]
+    with Workspace(tmp_path) as ws:
+        assert paths_of(ws) == kept
+    assert main(["config", "exclude", "remove", "cache/", "keep/"]) == 0
+
+
+@pytest.mark.parametrize("rule", ["cache//", "sub/cache/", "./cache/"])
+def test_a_path_with_another_slash_stays_a_path(tmp_path: Path, rule: str) -> None:
+    """Only `name/` became a pattern: these name one path, as before (and `/cache/` in
+    the store's config is the path `cache`, as every configured path is from the root)."""
+    for name in ("cache/a", "sub/cache/b", "x/sub/cache/c"):
+        write(tmp_path, name, "x")
+    top = rule.strip("./") == "cache"
+    expected = ({"sub/cache/b"} if top else {"cache/a"}) | {"x/sub/cache/c"}
+    with Workspace(tmp_path, exclude=(rule,)) as ws:
+        assert paths_of(ws) == expected
+    with Workspace(tmp_path) as ws:
+        configured = ["/" + rule.removeprefix("./")]
+        ws.change_config(lambda c: msgspec.structs.replace(c, exclude=configured))
+        assert paths_of(ws) == expected
 
 
 def test_a_glob_takes_the_side_files_of_what_it_matches(tmp_path: Path) -> None:

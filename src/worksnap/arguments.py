@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="PATH",
         help="never capture nor touch PATH, or what a .gitignore-style pattern with * ? [ "
-        "matches (repeatable; SQLite's -wal, -shm, -journal files go with it)",
+        "matches, or NAME/ (every directory so named) (repeatable; SQLite's -wal, -shm, "
+        "-journal files go with it)",
     )
     _add_meta_options(snap)
     snap.add_argument(

@@ -95,7 +95,8 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
     """A failing `worksnap hook` blocks the agent's turn (exit 2) instead of only warning."""
     exclude: list[str] = []
     """Exclusion rules for every snapshot and restore (`exclusion.py`): a path relative to
-    the root, or a .gitignore-style pattern when it has `*`, `?` or `[`."""
+    the root, or a .gitignore-style pattern when it has `*`, `?` or `[` or is a name and a
+    `/` (`exclusion.is_pattern`)."""
     remotes: dict[str, RemoteSetting] = {}
     """The remotes by name (`worksnap remote add`); changed by `with_remote`/`without_remote`."""
 

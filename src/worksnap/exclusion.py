@@ -1,10 +1,13 @@
 """Exclusions: which paths a workspace never captures nor touches, as a runtime needs them.
 
 A rule is a path relative to the root (`logs/app.db`: that path, and everything below it
-when it is a directory), or, when it has a glob character (`*`, `?`, `[`), a pattern
-with the syntax of a line of the root's `.gitignore` (`.agent-*.json` at any depth,
-`/build/*.tmp` only at the top, `cache/` directories only). Patterns are matched by
-`ignore.py`'s translation of git's wildmatch: one implementation of pattern matching.
+when it is a directory), or, when it has a glob character (`*`, `?`, `[`) or is one name
+and a `/` (`cache/`), a pattern with the syntax of a line of the root's `.gitignore`
+(`.agent-*.json` at any depth, `/build/*.tmp` only at the top, `cache/` every directory of
+that name). Patterns are matched by `ignore.py`'s translation of git's wildmatch: one
+implementation of pattern matching. A path with a `/` before its last one (`sub/cache/`,
+`/cache/`, an absolute path) stays a path: git reads such a line from the root too, and
+on the command line it is read from the current directory as every path is.
 
 An excluded SQLite database takes its side files with it: every rule also excludes the
 same name with `-wal`, `-shm` and `-journal` appended (`app.db` takes `app.db-wal`).
@@ -35,8 +38,15 @@ _GLOB = frozenset("*?[")
 
 
 def is_pattern(text: str) -> bool:
-    """True when a rule as a person writes it is a pattern (it has `*`, `?` or `[`)."""
-    return not _GLOB.isdisjoint(text)
+    """True when a rule as a person writes it is a pattern.
+
+    It has `*`, `?` or `[`, or it is one name and a `/` (`cache/`: every directory of
+    that name, as in `.gitignore`; before, the path `cache` at the top only).
+    """
+    if not _GLOB.isdisjoint(text):
+        return True
+    name, slash, rest = text.partition("/")
+    return bool(slash) and not rest and name not in ("", ".", "..")
 
 
 def check_pattern(pattern: str) -> str:

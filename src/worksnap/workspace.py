@@ -125,7 +125,7 @@ class Workspace:
                 (default: the store's setting, see `set_config`, else 2 MiB).
             exclude: paths (relative to the root, or absolute inside it) never captured
                 nor touched (a directory: everything below it), and .gitignore-style
-                patterns (a rule with `*`, `?` or `[`); the store's configured rules
+                patterns (with `*`, `?` or `[`, or a name and `/`); the store's configured rules
                 apply too, and each rule takes SQLite's `-wal`, `-shm`, `-journal`
                 files with it (see `exclusion.py`).
             force: allow `/` or the home directory as a root.

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tests.conftest import tree_state
 from tests.property.test_roundtrip import build
 from worksnap import Workspace
-from worksnap.exclusion import SIDE_SUFFIXES
+from worksnap.exclusion import SIDE_SUFFIXES, is_pattern
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ patterns = st.builds(
     st.sampled_from(["", "/", "**/", "dir/", "*/"]),
     pieces,
     st.sampled_from(["", "", "/"]),
-).filter(lambda p: any(c in p for c in "*?["))  # a rule without a glob is a path
+).filter(is_pattern)  # the rest are paths (`dir`, `dir/cache/`); `cache/` is a pattern
 
 
 def git_excluded(root: Path, rules: list[str], candidates: list[bytes]) -> set[bytes]:
