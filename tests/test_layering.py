@@ -18,6 +18,7 @@ TESTS = Path(__file__).resolve().parent
 LEVELS: dict[str, int] = {
     # 0: no knowledge of snapshots; paths, bytes, files, names
     "errors": 0,
+    "stopsignals": 0,
     "paths": 0,
     "fanotify": 0,
     "layout": 0,

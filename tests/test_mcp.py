@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import write
+from tests.conftest import tree_state, write
 from worksnap.layout import locate
 from worksnap.mcpserver import Tools, build_server
 from worksnap.workspace import Workspace
@@ -376,3 +376,61 @@ def test_restore_plans_under_the_lock_so_another_agents_restore_cannot_overtake_
     [result] = done
     assert result.get("error") is None, result
     assert app.read_text() == "print(1)\n"
+
+
+_SIGTERM_MID_RESTORE = r"""
+import os, signal, sys, time
+from worksnap import apply, cli
+from worksnap.workspace import Seams
+calls = []
+
+def apply_plan(root, plan, read, **kwargs):
+    calls.append(plan)
+    progress = kwargs.get("progress")
+
+    def report(done, total):
+        if done == 3 and len(calls) == 1:  # the restore's third step (not its rollback's)
+            os.kill(os.getpid(), signal.SIGTERM)
+            while signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+                time.sleep(0.001)  # until the server's handler ran (it puts back the default)
+        if progress is not None:  # (a rollback reports none)
+            progress(done, total)
+
+    return apply.apply_plan(root, plan, read, **{**kwargs, "progress": report})
+
+sys.exit(cli.main(["mcp"], seams=Seams(apply_plan=apply_plan)))
+"""
+
+
+def test_sigterm_mid_restore_rolls_back_says_so_on_stderr_and_exits_143(project: Path) -> None:
+    # A review: a client stopping its server with SIGTERM (as the MCP spec's stdio
+    # shutdown does) during a `rewind` left the tree half-restored, with a journal, and
+    # nothing said. Now the call stops as at Ctrl-C: rolled back, one line, exit 143.
+    for i in range(10):
+        write(project, f"f{i}.txt", f"v1 {i}\n")
+    first = cli(project, "snapshot")["id"]
+    for i in range(10):
+        write(project, f"f{i}.txt", f"v2 {i}\n")
+    cli(project, "snapshot")
+    before = tree_state(project)
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "restore", "arguments": {"ref": first}}},
+    ]  # fmt: skip
+    server = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_MID_RESTORE], cwd=project, env=ENV, text=True,
+        input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert server.returncode == 143, server.stderr
+    assert server.stderr.splitlines() == [
+        "worksnap: interrupted by SIGTERM; the workspace was rolled back to how it was before"
+    ]
+    answered = [json.loads(line)["id"] for line in server.stdout.splitlines()]
+    assert answered == [1]  # the call stopped is never answered
+    assert tree_state(project) == before
+    assert not (project / ".worksnap" / "journal.json").exists()

@@ -134,6 +134,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         watch=args.watch,
         force=args.force,
         found=args.location.found,
+        seams=args.seams,
     )
     return 0
 

@@ -559,21 +559,30 @@ def _run_pooled(argv: list[str], pool: WorkspacePool) -> int:
     return _quietly_on_broken_pipe(lambda: _run(args))
 
 
+_STOPPED_BY_SIGNALS = frozenset({"restore", "rewind", "undo", "redo", "recover"})
+"""The commands that change the tree: SIGTERM and SIGHUP stop them as Ctrl-C does (a
+restore rolls back; `stopsignals`). Others end at them at once, as before."""
+
+
 def _run(args: argparse.Namespace) -> int:
+    from worksnap import stopsignals
     from worksnap.errors import Interrupted, WorksnapError
 
     try:
-        code: int = _commands()[args.command](args)
+        stops = args.command in _STOPPED_BY_SIGNALS
+        with stopsignals.on_stop() if stops else contextlib.nullcontext():
+            code: int = _commands()[args.command](args)
         return code
     except WorksnapError as exc:
         PROGRESS.clear()
         print(f"worksnap: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        PROGRESS.clear()  # a command that changes the tree says how it left it
-        state = f"; {printable(exc.state)}" if isinstance(exc, Interrupted) else ""
-        print(f"worksnap: interrupted{state}", file=sys.stderr)
-        return 130
+        state = printable(exc.state) if isinstance(exc, Interrupted) else ""
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            PROGRESS.clear()  # a command that changes the tree says how it left it
+            print(stopsignals.said(state), file=sys.stderr)
+        return stopsignals.exit_code()
     except BrokenPipeError:
         raise
     except OSError as exc:

@@ -8,25 +8,33 @@ by `views.py` (a JSON array, as `list` and `diff` print, comes as `{"result": [.
 the SDK's wrapping of a non-object). An error is a tool error with worksnap's one-line
 message; the server goes on. Nothing but protocol goes to stdout: the SDK points
 descriptor 1 at stderr while it serves, and worksnap prints no progress here.
+
+SIGTERM (how a client stops its server) or SIGHUP during a call stops the call as Ctrl-C
+stops a command (a restore rolls back: `Tools.stop`); the server says how it left the
+tree on stderr and exits 128 + the signal. Between calls it exits at once.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
-from worksnap import views
+from worksnap import stopsignals, views
 from worksnap.arguments import VERSION
-from worksnap.errors import InputError, WorksnapError
+from worksnap.errors import InputError, Interrupted, WorksnapError
 from worksnap.inspection import status_state
-from worksnap.workspace import Workspace
+from worksnap.progress import Progress
+from worksnap.workspace import Seams, Workspace
 
 INSTRUCTIONS = """\
 worksnap keeps snapshots of this whole project directory (every file, including what
@@ -63,17 +71,66 @@ class Tools:
         self.session = session
         self.found = found
         self._lock = threading.Lock()
+        self._guard = threading.Lock()  # `_busy` and `_stopping`, with the signal handler
+        self._busy = False
+        self._stopping: int | None = None  # the signal that came during a call
 
     def call(self, work: Callable[[Workspace], _T], session: str | None = None) -> _T:
         """Runs `work` on the workspace in `session`; a worksnap error is a tool error."""
         with self._lock:
+            with self._guard:
+                if self._stopping is not None:  # came during the call before this one
+                    self._exit(self._stopping, "")
+                self._busy = True
             try:
-                self.ws.use(session=session or self.session, progress=None)
-                return work(self.ws)
+                self.ws.use(session=session or self.session, progress=self._stoppable())
+                result = work(self.ws)
+            except KeyboardInterrupt as exc:  # `stop`: a restore says how it left the tree
+                state = exc.state if isinstance(exc, Interrupted) else ""
+                self._exit(self._stopping or stopsignals.SIGINT, state)
             except WorksnapError as exc:
                 raise ToolError(str(exc)) from None
             except OSError as exc:
                 raise ToolError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+            finally:
+                with self._guard:
+                    self._busy = False
+                    stopping = self._stopping
+            if stopping is not None:  # too late to stop it: it is done
+                self._exit(stopping, "the call had finished (its answer is not sent)")
+            return result
+
+    def stop(self, signum: int, frame: Any) -> None:
+        """SIGTERM or SIGHUP (in the main thread): stops the call running, else the server.
+
+        The call stops at its next progress report, as a command at Ctrl-C (a restore
+        rolls back), and `call` exits once it has. A second signal ends the server at
+        once, as one did before (a restore's journal stays: the next command recovers).
+        """
+        with self._guard:  # held by a call only for a moment
+            if not self._busy:
+                os._exit(128 + signum)  # between calls (none can start now): nothing to stop
+            self._stopping = signum
+        stopsignals.default(signum)
+
+    def _stoppable(self) -> Callable[[Progress], None]:
+        """The progress callback of a call: raises `Stopped` once a signal came (only once)."""
+        raised: list[bool] = []
+
+        def report(progress: Progress) -> None:
+            if self._stopping is not None and not raised:
+                raised.append(True)
+                raise stopsignals.Stopped(self._stopping)
+
+        return report
+
+    def _exit(self, signum: int, state: str) -> NoReturn:
+        """Says how the call left the tree (on stderr: stdout is the protocol's), and exits."""
+        with contextlib.suppress(OSError, ValueError):
+            print(stopsignals.said(state, signum), file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):
+            self.ws.close()  # stores the caches, as at the end of `serve`
+        os._exit(128 + signum)
 
     # -- recording and looking -------------------------------------------------
 
@@ -289,14 +346,25 @@ def build_server(tools: Tools) -> MCPServer:
 
 
 def serve(
-    root: str, *, store: str | None, session: str, watch: bool, force: bool, found: str = "cwd"
+    root: str,
+    *,
+    store: str | None,
+    session: str,
+    watch: bool,
+    force: bool,
+    found: str = "cwd",
+    seams: Seams | None = None,
 ) -> None:
-    """Serves the workspace at `root` on stdin/stdout until the client goes away."""
+    """Serves the workspace at `root` on stdin/stdout until the client goes away.
+
+    `seams`: parts of the workspace to swap, for tests (see `workspace.Seams`).
+    """
     try:
-        ws = Workspace(root, store=store, session=session, watch=watch, force=force)
+        ws = Workspace(root, store=store, session=session, watch=watch, force=force, seams=seams)
     except WorksnapError:
         raise
     except OSError as exc:
         raise InputError(f"cannot open the workspace {root}: {exc}") from None
-    with ws:
-        build_server(Tools(ws, session=session, found=found)).run("stdio")
+    tools = Tools(ws, session=session, found=found)
+    with ws, stopsignals.on_stop(tools.stop):
+        build_server(tools).run("stdio")

@@ -13,6 +13,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -140,12 +141,12 @@ import os, signal, sys
 from worksnap import apply, cli
 from worksnap.workspace import Seams
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as a shell starts a foreground job
-rollback, calls = sys.argv[1], []
+rollback, sent, calls = sys.argv[1], getattr(signal, sys.argv[2]), []
 
 def ctrl_c_at(step, progress):
     def report(done, total):
         if done == step:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), sent)
         if progress is not None:
             progress(done, total)
     return report
@@ -160,7 +161,7 @@ def apply_plan(root, plan, read, **kwargs):
         return apply.Result(target=plan.target.id, error="an injected EIO")
     return apply.apply_plan(root, plan, read, **kwargs)
 
-sys.exit(cli.main(sys.argv[2:], seams=Seams(apply_plan=apply_plan)))
+sys.exit(cli.main(sys.argv[3:], seams=Seams(apply_plan=apply_plan)))
 """
 
 
@@ -173,7 +174,7 @@ def test_ctrl_c_mid_apply_says_how_it_left_the_tree(root: Path, rollback: str) -
     ws.close()
     before = tree_state(root)
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_MID_APPLY, rollback, "--root", str(root),
+        [sys.executable, "-c", _CTRL_C_MID_APPLY, rollback, "SIGINT", "--root", str(root),
          "restore", target, "--yes"],
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"},
@@ -200,6 +201,41 @@ def test_ctrl_c_mid_apply_says_how_it_left_the_tree(root: Path, rollback: str) -
         ), lines[0]
     assert (root / STORE / "journal.json").exists()
     assert tree_state(root) != before  # as it says: partly restored
+    code, _, err = cli("--root", str(root), "recover")
+    assert code == 0, err
+    assert tree_state(root) == before
+
+
+@pytest.mark.parametrize("sent", ["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("rollback", ["done", "interrupted too"])
+def test_sigterm_or_sighup_mid_apply_rolls_back_as_ctrl_c(
+    root: Path, sent: str, rollback: str
+) -> None:
+    # A review: an MCP client (or `timeout`, systemd, a terminal closing) stopping worksnap
+    # mid-restore left the tree half-restored, with a journal, and nothing said. Now either
+    # signal stops it as Ctrl-C does, and it exits 128 + the signal, as a shell reports it.
+    ws, target = build_scenario(root)
+    ws.close()
+    before = tree_state(root)
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_MID_APPLY, rollback, sent, "--root", str(root),
+         "restore", target, "--yes"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"},
+    )  # fmt: skip
+    assert done.returncode == 128 + int(getattr(signal, sent)), done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    if rollback == "done":
+        assert lines[0] == (
+            f"worksnap: interrupted by {sent}; the workspace was rolled back to how it was before"
+        )
+        assert tree_state(root) == before
+        assert not (root / STORE / "journal.json").exists()
+        return
+    # A second one during the rollback stops it as a second Ctrl-C does: `recover` finishes.
+    assert lines[0].startswith(f"worksnap: interrupted by {sent}; a restore was interrupted")
+    assert "run `worksnap recover`" in lines[0]
     code, _, err = cli("--root", str(root), "recover")
     assert code == 0, err
     assert tree_state(root) == before
