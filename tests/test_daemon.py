@@ -590,6 +590,113 @@ def test_ctrl_c_at_the_prompt_is_said_once_as_without_a_daemon(served: Path) -> 
     assert requests(root) == 2  # the daemon ran it
 
 
+def test_sigterm_at_the_prompt_is_relayed_as_ctrl_c_and_the_client_exits_143(
+    served: Path,
+) -> None:
+    # A review: SIGTERM (an MCP client, `timeout`, systemd) or SIGHUP ended the client at
+    # once; the daemon went on, stopped the command when it noticed, and wrote its line
+    # after the shell's prompt. Now the client relays it as Ctrl-C and waits for the line.
+    root = served
+    target = cli(root, "snapshot")[1].strip()
+    write(root, "src/app.py", "edited\n")
+    term = Terminal()
+    client_proc = term.run(root, "restore", target)
+    shown = term.read_until(b"[y/N] ")
+    client_proc.send_signal(signal.SIGTERM)
+    assert client_proc.wait(timeout=60) == 143
+    os.close(term.slave)
+    rest, _ = terminal_output(term.master, client_proc)  # all the daemon was to print
+    after = (shown + rest).split(b"[y/N] ", 1)[1].decode().replace("\r\n", "\n")
+    assert after == "worksnap: interrupted; nothing was changed\n"
+    assert (root / "src/app.py").read_text() == "edited\n"
+    assert requests(root) == 2  # the daemon ran it
+
+
+def test_a_client_gone_altogether_gets_nothing_more_on_its_terminal(served: Path) -> None:
+    # A review: after a second Ctrl-C the client had gone, and the daemon, rolling back,
+    # later wrote its own "interrupted" line on the terminal, under the shell's prompt.
+    # A client that closed its connection (not only its end for writing: a first Ctrl-C)
+    # gets nothing more from the command.
+    root = served
+    target = cli(root, "snapshot")[1].strip()
+    write(root, "src/app.py", "edited\n")
+    term = Terminal()
+    sock = client.connect(str(root / ".worksnap"), None)
+    assert sock is not None
+    request = {
+        "op": "run", "protocol": client.PROTOCOL, "code": client.code_stamp(),
+        "argv": ["--root", str(root), "restore", target], "cwd": str(root),
+        "env": {**os.environ, "PYTHONPATH": SRC}, "umask": 0o022,
+        "streams": [["utf-8", "strict"]] * 3,
+    }  # fmt: skip
+    client.send(sock, request, [term.slave] * 3)
+    assert client.receive(sock)[0] == {"started": True}
+    term.read_until(b"[y/N] ")
+    sock.close()  # the client is gone, as after a second Ctrl-C
+    os.close(term.slave)
+    rest = b""
+    while True:  # until the daemon has closed its copies of the terminal
+        try:
+            chunk = os.read(term.master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        rest += chunk
+    os.close(term.master)
+    assert rest == b""
+    assert (root / "src/app.py").read_text() == "edited\n"
+
+
+def test_a_second_ctrl_c_says_the_daemon_goes_on_on_a_line_of_its_own(tmp_path: Path) -> None:
+    # A review: "restoring 7317/10000worksnap: interrupted": the client's line glued to the
+    # daemon's progress line, and not saying how the tree was left. Now the progress line
+    # is erased and the line says what is known: the daemon goes on stopping the command.
+    import threading
+
+    root = tmp_path / "ws"
+    write(root, "a", "a")
+    store = root / ".worksnap"
+    store.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(StorePaths(str(store)).socket)
+    listener.listen(1)
+    told, done = threading.Event(), threading.Event()
+
+    def fake_daemon() -> None:  # starts the command, draws progress, is told of Ctrl-C
+        conn, _ = listener.accept()
+        with conn:
+            _, fds = client.receive(conn, max_fds=3)
+            client.send(conn, {"started": True})
+            os.write(fds[2], b"restoring 3/10")
+            assert conn.recv(1) == b""  # the client's first Ctrl-C
+            told.set()
+            done.wait(60)
+            for fd in fds:
+                os.close(fd)
+
+    thread = threading.Thread(target=fake_daemon)
+    thread.start()
+    term = Terminal()
+    try:
+        client_proc = term.run(root, "restore", "latest", "--yes")
+        shown = term.read_until(b"3/10")
+        client_proc.send_signal(signal.SIGINT)
+        assert told.wait(60)
+        client_proc.send_signal(signal.SIGINT)  # the second, during the "rollback"
+        assert client_proc.wait(timeout=60) == 130
+        shown += term.read_until(b"\n")
+    finally:
+        done.set()
+        thread.join()
+        listener.close()
+        term.close()
+    assert shown.decode().replace("\r\n", "\n") == (
+        "restoring 3/10\r\x1b[Kworksnap: interrupted; the daemon goes on stopping the command "
+        "in the background (a restore it had begun rolls back before another can start)\n"
+    )
+
+
 # -- issue 12, 5: the client's umask ----------------------------------------------
 
 

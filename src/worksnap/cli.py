@@ -517,11 +517,10 @@ def _main(argv: list[str], args: argparse.Namespace, *, tried_daemon: bool) -> i
                 file=sys.stderr,
             )
             return 1
-        except KeyboardInterrupt:
-            # Before the daemon took the command, or Ctrl-C a second time while it was
-            # stopping it (a first one it is told of, and it says how it left the tree).
-            print("worksnap: interrupted", file=sys.stderr)
-            return 130
+        except client.Stopped as exc:
+            # Before the daemon took the command, or a second time while it was stopping
+            # it (a first one it is told of, and it says how it left the tree).
+            return client.stopped(exc)
         if code is not None:
             return code
     code = _run(args)

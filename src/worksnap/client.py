@@ -62,6 +62,55 @@ class DaemonLost(Exception):
     """The daemon accepted a command and stopped before it said how it ended."""
 
 
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP ended the wait for the daemon.
+
+    Attributes:
+        signum: the (first) signal's number: the client exits 128 + it.
+        running: the daemon has the command and goes on stopping it (this was a second
+            signal); else it never started it.
+    """
+
+    def __init__(self, signum: int, *, running: bool) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.running = running
+
+    def said(self) -> str:
+        """The one line the client prints, on a line of its own (a progress line erased)."""
+        by = "" if self.signum == _signal.SIGINT else f" by {_NAMES[self.signum]}"
+        if not self.running:
+            return f"worksnap: interrupted{by}"
+        erase = "\r\x1b[K" if _isatty(2) else ""  # the daemon's progress line, if one is shown
+        return (
+            f"{erase}worksnap: interrupted{by}; the daemon goes on stopping the command in the "
+            "background (a restore it had begun rolls back before another can start)"
+        )
+
+
+_NAMES: dict[int, str] = {
+    _signal.SIGINT: "SIGINT",
+    _signal.SIGTERM: "SIGTERM",
+    _signal.SIGHUP: "SIGHUP",
+}
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def stopped(exc: Stopped) -> int:
+    """Prints what `exc` says on stderr; returns the exit code, 128 + the signal's number."""
+    try:
+        print(exc.said(), file=sys.stderr)
+    except OSError:
+        pass  # SIGHUP: the terminal may be gone
+    return 128 + exc.signum
+
+
 def run(argv: list[str]) -> tuple[int | None, bool]:
     """Runs a command line in the store's daemon if one serves it.
 
@@ -79,11 +128,10 @@ def run(argv: list[str]) -> tuple[int | None, bool]:
             file=sys.stderr,
         )
         return 1, True
-    except KeyboardInterrupt:
-        # Before the daemon took the command, or Ctrl-C a second time while it was
-        # stopping it (a first one it is told of, and it says how it left the tree).
-        print("worksnap: interrupted", file=sys.stderr)
-        return 130, True
+    except Stopped as exc:
+        # Before the daemon took the command, or a second time while it was stopping it
+        # (a first one it is told of, and it says how it left the tree).
+        return stopped(exc), True
 
 
 def forwardable(argv: list[str]) -> tuple[str, str] | None:
@@ -153,14 +201,15 @@ def forward(
     `owner` is the uid the daemon must run as (default: ours; tests name another),
     `fds` the standard descriptors it gets (tests hand it pipes).
 
-    Ctrl-C while the daemon has the command is relayed (`_relay_ctrl_c`): the daemon
-    stops it as Ctrl-C would here and prints the one line saying how, and its exit code
-    (130) is returned. A second Ctrl-C stops the wait.
+    Ctrl-C (or SIGTERM, SIGHUP) while the daemon has the command is relayed
+    (`_relay_stops`): the daemon stops it as Ctrl-C would here and prints the one line
+    saying how, and its exit code is returned (130; 128 + the signal for another). A
+    second one stops the wait.
 
     Raises:
         DaemonLost: the daemon started the command and stopped before it ended.
-        KeyboardInterrupt: Ctrl-C before the daemon started the command (nothing ran),
-            or a second one.
+        Stopped: a signal before the daemon started the command (nothing ran), or a
+            second one.
     """
     if not SUPPORTED or os.environ.get("WORKSNAP_NO_DAEMON") or not os.path.isdir(root):
         return None
@@ -172,7 +221,7 @@ def forward(
     sock = connect(store_location(os.path.realpath(root), store), owner)
     if sock is None:
         return None
-    relayed = _relay_ctrl_c(sock)
+    previous, seen = _relay_stops(sock)
     try:
         request = {
             "op": "run",
@@ -192,52 +241,62 @@ def forward(
         except OSError:
             answer = None
         if answer is None or not answer.get("started"):
-            if relayed is not None and relayed[1]:
-                raise KeyboardInterrupt  # not run: never run it here after a Ctrl-C
+            if seen:
+                raise Stopped(seen[0], running=False)  # never run it here after a Ctrl-C
             return None
         try:
             result, _ = receive(sock)
         except OSError:
             result = None
     finally:
-        if relayed is not None:
-            _signal.signal(_signal.SIGINT, relayed[0])
+        for signum, handler in previous:
+            _signal.signal(signum, handler)
         sock.close()
     if result is None or not isinstance(result.get("exit"), int):
         raise DaemonLost
     code: int = result["exit"]
+    if seen and seen[0] != _signal.SIGINT and code == 130:
+        return 128 + seen[0]  # the daemon stopped it as at Ctrl-C: exit as the signal says
     return code
 
 
-def _relay_ctrl_c(sock: _socket.socket) -> tuple[Any, list[bool]] | None:
-    """Makes Ctrl-C close our end of `sock` for writing, which the daemon takes as Ctrl-C.
+def _relay_stops(sock: _socket.socket) -> tuple[list[tuple[int, Any]], list[int]]:
+    """Makes Ctrl-C, SIGTERM and SIGHUP close our end of `sock` for writing: the daemon's Ctrl-C.
 
     The daemon then stops the command at its next progress report or read of the
     terminal (a restore rolls back), prints the one line saying so on our stderr, and
     sends the exit code, which we go on waiting for: this process printing a line of
-    its own too was a second "interrupted" (a review). A second Ctrl-C raises
-    KeyboardInterrupt. Returns the handler to put back and whether Ctrl-C came (a list
-    the handler appends to); None when SIGINT is not Python's default here (ignored in
-    a background job, or not the main thread): left alone.
+    its own too was a second "interrupted" (a review). A second signal raises `Stopped`.
+    (SIGTERM and SIGHUP ended the client at once: the daemon rolled back anyway, and
+    wrote its line after the shell's prompt.) Returns the handlers to put back and the
+    signals that came (a list the handler appends to). A signal not at its default
+    here (ignored in a background job or under `nohup`; not the main thread) is left
+    alone.
     """
+    previous: list[tuple[int, Any]] = []
+    seen: list[int] = []
+
+    def relay(signum: int, frame: Any) -> None:
+        if seen:
+            raise Stopped(seen[0], running=True)
+        seen.append(signum)
+        try:
+            sock.shutdown(_socket.SHUT_WR)
+        except OSError:
+            pass  # the daemon is gone: the wait ends (DaemonLost)
+
     try:
-        previous = _signal.getsignal(_signal.SIGINT)
-        if previous is not _signal.default_int_handler:
-            return None
-        seen: list[bool] = []
-
-        def relay(signum: int, frame: Any) -> None:
-            if seen:
-                raise KeyboardInterrupt
-            seen.append(True)
-            try:
-                sock.shutdown(_socket.SHUT_WR)
-            except OSError:
-                pass  # the daemon is gone: the wait ends (DaemonLost)
-
-        _signal.signal(_signal.SIGINT, relay)
+        for signum, default in (
+            (_signal.SIGINT, _signal.default_int_handler),
+            (_signal.SIGTERM, _signal.SIG_DFL),
+            (_signal.SIGHUP, _signal.SIG_DFL),
+        ):
+            handler = _signal.getsignal(signum)
+            if handler == default:
+                _signal.signal(signum, relay)
+                previous.append((signum, handler))
     except ValueError:  # not the main thread
-        return None
+        pass
     return previous, seen
 
 

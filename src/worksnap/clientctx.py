@@ -125,6 +125,63 @@ class ClientInput(io.RawIOBase):
         super().close()
 
 
+class ClientOutput(io.RawIOBase):
+    """The client's stdout or stderr, written only while the client is still there.
+
+    Once the client has gone (a second Ctrl-C: it stopped waiting and said so), what the
+    command still writes (its rollback's "interrupted" line, progress) is dropped: the
+    terminal is the user's again. A review found the daemon's line under the next prompt.
+    A client that only closed its end for writing (a first Ctrl-C) is still there.
+    """
+
+    def __init__(self, fd: int, conn: socket.socket) -> None:
+        super().__init__()
+        self._fd = fd
+        self._conn = conn
+
+    def writable(self) -> bool:
+        """It is."""
+        return True
+
+    def fileno(self) -> int:
+        """The client's descriptor."""
+        return self._fd
+
+    def isatty(self) -> bool:
+        """Whether the client's stream is a terminal (progress is drawn only then)."""
+        return os.isatty(self._fd)
+
+    def write(self, data: Any) -> int | None:
+        """Writes `data` to the client's descriptor; drops it once the client is gone."""
+        if gone(self._conn):
+            return len(memoryview(data))
+        try:
+            return os.write(self._fd, data)
+        except BlockingIOError:
+            return None  # as a FileIO says it (a non-blocking descriptor that is full)
+
+    def close(self) -> None:
+        """Closes the client's descriptor."""
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        super().close()
+
+
+def client_output(fd: int, conn: socket.socket, encoding: str, errors: str) -> io.TextIOWrapper:
+    """The client's stdout or stderr as a text stream: line-buffered on a terminal, as `open`."""
+    raw = ClientOutput(fd, conn)
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=raw.isatty()
+    )
+
+
+def gone(sock: socket.socket) -> bool:
+    """True when the client closed its connection altogether (POLLHUP), not only for writing."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLHUP)
+    return any(event & (select.POLLHUP | select.POLLERR) for _, event in poller.poll(0))
+
+
 def hung_up(sock: socket.socket) -> bool:
     """True when the client closed its end (it sends nothing while its command runs)."""
     try:

@@ -49,7 +49,7 @@ from worksnap.client import (
     request,
     send,
 )
-from worksnap.clientctx import ClientInput, Context, RWLock, hung_up, private_fs
+from worksnap.clientctx import ClientInput, Context, RWLock, client_output, hung_up, private_fs
 from worksnap.layout import StorePaths, store_location
 
 if TYPE_CHECKING:
@@ -410,8 +410,8 @@ class _Daemon:
         stdin = io.TextIOWrapper(
             io.BufferedReader(ClientInput(fds[0], conn)), encoding=in_enc, errors=in_err
         )
-        stdout = open(fds[1], "w", encoding=out_enc, errors=out_err)  # noqa: SIM115 - closed below
-        stderr = open(fds[2], "w", encoding=err_enc, errors=err_err)  # noqa: SIM115
+        stdout = client_output(fds[1], conn, out_enc, out_err)
+        stderr = client_output(fds[2], conn, err_enc, err_err)
         streams = (stdin, stdout, stderr)
         context = self.context
         serial = context.serial if not self.private_fs else contextlib.nullcontext()
