@@ -132,6 +132,9 @@ def run(argv: list[str]) -> tuple[int | None, bool]:
         # Before the daemon took the command, or a second time while it was stopping it
         # (a first one it is told of, and it says how it left the tree).
         return stopped(exc), True
+    except KeyboardInterrupt:  # outside the relay's window (connecting): claims nothing
+        print("worksnap: interrupted", file=sys.stderr)
+        return 130, True
 
 
 def forwardable(argv: list[str]) -> tuple[str, str] | None:
