@@ -24,7 +24,7 @@ from worksnap.errors import ObjectError, SnapshotError, shown
 from worksnap.fsio import DirTree, FileState, file_state, write_all
 from worksnap.hash import read_file
 from worksnap.manifest import Entry, Manifest, entry_at
-from worksnap.paths import fs_path
+from worksnap.paths import ancestors, fs_path
 from worksnap.plan import Change, Op, Plan
 
 
@@ -45,6 +45,8 @@ class Result:
         conflict: it stopped at a path changed while it ran (`ChangedMeanwhile`): its
             rollback sets back `changed` only, so that edit, and any other made
             meanwhile, stays.
+        edited: a rollback's (`keep_edits`): the paths it found changed while it ran and
+            left as they are, the edit kept (what is below them too); also in `blocked`.
     """
 
     target: str
@@ -56,6 +58,7 @@ class Result:
     pre_restore: str | None = None
     changed: list[str] = field(default_factory=list)
     conflict: bool = False
+    edited: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -232,6 +235,7 @@ class ApplyPlan(Protocol):
         progress: Callable[[int, int], None] | None = None,
         unchanged: Unchanged | None = None,
         modes: Mapping[str, int] | None = None,
+        keep_edits: bool = False,
     ) -> Result:
         """Returns what was done, and where and why it stopped."""
         ...
@@ -246,6 +250,7 @@ def apply_plan(
     sync_each: bool = True,
     unchanged: Unchanged | None = None,
     modes: Mapping[str, int] | None = None,
+    keep_edits: bool = False,
 ) -> Result:
     """Carries out `plan` under `root`; stops at the first failure.
 
@@ -264,6 +269,9 @@ def apply_plan(
             the run there (`ChangedMeanwhile`): an edit made while it ran is never lost.
         modes: permission bits of directories it makes (a rollback: `dir_modes` of the
             restore), else the umask's.
+        keep_edits: a rollback's: a conflict (a path `unchanged` finds changed, or
+            something in a step's way) does not stop the run: that path, and what is
+            below it, is left as it is (`edited`), and the run goes on. The newest edit wins.
     """
     steps = order(plan)
     result = Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
@@ -276,9 +284,13 @@ def apply_plan(
         return result
     touched_dirs: set[str] = set()
     changed: dict[str, None] = {}
+    edited: dict[str, None] = {}  # (`keep_edits`) left as they are, and what is below them
     try:
         for done, (action, change) in enumerate(steps):
             parent, _, name = change.path.rpartition("/")
+            if edited and any(p in edited for p in ancestors(change.path)):
+                edited[change.path] = None  # (its other step, or below what an edit holds)
+                continue
             try:
                 raw = fs_path(name)
                 if action == "remove":
@@ -297,11 +309,15 @@ def apply_plan(
                     changed[change.path] = None
                     touched_dirs.add(parent)
             except (OSError, ObjectError, ChangedMeanwhile) as exc:
-                result.error = f"{shown(change.path)}: {_describe(exc)}"
                 # What a step finds in its way was put there while the run went on.
-                result.conflict = isinstance(exc, ChangedMeanwhile) or (
+                conflict = isinstance(exc, ChangedMeanwhile) or (
                     isinstance(exc, OSError) and (action, exc.errno) in _IN_THE_WAY
                 )
+                if conflict and keep_edits:
+                    edited[change.path] = None
+                    continue
+                result.error = f"{shown(change.path)}: {_describe(exc)}"
+                result.conflict = conflict
                 failed_at = done
                 break
             if progress is not None:
@@ -321,7 +337,9 @@ def apply_plan(
         tree.close()
     result.changed = list(changed)
     result.not_restored = _unique_paths(steps[failed_at:])
-    failed = set(result.not_restored)
+    if edited:
+        result.edited, result.blocked = list(edited), sorted({*result.blocked, *edited})
+    failed = {*result.not_restored, *edited}
     result.restored = [p for p in _unique_paths(steps[:failed_at]) if p not in failed]
     return result
 

@@ -322,7 +322,10 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
             mode: int | None = os.lstat(os.path.join(os.fsencode(args.root), fs_path(path))).st_mode
         except OSError:
             mode = None
-        if mode is not None and stat.S_ISDIR(mode):
+        if path in result.edited:
+            note = ("it (or the directory holding it) was edited while the rollback ran, "
+                    "and keeps that edit")  # fmt: skip
+        elif mode is not None and stat.S_ISDIR(mode):
             note = ("a directory holding what no restore touches (ignored or excluded files, "
                     "a FIFO, socket or device; for a checkpoint, files it never named), where "
                     "the snapshot has a file")  # fmt: skip

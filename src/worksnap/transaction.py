@@ -359,17 +359,16 @@ class Restorer:
 
         Bytes in no snapshot are never destroyed: the tree as it is is stored first (a
         `pre-recover` snapshot, for `undo`) whenever the rollback would overwrite or remove
-        something neither `pre` nor `target` holds, and always when `recovering` (a
-        recovery runs long after the restore: its undo must bring the tree back). Only
-        the `touched` paths are set back (a recovery: the journal's; an apply stopped by a
-        conflict: those it changed; None: all); `target`,
-        if known, says where temp files may be left. Returns what the rollback changed
-        (`pre_restore`: the snapshot kept, if any); raises RestoreError if it fails too
-        (the journal stays for `recover`).
+        something neither `pre` nor `target` holds, and always when `recovering` (it runs
+        long after the restore: its undo must bring the tree back); a path edited after
+        that look keeps the edit (`edited`). Only the `touched` paths are set back (a
+        recovery: the journal's; an apply stopped by a conflict: those it changed; None:
+        all); `target`, if known, says where temp files may be left. Returns what the
+        rollback changed (`pre_restore`: the snapshot kept, if any); raises RestoreError
+        if it fails too (the journal stays for `recover`).
         """
         self._capture.forget_stat_table()  # the failed apply rewrote files
-        dirs = [*pre.dirs, *(target.dirs if target is not None else ())]
-        remove_leftovers(self._root.path, dirs)
+        remove_leftovers(self._root.path, [*pre.dirs, *(target.dirs if target else ())])
         # Nothing is stored unless it must be: a rollback often follows a full disk. One
         # that sets back some paths only aims at the rest as it is: that is stored.
         # The cap of `pre` (at least the target's): a large file the restore wrote is compared.
@@ -386,7 +385,9 @@ class Restorer:
             self._catalog.save(kept_state, session)
             kept = kept_state.id
         modes = record.modes if (record := read_journal(self._files)) is not None else {}
-        back = self._apply_plan(self._root.path, plan, self._store.read_chunks, modes=modes)
+        guard = verified(plan, current, lambda _: None, self._capture.stat_record)
+        back = self._apply_plan(self._root.path, plan, self._store.read_chunks, modes=modes,
+                                unchanged=guard, keep_edits=True)  # fmt: skip
         back.pre_restore = kept
         if not back.ok:
             raise RestoreError(
@@ -395,6 +396,7 @@ class Restorer:
                 "(run `worksnap recover` to try again)"
             )
         result.rolled_back, result.blocked = True, sorted({*result.blocked, *back.blocked})
+        result.edited = back.edited  # left with an edit made while the rollback ran
         return back
 
     # -- recovery -------------------------------------------------------------
@@ -447,10 +449,8 @@ class Restorer:
                 target: Manifest | None = self._catalog.load(record.target, keep)
             except WorksnapError:
                 target = None  # only used to find where temp files may be left
-            interrupted = Result(target=record.target, error="interrupted")
-            back = self._roll_back(
-                pre, record.paths, interrupted, target, session=keep, recovering=True
-            )
+            failed = Result(target=record.target, error="interrupted")
+            back = self._roll_back(pre, record.paths, failed, target, session=keep, recovering=True)
             remove_journal(self._files)
             self._changes += 1
             return back
