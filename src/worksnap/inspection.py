@@ -53,9 +53,10 @@ def status_state(
     `found`: how the root was found (`layout.Location.found`); `daemon`: asks the
     store's daemon about itself (None: none runs).
     """
-    from worksnap import autostart
+    from worksnap import autostart, journal
     from worksnap.errors import InputError
     from worksnap.layout import StorePaths, belongs_elsewhere
+    from worksnap.storedir import StoreDir
 
     exists = ws.store.exists()
     if exists and (bound := ws.store.bound()) not in (None, ws.root):
@@ -75,13 +76,21 @@ def status_state(
     cap = ws.max_file_bytes
     config = ws.config()
     decision = autostart.decide(ws.root, ws.store_dir)
-    pending = os.path.exists(StorePaths(ws.store_dir).journal)
+    running = pending = os.path.exists(StorePaths(ws.store_dir).journal)
+    if pending:  # its restore may still run in another process: nothing was interrupted
+        files = StoreDir(ws.store_dir)
+        try:
+            running = journal.running(files) is not None
+        finally:
+            files.close()
+        pending = not running
     state = views.status_view(
         root=ws.root, found=found, store=ws.store_dir, store_exists=exists,
         session=session, mine=mine, everyone=everyone, store_bytes=size,
         latest=latest, changes=changes, large=large, max_file_bytes=cap,
         daemon=daemon(), daemon_configured=config.daemon,
         daemon_start=(decision.mode, decision.start, decision.reason), recovery_pending=pending,
+        restore_running=running,
     )  # fmt: skip
     return state, changes
 
@@ -116,6 +125,8 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
         lines.append(f"daemon    not running{auto}")
     if state["recovery_pending"]:
         lines.append("recovery  a restore was interrupted: run `worksnap recover`")
+    if state["restore_running"]:
+        lines.append("recovery  none: a restore is running in another process")
     cap = human_bytes(state["max_file_bytes"])
     for item in state["large"]:
         size = human_bytes(item["size"]) if item["size"] is not None else "?"

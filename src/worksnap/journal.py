@@ -14,9 +14,17 @@ from typing import Annotated
 
 import msgspec
 
-from worksnap.errors import InputError, Interrupted, RecoveryError, RecoveryPending, StoreError
+from worksnap.errors import (
+    InputError,
+    Interrupted,
+    LockError,
+    RecoveryError,
+    RecoveryPending,
+    StoreError,
+)
 from worksnap.frames import MAX_UNPACKED
 from worksnap.layout import SESSION_NAME
+from worksnap.lock import writer_inside
 from worksnap.manifest import Manifest
 from worksnap.storedir import StoreDir
 
@@ -95,10 +103,29 @@ def journal_snapshots(files: StoreDir) -> set[str]:
     return set() if record is None else {record.pre_restore, record.target}
 
 
+def running(files: StoreDir) -> str | None:
+    """With a journal there, one line saying its restore is still running, or None.
+
+    A restore in another process holds the store lock while its journal is there; a
+    journal no process holds the lock for was left by a restore interrupted (killed).
+    """
+    if files.lstat(files.paths.journal) is None or (who := writer_inside(files)) is None:
+        return None
+    return (
+        f"a restore is running in another process (store {files.path} {who}): the "
+        "workspace is changing until it finishes"
+    )
+
+
 def pending(files: StoreDir) -> str | None:
-    """One line saying that a restore was interrupted and what to run, or None."""
+    """One line saying that a restore was interrupted and what to run, or None.
+
+    (Or, while the journal's restore still runs in another process, that it runs.)
+    """
     if files.lstat(files.paths.journal) is None:
         return None
+    if (line := running(files)) is not None:
+        return line
     return (
         f"a restore was interrupted (journal {files.paths.journal}): the workspace may be "
         "partly restored; run `worksnap recover` (it keeps the tree as it is in a snapshot "
@@ -141,7 +168,11 @@ def refuse_preview(files: StoreDir) -> None:
     Raises:
         RecoveryPending: a restore was interrupted: the tree may be half-restored,
             and a preview must neither show that nor change it.
+        LockError: a restore runs in another process: the tree is half-restored
+            until it finishes.
     """
+    if (line := running(files)) is not None:  # as git: another process seems to be running
+        raise LockError(f"{line}; a preview would show it half-done: try again once it has")
     if files.lstat(files.paths.journal) is not None:
         raise RecoveryPending(
             f"a restore was interrupted (journal {files.paths.journal}) and the tree may "

@@ -193,13 +193,36 @@ class StoreLock:
 
     def _who(self) -> str:
         """Who holds the gate (or the lock), from its note: never blocks, reads 200 bytes."""
-        try:
-            note = self._files.read(self._holder, limit=200).strip()
-        except (OSError, StoreError):
-            return "held by another process"
-        if note:
-            return "held by " + note.decode("utf-8", "replace")
+        return _holder(self._files)
+
+
+def _holder(files: StoreDir) -> str:
+    """Who holds the gate (or the lock), from its note: never blocks, reads 200 bytes."""
+    try:
+        note = files.read(files.paths.lock_holder, limit=200).strip()
+    except (OSError, StoreError):
         return "held by another process"
+    if note:
+        return "held by " + note.decode("utf-8", "replace")
+    return "held by another process"
+
+
+def writer_inside(files: StoreDir) -> str | None:
+    """Who holds the store alone right now (a restore, a recovery, gc), or None: no one.
+
+    Looks without waiting and keeps nothing: a shared attempt on the lock, let go at once
+    (a writer trying for it at that moment tries again, as after a reader). Tells a
+    restore running in another process from one whose process is gone (the kernel
+    freed its lock).
+    """
+    try:
+        fd = files.open_shared(files.paths.lock)
+    except (OSError, StoreError):
+        return None  # no lock to look at (a store read-only to us): no one known inside
+    try:
+        return None if _try(fd, fcntl.LOCK_SH) else _holder(files)
+    finally:
+        os.close(fd)  # (lets go of the shared lock, if taken)
 
 
 class StepLock(StoreLock):

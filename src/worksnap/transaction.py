@@ -402,7 +402,7 @@ class Restorer:
     # -- recovery -------------------------------------------------------------
 
     def pending(self) -> str | None:
-        """One line saying that a restore was interrupted and what to run, or None."""
+        """One line saying that a restore was interrupted and what to run (or runs), or None."""
         return pending(self._files)
 
     def recover_if_interrupted(self, session: str) -> Result | None:

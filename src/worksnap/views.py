@@ -227,8 +227,13 @@ def status_view(
     daemon_configured: bool | None,
     daemon_start: tuple[str, bool, str],
     recovery_pending: bool,
+    restore_running: bool = False,
 ) -> View:
-    """`status`: where worksnap works from here, and what changed since `latest`."""
+    """`status`: where worksnap works from here, and what changed since `latest`.
+
+    `restore_running`: the journal is there because its restore still runs in another
+    process (then `recovery_pending` is False: nothing was interrupted).
+    """
     return {
         "root": root,
         "found": found,
@@ -249,6 +254,7 @@ def status_view(
             "reason": daemon_start[2],
         },
         "recovery_pending": recovery_pending,
+        "restore_running": restore_running,
         "changes": [{"op": c.op, "path": c.path, "from": c.old_path} for c in changes],
     }
 

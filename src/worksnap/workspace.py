@@ -553,7 +553,7 @@ class Workspace:
         return self._restorer.recover(self.session, discard=discard)
 
     def recovery_pending(self) -> str | None:
-        """One line saying that an interrupted restore awaits `recover`, or None."""
+        """One line: an interrupted restore awaits `recover` (or one runs elsewhere); or None."""
         return self._restorer.pending()
 
     # -- steps, undo and redo ------------------------------------------------

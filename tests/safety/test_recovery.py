@@ -407,3 +407,73 @@ def test_the_mcp_server_recovers_before_it_changes_the_tree(tmp_path: Path, tool
             if tool == "restore":
                 assert ws.plan_restore(ws.load(target)).changes == []
         assert not (root / JOURNAL).exists()
+
+
+_HELD_RESTORE = """
+import sys
+from worksnap import apply, cli
+from worksnap.workspace import Seams
+
+def apply_plan(root, plan, read, **kwargs):
+    print("applying", flush=True)  # its journal written, the store's lock held
+    sys.stdin.readline()  # until the test says go (or kills it)
+    return apply.apply_plan(root, plan, read, **kwargs)
+
+sys.exit(cli.main(sys.argv[1:], seams=Seams(apply_plan=apply_plan)))
+"""
+
+
+@pytest.mark.parametrize("end", ["finishes", "is killed"])
+def test_a_restore_running_in_another_process_is_not_reported_as_interrupted(
+    root: Path, end: str
+) -> None:
+    """While a restore simply ran in another process (a person's rewind, an agent's
+    restore), `list`, `status` and the hooks warned that a restore was interrupted and
+    to run `worksnap recover`, and `plan` refused with that claim (hostile review): only
+    the journal's presence was looked at. A journal whose restore holds the store's lock
+    is a restore running: said so, and `plan` refuses as busy (git: "another git process
+    seems to be running"); once its process is killed (the kernel frees the lock), the
+    journal is an interrupted restore again."""
+    ws, target = build_scenario(root)
+    ws.close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HELD_RESTORE, "--root", str(root), "restore", target, "--yes"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"},
+    )  # fmt: skip
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert _line(holder.stdout) == "applying\n"
+        assert (root / JOURNAL).exists()
+        code, _, err = cli("--root", str(root), "list")
+        assert code == 0, err
+        assert "warning: a restore is running in another process" in err, err
+        assert "interrupted" not in err and "recover" not in err, err
+        code, out, err = cli("--root", str(root), "plan", "latest")
+        assert (code, out) == (1, ""), err
+        assert err.startswith("worksnap: error: a restore is running in another process")
+        assert f"pid {holder.pid} on " in err and "interrupted" not in err, err
+        code, out, err = cli("--root", str(root), "--json", "status")
+        state = json.loads(out)
+        assert (state["restore_running"], state["recovery_pending"]) == (True, False), err
+        if end == "is killed":
+            holder.kill()
+        else:
+            holder.stdin.write("go\n")
+        holder.communicate(timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    code, out, err = cli("--root", str(root), "--json", "status")
+    state = json.loads(out)
+    assert not state["restore_running"], err
+    if end == "finishes":
+        assert holder.returncode == 0
+        assert not state["recovery_pending"] and not (root / JOURNAL).exists()
+        return
+    assert state["recovery_pending"] and (root / JOURNAL).exists()
+    code, _, err = cli("--root", str(root), "list")
+    assert "warning: a restore was interrupted" in err and "worksnap recover" in err, err
+    code, out, err = cli("--root", str(root), "plan", "latest")
+    assert (code, out) == (2, "") and "worksnap recover" in err, err
