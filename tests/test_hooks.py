@@ -457,3 +457,44 @@ def test_a_worksnap_whose_path_has_a_space_is_installed_quoted(
     assert json.loads(run("--json", "hooks", "install", "claude-code").stdout)["changed"] is False
     assert run("hooks", "uninstall", "claude-code").returncode == 0
     assert "worksnap" not in (project / ".claude" / "settings.json").read_text()
+
+
+HOLDER = r"""
+import sys
+from worksnap import Workspace
+with Workspace(sys.argv[1]) as ws, ws.locks.exclusive("gc"):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@pytest.mark.slow
+def test_a_hook_gives_up_on_a_busy_store_in_time_and_says_so(project: Path) -> None:
+    """A store held by another process's gc: the hook says so before the agent kills it.
+
+    It waited the lock's 60 s, killed by Claude Code at 30 s with nothing said (a review).
+    The holder lets go only after the hook has returned: the hook gave up by itself, at
+    the wait it announces, which leaves half the installed timeout.
+    """
+    from worksnap import hooks
+
+    assert hooks.LOCK_WAIT_SECONDS <= hooks.TIMEOUT_SECONDS / 2  # the rest: start, snapshot
+    Workspace(project).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(project)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result = hook(project, "user_prompt_submit", env={"CLAUDE_PROJECT_DIR": str(project)})
+        assert holder.poll() is None  # still holding
+    finally:
+        holder.communicate("go\n", timeout=60)
+    assert (result.returncode, result.stdout) == (0, "")
+    assert len(result.stderr.splitlines()) == 1, result.stderr  # (no wait notice before it)
+    assert result.stderr.startswith(
+        "worksnap: hook: error: no snapshot for UserPromptSubmit, "
+        f"gave up after {hooks.LOCK_WAIT_SECONDS:g} s: store "
+    )
+    assert f"busy (held by pid {holder.pid} on " in result.stderr and ": gc)" in result.stderr
+    assert snapshots(project) == []

@@ -12,10 +12,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from worksnap import views
 from worksnap.invocation import command_paths, open_workspace
 from worksnap.output import display, emit_json, say, warn
+
+if TYPE_CHECKING:
+    from worksnap.progress import Progress
 
 BLOCK_EXIT = 2
 """What a hook exits with to block the agent's turn (Claude Code: stderr goes to it)."""
@@ -61,21 +66,42 @@ def prepare_hook(args: argparse.Namespace, argv: list[str]) -> list[str] | None:
 
 def cmd_hook(args: argparse.Namespace) -> int:
     """`hook claude-code`: one event, the snapshot it asks for, nothing on stdout."""
-    from worksnap.errors import WorksnapError
-    from worksnap.hooks import handle, parse_event
+    from worksnap.errors import LockError, WorksnapError
+    from worksnap.hooks import LOCK_WAIT_SECONDS, handle, parse_event
 
     block = False
     try:
         event = parse_event(args.event or "")
         with open_workspace(args) as ws:
             block = ws.config().hooks_block
-            handle(event, ws)
+            progress = ws.progress
+            # One line, said before the agent kills it: a wait notice would be a second.
+            ws.progress = None if progress is None else _no_notices(progress)
+            try:
+                with ws.locks.within(LOCK_WAIT_SECONDS):
+                    handle(event, ws)
+            finally:
+                ws.progress = progress
             for line in ws.warnings:
                 warn(f"hook: warning: {line}")
+    except LockError as exc:
+        waited = f"gave up after {LOCK_WAIT_SECONDS:g} s"
+        warn(f"hook: error: no snapshot for {event.name}, {waited}: {exc}")
+        return BLOCK_EXIT if block else 0
     except (WorksnapError, OSError) as exc:
         warn(f"hook: error: {exc}")
         return BLOCK_EXIT if block else 0
     return 0
+
+
+def _no_notices(progress: Callable[[Progress], None]) -> Callable[[Progress], None]:
+    """`progress` without its notices (who holds the store: the hook's error says it)."""
+
+    def report(done: Progress) -> None:
+        if not done.note:
+            progress(done)
+
+    return report
 
 
 def hook_failed(exc: Exception) -> int:

@@ -46,6 +46,13 @@ EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
 TIMEOUT_SECONDS = 30
 """The time budget written into the settings (Claude Code's default is 60 s)."""
 
+LOCK_WAIT_SECONDS = TIMEOUT_SECONDS / 2
+"""How long a hook waits for a busy store (a gc, pull or restore), all waits together.
+
+Half its budget: the rest is for starting and snapshotting. A review found a hook
+waiting the lock's 60 s, killed by the agent at 30 s with nothing said and no snapshot.
+"""
+
 TOOL = "tool"
 """The kind of a tool call's snapshot."""
 

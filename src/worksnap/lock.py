@@ -38,7 +38,7 @@ import fcntl
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 
 from worksnap.errors import LockError, StoreError
@@ -287,19 +287,50 @@ class Locks:
     def __init__(self, files: StoreDir, on_wait: Callable[[str], None] | None = None) -> None:
         self._files = files
         self._on_wait = on_wait
+        self._deadline: float | None = None
+
+    @contextlib.contextmanager
+    def within(self, seconds: float) -> Iterator[None]:
+        """Every lock taken inside waits only until `seconds` from now, all waits together.
+
+        For a caller that is itself killed after a time (an agent's hook): it gives up
+        with LockError in time to say so, rather than die waiting.
+        """
+        outer = self._deadline
+        self._deadline = time.monotonic() + seconds
+        if outer is not None:
+            self._deadline = min(self._deadline, outer)
+        try:
+            yield
+        finally:
+            self._deadline = outer
+
+    def _timeout(self, timeout: float) -> float:
+        """`timeout`, cut to what is left before the deadline of `within` (0: one attempt)."""
+        if self._deadline is None:
+            return timeout
+        return max(0.0, min(timeout, self._deadline - time.monotonic()))
 
     def shared(self, purpose: str, *, timeout: float = 60.0) -> StoreLock:
         """A reader's lock (a snapshot): many at once, none while a writer waits or holds."""
         return StoreLock(
-            self._files, exclusive=False, timeout=timeout, purpose=purpose, on_wait=self._on_wait
+            self._files,
+            exclusive=False,
+            timeout=self._timeout(timeout),
+            purpose=purpose,
+            on_wait=self._on_wait,
         )
 
     def exclusive(self, purpose: str, *, timeout: float = 60.0) -> StoreLock:
         """A writer's lock (restore, gc...): alone."""
         return StoreLock(
-            self._files, exclusive=True, timeout=timeout, purpose=purpose, on_wait=self._on_wait
+            self._files,
+            exclusive=True,
+            timeout=self._timeout(timeout),
+            purpose=purpose,
+            on_wait=self._on_wait,
         )
 
     def steps(self, *, timeout: float = 60.0) -> StepLock:
         """The lock a numbered step is taken under (before the store lock, never inside)."""
-        return StepLock(self._files, timeout=timeout, on_wait=self._on_wait)
+        return StepLock(self._files, timeout=self._timeout(timeout), on_wait=self._on_wait)
