@@ -321,6 +321,34 @@ def test_an_unparseable_settings_file_is_refused_and_left_alone(
     assert (project / ".claude/settings.json").read_text() == text
 
 
+@pytest.mark.parametrize(
+    ("hooks", "where"),
+    [
+        ({"SessionStart": [{"hooks": 5}]}, "hooks.SessionStart[0].hooks is not a list"),
+        ({"Stop": ["echo"]}, "hooks.Stop[0] is not an object"),
+        ({"Stop": [{"hooks": [7]}]}, "hooks.Stop[0].hooks[0] is not an object"),
+        ({"Stop": [{"hooks": [{"type": "command", "command": ["worksnap"]}]}]},
+         "hooks.Stop[0].hooks[0].command is not a string"),
+        ({"Stop": {"hooks": []}}, "hooks.Stop is not a list"),
+        (["SessionStart"], "hooks is not an object"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("action", ["install", "uninstall"])
+def test_a_settings_file_of_another_shape_is_refused_in_one_line_and_left_alone(
+    project: Path, tmp_path: Path, hooks: object, where: str, action: str
+) -> None:
+    """A group's `"hooks": 5` ended `hooks install` in a traceback (a review)."""
+    text = json.dumps({"model": "x", "hooks": hooks}, indent=4)
+    write(project, ".claude/settings.json", text)
+    result = worksnap("hooks", action, "claude-code", cwd=project, home=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    settings_file = project / ".claude" / "settings.json"
+    assert result.stderr.splitlines() == [
+        f"worksnap: error: {settings_file}: {where}; fix it by hand, worksnap leaves it as it is"
+    ]
+    assert settings_file.read_text() == text
+
+
 def test_uninstall_removes_only_our_hook_from_a_group_someone_edited() -> None:
     settings = {"hooks": {"UserPromptSubmit": [{"hooks": [
         {"type": "command", "command": "/opt/bin/worksnap hook claude-code"},

@@ -236,9 +236,40 @@ def read_settings(path: str) -> dict[str, Any]:
         raise InputError(
             f"{path} is not valid JSON ({exc}); fix it by hand, worksnap leaves it as it is"
         ) from None
-    if not isinstance(settings, dict) or not isinstance(settings.get("hooks", {}), dict):
-        raise InputError(f"{path} is not a settings object with a `hooks` object")
+    if not isinstance(settings, dict):
+        raise InputError(f"{path} is not a settings object; worksnap leaves it as it is")
+    if (where := _misshapen(settings)) is not None:
+        raise InputError(f"{path}: {where}; fix it by hand, worksnap leaves it as it is")
     return settings
+
+
+def _misshapen(settings: dict[str, Any]) -> str | None:
+    """Where `hooks` is not as Claude Code's reference shapes it (None: it is).
+
+    `hooks`: an object of event lists; an event: a list of groups (objects); a group's
+    `hooks`: a list of objects whose `type` and `command` are strings. A review found a
+    group's `"hooks": 5` ending `hooks install` in a traceback.
+    """
+    hooks = settings.get("hooks", {})
+    if not isinstance(hooks, dict):
+        return "hooks is not an object"
+    for event, groups in hooks.items():
+        if not isinstance(groups, list):
+            return f"hooks.{event} is not a list"
+        for i, group in enumerate(groups):
+            where = f"hooks.{event}[{i}]"
+            if not isinstance(group, dict):
+                return f"{where} is not an object"
+            inner = group.get("hooks", [])
+            if not isinstance(inner, list):
+                return f"{where}.hooks is not a list"
+            for j, hook in enumerate(inner):
+                if not isinstance(hook, dict):
+                    return f"{where}.hooks[{j}] is not an object"
+                for key in ("type", "command"):
+                    if not isinstance(hook.get(key, ""), str):
+                        return f"{where}.hooks[{j}].{key} is not a string"
+    return None
 
 
 def install(settings: dict[str, Any], command: str) -> bool:
