@@ -211,6 +211,29 @@ def test_snapshot_refuses_the_kinds_the_cli_refuses_for_the_same_reasons(project
     assert cli(project, "show", "latest")["label"] == "first"
 
 
+def test_an_argument_of_the_wrong_type_or_missing_is_one_line_naming_it(project: Path) -> None:
+    """The SDK answered with pydantic's dump: lines, a link to errors.pydantic.dev (a review)."""
+    cli(project, "snapshot")
+
+    async def body(client: Client) -> None:
+        for name, arguments, said in (
+            ("cat", {"ref": "latest"}, "path: missing (required)"),
+            ("rewind", {"step": 1.5}, "step: input should be a valid integer, got a number "
+             "with a fractional part, not 1.5"),
+            ("plan", {"ref": "latest", "paths": "a"},
+             'paths: input should be a valid list, not "a"'),
+            ("snapshot", {"meta": {"k": 1}}, "meta.k: input should be a valid string, not 1"),
+            ("plan", {}, "ref: missing (required)"),
+        ):  # fmt: skip
+            result = await client.call_tool(name, arguments)
+            assert result.is_error, name
+            [content] = result.content
+            assert getattr(content, "text", "") == f"Error executing tool {name}: {said}"
+        assert len((await call(client, "list"))["result"]) == 1  # still serving
+
+    in_server(project, body)
+
+
 def test_a_review_s_small_wrong_results_are_gone(project: Path) -> None:
     """A negative `limit` dropped the oldest snapshot (`rows[:-1]`); an empty `paths`
     meant nothing to `plan` and everything to `diff`; a Latin-1 file's patch came back

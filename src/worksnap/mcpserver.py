@@ -25,9 +25,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
+from pydantic import ValidationError
 
 from worksnap import stopsignals, views
 from worksnap.arguments import VERSION
@@ -323,9 +324,42 @@ def _recovered(ws: Workspace, dry_run: bool) -> None:
         ws.recover()
 
 
+class _Server(MCPServer[Any]):
+    """The SDK's server, its argument errors in one line as worksnap's own read."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Calls tool `name`; arguments of the wrong type or missing: one line naming them.
+
+        The SDK says them in pydantic's dump: lines with a link to errors.pydantic.dev.
+        """
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            raise ToolError(f"Error executing tool {name}: {_arguments(cause)}") from cause
+
+
+def _arguments(error: ValidationError) -> str:
+    """`step: expected an integer (input should be a valid integer...), not 1.5`: one line."""
+    said = []
+    for problem in error.errors(include_url=False):
+        where = ".".join(str(part) for part in problem["loc"]) or "arguments"
+        if problem["type"] == "missing":
+            said.append(f"{where}: missing (required)")
+            continue
+        given = json.dumps(problem.get("input"), default=repr)
+        given = given if len(given) <= 60 else given[:57] + "..."
+        said.append(f"{where}: {' '.join(problem['msg'].split()).lower()}, not {given}")
+    return "; ".join(said) or " ".join(str(error).split())
+
+
 def build_server(tools: Tools) -> MCPServer:
     """The MCP server with every tool of `tools`, described for an agent to act on."""
-    server = MCPServer(name="worksnap", instructions=INSTRUCTIONS, version=VERSION)
+    server = _Server(name="worksnap", instructions=INSTRUCTIONS, version=VERSION)
     for name, hints in (
         ("snapshot", _RECORD), ("list", _READ), ("plan", _READ), ("show", _READ),
         ("cat", _READ), ("diff", _READ), ("status", _READ),
