@@ -324,6 +324,47 @@ def test_stdout_carries_nothing_but_json_rpc(project: Path) -> None:
     assert answers[4]["result"]["structuredContent"]["snapshots"] == 1
 
 
+def test_a_line_the_sdk_cannot_read_is_answered_with_a_json_rpc_error(project: Path) -> None:
+    """A lone surrogate escape (JSON.stringify writes one) left its request unanswered for
+    ever; a line that is not JSON got no parse error (a review)."""
+    surrogate = (
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "cat",'
+        ' "arguments": {"ref": "latest", "path": "\\udcff"}}}'
+    )
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        surrogate,
+        "not json",
+        json.dumps({"id": 3, "hello": "there"}),
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                    "params": {"name": "status", "arguments": {}}}),
+    ]  # fmt: skip
+    assert "\\udcff" in surrogate
+    with subprocess.Popen(
+        [sys.executable, "-m", "worksnap", "mcp"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=project, env=ENV,
+    ) as server:  # fmt: skip
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(lines[0] + "\n")
+        server.stdin.flush()
+        answers = [json.loads(server.stdout.readline())]
+        server.stdin.write("".join(line + "\n" for line in lines[1:]))
+        server.stdin.flush()
+        while answers[-1].get("id") != 4:  # answered in order: the last request last
+            answers.append(json.loads(server.stdout.readline()))
+        server.stdin.close()
+        assert server.stdout.read() == ""
+        assert server.wait(timeout=60) == 0
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
+        (1, None), (2, -32700), (None, -32700), (3, -32600), (4, None)
+    ]  # fmt: skip
+    assert "surrogate" in answers[1]["error"]["message"]
+    assert answers[4]["result"]["structuredContent"]["snapshots"] == 0
+
+
 def test_without_the_sdk_mcp_says_what_to_install_and_exits_2(project: Path) -> None:
     script = (
         "import sys\nsys.modules['mcp'] = None\n"

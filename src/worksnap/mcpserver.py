@@ -6,7 +6,9 @@ as the command line finds it, so its caches stay warm between calls. Every tool'
 structured result is the document `worksnap --json` prints for the same call, built
 by `views.py` (a JSON array, as `list` and `diff` print, comes as `{"result": [...]}`,
 the SDK's wrapping of a non-object). An error is a tool error with worksnap's one-line
-message; the server goes on. Nothing but protocol goes to stdout: the SDK points
+message (an argument missing or of the wrong type too, said in one line, not in
+pydantic's dump); the server goes on, and answers a line it cannot read with JSON-RPC's
+error rather than drop it as the SDK does. Nothing but protocol goes to stdout: the SDK points
 descriptor 1 at stderr while it serves, and worksnap prints no progress here.
 
 SIGTERM (how a client stops its server) or SIGHUP during a call stops the call as Ctrl-C
@@ -22,12 +24,24 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    InputRequiredResult,
+    JSONRPCError,
+    ToolAnnotations,
+)
 from pydantic import ValidationError
 
 from worksnap import stopsignals, views
@@ -341,6 +355,64 @@ class _Server(MCPServer[Any]):
             if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
             raise ToolError(f"Error executing tool {name}: {_arguments(cause)}") from cause
+
+    async def run_stdio_async(self) -> None:
+        r"""Serves on stdin/stdout as the SDK does, and answers a line it cannot read.
+
+        The SDK's reader hands such a line on as an exception, which its loop drops: a
+        request with a lone surrogate escape (`\udcff` in a string, as JavaScript's
+        JSON.stringify may write) was never answered, its client waiting for ever.
+        """
+        async with stdio_server() as (read_stream, write_stream):
+            send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(_answer_unreadable, read_stream, send, write_stream.send)
+                await self._lowlevel_server.run(
+                    receive, write_stream, self._lowlevel_server.create_initialization_options()
+                )
+
+
+async def _answer_unreadable(
+    lines: AsyncIterable[SessionMessage | Exception],
+    messages: MemoryObjectSendStream[SessionMessage | Exception],
+    answer: Callable[[SessionMessage], Awaitable[None]],
+) -> None:
+    """Passes `lines`' messages on to `messages`; `answer`s a line that is none.
+
+    Not JSON: a parse error (-32700) with id null. JSON that pydantic's parser refuses (a
+    lone surrogate): a parse error with the request's id, so its client stops waiting.
+    JSON but no JSON-RPC message: an invalid request (-32600), with its id if it has one.
+    """
+    async with messages:
+        async for item in lines:
+            if not isinstance(item, ValidationError) or not item.errors():
+                await messages.send(item)
+                continue
+            problem = item.errors(include_url=False)[0]
+            document = problem.get("input")  # what the line parsed into, or the line
+            if problem["type"] == "json_invalid":
+                try:  # (Python reads a lone surrogate: the id it answers)
+                    document = json.loads(document) if isinstance(document, str) else None
+                except ValueError:
+                    document = None
+                why = problem.get("ctx", {}).get("error", problem["msg"])
+                code, said = PARSE_ERROR, f"Parse error: {' '.join(str(why).split())}"
+            else:
+                code, said = INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message"
+            known = document.get("id") if isinstance(document, dict) else None
+            ask = known if isinstance(known, int | str) and not isinstance(known, bool) else None
+            if isinstance(ask, str) and not _utf8(ask):
+                ask = None  # (an id that is a lone surrogate: the answer could not be written)
+            error = JSONRPCError(jsonrpc="2.0", id=ask, error=ErrorData(code=code, message=said))
+            await answer(SessionMessage(error))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _arguments(error: ValidationError) -> str:
