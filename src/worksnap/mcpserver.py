@@ -363,6 +363,9 @@ class _Server(MCPServer[Any]):
         request with a lone surrogate escape (`\udcff` in a string, as JavaScript's
         JSON.stringify may write) was never answered, its client waiting for ever.
         """
+        if not hasattr(self, "_lowlevel_server"):  # (the SDK's own name for it, not public)
+            await super().run_stdio_async()  # a newer SDK: serve as it does
+            return
         async with stdio_server() as (read_stream, write_stream):
             send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             async with anyio.create_task_group() as tasks:
