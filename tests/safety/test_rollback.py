@@ -142,6 +142,7 @@ import os, signal, sys
 from worksnap import apply, cli
 from worksnap.workspace import Seams
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as a shell starts a foreground job
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # (the tests may run under nohup, which ignores it)
 rollback, sent, calls = sys.argv[1], getattr(signal, sys.argv[2]), []
 
 def ctrl_c_at(step, progress):
