@@ -568,44 +568,29 @@ def test_ctrl_c_at_the_prompt_leaves_the_next_line_to_the_shell(served: Path) ->
     assert (root / "src/app.py").read_text() == "edited\n"  # nothing was restored
 
 
-def test_ctrl_c_at_the_prompt_is_said_once_as_without_a_daemon(served: Path) -> None:
+@pytest.mark.parametrize(
+    ("sent", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"]
+)
+def test_a_stop_at_the_prompt_is_said_once_as_without_a_daemon(
+    served: Path, sent: signal.Signals, code: int
+) -> None:
     # A review: "worksnap: interrupted" twice, the client's line and then the daemon's
     # (README: every error is one line on stderr). The client now tells the daemon and
     # waits for it: the daemon's line, as a command run here prints it, is the only one.
+    # SIGTERM (an MCP client, `timeout`, systemd) or SIGHUP ended the client at once, and
+    # the daemon wrote its line after the shell's prompt: it is relayed as Ctrl-C too.
     root = served
     target = cli(root, "snapshot")[1].strip()
     write(root, "src/app.py", "edited\n")
     term = Terminal()
     client_proc = term.run(root, "restore", target)
     shown = term.read_until(b"[y/N] ")
-    client_proc.send_signal(signal.SIGINT)  # Ctrl-C at the question
-    assert client_proc.wait(timeout=60) == 130
+    client_proc.send_signal(sent)  # at the question
+    assert client_proc.wait(timeout=60) == code
     # The daemon's copies of the terminal are the last open once ours is closed: read
     # until it has closed them, so whatever it was to print is there.
     os.close(term.slave)
     rest, _ = terminal_output(term.master, client_proc)  # closes the master
-    after = (shown + rest).split(b"[y/N] ", 1)[1].decode().replace("\r\n", "\n")
-    assert after == "worksnap: interrupted; nothing was changed\n"
-    assert (root / "src/app.py").read_text() == "edited\n"
-    assert requests(root) == 2  # the daemon ran it
-
-
-def test_sigterm_at_the_prompt_is_relayed_as_ctrl_c_and_the_client_exits_143(
-    served: Path,
-) -> None:
-    # A review: SIGTERM (an MCP client, `timeout`, systemd) or SIGHUP ended the client at
-    # once; the daemon went on, stopped the command when it noticed, and wrote its line
-    # after the shell's prompt. Now the client relays it as Ctrl-C and waits for the line.
-    root = served
-    target = cli(root, "snapshot")[1].strip()
-    write(root, "src/app.py", "edited\n")
-    term = Terminal()
-    client_proc = term.run(root, "restore", target)
-    shown = term.read_until(b"[y/N] ")
-    client_proc.send_signal(signal.SIGTERM)
-    assert client_proc.wait(timeout=60) == 143
-    os.close(term.slave)
-    rest, _ = terminal_output(term.master, client_proc)  # all the daemon was to print
     after = (shown + rest).split(b"[y/N] ", 1)[1].decode().replace("\r\n", "\n")
     assert after == "worksnap: interrupted; nothing was changed\n"
     assert (root / "src/app.py").read_text() == "edited\n"
