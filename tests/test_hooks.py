@@ -526,3 +526,63 @@ def test_a_hook_gives_up_on_a_busy_store_in_time_and_says_so(project: Path) -> N
     )
     assert f"busy (held by pid {holder.pid} on " in result.stderr and ": gc)" in result.stderr
     assert snapshots(project) == []
+
+
+@pytest.mark.slow
+def test_a_hook_the_daemon_serves_gives_up_in_time_on_a_workspace_it_has_lent(
+    project: Path,
+) -> None:
+    """A restore run through the daemon, sitting at its question, holds the daemon's
+    workspace: a hook the daemon served waited for it without a limit, and the agent
+    killed it at its timeout, with nothing said and no snapshot (stop 39's review noted
+    it). It gives up within the hook's wait, all its waits together, and says so."""
+    import pty
+    import select
+
+    from worksnap import hooks
+
+    env = {k: v for k, v in OUTSIDE_CLAUDE.items() if k != "WORKSNAP_NO_DAEMON"}
+
+    def worksnap_here(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "worksnap", "--root", str(project), *args],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+
+    target = worksnap_here("snapshot").stdout.strip()
+    write(project, "edited.txt", "the user's\n")
+    assert worksnap_here("daemon", "start").returncode == 0
+    controller, terminal = pty.openpty()
+    try:
+        restore = subprocess.Popen(
+            [sys.executable, "-m", "worksnap", "--root", str(project), "restore", target],
+            stdin=terminal, stdout=terminal, stderr=terminal, env=env,
+        )  # fmt: skip
+        shown = b""
+        while b"[y/N] " not in shown:
+            assert select.select([controller], [], [], 60)[0], shown
+            shown += os.read(controller, 65536)
+        served = json.loads(worksnap_here("--json", "daemon", "status").stdout)["requests"]
+        result = subprocess.run(
+            [sys.executable, "-m", "worksnap", "hook", "claude-code"],
+            input=event("user_prompt_submit", project), capture_output=True, text=True,
+            cwd=project, env={**env, "CLAUDE_PROJECT_DIR": str(project)}, timeout=60,
+            check=False,
+        )  # fmt: skip
+        assert restore.poll() is None  # still at its question: the hook gave up by itself
+        after = json.loads(worksnap_here("--json", "daemon", "status").stdout)["requests"]
+        os.write(controller, b"n\n")
+        assert restore.wait(timeout=60) == 1
+    finally:
+        worksnap_here("daemon", "stop")
+        os.close(terminal)
+        os.close(controller)
+    assert after == served + 1  # the hook was the daemon's
+    assert (result.returncode, result.stdout) == (0, "")
+    assert result.stderr == (
+        "worksnap: hook: error: no snapshot for UserPromptSubmit, gave up after "
+        f"{hooks.LOCK_WAIT_SECONDS:g} s: the daemon is running another command on this "
+        "workspace (a restore may be waiting at its question)\n"
+    )
+    assert snapshots(project) == []
+    assert (project / "edited.txt").read_text() == "the user's\n"

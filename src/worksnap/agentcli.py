@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -69,7 +70,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
     from worksnap.errors import LockError, WorksnapError
     from worksnap.hooks import LOCK_WAIT_SECONDS, handle, parse_event
 
-    block = False
+    block, started = False, time.monotonic()  # all its waits together, the daemon's too
     try:
         event = parse_event(args.event or "")
         with open_workspace(args) as ws:
@@ -78,7 +79,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
             # One line, said before the agent kills it: a wait notice would be a second.
             ws.progress = None if progress is None else _no_notices(progress)
             try:
-                with ws.locks.within(LOCK_WAIT_SECONDS):
+                with ws.locks.within(LOCK_WAIT_SECONDS - (time.monotonic() - started)):
                     handle(event, ws)
             finally:
                 ws.progress = progress

@@ -18,6 +18,7 @@ import select
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -225,26 +226,52 @@ class RWLock:
         self._writer = False
         self._waiting = 0
 
-    def acquire(self, *, write: bool, blocking: bool = True) -> bool:
-        """Takes the lock to read (shared) or write (alone); False if not `blocking` and busy."""
+    def acquire(self, *, write: bool, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Takes the lock to read (shared) or write (alone).
+
+        False if not `blocking` and busy, or still busy after `timeout` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def wait() -> bool:  # False: give up
+            left = None if deadline is None else deadline - time.monotonic()
+            return blocking and (left is None or left > 0) and (self._cond.wait(left) or True)
+
         with self._cond:
             if write:
                 self._waiting += 1
                 try:
                     while self._writer or self._readers:
-                        if not blocking:
+                        if not wait():
+                            self._cond.notify_all()  # readers this writer kept out may go
                             return False
-                        self._cond.wait()
                     self._writer = True
                 finally:
                     self._waiting -= 1
             else:
                 while self._writer or self._waiting:
-                    if not blocking:
+                    if not wait():
                         return False
-                    self._cond.wait()
                 self._readers += 1
             return True
+
+    def take_to_write(self, *, hook: bool) -> None:
+        """Takes it to write (a daemon's workspace); a hook only until it must say it gave up.
+
+        An agent kills its hook after a while (`hooks.TIMEOUT_SECONDS`): it gives up in time
+        to say so, as on the store's lock, never held for ever by a restore at its question.
+
+        Raises:
+            LockError: (a hook) another command still has the workspace.
+        """
+        from worksnap.errors import LockError
+        from worksnap.hooks import LOCK_WAIT_SECONDS
+
+        if not self.acquire(write=True, timeout=LOCK_WAIT_SECONDS if hook else None):
+            raise LockError(
+                "the daemon is running another command on this workspace (a restore may be "
+                "waiting at its question)"
+            )
 
     def release(self, *, write: bool) -> None:
         """Lets go of what `acquire` took."""

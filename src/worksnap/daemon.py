@@ -178,7 +178,7 @@ class WorkspacePool:
 
     def start_command(self, command: str, conn: socket.socket | None) -> None:
         """Notes what this thread runs (a reader or not) and for which client."""
-        self._local.reader = command in READERS
+        self._local.reader, self._local.hook = command in READERS, command == "hook"
         self._local.conn = conn
         self._local.held = []
 
@@ -225,7 +225,7 @@ class WorkspacePool:
                     self._retire(next(iter(self.workspaces)))
             self.workspaces[key] = ws  # most recently used last
             lock = self._locks[id(ws)]
-        lock.acquire(write=True)
+        lock.take_to_write(hook=getattr(self._local, "hook", False))
         self._local.held = [*getattr(self._local, "held", []), (lock, True)]
         ws.use(session=session, progress=self._interruptible(progress))
         return ws
