@@ -48,6 +48,18 @@ def hook(root: Path, name: str, *, cwd: Path | None = None, text: str | None = N
     )
 
 
+WITH_A_DAEMON = {k: v for k, v in OUTSIDE_CLAUDE.items() if k != "WORKSNAP_NO_DAEMON"}
+"""The environment of a command a running daemon may serve."""
+
+
+def in_the_daemon(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs a command line on `root` as a process, which a running daemon may serve."""
+    return subprocess.run(
+        [sys.executable, "-m", "worksnap", "--root", str(root), *args],
+        capture_output=True, text=True, env=WITH_A_DAEMON, timeout=60, check=False,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "proj"
@@ -410,28 +422,20 @@ def test_with_a_daemon_the_hook_runs_in_it(
 ) -> None:
     """Run from the project, the fast client must not hand the daemon a bare `hook`:
     the event is read (and its cwd entered) first, then forwarded with `--event`."""
-    env = {k: v for k, v in OUTSIDE_CLAUDE.items() if k != "WORKSNAP_NO_DAEMON"}
-
-    def daemon(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "worksnap", "--root", str(project), *args],
-            capture_output=True, text=True, env=env, timeout=60, check=False,
-        )  # fmt: skip
-
-    assert daemon("daemon", "start").returncode == 0
+    assert in_the_daemon(project, "daemon", "start").returncode == 0
     try:
-        before = json.loads(daemon("--json", "daemon", "status").stdout)["requests"]
+        before = json.loads(in_the_daemon(project, "--json", "daemon", "status").stdout)["requests"]
         result = subprocess.run(
             [sys.executable, "-m", "worksnap", "hook", "claude-code"],
             input=event("user_prompt_submit", project), capture_output=True, text=True,
             cwd=project if from_project else tmp_path,  # the event's cwd names the project
-            env=env, timeout=60, check=False,
+            env=WITH_A_DAEMON, timeout=60, check=False,
         )  # fmt: skip
         assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
-        after = json.loads(daemon("--json", "daemon", "status").stdout)["requests"]
+        after = json.loads(in_the_daemon(project, "--json", "daemon", "status").stdout)["requests"]
         assert after == before + 1
     finally:
-        daemon("daemon", "stop")
+        in_the_daemon(project, "daemon", "stop")
     [row] = snapshots(project)
     assert (row["kind"], row["step"]) == ("step", 0)
 
@@ -541,40 +545,32 @@ def test_a_hook_the_daemon_serves_gives_up_in_time_on_a_workspace_it_has_lent(
 
     from worksnap import hooks
 
-    env = {k: v for k, v in OUTSIDE_CLAUDE.items() if k != "WORKSNAP_NO_DAEMON"}
-
-    def worksnap_here(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "worksnap", "--root", str(project), *args],
-            capture_output=True, text=True, env=env, timeout=60, check=False,
-        )  # fmt: skip
-
-    target = worksnap_here("snapshot").stdout.strip()
+    target = in_the_daemon(project, "snapshot").stdout.strip()
     write(project, "edited.txt", "the user's\n")
-    assert worksnap_here("daemon", "start").returncode == 0
+    assert in_the_daemon(project, "daemon", "start").returncode == 0
     controller, terminal = pty.openpty()
     try:
         restore = subprocess.Popen(
             [sys.executable, "-m", "worksnap", "--root", str(project), "restore", target],
-            stdin=terminal, stdout=terminal, stderr=terminal, env=env,
+            stdin=terminal, stdout=terminal, stderr=terminal, env=WITH_A_DAEMON,
         )  # fmt: skip
         shown = b""
         while b"[y/N] " not in shown:
             assert select.select([controller], [], [], 60)[0], shown
             shown += os.read(controller, 65536)
-        served = json.loads(worksnap_here("--json", "daemon", "status").stdout)["requests"]
+        served = json.loads(in_the_daemon(project, "--json", "daemon", "status").stdout)["requests"]
         result = subprocess.run(
             [sys.executable, "-m", "worksnap", "hook", "claude-code"],
             input=event("user_prompt_submit", project), capture_output=True, text=True,
-            cwd=project, env={**env, "CLAUDE_PROJECT_DIR": str(project)}, timeout=60,
+            cwd=project, env={**WITH_A_DAEMON, "CLAUDE_PROJECT_DIR": str(project)}, timeout=60,
             check=False,
         )  # fmt: skip
         assert restore.poll() is None  # still at its question: the hook gave up by itself
-        after = json.loads(worksnap_here("--json", "daemon", "status").stdout)["requests"]
+        after = json.loads(in_the_daemon(project, "--json", "daemon", "status").stdout)["requests"]
         os.write(controller, b"n\n")
         assert restore.wait(timeout=60) == 1
     finally:
-        worksnap_here("daemon", "stop")
+        in_the_daemon(project, "daemon", "stop")
         os.close(terminal)
         os.close(controller)
     assert after == served + 1  # the hook was the daemon's
