@@ -224,6 +224,42 @@ def test_the_audit_finds_a_change_no_event_announced(root: Path, tmp_path: Path)
         assert ws.audit() == []
 
 
+def test_the_audit_takes_a_link_made_and_removed_elsewhere_for_no_change(
+    root: Path, tmp_path: Path
+) -> None:
+    """A second name made and removed between captures moves a file's ctime, and no event
+    names the file: its remembered stat is stale, never wrong (a ctime only grows), and
+    the audit, which reads the bytes, finds them as captured (a daemon differential's
+    audit reported this as a miss)."""
+    write(root, "src/a.py", "a1\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        for other in (root / "src" / "a2.py", root / "b2.py", root / "elsewhere.py"):
+            os.link(root / "src" / "a.py", other)
+            os.unlink(other)
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+        assert ws.audit() == []
+
+
+def test_the_audit_reads_a_file_whose_ctime_alone_moved(root: Path, tmp_path: Path) -> None:
+    """A write through a name outside the tree that puts size and mtime back moves only
+    the ctime: the bytes differ from those captured, and the audit says so."""
+    write(root, "src/a.py", "a1\n")
+    outside = tmp_path / "outside-link"
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        os.link(root / "src" / "a.py", outside)  # a name outside the tree, made later
+        before = os.stat(outside)
+        with open(outside, "r+b") as f:
+            f.write(b"a2\n")
+        os.utime(outside, ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.unlink(outside)
+        ws.snapshot()
+        missed = ws.audit()
+        assert len(missed) == 1
+        assert missed[0].startswith("src/a.py: file state")
+
+
 def test_a_walk_that_starts_again_hands_its_parts_again(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

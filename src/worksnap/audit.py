@@ -1,7 +1,11 @@
 """The audit: what a watched workspace vouches for, compared with a plain scan of the tree now.
 
 The daemon runs it while idle (`Capture.audit`): any difference is something the
-watcher missed, reported with the latest events seen where it is.
+watcher missed, reported with the latest events seen where it is. One is not: a file
+whose ctime alone moved on, with the bytes the last capture recorded. A second name
+made and removed since (anywhere, even outside the tree) moves it, and no event names
+the file; the remembered stat is then stale, never wrong, since a ctime only grows: a
+capture comparing it with a new one hashes the file again.
 """
 
 from __future__ import annotations
@@ -10,10 +14,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from worksnap.errors import SnapshotError
+from worksnap.fsio import DirTree, file_state
+from worksnap.hash import read_file
 from worksnap.ignore import base_rules
-from worksnap.paths import Root
+from worksnap.manifest import Manifest
+from worksnap.paths import Root, fs_path
 from worksnap.scan import scan_tree
-from worksnap.scanparts import DirScan, differences
+from worksnap.scanparts import DirScan, Scan, Seen, differences
 from worksnap.sources import Tracked, tracked_below
 from worksnap.watch import Watcher
 
@@ -25,12 +33,14 @@ def audit_memory(
     key: bytes | None,
     tracked_then: Tracked | None,
     *,
+    captured: Manifest | None,
     max_file_bytes: int,
     check: Callable[[], None] | None,
 ) -> list[str]:
     """Compares `memory` with a plain scan of `root` now.
 
-    `memory` was made under the rules of `key` and git's index `tracked_then`. The
+    `memory` was made under the rules of `key` and git's index `tracked_then`, and
+    `captured` of it (None: a file whose ctime alone moved is a difference). The
     plain scan uses no cache, no memory and no watcher, and reads the rules and git's
     index afresh. Directories with events pending before or after it are left out, and
     those where git's index changed since (the next capture reads them again anyway).
@@ -49,6 +59,8 @@ def audit_memory(
     # the whole tree held at once was the daemon's peak memory (30 MB at 47k files).
     scanned: set[str] = set()
     differing: dict[str, list[tuple[str, str]]] = {}
+    digests = {e.path: e.hash for e in captured.entries} if captured is not None else {}
+    tree = DirTree(root.path)
 
     def compare(rel_dir: str, theirs: DirScan | None) -> None:
         if theirs is None:  # the walk starts again from the top
@@ -57,18 +69,27 @@ def audit_memory(
             return
         scanned.add(rel_dir)
         mine = memory.get(rel_dir)
-        if mine is not None and (found := list(differences(mine.found, theirs.found))):
+        if mine is None:
+            return
+        stale = _stale_only(mine.found, theirs.found)
+        found = [
+            (rel, what)
+            for rel, what in differences(mine.found, theirs.found)
+            if rel not in stale or not _as_captured(tree, rel, stale[rel], digests.get(rel))
+        ]
+        if found:
             differing[rel_dir] = found
 
-    scan_tree(
-        root.path,
-        rules,
-        exclude=root.exclude,
-        max_file_bytes=max_file_bytes,
-        tracked=tracked,
-        check=check,
-        each=compare,
-    )
+    with tree:
+        scan_tree(
+            root.path,
+            rules,
+            exclude=root.exclude,
+            max_file_bytes=max_file_bytes,
+            tracked=tracked,
+            check=check,
+            each=compare,
+        )
     after = watcher.peek()
     after.merge(before)
     after.note_index(tracked, tracked_then)
@@ -88,6 +109,34 @@ def audit_memory(
         for path, what in differing.get(rel_dir, ()):
             missed.append(_described(watcher, path, what))
     return missed
+
+
+def _stale_only(mine: Scan, theirs: Scan) -> dict[str, Seen]:
+    """The files whose stat differs from the one remembered in a later ctime alone (by path)."""
+    remembered = dict(mine.files)
+    stale: dict[str, Seen] = {}
+    for rel, now in theirs.files:
+        was = remembered.get(rel)
+        if (
+            was is not None
+            and now.st_ctime_ns > was.st_ctime_ns
+            and (was.st_ino, was.st_size, was.st_mtime_ns, was.st_mode)
+            == (now.st_ino, now.st_size, now.st_mtime_ns, now.st_mode)
+        ):
+            stale[rel] = now
+    return stale
+
+
+def _as_captured(tree: DirTree, rel: str, now: Seen, digest: str | None) -> bool:
+    """True when the file at `rel`, as `now` says it is, holds the bytes of `digest`."""
+    if digest is None:
+        return False
+    parent, _, name = rel.rpartition("/")
+    try:
+        found, _, st = read_file(fs_path(name), rel, keep=False, dir_fd=tree.dir_fd(parent))
+    except (OSError, SnapshotError):
+        return False  # gone or changed since: its events make the directory left out
+    return found == digest and file_state(st) == file_state(now)
 
 
 def _under_any(path: str, roots: set[str]) -> bool:

@@ -505,7 +505,7 @@ class Capture:
             return []
         missed = audit_memory(
             self._root, watcher, self._memory, self._memory_key, self._memory_tracked,
-            max_file_bytes=self.max_file_bytes, check=check,
+            captured=self._last_capture, max_file_bytes=self.max_file_bytes, check=check,
         )  # fmt: skip
         if missed:
             self.forget_memory()
