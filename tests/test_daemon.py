@@ -569,10 +569,16 @@ def test_ctrl_c_at_the_prompt_leaves_the_next_line_to_the_shell(served: Path) ->
 
 
 @pytest.mark.parametrize(
-    ("sent", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"]
+    ("sent", "code", "by"),
+    [
+        (signal.SIGINT, 130, ""),
+        (signal.SIGTERM, 143, " by SIGTERM"),
+        (signal.SIGHUP, 129, " by SIGHUP"),
+    ],
+    ids=["ctrl-c", "sigterm", "sighup"],
 )
 def test_a_stop_at_the_prompt_is_said_once_as_without_a_daemon(
-    served: Path, sent: signal.Signals, code: int
+    served: Path, sent: signal.Signals, code: int, by: str
 ) -> None:
     # A review: "worksnap: interrupted" twice, the client's line and then the daemon's
     # (README: every error is one line on stderr). The client now tells the daemon and
@@ -592,7 +598,7 @@ def test_a_stop_at_the_prompt_is_said_once_as_without_a_daemon(
     os.close(term.slave)
     rest, _ = terminal_output(term.master, client_proc)  # closes the master
     after = (shown + rest).split(b"[y/N] ", 1)[1].decode().replace("\r\n", "\n")
-    assert after == "worksnap: interrupted; nothing was changed\n"
+    assert after == f"worksnap: interrupted{by}; nothing was changed\n"  # the signal it was
     assert (root / "src/app.py").read_text() == "edited\n"
     assert requests(root) == 2  # the daemon ran it
 
@@ -654,7 +660,8 @@ def test_a_second_ctrl_c_says_the_daemon_goes_on_on_a_line_of_its_own(tmp_path: 
             _, fds = client.receive(conn, max_fds=3)
             client.send(conn, {"started": True})
             os.write(fds[2], b"restoring 3/10")
-            assert conn.recv(1) == b""  # the client's first Ctrl-C
+            assert conn.recv(2) == bytes([signal.SIGINT])  # the client's first Ctrl-C, said
+            assert conn.recv(1) == b""  # and its end closed for writing
             told.set()
             done.wait(60)
             for fd in fds:

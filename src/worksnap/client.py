@@ -284,6 +284,7 @@ def _relay_stops(sock: _socket.socket) -> tuple[list[tuple[int, Any]], list[int]
             raise Stopped(seen[0], running=True)
         seen.append(signum)
         try:
+            sock.send(bytes([signum]))  # which one (the daemon says it: `clientctx.stopped_by`)
             sock.shutdown(_socket.SHUT_WR)
         except OSError:
             pass  # the daemon is gone: the wait ends (DaemonLost)

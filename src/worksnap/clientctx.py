@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
+from worksnap.stopsignals import SIGINT, came
+
 _CLONE_FS = 0x00000200
 
 
@@ -112,8 +114,8 @@ class ClientInput(io.RawIOBase):
         poller.register(self._conn.fileno(), select.POLLIN | select.POLLHUP)
         while True:
             ready = dict(poller.poll())
-            if self._conn.fileno() in ready and hung_up(self._conn):
-                raise KeyboardInterrupt
+            if self._conn.fileno() in ready and (signum := stopped_by(self._conn)) is not None:
+                raise came(signum)
             if self._fd in ready:
                 data = os.read(self._fd, len(buffer))
                 buffer[: len(data)] = data
@@ -183,14 +185,20 @@ def gone(sock: socket.socket) -> bool:
     return any(event & (select.POLLHUP | select.POLLERR) for _, event in poller.poll(0))
 
 
-def hung_up(sock: socket.socket) -> bool:
-    """True when the client closed its end (it sends nothing while its command runs)."""
+def stopped_by(sock: socket.socket) -> int | None:
+    """The signal that stopped the client (None: none came), as it relays one.
+
+    While its command runs a client sends nothing but, at a stop, the signal's number in
+    one byte, then closes its end for writing (`client._relay_stops`): the end alone
+    (or an error) is Ctrl-C's.
+    """
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        sent = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except BlockingIOError:
-        return False
+        return None
     except OSError:
-        return True
+        return SIGINT
+    return sent[0] if sent else SIGINT
 
 
 def private_fs() -> bool:

@@ -49,8 +49,16 @@ from worksnap.client import (
     request,
     send,
 )
-from worksnap.clientctx import ClientInput, Context, RWLock, client_output, hung_up, private_fs
+from worksnap.clientctx import (
+    ClientInput,
+    Context,
+    RWLock,
+    client_output,
+    private_fs,
+    stopped_by,
+)
 from worksnap.layout import StorePaths, store_location
+from worksnap.stopsignals import came
 
 if TYPE_CHECKING:
     from worksnap.workspace import Workspace
@@ -246,9 +254,10 @@ class WorkspacePool:
 
         def report(done: Any) -> None:
             nonlocal interrupted
-            if client is not None and not interrupted and hung_up(client):
+            signum = stopped_by(client) if client is not None and not interrupted else None
+            if signum is not None:
                 interrupted = True
-                raise KeyboardInterrupt
+                raise came(signum)
             if progress is not None and not interrupted:
                 progress(done)
 

@@ -15,6 +15,7 @@ and its start must stay fast.
 from __future__ import annotations
 
 import contextlib
+from _thread import _local
 from collections.abc import Callable, Iterator
 
 TYPE_CHECKING = False  # as in client.py: typing is not imported at run time
@@ -35,7 +36,18 @@ NAMES: dict[int, str] = {
     _signal.SIGHUP: "SIGHUP",
 }
 
-_caught: list[int] = []
+
+class _Caught(_local):
+    """The signal that stopped this thread's command, if one did.
+
+    The daemon runs each client's command in a thread of its own, stopped by that
+    client's signal (`came`).
+    """
+
+    signum: int | None = None
+
+
+_caught = _Caught()
 
 
 class Stopped(KeyboardInterrupt):
@@ -52,8 +64,17 @@ class Stopped(KeyboardInterrupt):
 
 def stop(signum: int, frame: Any) -> None:
     """The handler `on_stop` installs by default: raises `Stopped` (each time it comes)."""
-    _caught.append(signum)
-    raise Stopped(signum)
+    raise came(signum)
+
+
+def came(signum: int) -> KeyboardInterrupt:
+    """What to raise when `signum` stops this thread's command.
+
+    `Stopped`, or Ctrl-C's own KeyboardInterrupt for SIGINT; `said` and `exit_code`
+    then name the signal.
+    """
+    _caught.signum = signum
+    return KeyboardInterrupt() if signum == SIGINT else Stopped(signum)
 
 
 def default(signum: int) -> None:
@@ -62,8 +83,8 @@ def default(signum: int) -> None:
 
 
 def caught() -> int | None:
-    """The number of the last signal `stop` turned into `Stopped` in this process, if any."""
-    return _caught[-1] if _caught else None
+    """The number of the last signal that stopped this thread's command (`came`), if any."""
+    return _caught.signum
 
 
 def exit_code() -> int:
@@ -77,7 +98,7 @@ def said(state: str, signum: int | None = None) -> str:
     `signum`: the signal (default: the one `stop` caught; none: Ctrl-C's).
     """
     signum = caught() if signum is None else signum
-    by = f" by {NAMES[signum]}" if signum in NAMES else ""
+    by = f" by {NAMES[signum]}" if signum in NAMES and signum != SIGINT else ""
     return f"worksnap: interrupted{by}{f'; {state}' if state else ''}"
 
 
@@ -88,7 +109,7 @@ def on_stop(handler: Callable[[int, Any], None] = stop) -> Iterator[None]:
     Only a signal at its default action gets it; none outside the main thread.
     """
     previous: list[tuple[int, Any]] = []
-    _caught.clear()
+    _caught.signum = None
     try:
         for stopping in STOPPING:
             if _signal.getsignal(stopping) == _signal.SIG_DFL:
