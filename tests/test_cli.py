@@ -104,6 +104,9 @@ def test_human_plan_output_has_counts(root: Path, capsys: pytest.CaptureFixture[
         (["show", "step:x"], 2, "step:N needs a number"),
         (["snapshot", "--step", "-1"], 2, "is negative"),
         (["bogus"], 2, "invalid choice"),
+        # It started a daemon that stopped at its first look (or never, for NaN).
+        (["daemon", "start", "--idle", "0"], 2, "is not a time above 0 seconds"),
+        (["daemon", "serve", "--idle", "nan"], 2, "is not a time above 0 seconds"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(

@@ -412,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.add_argument("action", choices=("start", "stop", "status", "serve"))
     daemon.add_argument(
         "--idle",
-        type=float,
+        type=_seconds,
         default=1800.0,
         metavar="SECONDS",
         help="stop after SECONDS without a command (default: 1800)",
@@ -573,7 +573,11 @@ def _natural(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    """A time above 0: `--every 0` (or below) polled without a pause, a core for hours."""
+    """A time above 0 seconds.
+
+    `run --every 0` (or below) polled without a pause, a core for hours; `daemon --idle
+    0` started a daemon that stopped at its first look, `nan` one that never stopped.
+    """
     try:
         value = float(text)
     except ValueError:
