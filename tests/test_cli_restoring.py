@@ -147,7 +147,11 @@ def test_ctrl_c_at_the_question_says_nothing_was_changed(root: Path, command: st
     child.send_signal(signal.SIGINT)  # Ctrl-C at the question
     rest, _ = terminal_output(controller, child)
     assert child.wait(timeout=60) == 130
-    assert rest.decode().replace("\r\n", "\n") == "worksnap: interrupted; nothing was changed\n"
+    said = "worksnap: interrupted; nothing was changed"
+    if command == "recover":  # and what is still to do
+        said += (": the workspace is still as the interrupted restore left it (run `worksnap "
+                 "recover` again)")  # fmt: skip
+    assert rest.decode().replace("\r\n", "\n") == said + "\n"
     assert everything(root) == before
 
 

@@ -223,8 +223,17 @@ class Interrupted(KeyboardInterrupt):
         self.state = state
 
     @classmethod
-    def before_any_change(cls) -> Interrupted:
-        """At the question or while planning: the tree is as it was."""
+    def before_any_change(cls, *, recovering: bool = False) -> Interrupted:
+        """At the question or while planning: the tree is as it was.
+
+        `recovering`: as an interrupted restore left it, which is still to be recovered
+        (a review: "nothing was changed" alone read as if there were nothing to do).
+        """
+        if recovering:
+            return cls(
+                "nothing was changed: the workspace is still as the interrupted restore left "
+                "it (run `worksnap recover` again)"
+            )
         return cls("nothing was changed")
 
     @classmethod

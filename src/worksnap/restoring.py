@@ -126,7 +126,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
             )
         return 0
     if args.dry_run or not (args.yes or args.json or not sys.stdin.isatty()):
-        with open_workspace(args) as ws, _unchanged_if_interrupted():
+        with open_workspace(args) as ws, _unchanged_if_interrupted(recovering=True):
             plan = ws.plan_recover()
         if plan is None:
             return _no_recovery(args)
@@ -134,7 +134,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
             _show_plan(args, plan, header=_heading("recover", plan))
             return 0
         _show_plan(args, plan, header=_heading("recover", plan), asking=True)
-        with _unchanged_if_interrupted():
+        with _unchanged_if_interrupted(recovering=True):
             if not _confirmed("recover", plan, args):
                 return 1
     with open_workspace(args) as ws:
@@ -187,14 +187,14 @@ def _change(args: argparse.Namespace, *, verb: str, preview: Preview, run: Run, 
 
 
 @contextlib.contextmanager
-def _unchanged_if_interrupted() -> Iterator[None]:
+def _unchanged_if_interrupted(*, recovering: bool = False) -> Iterator[None]:
     """Ctrl-C while planning or at the question: the line says nothing was changed."""
     from worksnap.errors import Interrupted
 
     try:
         yield
     except KeyboardInterrupt:
-        raise Interrupted.before_any_change() from None
+        raise Interrupted.before_any_change(recovering=recovering) from None
 
 
 def _confirmed(verb: str, plan: Plan, args: argparse.Namespace) -> bool:
