@@ -639,6 +639,38 @@ def test_a_client_gone_altogether_gets_nothing_more_on_its_terminal(served: Path
     assert (root / "src/app.py").read_text() == "edited\n"
 
 
+@pytest.mark.parametrize(("sent", "code"), [(b"", 130), (b"\x0f", 143), (b"\xc8", 130)])
+def test_the_daemon_takes_only_a_stop_signal_from_its_client(
+    served: Path, sent: bytes, code: int
+) -> None:
+    # A client says which signal stopped it in one byte, then closes its end: nothing (an
+    # older client) or a byte that is no stop signal is Ctrl-C's, never an exit code of
+    # 128 + 200.
+    root = served
+    target = cli(root, "snapshot")[1].strip()
+    write(root, "src/app.py", "edited\n")
+    term = Terminal()
+    sock = client.connect(str(root / ".worksnap"), None)
+    assert sock is not None
+    request = {
+        "op": "run", "protocol": client.PROTOCOL, "code": client.code_stamp(),
+        "argv": ["--root", str(root), "restore", target], "cwd": str(root),
+        "env": {**os.environ, "PYTHONPATH": SRC}, "umask": 0o022,
+        "streams": [["utf-8", "strict"]] * 3,
+    }  # fmt: skip
+    try:
+        client.send(sock, request, [term.slave] * 3)
+        assert client.receive(sock)[0] == {"started": True}
+        term.read_until(b"[y/N] ")
+        sock.sendall(sent)
+        sock.shutdown(socket.SHUT_WR)
+        assert client.receive(sock)[0] == {"exit": code}
+    finally:
+        sock.close()
+        term.close()
+    assert (root / "src/app.py").read_text() == "edited\n"
+
+
 def test_a_second_ctrl_c_says_the_daemon_goes_on_on_a_line_of_its_own(tmp_path: Path) -> None:
     # A review: "restoring 7317/10000worksnap: interrupted": the client's line glued to the
     # daemon's progress line, and not saying how the tree was left. Now the progress line

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from worksnap.stopsignals import SIGINT, came
+from worksnap.stopsignals import NAMES, SIGINT, came
 
 _CLONE_FS = 0x00000200
 
@@ -198,7 +198,7 @@ def stopped_by(sock: socket.socket) -> int | None:
         return None
     except OSError:
         return SIGINT
-    return sent[0] if sent else SIGINT
+    return sent[0] if sent and sent[0] in NAMES else SIGINT
 
 
 def private_fs() -> bool:
