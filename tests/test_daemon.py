@@ -603,15 +603,13 @@ def test_a_stop_at_the_prompt_is_said_once_as_without_a_daemon(
     assert requests(root) == 2  # the daemon ran it
 
 
-def test_a_client_gone_altogether_gets_nothing_more_on_its_terminal(served: Path) -> None:
-    # A review: after a second Ctrl-C the client had gone, and the daemon, rolling back,
-    # later wrote its own "interrupted" line on the terminal, under the shell's prompt.
-    # A client that closed its connection (not only its end for writing: a first Ctrl-C)
-    # gets nothing more from the command.
-    root = served
+def _restore_asking(root: Path, term: Terminal) -> socket.socket:
+    """A client's connection to the daemon, of a restore at its question on `term`.
+
+    `src/app.py` is edited since the snapshot the restore goes back to.
+    """
     target = cli(root, "snapshot")[1].strip()
     write(root, "src/app.py", "edited\n")
-    term = Terminal()
     sock = client.connect(str(root / ".worksnap"), None)
     assert sock is not None
     request = {
@@ -623,6 +621,17 @@ def test_a_client_gone_altogether_gets_nothing_more_on_its_terminal(served: Path
     client.send(sock, request, [term.slave] * 3)
     assert client.receive(sock)[0] == {"started": True}
     term.read_until(b"[y/N] ")
+    return sock
+
+
+def test_a_client_gone_altogether_gets_nothing_more_on_its_terminal(served: Path) -> None:
+    # A review: after a second Ctrl-C the client had gone, and the daemon, rolling back,
+    # later wrote its own "interrupted" line on the terminal, under the shell's prompt.
+    # A client that closed its connection (not only its end for writing: a first Ctrl-C)
+    # gets nothing more from the command.
+    root = served
+    term = Terminal()
+    sock = _restore_asking(root, term)
     sock.close()  # the client is gone, as after a second Ctrl-C
     os.close(term.slave)
     rest = b""
@@ -647,21 +656,9 @@ def test_the_daemon_takes_only_a_stop_signal_from_its_client(
     # older client) or a byte that is no stop signal is Ctrl-C's, never an exit code of
     # 128 + 200.
     root = served
-    target = cli(root, "snapshot")[1].strip()
-    write(root, "src/app.py", "edited\n")
     term = Terminal()
-    sock = client.connect(str(root / ".worksnap"), None)
-    assert sock is not None
-    request = {
-        "op": "run", "protocol": client.PROTOCOL, "code": client.code_stamp(),
-        "argv": ["--root", str(root), "restore", target], "cwd": str(root),
-        "env": {**os.environ, "PYTHONPATH": SRC}, "umask": 0o022,
-        "streams": [["utf-8", "strict"]] * 3,
-    }  # fmt: skip
+    sock = _restore_asking(root, term)
     try:
-        client.send(sock, request, [term.slave] * 3)
-        assert client.receive(sock)[0] == {"started": True}
-        term.read_until(b"[y/N] ")
         sock.sendall(sent)
         sock.shutdown(socket.SHUT_WR)
         assert client.receive(sock)[0] == {"exit": code}
