@@ -34,13 +34,15 @@ def audit_memory(
     tracked_then: Tracked | None,
     *,
     captured: Manifest | None,
+    settled_before: int,
     max_file_bytes: int,
     check: Callable[[], None] | None,
 ) -> list[str]:
     """Compares `memory` with a plain scan of `root` now.
 
     `memory` was made under the rules of `key` and git's index `tracked_then`, and
-    `captured` of it (None: a file whose ctime alone moved is a difference). The
+    `captured` of it (None: a file whose ctime alone moved is a difference); a stat
+    older than `settled_before` (ns) found as captured is brought up to date there. The
     plain scan uses no cache, no memory and no watcher, and reads the rules and git's
     index afresh. Directories with events pending before or after it are left out, and
     those where git's index changed since (the next capture reads them again anyway).
@@ -72,11 +74,20 @@ def audit_memory(
         if mine is None:
             return
         stale = _stale_only(mine.found, theirs.found)
-        found = [
-            (rel, what)
-            for rel, what in differences(mine.found, theirs.found)
-            if rel not in stale or not _as_captured(tree, rel, stale[rel], digests.get(rel))
-        ]
+        found: list[tuple[str, str]] = []
+        for rel, what in differences(mine.found, theirs.found):
+            if rel in stale:
+                was, now = stale[rel]
+                if check is not None:
+                    check()  # a read may be long: the audit gives way before each
+                if _as_captured(tree, rel, now, digests.get(rel)):
+                    if now.st_ctime_ns < settled_before:
+                        # Found as captured, remembered so: no later audit reads it again.
+                        # (Only once older than the capture's racy margin: a write within
+                        # one tick of this stat could leave it as it is.)
+                        was.st_ctime_ns = now.st_ctime_ns
+                    continue
+            found.append((rel, what))
         if found:
             differing[rel_dir] = found
 
@@ -111,19 +122,24 @@ def audit_memory(
     return missed
 
 
-def _stale_only(mine: Scan, theirs: Scan) -> dict[str, Seen]:
-    """The files whose stat differs from the one remembered in a later ctime alone (by path)."""
+def _stale_only(mine: Scan, theirs: Scan) -> dict[str, tuple[Seen, Seen]]:
+    """The files whose stat differs from the one remembered in a later ctime alone.
+
+    By path: (remembered, now). The link count must be as remembered too: a file with a
+    name more than the memory knows (a hard link kept outside the tree, or in an ignored
+    directory) is a difference, since writes through it raise no event here (a review).
+    """
     remembered = dict(mine.files)
-    stale: dict[str, Seen] = {}
+    stale: dict[str, tuple[Seen, Seen]] = {}
     for rel, now in theirs.files:
         was = remembered.get(rel)
         if (
             was is not None
             and now.st_ctime_ns > was.st_ctime_ns
-            and (was.st_ino, was.st_size, was.st_mtime_ns, was.st_mode)
-            == (now.st_ino, now.st_size, now.st_mtime_ns, now.st_mode)
+            and (was.st_ino, was.st_size, was.st_mtime_ns, was.st_mode, was.st_nlink)
+            == (now.st_ino, now.st_size, now.st_mtime_ns, now.st_mode, now.st_nlink)
         ):
-            stale[rel] = now
+            stale[rel] = (was, now)
     return stale
 
 

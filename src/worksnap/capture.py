@@ -506,6 +506,7 @@ class Capture:
         missed = audit_memory(
             self._root, watcher, self._memory, self._memory_key, self._memory_tracked,
             captured=self._last_capture, max_file_bytes=self.max_file_bytes, check=check,
+            settled_before=time.time_ns() - self._racy_margin_ns - self._caches.tick(),
         )  # fmt: skip
         if missed:
             self.forget_memory()
