@@ -49,14 +49,7 @@ from worksnap.client import (
     request,
     send,
 )
-from worksnap.clientctx import (
-    ClientInput,
-    Context,
-    RWLock,
-    client_output,
-    private_fs,
-    stopped_by,
-)
+from worksnap.clientctx import ClientInput, Context, RWLock, client_output, private_fs, stopped_by
 from worksnap.layout import StorePaths, store_location
 from worksnap.stopsignals import came
 
