@@ -29,8 +29,8 @@ from worksnap.workspace import Seams
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux")
 
 
-def plain(root: Path, tmp_path: Path) -> Manifest:
-    with Workspace(root, store=tmp_path / "plain-store") as ws:
+def plain(root: Path, tmp_path: Path, exclude: tuple[str, ...] = ()) -> Manifest:
+    with Workspace(root, store=tmp_path / "plain-store", exclude=exclude) as ws:
         return ws.capture(store_objects=False)
 
 
@@ -262,6 +262,25 @@ def test_the_audit_reports_a_second_name_kept_since(root: Path, tmp_path: Path, 
         with open(other, "r+b") as f:
             f.write(b"a2\n")
         assert files(ws.snapshot()) == files(plain(root, tmp_path))
+        assert ws.audit() == []
+
+
+@pytest.mark.parametrize("at", ["src/b.log", "src/new/b.log", "src/b.tmp"])
+def test_a_hard_link_made_at_a_name_left_out_is_learnt_by_the_next_capture(
+    root: Path, tmp_path: Path, at: str
+) -> None:
+    """A link to a captured file, made at an ignored or excluded name of a watched directory
+    (or of one made since): the next capture stats the names it left out that events named
+    (or that a directory made since holds), finds the file's second name, and stats the
+    file again, so the memory knows it has two (the daemon differential's audit found the
+    memory unaware: seed 171, whose second half, seed 176, failed at step 2,718)."""
+    write(root, ".gitignore", "*.log\n")
+    write(root, "src/a.py", "a1\n")
+    with Workspace(root, store=tmp_path / "store", watch=True, exclude=("*.tmp",)) as ws:
+        ws.snapshot()
+        (root / at).parent.mkdir(exist_ok=True)
+        os.link(root / "src" / "a.py", root / at)
+        assert files(ws.snapshot()) == files(plain(root, tmp_path, exclude=("*.tmp",)))
         assert ws.audit() == []
 
 

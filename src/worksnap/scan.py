@@ -32,7 +32,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from worksnap.caches import Listing, Listings, Stamp, listing_key
+from worksnap.caches import Listing, Listings, listing_key, stamp_of
 from worksnap.errors import SnapshotError, unreadable
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path
@@ -49,6 +49,7 @@ from worksnap.scanparts import (
     Scan,
     Seen,
     WalkStats,
+    a_remembered_file,
     add_link,
     as_remembered,
     classify,
@@ -74,12 +75,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ANCHOR_AFTER = 2048
 """Below a directory this many bytes deep (relative to the descriptor it is reached
 from), the walk opens it and goes on relative to it: PATH_MAX is 4096."""
-
-
-def _stamp(st: os.stat_result) -> Stamp:
-    # The first four fields of `fsio.file_state`: the listing cache's format has no st_mode
-    # (ctime covers it).
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _refreshed(
@@ -216,6 +211,7 @@ class _Walk:
     from_memory: set[str] = field(default_factory=set)
     """Directories whose stats (some or all) were taken from memory."""
     new_links: bool = False
+    inodes: list[set[int]] = field(default_factory=list)  # (`a_remembered_file`)
 
 
 # (relative dir, anchor, path from the anchor, rules above it, rules as cached,
@@ -390,7 +386,7 @@ def _read_dir(
 ) -> None:
     rel_dir, anchor, path, above, rules_as_cached, _, _, tracked_only = item
     prefix = f"{path}/" if path else ""
-    stamp = _stamp(dir_stat)
+    stamp = stamp_of(dir_stat)
     if cached is not None and cached.tracked_only != tracked_only:
         cached = None  # classified under other rules: entered for tracked files only, or not
     ignore_data: bytes | None = None
@@ -421,7 +417,7 @@ def _read_dir(
         if ignore_stat is not None and stat.S_ISREG(ignore_stat.st_mode):
             ignore_data = read_ignore_file(anchor.fd, prefix, rel_dir)
             dir_rules = dir_rules.child(rel_dir, ignore_data)
-    ignore_stamp = _stamp(ignore_stat) if ignore_stat is not None else None
+    ignore_stamp = stamp_of(ignore_stat) if ignore_stat is not None else None
     reuse = (
         rules_as_cached
         and cached is not None
@@ -526,10 +522,12 @@ def _read_dir(
                 here.files.append(pair if pair is not None else (rel, st))
         elif kind == LINK:
             add_link(here, rel, prefix + os_name(name), anchor.fd)
-        elif kind in (IGNORED, IGNORED_DIR):
-            here.ignored.append(rel)
         else:
-            here.excluded.append(rel)
+            (here.ignored if kind in (IGNORED, IGNORED_DIR) else here.excluded).append(rel)
+            if kind != IGNORED_DIR and w.memory and not w.changes.everything:  # (then all stat-ed)
+                w.new_links |= a_remembered_file(
+                    name, prefix, anchor.fd, events, memory=w.memory, inodes=w.inodes
+                )
     _done(w, rel_dir, part)
     same_rules = (
         memory_ok

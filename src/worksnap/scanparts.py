@@ -22,6 +22,7 @@ from worksnap.fsio import file_state, state_fields
 from worksnap.ignore import Rules
 from worksnap.paths import fs_path, is_git_name, wire_name
 from worksnap.sources import Tracked
+from worksnap.watch import Events
 
 # Kinds of child in a listing (stored in the listing cache: never change one).
 DIR, FILE, LINK, IGNORED, IGNORED_DIR, EXCLUDED = "d", "f", "l", "i", "I", "x"
@@ -268,6 +269,29 @@ def lstat_or_none(path: str, dir_fd: int) -> os.stat_result | None:
         return os.lstat(path, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
+
+
+def a_remembered_file(
+    name: str, prefix: str, dir_fd: int, events: Events | None, *, memory: dict[str, DirScan],
+    inodes: list[set[int]],
+) -> bool:  # fmt: skip
+    """True when `name`, left out by the scan, is another name of a file `memory` holds.
+
+    Making a hard link raises an event at the new name only. A captured file given a
+    second name where the scan looks no further (an ignored or excluded name) keeps its
+    remembered stat, one link, and is not stat-ed again at each scan: a write through
+    that name could go unseen. Asked of the names `events` named in a directory listed
+    again (all of them, listed without memory): the file is at `prefix + name` relative
+    to `dir_fd`. `inodes` holds the memory's inode numbers once needed.
+    """
+    if events is not None and not events.unnamed and fs_path(name) not in events.names:
+        return False
+    st = lstat_or_none(prefix + os_name(name), dir_fd)
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return False
+    if not inodes:
+        inodes.append({seen.st_ino for part in memory.values() for _, seen in part.found.files})
+    return st.st_ino in inodes[0]
 
 
 def special_names(children: list[tuple[str, str]]) -> set[str]:
