@@ -2,10 +2,11 @@
 
 The daemon runs it while idle (`Capture.audit`): any difference is something the
 watcher missed, reported with the latest events seen where it is. One is not: a file
-whose ctime alone moved on, with the bytes the last capture recorded. A second name
-made and removed since (anywhere, even outside the tree) moves it, and no event names
-the file; the remembered stat is then stale, never wrong, since a ctime only grows: a
-capture comparing it with a new one hashes the file again.
+whose ctime alone moved on (its link count as remembered), with the bytes the last
+capture recorded. A second name made and removed since (anywhere, even outside the
+tree) moves it, and no event names the file; the remembered stat is then stale, never
+wrong, since a ctime only grows: a capture comparing it with a new one hashes the file
+again.
 """
 
 from __future__ import annotations
@@ -71,11 +72,11 @@ def audit_memory(
             return
         scanned.add(rel_dir)
         mine = memory.get(rel_dir)
-        if mine is None:
+        if mine is None or not (differ := list(differences(mine.found, theirs.found))):
             return
         stale = _stale_only(mine.found, theirs.found)
         found: list[tuple[str, str]] = []
-        for rel, what in differences(mine.found, theirs.found):
+        for rel, what in differ:
             if rel in stale:
                 was, now = stale[rel]
                 if check is not None:
