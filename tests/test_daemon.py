@@ -516,8 +516,10 @@ class Terminal:
         env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
         # As a person's shell starts a foreground job: with Ctrl-C not ignored, even when
         # the tests themselves run in the background, which inherits SIGINT as ignored
-        # (a handled signal is reset to its default in the child; an ignored one is not).
+        # (a handled signal is reset to its default in the child; an ignored one is not),
+        # and SIGHUP not ignored, even under `nohup` (CI's client hung at a SIGHUP).
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
         try:
             return subprocess.Popen(
                 [sys.executable, "-m", "worksnap", "--root", str(root), *args],
@@ -525,6 +527,7 @@ class Terminal:
                 env={**env, "PYTHONPATH": SRC},
             )  # fmt: skip
         finally:
+            signal.signal(signal.SIGHUP, hup)
             signal.signal(signal.SIGINT, previous)
 
     def read_until(self, text: bytes, timeout: float = 30) -> bytes:
