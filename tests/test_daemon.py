@@ -587,7 +587,8 @@ def test_a_stop_at_the_prompt_is_said_once_as_without_a_daemon(
     # (README: every error is one line on stderr). The client now tells the daemon and
     # waits for it: the daemon's line, as a command run here prints it, is the only one.
     # SIGTERM (an MCP client, `timeout`, systemd) or SIGHUP ended the client at once, and
-    # the daemon wrote its line after the shell's prompt: it is relayed as Ctrl-C too.
+    # the daemon wrote its line after the shell's prompt: it is relayed as Ctrl-C is, with
+    # its name, and the daemon's line names it as a command run here does.
     root = served
     target = cli(root, "snapshot")[1].strip()
     write(root, "src/app.py", "edited\n")
