@@ -27,7 +27,6 @@ times (whole seconds), so that the racy margin (see capture.py) covers a tick.
 from __future__ import annotations
 
 import itertools
-import os
 import struct
 import time
 from collections.abc import Callable
@@ -38,17 +37,8 @@ import msgspec
 
 from worksnap.errors import StoreError
 from worksnap.frames import MAX_UNPACKED, msgpack_map, pack, pack_pieces, unpack
-from worksnap.fsio import FileState, packed_state
+from worksnap.fsio import FileState, Stamp, packed_state
 from worksnap.storedir import StoreDir
-
-Stamp = tuple[int, int, int, int]
-"""(inode, size, mtime_ns, ctime_ns): the first four fields of `fsio.file_state`."""
-
-
-def stamp_of(st: os.stat_result) -> Stamp:
-    """Its stamp: the listing cache has no st_mode (the ctime covers it)."""
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
 
 StatRecord = tuple[FileState, str]
 """A file's stat cache record: (its state when hashed, its digest)."""

@@ -65,6 +65,16 @@ def file_state(st: StatLike) -> FileState:
     return packed_state((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
 
 
+Stamp = tuple[int, int, int, int]
+"""(inode, size, mtime_ns, ctime_ns): a directory's or rule source's `file_state` without
+its mode (a chmod moves the ctime)."""
+
+
+def stamp_of(st: os.stat_result) -> Stamp:
+    """The stamp of `st`: what tells that a listed directory or a rule file is unchanged."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def packed_state(fields: tuple[int, int, int, int, int]) -> FileState:
     """The state of these five fields (a stat cache written before states were packed)."""
     try:

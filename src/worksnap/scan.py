@@ -32,8 +32,9 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from worksnap.caches import Listing, Listings, listing_key, stamp_of
+from worksnap.caches import Listing, Listings, listing_key
 from worksnap.errors import SnapshotError, unreadable
+from worksnap.fsio import stamp_of
 from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path
 from worksnap.scanparts import (

@@ -15,10 +15,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from worksnap.caches import Stamp
 from worksnap.errors import SnapshotError, gone, unreadable
 from worksnap.exclusion import excluded_entry
-from worksnap.fsio import file_state, state_fields
+from worksnap.fsio import Stamp, file_state, state_fields
 from worksnap.ignore import Rules
 from worksnap.paths import fs_path, is_git_name, wire_name
 from worksnap.sources import Tracked

@@ -15,15 +15,13 @@ import stat
 import time
 from pathlib import Path
 
-from worksnap.fsio import read_regular
+from worksnap.fsio import Stamp, read_regular, stamp_of
 from worksnap.gitindex import GitDirs, find_git_dirs, work_tree_index
 from worksnap.paths import fs_path
 
 RACY_SOURCE_NS = 2_000_000_000
 """A rule source changed this close to when it was read may have changed again within
 the same timestamp tick (whole seconds on some file systems): it is read again."""
-
-Stamp = tuple[int, int, int, int]
 
 
 def source_stamp(path: str) -> Stamp | None:
@@ -36,7 +34,7 @@ def source_stamp(path: str) -> Stamp | None:
         # A repository's `.git`: only its coming and going matters (git writes in it all
         # the time).
         return (st.st_ino, -1, 0, 0)
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return stamp_of(st)
 
 
 def _content(path: str) -> bytes | None:
