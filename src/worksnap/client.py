@@ -26,6 +26,7 @@ import struct
 import sys
 
 from worksnap.layout import StorePaths, locate, store_location
+from worksnap.stopsignals import NAMES
 
 TYPE_CHECKING = False  # typing costs 9 ms to import; mypy treats this name as True
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class Stopped(KeyboardInterrupt):
 
     def said(self) -> str:
         """The one line the client prints, on a line of its own (a progress line erased)."""
-        by = "" if self.signum == _signal.SIGINT else f" by {_NAMES[self.signum]}"
+        by = "" if self.signum == _signal.SIGINT else f" by {NAMES[self.signum]}"
         if not self.running:
             return f"worksnap: interrupted{by}"
         erase = "\r\x1b[K" if _isatty(2) else ""  # the daemon's progress line, if one is shown
@@ -86,13 +87,6 @@ class Stopped(KeyboardInterrupt):
             f"{erase}worksnap: interrupted{by}; the daemon goes on stopping the command in the "
             "background (a restore it had begun rolls back before another can start)"
         )
-
-
-_NAMES: dict[int, str] = {
-    _signal.SIGINT: "SIGINT",
-    _signal.SIGTERM: "SIGTERM",
-    _signal.SIGHUP: "SIGHUP",
-}
 
 
 def _isatty(fd: int) -> bool:

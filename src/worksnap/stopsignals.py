@@ -8,19 +8,19 @@ and the one line that says how the tree was left (`errors.Interrupted`) are Ctrl
 own; the command line then exits 128 + the signal's number, as a shell reports it.
 
 A signal whose handler is not the default (ignored under `nohup`, or someone else's)
-is left alone. Imports only the C module `_signal`: the client (client.py) uses it too,
-and its start must stay fast.
+is left alone. Imports only C modules (`_signal`, `_thread`): the client (client.py)
+names signals from here, and its start must stay fast.
 """
 
 from __future__ import annotations
 
-import contextlib
 from _thread import _local
-from collections.abc import Callable, Iterator
 
 TYPE_CHECKING = False  # as in client.py: typing is not imported at run time
 if TYPE_CHECKING:
     import signal as _signal
+    from collections.abc import Callable
+    from types import TracebackType
     from typing import Any
 else:
     import _signal  # the C module: `signal` itself imports enum and functools (12 ms)
@@ -102,23 +102,30 @@ def said(state: str, signum: int | None = None) -> str:
     return f"worksnap: interrupted{by}{f'; {state}' if state else ''}"
 
 
-@contextlib.contextmanager
-def on_stop(handler: Callable[[int, Any], None] = stop) -> Iterator[None]:
+class on_stop:  # lower case: used as the function it was, `with on_stop():`
     """Runs the body with `handler` for SIGTERM and SIGHUP; their handlers are put back after.
 
-    Only a signal at its default action gets it; none outside the main thread.
+    Only a signal at its default action gets it; none outside the main thread. A class,
+    not `contextlib.contextmanager`: contextlib would cost the client (client.py) 4 ms.
     """
-    previous: list[tuple[int, Any]] = []
-    _caught.signum = None
-    try:
-        for stopping in STOPPING:
-            if _signal.getsignal(stopping) == _signal.SIG_DFL:
-                _signal.signal(stopping, handler)
-                previous.append((stopping, _signal.SIG_DFL))
-    except ValueError:  # not the main thread: Python runs handlers there only
-        pass
-    try:
-        yield
-    finally:
-        for signum, old in previous:
+
+    def __init__(self, handler: Callable[[int, Any], None] = stop) -> None:
+        self._handler = handler
+        self._previous: list[tuple[int, Any]] = []
+
+    def __enter__(self) -> None:
+        _caught.signum = None
+        try:
+            for stopping in STOPPING:
+                if _signal.getsignal(stopping) == _signal.SIG_DFL:
+                    _signal.signal(stopping, self._handler)
+                    self._previous.append((stopping, _signal.SIG_DFL))
+        except ValueError:  # not the main thread: Python runs handlers there only
+            pass
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for signum, old in self._previous:
             _signal.signal(signum, old)
+        self._previous.clear()
