@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from worksnap.errors import InputError
 from worksnap.ignore import Rules, base_rules, compile_ignore_file, ignore_checker
 from worksnap.paths import wire_name
 from worksnap.scan import scan_tree
@@ -182,6 +183,29 @@ def test_huge_ignore_file_last_line_still_wins(root: Path) -> None:
     # Large files are compiled in several RE2 sets; the later lines must still win.
     lines = [b"*.log", *(b"x%d*[ab]?/**/y*" % i for i in range(2500)), b"!keep.log"]
     assert left_out(b"\n".join(lines), ["a.log", "keep.log"], root) == {"a.log"}
+
+
+def test_an_ignore_file_of_long_lines_compiles_and_matches(root: Path) -> None:
+    # 500 anchored paths of about 190 bytes (a generated ignore list) made one RE2 set
+    # outgrow RE2's memory: every snapshot died with "failed to compile Set" (a review).
+    # A single line of 200 kB is a pattern git matches too.
+    deep = "/".join(f"{i:02d}" + "d" * 28 for i in range(6))
+    listed = [f"/build/{deep}/{n:03d}/*.js" for n in range(500)]
+    patterns = "\n".join(["secret.env", *listed])
+    paths = ["secret.env", "a.txt", f"build/{deep}/042/x.js", f"build/{deep}/042/x.ts"]
+    assert left_out(patterns.encode(), paths, root) == {"secret.env", f"build/{deep}/042/x.js"}
+    long_path = "/".join(f"{i:04d}" + "n" * 195 for i in range(1000))  # 200 kB
+    matcher = compile_ignore_file(f"/{long_path}\n".encode())
+    assert matcher is not None
+    assert matcher.decide(long_path.encode(), is_dir=False) is True
+    assert matcher.decide(long_path.encode() + b"x", is_dir=False) is None
+
+
+def test_an_ignore_rule_too_long_to_match_is_refused_in_one_line(root: Path) -> None:
+    # git matches a line of megabytes; RE2 cannot compile one within its memory budget.
+    write(root, ".gitignore", b"*.log\n/" + b"ab/" * 400_000 + b"\n")
+    with pytest.raises(InputError, match=r"^an ignore rule of 1,200,001 bytes is too long "):
+        scan(root)
 
 
 def test_rules_without_any_file_ignore_nothing() -> None:

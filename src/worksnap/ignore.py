@@ -25,6 +25,7 @@ from pathlib import Path
 import re2
 from blake3 import blake3
 
+from worksnap.errors import InputError
 from worksnap.fsio import read_regular
 from worksnap.paths import ancestors, fs_path
 from worksnap.sources import Sources, common_dir_of, find_top, git_dir_of, source_files
@@ -37,6 +38,7 @@ _OPTIONS.encoding = re2.Options.Encoding.LATIN1  # one byte, one character
 _OPTIONS.dot_nl = True  # names may contain newlines
 _OPTIONS.never_capture = True
 _OPTIONS.log_errors = False
+_OPTIONS.max_mem = 64 << 20  # a budget, used as needed: a 400 kB line compiles (8 MiB: 90 kB)
 
 _SLASH, _BACKSLASH, _STAR, _QUESTION = ord("/"), ord("\\"), ord("*"), ord("?")
 _OPEN, _CLOSE, _COLON, _DASH = ord("["), ord("]"), ord(":"), ord("-")
@@ -263,19 +265,30 @@ def pattern_lines(data: bytes) -> list[bytes]:
 
 
 _CHUNK = 500
-"""Patterns per RE2 set. One set for a huge file would outgrow RE2's memory budget
-(it then fails to compile, or a match silently finds nothing); chunks stay small."""
+_CHUNK_BYTES = 16 << 10
+"""Patterns per RE2 set: at most `_CHUNK`, and no more than `_CHUNK_BYTES` of regex but
+for one longer line on its own. One set for a huge file would outgrow RE2's memory
+budget (500 lines of 190 bytes failed to compile under the default 8 MiB, a review), and
+a set's matches run out of memory where a lone regex falls back: chunks stay small."""
 
 
 def _compile_chunks(patterns: list[tuple[bytes, bool]]) -> list[tuple[re2.Set, list[bool]]]:
-    """Compiles (regex, negated) pairs into RE2 sets of `_CHUNK` each, the last lines first."""
+    """Compiles (regex, negated) pairs into RE2 sets (`_CHUNK`), the last lines first."""
     chunks: list[tuple[re2.Set, list[bool]]] = []
-    for start in range(0, len(patterns), _CHUNK):
+    start = 0
+    while start < len(patterns):
+        end, size = start, 0
+        while end < len(patterns) and end - start < _CHUNK:
+            size += len(patterns[end][0])
+            if size > _CHUNK_BYTES and end > start:
+                break
+            end += 1
         regex_set = re2.Set.FullMatchSet(_OPTIONS)
-        for regex, _ in patterns[start : start + _CHUNK]:
+        for regex, _ in patterns[start:end]:
             regex_set.Add(regex)
-        regex_set.Compile()
-        chunks.insert(0, (regex_set, [negated for _, negated in patterns[start : start + _CHUNK]]))
+        regex_set.Compile()  # raises re2.error only for a line of megabytes (`compile_ignore_file`)
+        chunks.insert(0, (regex_set, [negated for _, negated in patterns[start:end]]))
+        start = end
     return chunks
 
 
@@ -303,7 +316,15 @@ class Matcher:
 def compile_ignore_file(data: bytes) -> Matcher | None:
     """Compiles the bytes of one ignore file; None when no pattern in it can match."""
     patterns = [p for p in map(translate, pattern_lines(data)) if p is not None]
-    return Matcher(patterns) if patterns else None
+    try:
+        return Matcher(patterns) if patterns else None
+    except re2.error:
+        line = max(pattern_lines(data), key=len)
+        raise InputError(
+            f"an ignore rule of {len(line):,} bytes is too long for worksnap to match: "
+            f"{line[:40].decode(errors='replace')!r}... (in a .gitignore, info/exclude or the "
+            "global excludes file)"
+        ) from None
 
 
 class Level:
