@@ -203,8 +203,12 @@ def test_no_import_circles() -> None:
     assert circles == []
 
 
-def test_the_client_loads_only_the_layout() -> None:
-    """The daemon's client runs on every command: the engine is imported only when needed."""
+def test_the_client_loads_only_the_layout_and_the_signal_names() -> None:
+    """The daemon's client runs on every command: the engine is imported only when needed.
+
+    `stopsignals` imports only C modules (`_signal`, `_thread`): the client names a
+    signal as a command without a daemon does.
+    """
     tree = ast.parse((SRC / "client.py").read_text())
     at_load: set[str] = set()
     for node in tree.body:
@@ -212,7 +216,7 @@ def test_the_client_loads_only_the_layout() -> None:
             at_load.add(node.module or "")
         elif isinstance(node, ast.Import):
             at_load.update(a.name for a in node.names if a.name.startswith("worksnap"))
-    assert at_load == {"worksnap.layout"}
+    assert at_load == {"worksnap.layout", "worksnap.stopsignals"}
 
 
 def test_the_client_imports_nothing_it_does_not_need(tmp_path: Path) -> None:
@@ -242,7 +246,7 @@ def test_the_client_imports_nothing_it_does_not_need(tmp_path: Path) -> None:
              "dataclasses", "hashlib", "_hashlib", "inspect"}  # fmt: skip
     assert loaded & heavy == set()
     assert {m for m in loaded if m.startswith("worksnap")} == {
-        "worksnap", "worksnap.client", "worksnap.layout"
+        "worksnap", "worksnap.client", "worksnap.layout", "worksnap.stopsignals"
     }  # fmt: skip
 
 
