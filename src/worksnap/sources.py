@@ -143,8 +143,12 @@ class Tracked:
     """The paths git's index tracks below a root: never ignored (`git add -f`), as in git.
 
     Paths are raw bytes relative to the root. A sparse index's directory entry
-    (ending in `/`) stands for everything below it. `gitlinks`: the paths among
-    them tracked as another repository's commit (a submodule's).
+    (ending in `/`) stands for the files git tracks below it, outside the sparse
+    checkout's cone: which ones only git's objects tell, so no path below it counts as
+    tracked (a file made there is judged by the rules, as `git status` judges it: a
+    review found ignored build output captured and overwritten), but the directory
+    `holds` some. `gitlinks`: the paths among them tracked as another repository's
+    commit (a submodule's).
     """
 
     __slots__ = ("_dirs", "_sparse", "gitlinks", "paths")
@@ -157,10 +161,7 @@ class Tracked:
 
     def is_tracked(self, rel: str) -> bool:
         """True when git tracks the path (wire form, relative to the root)."""
-        raw = fs_path(rel)
-        if raw in self.paths:
-            return True
-        return any(raw.startswith(d) for d in self._sparse)
+        return fs_path(rel) in self.paths
 
     def holds(self, rel_dir: str) -> bool:
         """True when git tracks something below the directory."""
@@ -181,16 +182,15 @@ class Tracked:
     @property
     def enters_any(self) -> bool:
         """True when git tracks some directory itself (see `enters_whole`)."""
-        return bool(self.gitlinks or self._sparse)
+        return bool(self.gitlinks)
 
     def enters_whole(self, rel_dir: str) -> bool:
-        """True when git tracks the directory itself, as a gitlink or in a sparse directory.
+        """True when git tracks the directory itself, as a gitlink (a submodule's).
 
         A path tracked as a file or symlink that is a directory now is not: git sees
         the file deleted and decides about the directory as about any untracked one.
         """
-        raw = fs_path(rel_dir)
-        return raw in self.gitlinks or any(raw.startswith(d) for d in self._sparse)
+        return fs_path(rel_dir) in self.gitlinks
 
     def changed_since(self, other: Tracked | None) -> set[bytes]:
         """The paths tracked by one of the two and not the other, or tracked otherwise."""

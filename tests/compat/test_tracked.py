@@ -268,3 +268,41 @@ def test_a_restore_removes_what_was_added_in_a_gitlink_at_an_ignored_path(
         assert (top / where / "inside.txt").read_text() == "v1\n"
         assert sorted(os.listdir(top / where)) == ["inside.txt", "xtra"]
     assert sorted(os.listdir(top / "vendor")) == ["later.txt", "untracked.txt", "xsub"]
+
+
+def _commit(top: Path) -> None:
+    git(top, "add", "-A")
+    git(top, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+
+
+def _git_view(top: Path) -> set[bytes]:
+    """What git would have in a snapshot: the files it tracks on disk, and the untracked
+    (those of an untracked nested repository as git run in it lists them)."""
+    tracked = {p for p in split_z(git(top, "ls-files", "-z")) if _on_disk(top, p)}
+    return tracked | untracked(os.fsencode(top))
+
+
+def test_a_sparse_directory_entry_tracks_nothing_git_would_call_untracked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sparse index keeps `out/` for what is outside the cone: not every path below it.
+
+    A file made there that the rules ignore is ignored for git (`!! out/a.o`); worksnap
+    took everything below the entry as tracked, captured it, and a restore overwrote it
+    (a review).
+    """
+    top = _repo(tmp_path, monkeypatch, gitignore="*.o\n")
+    for name in ("in/f", "out/g", "out/deep/h"):
+        (top / name).parent.mkdir(parents=True, exist_ok=True)
+        (top / name).write_text(name)
+    _commit(top)
+    git(top, "sparse-checkout", "set", "--cone", "--sparse-index", "in")
+    assert b"out/" in split_z(git(top, "ls-files", "-z", "--sparse"))  # a sparse entry
+    (top / "out" / "deep").mkdir(parents=True)
+    (top / "out" / "a.o").write_text("build output\n")
+    (top / "out" / "deep" / "b.o").write_text("build output\n")
+    (top / "out" / "new.c").write_text("untracked\n")
+    assert {b"out/a.o", b"out/deep/b.o"} <= _status_ignored(top)
+    captured, ignored = capture(top, tmp_path / "store")
+    assert captured == _git_view(top)
+    assert {"out/a.o", "out/deep/b.o"} <= {os.fsdecode(p) for p in ignored}
