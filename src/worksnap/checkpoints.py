@@ -296,6 +296,9 @@ class Checkpoints:
                 return read_ignore_file(dir_fd, "", directory)
 
         def nested(directory: str) -> bool:
+            tracked = self._capture.tracked(rules)
+            if tracked is not None and tracked.holds(directory):
+                return False  # git walks a directory it tracks something in as its own
             with DirTree(self._root.path) as tree:
                 try:
                     os.lstat(".git", dir_fd=tree.dir_fd(directory))

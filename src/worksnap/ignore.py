@@ -547,7 +547,8 @@ def ignore_checker(
     tracks it as a gitlink): that one is entered as the scan enters it, under the
     rules in force above the ignored directories it is in, and its own `.gitignore`.
     Nested repositories are the ones on disk now (a restore never touches `.git`);
-    `nested(directory)`, when given, says whether one may be there (a `.git` is), so
+    `nested(directory)`, when given, says whether one may be there (a `.git` is, and
+    git's index tracks nothing in the directory: git walks that one as its own), so
     that only those directories are looked up by path. Directories are decided from
     the top down, so a path of any depth is decided without deep recursion.
     """

@@ -337,8 +337,10 @@ def target_ignores(
             return None
         return read(entry)
 
+    # git walks a directory its index tracks something in as its own, `.git` or not.
+    nested = None if tracked is None else (lambda directory: not tracked.holds(directory))
     if tracked is None or not tracked.enters_any:
-        return ignore_checker(rules, gitignore)
+        return ignore_checker(rules, gitignore, None, nested)
     dirs: frozenset[str] | None = None
 
     def whole(directory: str) -> bool:
@@ -348,7 +350,7 @@ def target_ignores(
         dirs = frozenset(target.dirs) if dirs is None else dirs
         return directory in dirs
 
-    ignored = ignore_checker(rules, gitignore, whole)
+    ignored = ignore_checker(rules, gitignore, whole, nested)
     listed = frozenset(target.ignored)
     return lambda path, is_dir: path in listed or ignored(path, is_dir)
 

@@ -409,7 +409,8 @@ def _read_dir(
         has_git = None if names is None else ".git" in names
         if has_git is None:
             has_git = lstat_or_none(prefix + ".git", anchor.fd) is not None
-        nested_repo = bool(rel_dir) and has_git
+        # git walks a directory its index tracks something in as its own, `.git` or not.
+        nested_repo = bool(rel_dir) and has_git and not (w.tracked and w.tracked.holds(rel_dir))
         dir_rules = above
         if nested_repo:
             # git run inside a nested repository reads only that repository's ignore files.
@@ -426,10 +427,12 @@ def _read_dir(
         and cached.ignore_file == ignore_stamp
         and not nested_repo  # its rules come from its own .git, which this cache does not stamp
     )
+    # Remembered under the same rules (no nested repository is; git's index may make one).
+    same_source = last is not None and last.ignore_data == ignore_data and not nested_repo
     inodes: dict[str, int] = {}
     if reuse and cached is not None:
         children = cached.children
-    elif patch is not None and last is not None and last.ignore_data == ignore_data and dir_fd >= 0:
+    elif patch is not None and last is not None and same_source and dir_fd >= 0:
         # Same rules, and every child created, removed or renamed is named: look at those.
         children = patched(last.children, rel_dir, dir_fd, patch, dir_rules, exclude=w.exclude,
                            stats=w.stats, hints=memory_hints, inodes=inodes)  # fmt: skip
@@ -443,7 +446,7 @@ def _read_dir(
             and not nested_repo
         )
         hints = dict(cached.children) if same_rules and cached is not None else {}
-        if not hints and last is not None and last.ignore_data == ignore_data:
+        if not hints and same_source:
             hints = memory_hints  # same rules as remembered
         own_fd = dir_fd if dir_fd >= 0 else os.open(path or ".", _DIR_FLAGS, dir_fd=anchor.fd)
         try:
@@ -457,7 +460,7 @@ def _read_dir(
     trusted = max(stamp[2], stamp[3], *(ignore_stamp[2:] if ignore_stamp else ())) < (
         w.trust_before
     )
-    if trusted and w.listings is not None:
+    if trusted and w.listings is not None and not nested_repo:  # (its rules: its .git's)
         fresh[rel_dir] = Listing(stamp, ignore_stamp, children, tracked_only)
     linked_ignore = ignore_stat is not None and ignore_stat.st_nlink > 1
     part = DirScan(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -282,6 +283,46 @@ def _git_view(top: Path) -> set[bytes]:
     return tracked | untracked(os.fsencode(top))
 
 
+def test_a_directory_git_tracks_files_in_is_walked_under_its_rules_with_a_git_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`git init` (or a clone) in a directory the repository tracks files in.
+
+    git's walk asks the index before it looks for a nested repository: a directory it
+    tracks something in is its own, under its own rules (`sub/x.log` ignored, `sub/new.txt`
+    untracked). worksnap took it for a nested repository: it captured the ignored file,
+    which a restore then deleted, and left out the untracked one (a review).
+    """
+    top = _repo(tmp_path, monkeypatch, gitignore="*.log\n")
+    (top / "sub").mkdir()
+    (top / "sub" / "tracked.txt").write_text("tracked\n")
+    _commit(top)
+    git(top / "sub", "init", "-q")
+    (top / "sub" / ".git" / "info" / "exclude").write_text("*.txt\n")
+    (top / "sub" / "new.txt").write_text("untracked\n")
+    (top / "sub" / "x.log").write_text("ignored\n")
+    (top / "other").mkdir()  # a nested repository git tracks nothing in keeps its own rules
+    git(top / "other", "init", "-q")
+    (top / "other" / ".git" / "info" / "exclude").write_text("*.txt\n")
+    (top / "other" / "a.txt").write_text("ignored inside\n")
+    (top / "other" / "b.log").write_text("not ignored inside\n")
+    assert b"sub/x.log" in _status_ignored(top)
+    captured, ignored = capture(top, tmp_path / "store")
+    assert captured == _git_view(top)  # nested repositories' files under their own rules
+    assert {b"sub/new.txt", b"other/b.log"} <= captured
+    assert b"sub/x.log" in ignored
+    # The restore planner judges as the scan does: the ignored file is no file added since.
+    with Workspace(top, store=tmp_path / "store") as ws:
+        snap = ws.snapshot()
+        (top / "sub" / "y.log").write_text("ignored too\n")
+        (top / "other" / "c.txt").write_text("ignored inside too\n")
+        (top / "sub" / "z.txt").write_text("added since\n")
+        assert [(c.op.value, c.path) for c in ws.plan_restore(snap).changes] == [("A", "sub/z.txt")]
+        ws.restore(snap.id)
+    assert (top / "sub" / "y.log").exists() and (top / "other" / "c.txt").exists()
+    assert not (top / "sub" / "z.txt").exists()
+
+
 def test_a_sparse_directory_entry_tracks_nothing_git_would_call_untracked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -306,3 +347,42 @@ def test_a_sparse_directory_entry_tracks_nothing_git_would_call_untracked(
     captured, ignored = capture(top, tmp_path / "store")
     assert captured == _git_view(top)
     assert {"out/a.o", "out/deep/b.o"} <= {os.fsdecode(p) for p in ignored}
+
+
+@pytest.mark.parametrize("watch", [False, True], ids=["listing cache", "watched"])
+def test_a_long_lived_workspace_decides_again_when_a_directory_becomes_a_repository_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watch: bool
+) -> None:
+    """A directory with a `.git` is a nested repository only while git tracks nothing in it.
+
+    Each step turns its rules over (the outer repository's, or its own) with no change
+    to its listing, or with only its `.git` gone: every capture must be a fresh one's,
+    and git's. The listing cache kept what a directory's children were under a nested
+    repository's rules after its `.git` was removed.
+    """
+    top = _repo(tmp_path, monkeypatch, gitignore="*.log\n")
+    (top / "sub").mkdir()
+    (top / "sub" / "tracked.txt").write_text("tracked\n")
+    _commit(top)
+    git(top / "sub", "init", "-q")
+    (top / "sub" / ".git" / "info" / "exclude").write_text("*.txt\n")
+    (top / "sub" / "new.txt").write_text("untracked\n")
+    (top / "sub" / "x.log").write_text("ignored outside\n")
+    blob = git(top, "hash-object", "-w", "--", "sub/tracked.txt").strip().decode()
+    steps = {
+        "tracked": lambda: None,
+        "untracked": lambda: git(top, "rm", "-r", "-q", "--cached", "sub"),
+        "tracked again": lambda: git(
+            top, "update-index", "--add", "--cacheinfo", f"100644,{blob},sub/tracked.txt"
+        ),
+        "untracked again": lambda: git(top, "rm", "-r", "-q", "--cached", "sub"),
+        "no .git": lambda: shutil.rmtree(top / "sub" / ".git"),
+    }
+    with Workspace(top, store=tmp_path / "store", watch=watch, seams=Seams(racy_margin_ns=0)) as ws:
+        for n, (step, change) in enumerate(steps.items()):
+            change()
+            for _ in range(2):  # the second from what the first recorded
+                mine = {fs_path(e.path) for e in ws.snapshot().entries}
+                fresh, _ = capture(top, tmp_path / f"fresh-{n}")
+                assert (step, mine) == (step, fresh)
+                assert (step, mine) == (step, _git_view(top))
