@@ -303,6 +303,47 @@ def test_a_dot_git_that_is_no_repository_is_not_one(root: Path) -> None:
     assert captured == {"a.o"}
 
 
+@pytest.mark.parametrize(
+    ("head", "is_repository"),
+    [
+        (b"ref: refs/heads/main\n", True),
+        (b"ref:\t refs/heads/main", True),
+        (b"0123456789abcdef0123456789abcdef01234567\n", True),  # a detached HEAD
+        (b"0123456789abcdef0123456789abcdef01234567 and more", True),
+        (b"garbage\n", False),
+        (b"ref: heads/main\n", False),
+        (b"0123456789abcdef\n", False),
+        (b"0123456789abcdef", False),
+        (b"ref:\x0brefs/heads/main", False),  # git's isspace() leaves out \v
+        (b"", False),
+        ("symlink refs/heads/unborn", True),  # git's old symlinked HEAD
+        ("symlink heads/unborn", False),
+        ("directory", False),
+    ],
+)
+def test_a_nested_git_is_a_repository_only_if_git_would_accept_its_head(
+    root: Path, head: bytes | str, is_repository: bool
+) -> None:
+    # git's validate_headref: a symlink to refs/..., "ref:" then refs/..., or an object id
+    # (a review: a garbage HEAD was taken for a repository, a symlinked one was not).
+    make_repo(root)
+    write(root, ".gitignore", b"*.log\n")
+    nested_git = make_repo(root / "sub")
+    write(nested_git, "info/exclude", b"*.o\n")
+    (nested_git / "HEAD").unlink()
+    if isinstance(head, bytes):
+        (nested_git / "HEAD").write_bytes(head)
+    elif head == "directory":
+        (nested_git / "HEAD").mkdir()
+    else:
+        (nested_git / "HEAD").symlink_to(head.split()[1])
+    write(root, "sub/a.log")
+    write(root, "sub/a.o")
+    captured, _ = scan(root)
+    inner = {"sub/a.log"} if is_repository else {"sub/a.o"}
+    assert captured == {".gitignore", *inner}
+
+
 def test_linked_work_tree_uses_the_common_info_exclude(tmp_path: Path) -> None:
     main_git = make_repo(tmp_path / "main")
     write(main_git, "info/exclude", b"*.o\n")

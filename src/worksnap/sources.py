@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -18,6 +19,8 @@ from pathlib import Path
 from worksnap.fsio import Stamp, read_regular, stamp_of
 from worksnap.gitindex import GitDirs, find_git_dirs, work_tree_index
 from worksnap.paths import fs_path
+
+_HEX = re.compile(rb"[0-9a-fA-F]+")
 
 RACY_SOURCE_NS = 2_000_000_000
 """A rule source changed this close to when it was read may have changed again within
@@ -202,7 +205,24 @@ class Tracked:
 def is_git_dir(path: Path) -> bool:
     """Whether `path` looks like a git directory to git: HEAD, objects and refs."""
     common = common_dir_of(path)
-    return (path / "HEAD").is_file() and all((common / d).is_dir() for d in ("objects", "refs"))
+    return _valid_head(path / "HEAD") and all((common / d).is_dir() for d in ("objects", "refs"))
+
+
+def _valid_head(head: Path) -> bool:
+    """Whether git takes `head` for a HEAD (its `validate_headref`).
+
+    That is a symlink to `refs/...`, "ref:" and `refs/...`, or an object id. A review
+    found a `HEAD` of garbage taken for a repository's (git walks such a directory under
+    the outer rules) and a symlinked one not.
+    """
+    try:
+        return os.readlink(head).startswith("refs/")
+    except OSError:
+        pass  # not a symlink (or none at all: then nothing is read below)
+    data = read_regular(head, 255) or b""
+    if data.startswith(b"ref:"):
+        return data[4:].lstrip(b" \t\n\r").startswith(b"refs/")  # (git's isspace)
+    return any(len(data) >= n and _HEX.fullmatch(data[:n]) for n in (40, 64))
 
 
 def common_dir_of(git_dir: Path) -> Path:
