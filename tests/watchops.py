@@ -5,7 +5,8 @@ size, creates, deletes, renames within and across directories, a directory moved
 away and recreated with new contents, `mkdir -p` chains, rmdir, chmod, symlink
 creation and swaps, writes through a hard link from another directory, edits of
 every ignore-rule source (`.gitignore` anywhere, `info/exclude`, the global
-excludes file), `git add -f` of an ignored file, and whole-second mtimes set with
+excludes file), `git add -f` of an ignored file, `git rm -r --cached` of a directory, a
+directory made a nested repository and made none again, and whole-second mtimes set with
 `os.utime`. Each op returns a short description, so a failure can say what led to it.
 """
 
@@ -91,7 +92,8 @@ class Ops:
             ops += [(3, self.hard_link_write), (2, self.outer_link_write)]
             ops += [(2, self.descriptor_write), (2, self.hold_descriptor), (3, self.held_write)]
         if git_dir is not None:
-            ops += [(1, self.info_exclude), (1, self.git_add_force)]
+            ops += [(1, self.info_exclude), (1, self.git_add_force), (1, self.git_rm_cached)]
+            ops += [(1, self.nest), (1, self.unnest)]
         if global_excludes is not None:
             ops.append((1, self.global_exclude))
         self.ops = [op for weight, op in ops for _ in range(weight)]
@@ -449,6 +451,36 @@ class Ops:
             ["git", "add", "-f", "--", str(rel)], cwd=self.root, check=False, capture_output=True
         )
         return f"git add -f {rel}"
+
+    def git_rm_cached(self) -> str:
+        path = self._subdir()
+        if path is None:
+            return "git rm skipped"
+        rel = path.relative_to(self.root)
+        subprocess.run(
+            ["git", "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", str(rel)],
+            cwd=self.root, check=False, capture_output=True,
+        )  # fmt: skip
+        return f"git rm -r --cached {rel}"
+
+    def nest(self) -> str:
+        """Makes a directory a nested repository (unless git tracks something in it)."""
+        path = self._subdir()
+        if path is None or (path / ".git").exists():
+            return "nest skipped"
+        for name in ("objects", "refs", "info"):
+            (path / ".git" / name).mkdir(parents=True)
+        (path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+        (path / ".git" / "info" / "exclude").write_text(self.rnd.choice(PATTERNS) + "\n")
+        return f"nested repository {path}"
+
+    def unnest(self) -> str:
+        nested = [d for d in self._walk()[0][1:] if os.path.isdir(os.path.join(d, ".git"))]
+        if not nested:
+            return "unnest skipped"
+        path = Path(self.rnd.choice(nested))
+        shutil.rmtree(path / ".git")
+        return f"no longer a repository {path}"
 
     def utime_whole_second(self) -> str:
         path = self._file()
