@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -249,3 +250,28 @@ def test_refs_cannot_pick_the_wrong_snapshot(root: Path) -> None:
         ws.resolve(digits)
     with pytest.raises(InputError, match=r"did you mean step:2\?"):
         ws.resolve("2")
+
+
+def test_verify_names_a_damaged_file_escaped_and_json_exactly(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review found verify printing a damaged file's name raw: escapes reached the
+    terminal, and a newline in the name forged an "all objects present" line."""
+    from worksnap.diskstore import DiskStore
+    from worksnap.hash import hash_bytes
+
+    name = f"x{EVIL}\nall objects present and intact"
+    write(root, name, "a" * 100)
+    assert run(capsys, root, "snapshot")[0] == 0
+    store = DiskStore(str(root / ".worksnap"))
+    pack, offset, size = store._load_index()[hash_bytes(b"a" * 100)][:3]
+    with open(store.paths.pack(pack), "r+b") as f:  # the file's bytes, not its tree's
+        f.seek(offset)
+        f.write(b"b" * size)
+    code, out, err = run(capsys, root, "verify")
+    assert code == 1, err
+    assert [c for c in out + err if not c.isprintable() and c != "\n"] == []
+    escaped = r"fix\x1b]0;owned\x07 it\r\x1b[2K\x9b31m\x7fdone\u202e"
+    assert out.count("\n") == 1 and f": x{escaped}\\nall objects present and intact: " in out
+    code, out, _ = run(capsys, root, "--json", "verify")
+    assert code == 1 and f": {name}: object " in json.loads(out)["problems"][0]

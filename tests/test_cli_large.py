@@ -310,3 +310,36 @@ def test_plan_shows_a_file_the_snapshot_holds_that_todays_rules_ignore(
     result = ok_json(capsys, root, "restore", snap["id"], "--yes")
     assert isinstance(result, dict) and result["restored"] == [".gitignore", "gone.log"]
     assert (root / "a.log").read_text() == "v2 work"
+
+
+def test_a_restore_never_says_a_file_ignored_now_matches_and_names_it_without_a_preview(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review found `restore REF x.log --yes` saying x.log matched the snapshot while it
+    held v2 (ignored now, never captured again), the snapshot v1; with no word of it."""
+    write(root, "x.log", "v1")
+    write(root, "keep", "k")
+    snap = ok_json(capsys, root, "snapshot")
+    assert isinstance(snap, dict)
+    write(root, ".gitignore", "*.log\n")
+    write(root, "x.log", "v2 work")
+    nothing = f"nothing to restore from snapshot {snap['id']}: 1 file not protected may differ"
+    warning = "warning: x.log: not protected, 7 B: ignored now, so in no snapshot: left as it is"
+    code, out, _ = run(capsys, root, "plan", snap["id"], "x.log")
+    assert code == 0 and "  !  x.log  (not protected, 7 B: ignored now" in out
+    assert nothing in out and "matches" not in out
+    code, out, err = run(capsys, root, "restore", snap["id"], "x.log", "--yes")
+    assert code == 0 and out == f"{nothing} from it, left as it is\n"
+    assert err.count("warning") == 1 and warning in err
+    row = {"path": "x.log", "why": "ignored", "size": 7}
+    result = ok_json(capsys, root, "restore", snap["id"], "x.log", "--yes")
+    assert isinstance(result, dict) and (result["restored"], result["unprotected"]) == ([], [row])
+    # The whole root: .gitignore goes, x.log stays v2, so the tree is not the snapshot: said.
+    result = ok_json(capsys, root, "restore", snap["id"], "--yes")
+    assert isinstance(result, dict) and result["restored"] == [".gitignore"]
+    assert result["unprotected"] == [row] and (root / "x.log").read_text() == "v2 work"
+    assert run(capsys, root, "undo", "--yes")[0] == 0
+    assert (root / ".gitignore").exists() and (root / "x.log").read_text() == "v2 work"
+    code, out, err = run(capsys, root, "restore", snap["id"], "--yes")
+    assert code == 0 and out.startswith("restored 1 path") and warning in err
+    assert (root / "x.log").read_text() == "v2 work"

@@ -142,7 +142,7 @@ def test_every_tool_returns_what_the_cli_prints_for_the_same_store(project: Path
         )
         done = await call(client, "rewind", step=1)
         assert set(done) == {"target", "restored", "not_restored", "error", "rolled_back",
-                             "pre_restore", "blocked"}  # fmt: skip
+                             "pre_restore", "blocked", "unprotected"}  # fmt: skip
         assert done["error"] is None and "new.txt" in done["restored"]
         assert (project / "src/app.py").read_text() == "print(1)\n"
         assert await call(client, "undo", dry_run=True) == cli(project, "undo", "--dry-run")

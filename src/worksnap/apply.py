@@ -25,7 +25,7 @@ from worksnap.fsio import DirTree, FileState, file_state, write_all
 from worksnap.hash import read_file
 from worksnap.manifest import Entry, Manifest, entry_at
 from worksnap.paths import ancestors, fs_path
-from worksnap.plan import Change, Op, Plan
+from worksnap.plan import Change, Op, Plan, Unprotected
 
 
 @dataclass(slots=True)
@@ -47,6 +47,8 @@ class Result:
             meanwhile, stays.
         edited: a rollback's (`keep_edits`): the paths it found changed while it ran and
             left as they are, the edit kept (what is below them too); also in `blocked`.
+        unprotected: the plan's files in no snapshot (large, or ignored now), left as they
+            are although they may differ from the target (`Plan.unprotected`).
     """
 
     target: str
@@ -59,6 +61,13 @@ class Result:
     changed: list[str] = field(default_factory=list)
     conflict: bool = False
     edited: list[str] = field(default_factory=list)
+    unprotected: list[Unprotected] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, plan: Plan) -> Result:
+        """The result of `plan` before any change: what it blocks and leaves unprotected."""
+        blocked = [c.path for c in plan.blocked]
+        return cls(target=plan.target.id, blocked=blocked, unprotected=list(plan.unprotected))
 
     @property
     def ok(self) -> bool:
@@ -274,7 +283,7 @@ def apply_plan(
             below it, is left as it is (`edited`), and the run goes on. The newest edit wins.
     """
     steps = order(plan)
-    result = Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
+    result = Result.of(plan)
     failed_at = len(steps)
     try:
         tree = DirTree(root)

@@ -196,7 +196,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(views.verify_view(problems))
     else:
-        say(*problems, *([] if problems else ["all objects present and intact"]))
+        # Escaped: a damaged file's name must not move the cursor or forge a line.
+        say(*map(printable, problems), *([] if problems else ["all objects present and intact"]))
     return 1 if problems else 0
 
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from worksnap.invocation import open_workspace
-from worksnap.output import PROGRESS, emit_json, human_bytes, plural, say, warn
+from worksnap.output import PROGRESS, emit_json, human_bytes, plural, printable, say, warn
 
 if TYPE_CHECKING:
     from worksnap.config import Config
@@ -519,7 +519,7 @@ def cmd_verify_remote(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(verify_view(name, url, report))
     else:
-        say(*report.problems)
+        say(*map(printable, report.problems))  # names and messages from the remote
         if not report.problems:
             say(
                 f"{name}: {plural(report.snapshots, 'snapshot')}, "

@@ -36,7 +36,7 @@ from worksnap.paths import fs_path
 if TYPE_CHECKING:
     from worksnap.apply import Result
     from worksnap.manifest import Manifest
-    from worksnap.plan import Plan
+    from worksnap.plan import Plan, Unprotected
     from worksnap.workspace import Workspace
 
 Preview = Callable[["Workspace"], "Plan | None"]
@@ -183,7 +183,7 @@ def _change(args: argparse.Namespace, *, verb: str, preview: Preview, run: Run, 
         result = run(ws, plan)  # Ctrl-C in it: Interrupted says how it left the tree
     if result is None:
         return 1
-    return _report(args, result, then=then)
+    return _report(args, result, then=then, previewed=plan is not None)
 
 
 @contextlib.contextmanager
@@ -250,12 +250,10 @@ def _show_plan(
         is_dir = (change.entry is None and op != "A") or (op == "A" and change.was_dir)
         lines.append(f"  {styled(op, _COLOURS[op])}  {display(change.path)}{'/' if is_dir else ''}")
     for row in plan.unprotected:
-        size = f", {human_bytes(row.size)}" if row.size is not None else ""
-        lines.append(f"  {styled('!', _COLOURS['!'])}  {display(row.path)}  "
-                     f"(not protected{size}: {_WHY[row.why]})")  # fmt: skip
+        lines.append(f"  {styled('!', _COLOURS['!'])}  {display(row.path)}  ({_left(row)})")
     counts = plan.counts()
     if not plan.changes:
-        lines.append(f"nothing to restore: {_matching(args)} snapshot {plan.target.id}")
+        lines.append(_nothing(args, plan.target.id, plan.unprotected))
     else:
         blocked = f", {counts['B']} blocked (left as they are)" if counts["B"] else ""
         lines.append(
@@ -279,6 +277,27 @@ def _show_plan(
         print(*lines, sep="\n", file=sys.stderr)
 
 
+def _left(row: Unprotected) -> str:
+    """Why a file in no snapshot is left as it is: its `!` row's, and its warning's."""
+    size = f", {human_bytes(row.size)}" if row.size is not None else ""
+    return f"not protected{size}: {_WHY[row.why]}"
+
+
+def _nothing(args: argparse.Namespace, target: str, unprotected: list[Unprotected]) -> str:
+    """The line for a plan or restore that changes nothing.
+
+    What it leaves unprotected may differ from the target: then nothing "matches".
+    (A review found a file ignored now, v2 where the snapshot has v1, said to match.)
+    """
+    if not unprotected:
+        return f"nothing to restore: {_matching(args)} snapshot {target}"
+    left = "it is" if len(unprotected) == 1 else "they are"
+    return (
+        f"nothing to restore from snapshot {target}: {plural(len(unprotected), 'file')} "
+        f"not protected may differ from it, left as {left}"
+    )
+
+
 def _matching(args: argparse.Namespace) -> str:
     """What matches the snapshot: the root, or the PATHs a restore was limited to.
 
@@ -291,7 +310,8 @@ def _matching(args: argparse.Namespace) -> str:
     return f"{shown} {'matches' if len(paths) == 1 else 'match'}"
 
 
-def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
+def _report(args: argparse.Namespace, result: Result, *, then: str, previewed: bool) -> int:
+    """Says what a run did; warns of what it left unprotected, unless the preview showed it."""
     if args.json:
         emit_json(views.result_view(result))
     elif result.ok:
@@ -301,7 +321,7 @@ def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
                 f"from snapshot {result.target}" + (f" ({then})" if result.pre_restore else "")
             )
         else:
-            say(f"nothing to restore: {_matching(args)} snapshot {result.target}")
+            say(_nothing(args, result.target, result.unprotected))
     else:
         state = (
             "the workspace was rolled back to how it was before"
@@ -310,6 +330,9 @@ def _report(args: argparse.Namespace, result: Result, *, then: str) -> int:
         )
         warn(f"error: restore failed at {result.error}; {state}")
     _warn_blocked(args, result)
+    if not (args.json or previewed):  # the preview's `!` rows, for a run that showed none
+        for row in result.unprotected:
+            warn(f"warning: {display(row.path)}: {_left(row)}")
     return 0 if result.ok else 1
 
 

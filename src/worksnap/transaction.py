@@ -264,7 +264,7 @@ class Restorer:
                 pre = msgspec.structs.replace(pre, kind=kind, session=session)
                 result = self._run(plan, pre, session)
             else:
-                result = Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
+                result = Result.of(plan)
             if then is not None:
                 then(result)
             return result
@@ -278,7 +278,7 @@ class Restorer:
             ObjectError: an object the plan needs is missing or damaged.
         """
         if not plan.applies:
-            return Result(target=plan.target.id, blocked=[c.path for c in plan.blocked])
+            return Result.of(plan)
         self.recover_if_interrupted(session)
         self._store.bind(self._root.path)
         with self._interrupts(), self._locks.exclusive(_purpose(kind)):

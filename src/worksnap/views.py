@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the command line imports this module before it needs the en
     from worksnap.maintenance import GcReport
     from worksnap.manifest import Entry, Manifest, Summary
     from worksnap.migration import UpgradeReport
-    from worksnap.plan import Plan
+    from worksnap.plan import Plan, Unprotected
     from worksnap.runwrap import Outcome
 
 View = dict[str, Any]
@@ -75,8 +75,13 @@ def plan_view(plan: Plan) -> View:
     return {
         "target": plan.target.id,
         "changes": [{"op": c.op.value, "path": c.path} for c in plan.changes],
-        "unprotected": [{"path": u.path, "why": u.why, "size": u.size} for u in plan.unprotected],
+        "unprotected": _unprotected_view(plan.unprotected),
     }
+
+
+def _unprotected_view(rows: list[Unprotected]) -> list[View]:
+    """The files in no snapshot a restore leaves as they are (`Plan.unprotected`)."""
+    return [{"path": u.path, "why": u.why, "size": u.size} for u in rows]
 
 
 def result_view(result: Result) -> View:
@@ -89,6 +94,7 @@ def result_view(result: Result) -> View:
         "rolled_back": result.rolled_back,
         "pre_restore": result.pre_restore,
         "blocked": result.blocked,
+        "unprotected": _unprotected_view(result.unprotected),
     }
 
 
