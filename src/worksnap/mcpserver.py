@@ -193,7 +193,8 @@ class Tools:
         """Previews what restoring `ref` (only `paths`, if given) would change.
 
         Changes nothing. `changes`: M modified, A added since (removed), D deleted
-        since (recreated); `unprotected`: large files a restore cannot bring back.
+        since (recreated); `unprotected`: files a restore leaves as they are although
+        they may differ (large ones, ones the rules ignore now: in no snapshot).
         """
         return self.call(
             lambda ws: views.plan_view(ws.plan_restore(ws.load(ref), paths=_named(paths)))
@@ -278,7 +279,11 @@ class Tools:
     def restore(
         self, ref: str, paths: list[str] | None = None, dry_run: bool = False
     ) -> dict[str, Any]:
-        """Restores the project (or only `paths`) to snapshot `ref`."""
+        """Restores the project (or only `paths`) to snapshot `ref`.
+
+        `unprotected` in the result: files it left as they are although they may differ
+        from the snapshot (large ones, ones the rules ignore now), as `plan` lists them.
+        """
 
         def run(ws: Workspace) -> dict[str, Any]:
             _recovered(ws, dry_run)
