@@ -668,7 +668,10 @@ def test_the_pull_help_example_rewinds_the_session_it_pulled(tmp_path: Path) -> 
     run(a, "push", "origin", "--session", "agent-7")
     run(b, "remote", "add", "origin", url)
     shown = subprocess.run(
-        [sys.executable, "-m", "worksnap", "pull", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "worksnap", "pull", "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     (example,) = (line for line in shown.splitlines() if "&&" in line)
     for command in example.split("examples:")[-1].split("&&"):

@@ -98,7 +98,7 @@ def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser
         "`plan`, `restore` and `rewind` work on them as on local ones, restoring into "
         "this store's root (the pushing machine's root is not kept as a binding).",
         "examples: worksnap pull\n"
-        "          worksnap pull origin --session agent-7 && worksnap rewind 3 --session agent-7\n"
+        "          worksnap pull origin --session agent-7 && worksnap rewind --session agent-7 3\n"
         "          worksnap pull origin 3f2a9c",
     )
     pull.add_argument(

@@ -39,6 +39,7 @@ from worksnap.record import Record, summary_of
 from worksnap.remote import formats
 from worksnap.remote.formats import Condemned, GcState, Lease, Listed
 from worksnap.remote.repository import (
+    FOLDERS,
     GRACE,
     LEASE_KEY,
     STATE_KEY,
@@ -291,7 +292,7 @@ def _collect(
         result.deleted_bytes = sum(packs[p].size for p in [*gone, *unindexed])
         result.deleted_records = len(unlisted)
         result.deleted_leftovers, size = repo.transport.sweep_leftovers(
-            started - grace, dry_run=True)  # fmt: skip
+            started - grace, FOLDERS, dry_run=True)  # fmt: skip
         result.deleted_bytes += size
         return result
     lease.renew()
@@ -326,7 +327,7 @@ def _collect(
     for snapshot_id, nonce in unlisted:
         repo.transport.delete(record_key(snapshot_id, nonce))
         result.deleted_records += 1
-    result.deleted_leftovers, size = repo.transport.sweep_leftovers(started - grace)
+    result.deleted_leftovers, size = repo.transport.sweep_leftovers(started - grace, FOLDERS)
     result.deleted_bytes += size
     return result
 

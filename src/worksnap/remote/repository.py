@@ -35,12 +35,14 @@ from worksnap.record import MAX_RECORD_BYTES, Record, check_record, decode_recor
 from worksnap.remote import formats
 from worksnap.remote.formats import Config, GcState, IndexEntry, Listed, PackIndex, SessionRef
 from worksnap.remote.indexcache import IndexCache
-from worksnap.remote.transport import MAX_REF_BYTES, ListEntry, Transport
+from worksnap.remote.transport import MAX_REF_BYTES, PROBE, ListEntry, Transport
 
 CONFIG_KEY = "config"
 LEASE_KEY = "gc/lease"
 STATE_KEY = "gc/state"
 DATA, INDEX, SNAPSHOTS, REFS, FORGOTTEN = "data", "index", "snapshots", "refs", "forgotten"
+FOLDERS = (DATA, INDEX, SNAPSHOTS, REFS, FORGOTTEN, "gc", PROBE)
+"""The top-level folders of the layout (and `remote add`'s probe): all `remote gc` sweeps."""
 
 GRACE = 3600.0
 """Seconds: gc deletes nothing younger, and condemned packs only this long after (gc.py)."""
