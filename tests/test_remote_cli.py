@@ -561,9 +561,9 @@ def test_a_push_past_a_lost_pack_says_so_on_stderr_and_in_its_json(tmp_path: Pat
     done = run(a, "--json", "push")
     assert json.loads(done.stdout)["lost_packs"] == [pack.name]
     assert done.stderr == (
-        "worksnap: origin: 1 pack an index names is missing or cut short on the remote: what "
-        "this push needed of them was sent again; `worksnap verify --remote origin` names the "
-        "snapshots that lost data (push them again by id)\n"
+        "worksnap: origin: 1 pack an index names is missing, cut short or damaged on the "
+        "remote: what this push needed of them was sent again; `worksnap verify --remote "
+        "origin` names the snapshots that lost data (push them again by id)\n"
     )
 
 
