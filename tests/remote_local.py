@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from worksnap.diskstore import DiskStore
@@ -135,9 +135,11 @@ class Counting:
         self._write()
         self.inner.delete(key)
 
-    def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+    def sweep_leftovers(
+        self, before: float, folders: Iterable[str], *, dry_run: bool = False
+    ) -> tuple[int, int]:
         self.requests += 1
-        return self.inner.sweep_leftovers(before, dry_run=dry_run)
+        return self.inner.sweep_leftovers(before, folders, dry_run=dry_run)
 
     def probe(self) -> None:
         self.inner.probe()

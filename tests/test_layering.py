@@ -48,6 +48,7 @@ LEVELS: dict[str, int] = {
     "treebuild": 2,
     "record": 1,
     "remote.formats": 1,
+    "remote.packs": 1,
     # 2: one mechanism each
     "store": 2,
     "diskstore": 2,

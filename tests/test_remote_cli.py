@@ -561,9 +561,9 @@ def test_a_push_past_a_lost_pack_says_so_on_stderr_and_in_its_json(tmp_path: Pat
     done = run(a, "--json", "push")
     assert json.loads(done.stdout)["lost_packs"] == [pack.name]
     assert done.stderr == (
-        "worksnap: origin: 1 pack an index names is missing or cut short on the remote: what "
-        "this push needed of them was sent again; `worksnap verify --remote origin` names the "
-        "snapshots that lost data (push them again by id)\n"
+        "worksnap: origin: 1 pack an index names is missing, cut short or damaged on the "
+        "remote: what this push needed of them was sent again; `worksnap verify --remote "
+        "origin` names the snapshots that lost data (push them again by id)\n"
     )
 
 
@@ -651,3 +651,31 @@ def test_an_open_checkpoint_is_held_back_until_its_turn_is_over(tmp_path: Path) 
     run(b, "pull")
     run(b, "rewind", "1", "--yes")
     assert (b / "f.txt").read_text() == "before the turn\n"
+
+
+def test_the_pull_help_example_rewinds_the_session_it_pulled(tmp_path: Path) -> None:
+    """`pull --help` showed `pull origin --session agent-7 && worksnap rewind 3`: the
+    rewind ran in the default session and restored its step 3, not the pulled one."""
+    url = f"file://{tmp_path}/remote"
+    (tmp_path / "remote").mkdir()
+    a, b = tmp_path / "a", tmp_path / "b"
+    for i in (1, 2, 3):
+        write(a, "f", f"agent {i}\n")
+        run(a, "--session", "agent-7", "snapshot", "--step", str(i), "--kind", "step")
+        write(b, "f", f"mine {i}\n")
+        run(b, "snapshot", "--step", str(i), "--kind", "step")
+    run(a, "remote", "add", "origin", url)
+    run(a, "push", "origin", "--session", "agent-7")
+    run(b, "remote", "add", "origin", url)
+    shown = subprocess.run(
+        [sys.executable, "-m", "worksnap", "pull", "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    (example,) = (line for line in shown.splitlines() if "&&" in line)
+    for command in example.split("examples:")[-1].split("&&"):
+        words = command.split()
+        assert words[0] == "worksnap", example
+        run(b, *words[1:], *(["--yes"] if words[1] == "rewind" else []))
+    assert (b / "f").read_text() == "agent 3\n"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from worksnap.hash import hash_bytes
 from worksnap.paths import Digest
+from worksnap.remote.packs import PackBuilder
 from worksnap.remote.repository import (
     Location,
-    PackBuilder,
     Repository,
     locations,
     pack_key,

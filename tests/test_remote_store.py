@@ -386,3 +386,29 @@ def test_a_symlinked_folder_in_a_file_remote_never_carries_a_write_or_a_delete_o
         with pytest.raises(RemoteError, match=r"is a symlink, not a folder"):
             action()
     assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+
+
+def test_gc_sweeps_temp_files_only_in_the_remote_s_own_folders(tmp_path: Path) -> None:
+    """A `file://` remote in a shared folder: gc removed every old `.tmp-*` file below
+    it, also another tool's in folders that are no part of the layout."""
+    import time
+
+    from worksnap.remote.gc import collect
+
+    root, remote = tmp_path / "a", tmp_path / "share"
+    remote.mkdir()
+    write(root, "a.txt", "a\n")
+    Workspace(root).snapshot()
+    repo = Repository.open(open_transport(f"file://{remote}"), create=True)
+    push(side(Workspace(root)), repo, "default")
+    foreign = [remote / "someone-else" / "project" / ".tmp-draft", remote / "x" / ".tmp-1"]
+    ours = [remote / ".tmp-0000000000000001", remote / "refs" / ".tmp-0000000000000002"]
+    ours.append(remote / "data" / "ab" / ".tmp-0000000000000003")
+    hour_ago = time.time() - 3700
+    for path in [*foreign, *ours]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"old")
+        os.utime(path, (hour_ago, hour_ago))
+    assert collect(repo, dry_run=True).deleted_leftovers == len(ours)
+    assert collect(repo).deleted_leftovers == len(ours)
+    assert all(p.exists() for p in foreign) and not any(p.exists() for p in ours)

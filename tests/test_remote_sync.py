@@ -423,7 +423,7 @@ def test_a_tampered_remote_is_refused_and_the_local_store_untouched(
 def test_a_hostile_tree_is_refused_by_the_codec(remote: Remote, tmp_path: Path) -> None:
     from worksnap.hash import hash_bytes
     from worksnap.record import encode_record
-    from worksnap.remote.repository import PackBuilder
+    from worksnap.remote.packs import PackBuilder
     from worksnap.tree import File, Tree, encode_node
 
     a = machine(tmp_path, "a")
@@ -1259,3 +1259,79 @@ def test_a_lost_pack_is_sent_again_by_the_next_push_and_its_index_goes_at_gc(
     c = empty_local(tmp_path, "c")
     pull(c, remote.repo(), "default")
     assert_same_snapshots(m.local, c, [first.id, second.id])
+
+
+def flip_object(remote: Remote, content: bytes) -> tuple[str, str]:
+    """Flips a byte in the middle of the frame of the object holding `content`, in its
+    pack on the remote (bit rot: the pack keeps its size). Returns (object, pack)."""
+    from worksnap.hash import hash_bytes
+
+    digest = hash_bytes(content)
+    for index in remote.repo().load_indexes().values():
+        for e in index.entries:
+            if e.digest.hex() == digest:
+                key = pack_key(index.pack)
+                data = bytearray(remote.transport().get(key, max_bytes=1 << 30))
+                data[e.offset + e.length // 2] ^= 1
+                remote.transport().delete(key)
+                remote.transport().put_if_absent(key, bytes(data))
+                return digest, index.pack
+    raise AssertionError("no such object on the remote")
+
+
+def test_a_damaged_neighbour_stops_no_pull_or_gc_that_does_not_need_it(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """A small object only snapshot 1 holds, damaged in the pack both snapshots share:
+    a pull of snapshot 2 and every gc failed (`TreeReader` fetches a tree's small
+    neighbours with it, and one failing its check raised for all); verify named
+    neither the object nor the snapshot that needs it."""
+    m = machine(tmp_path, "m")
+    old = secrets.token_bytes(5000)
+    write(m.root, "old.bin", old)
+    first = m.snap()
+    (m.root / "old.bin").unlink()
+    second = m.snap()
+    push(m.local, remote.repo(), "default")
+    assert len(keys(remote, "data")) == 1
+    damaged, _ = flip_object(remote, old)
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default", ids=[second.id])
+    assert_same_snapshots(m.local, b, [second.id])
+    collect(remote.repo(), dry_run=True)
+    collect(remote.repo())
+    problems = verify(remote.repo()).problems
+    assert any(damaged in p and "is damaged" in p for p in problems), problems
+    wanted = f"snapshot {first.id} needs object {damaged}, which is damaged"
+    assert any(p.startswith(wanted) for p in problems), problems
+    with pytest.raises(RemoteError, match=damaged):
+        pull(empty_local(tmp_path, "c"), remote.repo(), "default", ids=[first.id])
+
+
+def test_a_pack_verify_finds_damaged_is_not_relied_on_by_later_pushes(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """Bit rot in a large object's frame: verify said only that the pack did not match
+    its digest, a named push (the repair for a lost pack) said "up to date", and a new
+    snapshot keeping the file was pushed and listed though no one could pull it."""
+    m = machine(tmp_path, "m")
+    first = m.snap()
+    push(m.local, remote.repo(), "default")
+    damaged, pack = flip_object(remote, (m.root / "big.bin").read_bytes())
+    problems = verify(remote.repo()).problems
+    assert any(p.startswith(f"snapshot {first.id} needs object {damaged}") for p in problems)
+    assert keys(remote, "data") >= {f"{pack_key(pack)}.{damaged}"}
+    again = push(m.local, remote.repo(), "default", ids=[first.id])
+    assert again.objects == 1 and again.lost_packs == [pack]
+    write(m.root, "src/main.py", "print('two')\n")
+    second = m.snap()
+    pushed = push(m.local, remote.repo(), "default")
+    assert pushed.snapshots == [second.id] and pushed.lost_packs == []
+    assert verify(remote.repo()).problems == []
+    b = empty_local(tmp_path, "b")
+    pull(b, remote.repo(), "default")
+    assert_same_snapshots(m.local, b, [first.id, second.id])
+    remote.transport().delete(pack_key(pack))  # gone (say a later gc's): its marks go too
+    push(m.local, remote.repo(), "default", ids=[first.id, second.id])  # what it held
+    collect(remote.repo())
+    assert not any("." in k for k in keys(remote, "data"))

@@ -96,9 +96,11 @@ def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser
         "Download this session's snapshots the store lacks (or the ids given) with the "
         "objects they need, checking everything. The tree is not touched: then `list`, "
         "`plan`, `restore` and `rewind` work on them as on local ones, restoring into "
-        "this store's root (the pushing machine's root is not kept as a binding).",
+        "this store's root (the pushing machine's root is not kept as a binding). A "
+        "snapshot local `gc` dropped comes back at the next pull without ids (the store "
+        "keeps no mark of what it dropped): name ids to pull only those.",
         "examples: worksnap pull\n"
-        "          worksnap pull origin --session agent-7 && worksnap rewind 3\n"
+        "          worksnap pull origin --session agent-7 && worksnap rewind --session agent-7 3\n"
         "          worksnap pull origin 3f2a9c",
     )
     pull.add_argument(
@@ -473,8 +475,8 @@ def _render(
     if result.lost_packs:  # (also with --json: a warning is stderr's)
         warn(
             f"{name}: {plural(len(result.lost_packs), 'pack')} an index names "
-            f"{'is' if len(result.lost_packs) == 1 else 'are'} missing or cut short on the "
-            "remote: what this push needed of them was sent again; `worksnap verify --remote "
+            f"{'is' if len(result.lost_packs) == 1 else 'are'} missing, cut short or damaged on "
+            "the remote: what this push needed of them was sent again; `worksnap verify --remote "
             f"{name}` names the snapshots that lost data (push them again by id)"
         )
     if args.json:

@@ -40,7 +40,7 @@ import os
 import secrets
 import stat as stat_mode
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 
 from blake3 import blake3
@@ -213,31 +213,47 @@ class DirectoryTransport:
             raise self._error(exc, dir_key, "list") from None
         return found
 
-    def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+    def sweep_leftovers(
+        self, before: float, folders: Iterable[str], *, dry_run: bool = False
+    ) -> tuple[int, int]:
         """Removes the `.tmp-*` files of writers killed part-way, written before `before`.
 
-        A live writer's temp file is fresh: it is written in one go, then linked under
-        its key and removed. Symlinks and folders of that name are left alone, and so is
-        a file this user may not remove. The walk never follows a link (`os.fwalk` by
-        descriptors): a folder swapped for a symlink cannot lead it out of the remote.
+        Only in the remote's own folder and below its `folders`: a shared disk's folder
+        may hold other things, and a gc deleted another tool's `.tmp-*` files anywhere
+        below it. A live writer's temp file is fresh: it is written in one go, then
+        linked under its key and removed. Symlinks and folders of that name are left
+        alone, and so is a file this user may not remove. The walk never follows a link
+        (`os.fwalk` by descriptors): a folder swapped for a symlink cannot lead it out
+        of the remote.
         """
         count = size = 0
-        with self._folder([], "", "list") as top:
-            for _, dirs, files, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
-                dirs[:] = [d for d in dirs if not d.startswith(".")]  # `.locks/` and the like
-                for name in files:
-                    try:
-                        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                        if not name.startswith(TEMP_MARK) or not stat_mode.S_ISREG(st.st_mode):
-                            continue
-                        if st.st_mtime < before:
-                            if not dry_run:
-                                os.unlink(name, dir_fd=dir_fd)
-                            count, size = count + 1, size + st.st_size
-                    except OSError:
-                        # Gone (its writer finished meanwhile), or not this user's to remove
-                        # (a shared disk's sticky folder): left; the rest of the gc is done.
+
+        def sweep(dir_fd: int, files: Iterable[str]) -> None:
+            nonlocal count, size
+            for name in files:
+                try:
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    if not name.startswith(TEMP_MARK) or not stat_mode.S_ISREG(st.st_mode):
                         continue
+                    if st.st_mtime < before:
+                        if not dry_run:
+                            os.unlink(name, dir_fd=dir_fd)
+                        count, size = count + 1, size + st.st_size
+                except OSError:
+                    # Gone (its writer finished meanwhile), or not this user's to remove
+                    # (a shared disk's sticky folder): left; the rest of the gc is done.
+                    continue
+
+        with self._folder([], "", "list") as top:
+            sweep(top, os.listdir(top))
+        for folder in folders:
+            try:
+                with self._folder([folder], folder, "list") as fd:
+                    for _, dirs, files, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+                        dirs[:] = [d for d in dirs if not d.startswith(".")]  # `.locks/`
+                        sweep(dir_fd, files)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # none yet (or a file by that name: not a folder of the layout)
         return count, size
 
     def get_ref(self, key: str, *, max_bytes: int = MAX_REF_BYTES) -> Ref | None:

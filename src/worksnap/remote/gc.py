@@ -23,6 +23,7 @@ to well within the grace period (an hour by default).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import socket
 import time
@@ -38,12 +39,15 @@ from worksnap.paths import Digest
 from worksnap.record import Record, summary_of
 from worksnap.remote import formats
 from worksnap.remote.formats import Condemned, GcState, Lease, Listed
+from worksnap.remote.packs import without
 from worksnap.remote.repository import (
+    FOLDERS,
     GRACE,
     LEASE_KEY,
     STATE_KEY,
     Location,
     Repository,
+    damaged_key,
     index_key,
     locations,
     pack_key,
@@ -291,7 +295,7 @@ def _collect(
         result.deleted_bytes = sum(packs[p].size for p in [*gone, *unindexed])
         result.deleted_records = len(unlisted)
         result.deleted_leftovers, size = repo.transport.sweep_leftovers(
-            started - grace, dry_run=True)  # fmt: skip
+            started - grace, FOLDERS, dry_run=True)  # fmt: skip
         result.deleted_bytes += size
         return result
     lease.renew()
@@ -319,6 +323,9 @@ def _collect(
             result.deleted_bytes += packs[pack].size
     for digest in lost:
         repo.transport.delete(index_key(digest))
+    for pack in sorted(repo.rotten.keys() - packs.keys()):  # marks of a pack gone before
+        for digest in sorted(repo.rotten[pack]):
+            repo.transport.delete(damaged_key(pack, digest))
     for pack in unindexed:
         repo.transport.delete(pack_key(pack))
         result.deleted_packs += 1
@@ -326,7 +333,7 @@ def _collect(
     for snapshot_id, nonce in unlisted:
         repo.transport.delete(record_key(snapshot_id, nonce))
         result.deleted_records += 1
-    result.deleted_leftovers, size = repo.transport.sweep_leftovers(started - grace)
+    result.deleted_leftovers, size = repo.transport.sweep_leftovers(started - grace, FOLDERS)
     result.deleted_bytes += size
     return result
 
@@ -382,6 +389,7 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
         ref, _ = repo.get_ref(session)
         listed.extend(ref.snapshots if ref is not None else ())
     roots: dict[str, Digest] = {}
+    attached: dict[str, set[str]] = {}
     needed: set[str] = set()
     for snapshot in sorted(listed, key=lambda s: s.id):
         try:
@@ -391,7 +399,8 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
             continue
         report.snapshots += 1
         roots[snapshot.id] = Digest(record.tree)
-        needed.update(record.attachments.values())
+        attached[snapshot.id] = set(record.attachments.values())
+        needed.update(attached[snapshot.id])
     reader = TreeReader(repo, places)
     try:
         needed.update(reachable(roots.values(), reader))
@@ -402,22 +411,52 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
             except (ManifestError, ObjectError, RemoteError) as exc:
                 report.problems.append(f"snapshot {snapshot_id}: {exc}")
     report.objects = len(needed)
-    named = " ".join(report.problems)  # an unreadable tree is named once
-    missing = sorted(d for d in needed - places.keys() if d not in named)
-    report.problems.extend(f"object {d} is in no pack" for d in missing)
+    damaged = {d for bad in repo.rotten.values() for d in bad} - places.keys()
     if read_data:
         for digest, index in sorted(indexes.items()):
             report.packs += 1
             try:
-                data = repo.transport.get(pack_key(index.pack), max_bytes=index.size)
-                if blake3(data).hexdigest() != index.pack:
-                    report.problems.append(f"pack {index.pack} does not match its digest")
-                    continue
-                for here in locations({digest: index}).items():
-                    where = here[1]
-                    unpack_object(
-                        data[where.offset : where.offset + where.length], where, here[0], repo.url
-                    )
+                damaged.update(_check_pack(repo, digest, index, report))
             except RemoteError as exc:
                 report.problems.append(str(exc))
+        # A damaged object another pack holds whole is not lost.
+        damaged -= locations({d: without(i, damaged) for d, i in indexes.items()}).keys()
+    named = " ".join(report.problems)  # an unreadable tree is named once
+    missing = sorted(d for d in needed - places.keys() - damaged if d not in named)
+    report.problems.extend(f"object {d} is in no pack" for d in missing)
+    if damaged & needed:
+        for snapshot_id, root in roots.items():
+            with contextlib.suppress(ManifestError, ObjectError, RemoteError):  # named above
+                lost = damaged & {*reachable([root], reader), *attached[snapshot_id]}
+                report.problems.extend(
+                    f"snapshot {snapshot_id} needs object {d}, which is damaged (push the "
+                    "snapshot again by id)"
+                    for d in sorted(lost)
+                )
     return report
+
+
+def _check_pack(
+    repo: Repository, digest: str, index: formats.PackIndex, report: VerifyReport
+) -> set[str]:
+    """Reads a pack whole and checks each of its objects; returns those that fail.
+
+    Each one failing is marked damaged (`Repository.mark_damaged`): readers leave it
+    out, so the next push that needs it sends it again. Only the pack's digest was
+    checked, and every push kept relying on a damaged object unread.
+    """
+    pack = index.pack
+    data = repo.transport.get(pack_key(pack), max_bytes=index.size)
+    whole = blake3(data).hexdigest() == pack
+    failed = set()
+    for here, where in locations({digest: index}).items():
+        try:
+            unpack_object(data[where.offset : where.offset + where.length], where, here, repo.url)
+        except RemoteError as exc:
+            report.problems.append(str(exc))
+            failed.add(here)
+    if not whole and not failed and pack not in repo.rotten:  # damage in no object: its salt
+        report.problems.append(f"pack {pack} does not match its digest")
+    for here in sorted(failed):
+        repo.mark_damaged(pack, here)
+    return failed

@@ -8,6 +8,7 @@ Layout (keys; learned from restic and kopia):
     snapshots/<id>.<nonce>  a snapshot record (format 2's canonical JSON, `record.py`); a new
                             nonce each time one is pushed
     refs/<session>          one session's snapshots: ids and record digests (compare-and-swap only)
+    data/<d[:2]>/<d>.<o>    empty: object <o> of pack <d> failed its check (`verify` writes it)
     gc/lease                who runs gc, until when
     gc/state                packs a gc condemned, and since when
 
@@ -21,7 +22,7 @@ is bounded before a byte is read, and every small object is decoded strictly (se
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -33,14 +34,17 @@ from worksnap.hash import hash_bytes
 from worksnap.paths import is_digest
 from worksnap.record import MAX_RECORD_BYTES, Record, check_record, decode_record, encode_record
 from worksnap.remote import formats
-from worksnap.remote.formats import Config, GcState, IndexEntry, Listed, PackIndex, SessionRef
+from worksnap.remote.formats import Config, GcState, Listed, PackIndex, SessionRef
 from worksnap.remote.indexcache import IndexCache
-from worksnap.remote.transport import MAX_REF_BYTES, ListEntry, Transport
+from worksnap.remote.packs import PackBuilder, without
+from worksnap.remote.transport import MAX_REF_BYTES, PROBE, ListEntry, Transport
 
 CONFIG_KEY = "config"
 LEASE_KEY = "gc/lease"
 STATE_KEY = "gc/state"
 DATA, INDEX, SNAPSHOTS, REFS, FORGOTTEN = "data", "index", "snapshots", "refs", "forgotten"
+FOLDERS = (DATA, INDEX, SNAPSHOTS, REFS, FORGOTTEN, "gc", PROBE)
+"""The top-level folders of the layout (and `remote add`'s probe): all `remote gc` sweeps."""
 
 GRACE = 3600.0
 """Seconds: gc deletes nothing younger, and condemned packs only this long after (gc.py)."""
@@ -62,6 +66,14 @@ def pack_key(digest: str) -> str:
 def index_key(digest: str) -> str:
     """The key of the index whose bytes have `digest`."""
     return f"{INDEX}/{digest}"
+
+
+def damaged_key(pack: str, digest: str) -> str:
+    """The key of the mark saying object `digest` of `pack` failed its check.
+
+    Beside the pack, so the listing of packs every reader makes finds the marks too.
+    """
+    return f"{pack_key(pack)}.{digest}"
 
 
 def record_key(snapshot_id: str, nonce: str) -> str:
@@ -107,46 +119,6 @@ def locations(indexes: dict[str, PackIndex], *, avoid: Iterable[str] = ()) -> di
     return found
 
 
-class PackBuilder:
-    """Gathers compressed objects into one pack (objects are never split)."""
-
-    def __init__(self, *, trees: bool) -> None:
-        self.trees = trees
-        self._parts: list[bytes] = [secrets.token_bytes(formats.SALT_BYTES)]
-        self._entries: list[IndexEntry] = []
-        self.size = formats.SALT_BYTES
-        self._compressor = zstandard.ZstdCompressor(level=1, write_checksum=True)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def absorb(self, other: PackBuilder) -> None:
-        """Appends the objects of `other` (which is then not to be used)."""
-        for frame, entry in zip(other._parts[1:], other._entries, strict=True):
-            self._parts.append(frame)
-            self._entries.append(IndexEntry(entry.digest, self.size, entry.length, entry.raw))
-            self.size += entry.length
-
-    def add(self, digest: str, data: bytes) -> None:
-        """Appends an object (its bytes as read, checked by the reader against `digest`)."""
-        frame = self._compressor.compress(data)
-        self._parts.append(frame)
-        self._entries.append(IndexEntry(bytes.fromhex(digest), self.size, len(frame), len(data)))
-        self.size += len(frame)
-
-    def finish(self) -> tuple[bytes, PackIndex]:
-        """The pack's bytes and its index."""
-        data = b"".join(self._parts)
-        index = PackIndex(
-            version=formats.VERSION,
-            pack=blake3(data).hexdigest(),
-            size=len(data),
-            trees=self.trees,
-            entries=self._entries,
-        )
-        return data, index
-
-
 def unpack_object(frame: bytes, location: Location, digest: str, remote: str) -> bytes:
     """Returns an object's bytes from its stored frame, checked against its digest.
 
@@ -180,6 +152,8 @@ class Repository:
         """Indexes `load_indexes` found damaged, by digest: one line each, for verify."""
         self.lost: dict[str, str] = {}
         """Indexes `whole` found without their pack, by digest: the pack's digest."""
+        self.rotten: dict[str, set[str]] = {}
+        """Objects marked damaged (`damaged_key`), by pack, as `pack_listing` last found."""
 
     @classmethod
     def open(
@@ -284,16 +258,27 @@ class Repository:
         unreachable, as a damaged index's are: a push sends them again (it said it pushed
         a snapshot no one could pull), and gc deletes the index (every gc failed on the
         missing pack). `packs`: the pack listing, when the caller has one.
+
+        The objects `verify` marked damaged in a pack of the right size (bit rot) are left
+        out of its index the same way (noted in `rotten`): every push reused them
+        unread, and listed snapshots no one could pull.
         """
         packs = self.pack_listing() if packs is None else packs
         found: dict[str, PackIndex] = {}
         for digest, index in indexes.items():
             entry = packs.get(index.pack)
-            if entry is not None and entry.size == index.size:
-                found[digest] = index
-            else:
+            if entry is None or entry.size != index.size:
                 self.lost[digest] = index.pack
+            elif bad := self.rotten.get(index.pack):
+                found[digest] = without(index, bad)
+            else:
+                found[digest] = index
         return found
+
+    def mark_damaged(self, pack: str, digest: str) -> None:
+        """Marks object `digest` of `pack` damaged: readers leave it out of its index."""
+        self.transport.put_if_absent(damaged_key(pack, digest), b"")
+        self.rotten.setdefault(pack, set()).add(digest)
 
     def _remember(self, digest: str, data: bytes) -> None:
         if self._cache is not None:
@@ -334,12 +319,20 @@ class Repository:
         return digest, index
 
     def read_objects(
-        self, wanted: Iterable[tuple[str, Location]], *, gap: int = 64 << 10, span: int = 8 << 20
+        self,
+        wanted: Iterable[tuple[str, Location]],
+        *,
+        spare: Container[str] = frozenset(),
+        gap: int = 64 << 10,
+        span: int = 8 << 20,
     ) -> Iterator[tuple[str, bytes]]:
         """Yields (digest, bytes) of objects, each checked, fetching adjacent ones in one range.
 
         Ranges of one pack less than `gap` apart are read together, up to `span` bytes
         (an object larger than that is one range alone). Fetches run a few at a time.
+        An object of `spare` (fetched only because it lies beside one asked for) that
+        fails its check is left out, not raised: one damaged neighbour stopped every
+        pull and gc that read its pack's trees (its own reader fetches it and raises).
         """
         runs = _coalesce(sorted(set(wanted), key=lambda w: (w[1].pack, w[1].offset)), gap, span)
         with ThreadPoolExecutor(_FETCHERS) as pool:
@@ -347,7 +340,13 @@ class Repository:
                 start = run[0][1].offset
                 for digest, where in run:
                     frame = blob[where.offset - start : where.offset - start + where.length]
-                    yield digest, unpack_object(frame, where, digest, self.url)
+                    try:
+                        data = unpack_object(frame, where, digest, self.url)
+                    except RemoteError:
+                        if digest in spare:
+                            continue
+                        raise
+                    yield digest, data
 
     def _read_run(self, run: list[tuple[str, Location]]) -> bytes:
         first, last = run[0][1], run[-1][1]
@@ -356,12 +355,21 @@ class Repository:
         )
 
     def pack_listing(self) -> dict[str, ListEntry]:
-        """Every pack on the remote, by digest, with its size and time (gc)."""
-        return {
-            name: entry
-            for entry in self.transport.list_keys(DATA)
-            if is_digest(name := entry.key.rpartition("/")[2]) and entry.key == pack_key(name)
-        }
+        """Every pack on the remote, by digest, with its size and time (gc).
+
+        The same listing finds the objects marked damaged: kept in `rotten`.
+        """
+        found: dict[str, ListEntry] = {}
+        self.rotten = {}
+        for entry in self.transport.list_keys(DATA):
+            pack, _, digest = entry.key.rpartition("/")[2].partition(".")
+            if not is_digest(pack):
+                continue
+            if entry.key == pack_key(pack):
+                found[pack] = entry
+            elif is_digest(digest) and entry.key == damaged_key(pack, digest):
+                self.rotten.setdefault(pack, set()).add(digest)
+        return found
 
     def index_listing(self) -> dict[str, ListEntry]:
         """Every index on the remote, by digest, with its time (gc)."""

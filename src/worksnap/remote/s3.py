@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -253,7 +253,9 @@ class ObjectStoreTransport:
         except _ObstoreFailure as exc:
             raise self._error(exc, key, "delete") from None
 
-    def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+    def sweep_leftovers(
+        self, before: float, folders: Iterable[str], *, dry_run: bool = False
+    ) -> tuple[int, int]:
         """Nothing to remove: a `PUT` (never multipart) is whole or absent."""
         return 0, 0
 

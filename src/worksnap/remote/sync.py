@@ -34,11 +34,11 @@ from worksnap.errors import InputError, ManifestError, RemoteError
 from worksnap.paths import Digest
 from worksnap.record import Record, loose_of
 from worksnap.remote.formats import MAX_OBJECT_BYTES, PackIndex
+from worksnap.remote.packs import PackBuilder
 from worksnap.remote.repository import (
     GRACE,
     PACK_BYTES,
     Location,
-    PackBuilder,
     Repository,
     locations,
     record_key,
@@ -105,8 +105,8 @@ class Result:
     bytes: int = 0
     packs: int = 0
     lost_packs: list[str] = field(default_factory=list)
-    """Packs an index names that are not on the remote whole (a push's: their objects,
-    when needed, were sent again; `Repository.whole`)."""
+    """Packs an index names that are not on the remote whole, or hold objects marked
+    damaged (a push's: their objects, when needed, were sent again; `Repository.whole`)."""
 
 
 def _noop(sent: int, objects: int) -> None:
@@ -225,6 +225,9 @@ def push(
     for digest in reachable([Digest(r.tree) for r in [*records, *again]], read_tree):
         needed.append(digest)
     needed.extend(d for r in [*records, *again] for d in r.attachments.values())
+    # Packs holding objects marked damaged that this push sends again (once sent, not
+    # named again: the pack stays while its other objects are needed).
+    resent = {p for p, bad in repo.rotten.items() if (bad & set(needed)) - known.places.keys()}
     while True:
         _upload(
             local,
@@ -245,7 +248,7 @@ def push(
     if records:
         entries = [repo.put_record(r) for r in records]
         repo.add_to_ref(session, entries, read=(ref, etag))
-    result.lost_packs = sorted(set(repo.lost.values()))
+    result.lost_packs = sorted({*repo.lost.values(), *resent})
     return result
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import NamedTuple, Protocol
 
@@ -29,6 +29,9 @@ MAX_KEY = 512
 
 MAX_REF_BYTES = 1 << 20
 """The largest ref `get_ref` accepts unless told otherwise: refs are small records."""
+
+PROBE = "probe"
+"""The folder of `probe_transport`'s keys."""
 
 _KEY = re.compile(r"[A-Za-z0-9_=-][A-Za-z0-9._=-]*(/[A-Za-z0-9_=-][A-Za-z0-9._=-]*)*\Z")
 
@@ -145,11 +148,14 @@ class Transport(Protocol):
         """Removes `key`; removing a missing object is no error."""
         ...
 
-    def sweep_leftovers(self, before: float, *, dry_run: bool = False) -> tuple[int, int]:
+    def sweep_leftovers(
+        self, before: float, folders: Iterable[str], *, dry_run: bool = False
+    ) -> tuple[int, int]:
         """Removes what writers killed part-way left under no key, older than `before`.
 
-        `before`: seconds since the epoch. A `file://` remote's temp files; an S3 PUT
-        is whole or absent: nothing. Returns how many, and their bytes (`dry_run`:
+        `before`: seconds since the epoch; `folders`: the top-level folders of keys (the
+        top's own keys are swept too, nothing else). A `file://` remote's temp files; an
+        S3 PUT is whole or absent: nothing. Returns how many, and their bytes (`dry_run`:
         counted, not removed).
         """
         ...
@@ -193,7 +199,7 @@ def is_key(key: str) -> bool:
     return len(key) <= MAX_KEY and _KEY.match(key) is not None
 
 
-def probe_transport(transport: Transport, *, prefix: str = "probe") -> None:
+def probe_transport(transport: Transport, *, prefix: str = PROBE) -> None:
     """Checks that `transport`'s store enforces create-if-absent and compare-and-swap.
 
     Each check writes and reads back, so a store that accepts the conditional

@@ -22,7 +22,8 @@ class TreeReader:
 
     A tree pack holds the trees one push wrote, which a walk then reads one after
     another: one request per pack rather than one per tree. Fetched objects are
-    kept (checked) in `fetched`; the objects `skip` says are local are left out, and so
+    kept (checked) in `fetched` (a neighbour that fails its check is not: only the object
+    asked for raises); the objects `skip` says are local are left out, and so
     are those over `BATCH_OBJECT` unpacked, and any past `BATCH_RAW` in all: a small
     push's one pack holds file contents beside its trees, and a review saw three
     compressible 900 MB files, an 87 KB pack, take 2.8 GB to `remote gc` that way.
@@ -49,6 +50,7 @@ class TreeReader:
             return found
         where = self.place(digest)
         batch: list[tuple[str, Location]] = [(digest, where)]
+        spare = set()
         if where.trees and where.pack not in self._packs:
             self._packs.add(where.pack)
             budget = BATCH_RAW - where.raw
@@ -58,8 +60,9 @@ class TreeReader:
                 if w.raw > budget:
                     break
                 batch.append((d, w))
+                spare.add(d)
                 budget -= w.raw
-        for got, data in self.repo.read_objects(batch):
+        for got, data in self.repo.read_objects(batch, spare=spare):
             self.fetched[got] = data
         self.bytes += sum(w.length for _, w in batch)
         return self.fetched[digest]
@@ -75,6 +78,8 @@ class TreeReader:
             damaged = [f"{index_key(d)} damaged" for d in sorted(self.repo.damaged)]
             lost = sorted({pack_key(p) for p in self.repo.lost.values()})
             damaged += [f"{key} missing or cut short" for key in lost]
+            if digest in {d for bad in self.repo.rotten.values() for d in bad}:
+                damaged.insert(0, "marked damaged by verify")
             why = ", ".join(damaged[:3]) if damaged else "damaged or partial?"
             raise RemoteError(self.repo.url, f"object {digest} is in no pack ({why})")
         return where
