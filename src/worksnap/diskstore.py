@@ -189,7 +189,7 @@ class DiskStore(SnapshotFiles):
             # the next `sync` must say so, though this listing no longer names it.
             self._generation = b"\0"
         self._indexes = indexes
-        index, self._find = join_indexes([r for r in read if r], prune=bool(damaged))
+        index, self._find = join_indexes([r for r in read if r])
         if not damaged and None not in read:
             refresh(self.files, self.paths.multi_pack_index, packs, index)
         if self._writer is not None:  # its objects, not published yet, are still here
@@ -261,13 +261,13 @@ class DiskStore(SnapshotFiles):
     def indexed(self) -> Container[str]:
         """Digests known to be stored without a system call (packed objects, < 1 MiB).
 
-        A live view: objects added later are in it too.
+        A live view: objects added later are in it too (not one whose chain is broken).
         """
-        return self._load_index().keys()
+        return self._load_index().present()
 
     def has(self, digest: str) -> bool:
         """True when the object is stored (not checked against its digest; see `read`)."""
-        if digest in self._load_index():
+        if digest in self._load_index().present():
             return True
         st = self.files.lstat(self._loose_path(digest))
         return st is not None
@@ -283,7 +283,7 @@ class DiskStore(SnapshotFiles):
         """Stores a tree object as `add` does, without counting it in `added`."""
         # A small object is never stored loose: the index alone answers for it.
         index = self._load_index()
-        if digest in index or (len(data) >= SMALL and self.has(digest)):
+        if digest in index.present() or (len(data) >= SMALL and self.has(digest)):
             return False
         if len(data) >= SMALL:
             self.files.write(self._loose_path(digest), data)
