@@ -10,6 +10,7 @@ one index of every pack's; `used_copy` says which copy of an object it reads.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator, KeysView, Mapping
+from collections.abc import Set as AbstractSet
 from itertools import compress
 from operator import itemgetter
 from typing import TypeVar, overload
@@ -76,13 +77,17 @@ def _holding(digests: Iterable[str], prefixes: set[str]) -> dict[str, list[str]]
 
 
 def join_indexes(
-    indexes: Iterable[tuple[list[str], PackRows]], *, at_once: bool = True
+    indexes: Iterable[tuple[list[str], PackRows]],
+    *,
+    damaged: AbstractSet[tuple[str, str]] = frozenset(),
+    at_once: bool = True,
 ) -> tuple[ObjectIndex, Finder]:
     """The packs' indexes as one, and its Finder; of an object's twins, one that reads.
 
     Snapshots side by side may store one object twice, each against its own base, and
     a sweep killed part-way leaves an old copy whose base it already removed beside the
-    copy it wrote alone: the index keeps the last copy whose chain is whole.
+    copy it wrote alone: the index keeps the last copy whose chain is whole, and not
+    one of the `damaged` copies, (digest, pack) (`damagedcopies`: `verify --repair`).
 
     `at_once` False joins every pack one digest at a time: the obvious version of the
     same answer, which tests hold `_joined_at_once` to.
@@ -108,16 +113,23 @@ def join_indexes(
         for digest, places in twins.items():
             for place in reversed(places):
                 entries[digest] = place
-                if sound_chain(digest, find):
+                if _whole(digest, find, damaged):
                     break
             else:
                 entries[digest] = places[-1]
     # An object whose chain is broken (a base packed nowhere: its pack's index damaged, or
-    # the pack moved out as `verify` advises) stays readable, to be named, but is not
-    # `present`: a snapshot stores it again. Only objects with a base are looked at,
-    # each through the index alone (no frame read).
-    index.broken.update(d for d in based if not sound_chain(d, find))
+    # the pack moved out as `verify` advises; a damaged copy) stays readable, to be named,
+    # but is not `present`: a snapshot stores it again. Only objects with a base or a
+    # damaged copy are looked at, each through the index alone (no frame read).
+    based.update(d for d, _ in damaged if d in entries)
+    index.broken.update(d for d in based if not _whole(d, find, damaged))
     return index, find
+
+
+def _whole(digest: str, find: Finder, damaged: Container[tuple[str, str]]) -> bool:
+    """True when the copy of `digest` read and its chain are packed, none a damaged copy."""
+    links = sound_chain(digest, find)
+    return bool(links) and not any((name, slot.pack) in damaged for name, slot in links)
 
 
 def _joined_at_once(entries: dict[str, int | PackWriter], digests: list[str], pack: int) -> bool:
