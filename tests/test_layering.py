@@ -32,6 +32,7 @@ LEVELS: dict[str, int] = {
     "objectindex": 0,
     "multipack": 0,
     "packsweep": 0,
+    "damagedcopies": 0,
     # the remote's transports: bytes under keys, conditional writes; nothing of snapshots
     "remote": 0,
     "remote.transport": 0,
@@ -78,6 +79,7 @@ LEVELS: dict[str, int] = {
     # 3: one responsibility each, built from the mechanisms
     "capture": 3,
     "catalog": 3,
+    "verifying": 3,
     "migration": 3,
     "transaction": 3,
     "checkpoints": 3,
@@ -115,7 +117,7 @@ LEVELS: dict[str, int] = {
 # Names of files and folders inside a store. Only layout.py may spell them.
 STORE_NAMES = {
     ".worksnap", "journal.json", "pins.json", "config.json", "daemon.sock", "daemon.log",
-    "lock.holder", "packs", "manifests", "summaries", "generation", "cache",
+    "lock.holder", "packs", "manifests", "summaries", "generation", "cache", "damaged-copies",
     ".pack", ".idx", ".json", ".tmp-",
 }  # fmt: skip
 # Words that are store names only where a path is built from them ("root" is also a

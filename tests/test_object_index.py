@@ -252,12 +252,11 @@ def test_a_finder_answers_each_prefix_as_a_look_through_every_digest_would(seed:
 def test_packs_joined_in_one_update_read_the_copies_the_loop_chooses(seed: int) -> None:
     """A pack without twins is joined in one `dict.update`; the loop, one digest at a time,
     is the obvious version: same copy of every object, twins (across or within packs,
-    their chains whole or broken: a base packed nowhere) and the pruned index alike."""
+    their chains whole or broken: a base packed nowhere)."""
     packs = _random_packs(random.Random(seed))
 
-    def places(prune: bool, at_once: bool) -> dict[str, tuple[str, int]]:
-        index, _ = join_indexes(packs, prune=prune, at_once=at_once)
+    def places(at_once: bool) -> dict[str, tuple[str, int]]:
+        index, _ = join_indexes(packs, at_once=at_once)
         return {d: (index[d].pack, index[d].offset) for d in index}
 
-    for prune in (False, True):
-        assert places(prune, at_once=True) == places(prune, at_once=False)
+    assert places(at_once=True) == places(at_once=False)

@@ -187,12 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
         "verify",
         "check that stored objects are present and intact",
         "Check that every object REF (default: every snapshot) needs is present and "
-        "matches its hash. Exit 1 when something is damaged.",
+        "matches its hash. Exit 1 when something is damaged. --repair: take the damaged "
+        "objects found as not stored, so that the next snapshot stores again what is "
+        "still on disk (snapshots taken before still lack them).",
         "example: worksnap verify step:3",
     )
     verify.add_argument("ref", nargs="?", help=REFS)
     verify.add_argument(
         "--remote", metavar="NAME", help="check the remote NAME instead (pull-able)"
+    )
+    verify.add_argument(
+        "--repair", action="store_true", help="heal: the next snapshot stores damaged objects again"
     )
 
     recover = command(

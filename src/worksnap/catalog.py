@@ -38,14 +38,12 @@ from worksnap.record import Record, check_record, loose_of, manifest_of, record_
 from worksnap.store import Store
 from worksnap.treewalk import Flat, Loose, Nodes, Subtrees, flatten
 from worksnap.treewalk import count_changes as count_tree_changes
+from worksnap.verifying import verify
 
 MIN_PREFIX = 4
 """The fewest characters of an id a ref may give: `show 1` must not pick some snapshot."""
 
 ID_LENGTH = 12
-
-_VERIFY_REPORT_EVERY = 64
-"""Objects read between two progress reports of `verify`."""
 
 CHECKED_KEPT = 4
 """How many checked manifests are remembered (checking a big one costs more than reading it).
@@ -369,50 +367,13 @@ class Catalog:
         return [first, *(self.load(s.id, session) for s in later)]
 
     def verify(
-        self, ref: str | None, session: str, *, report: Reporter | None = None
+        self, ref: str | None, session: str, *, report: Reporter | None = None, repair: bool = False
     ) -> builtins.list[str]:
         """Checks that every object the snapshot (or every snapshot) needs is present and intact.
 
-        Args:
-            ref: the snapshot (None: every snapshot of the store).
-            session: where `latest` and `step:N` look.
-            report: told how many of the objects have been read ("verify").
-
-        Returns:
-            One line for each problem found; empty when all is well.
+        One line for each problem found; empty when all is well (`verifying.verify`).
         """
-        problems = self._store.problems()  # damage that commands work around (pack indexes)
-        ids = [self.resolve(ref, session)] if ref is not None else self._store.ids()
-        loaded: builtins.list[Manifest] = []
-        found: builtins.list[tuple[str, str]] = []  # (snapshot, problem)
-        for snapshot_id in ids:
-            try:
-                loaded.append(self.load(snapshot_id, session))
-            except ManifestError as exc:
-                found.append((snapshot_id, str(exc)))
-            except InputError:
-                if ref is not None or snapshot_id in self._store.ids():
-                    raise  # else a gc removed it since it was listed
-        needed = list(dict.fromkeys(e.hash for m in loaded for e in m.entries if e.hash))
-        checked: dict[str, str | None] = {}
-        for done, digest in enumerate(needed, 1):
-            try:
-                self._store.check(digest)  # a piece at a time: any size
-                checked[digest] = None
-            except ObjectError as exc:
-                checked[digest] = exc.reason
-            if report is not None and (done % _VERIFY_REPORT_EVERY == 0 or done == len(needed)):
-                report("verify", done, len(needed))
-        found += [
-            (m.id, f"{m.id}: {e.path}: object {e.hash} {reason}")
-            for m in loaded
-            for e in m.entries
-            if e.hash and (reason := checked.get(e.hash)) is not None
-        ]
-        if found and ref is None:  # a gc may have removed a snapshot (and its objects) since
-            stored = set(self._store.ids())
-            found = [(snapshot_id, line) for snapshot_id, line in found if snapshot_id in stored]
-        return problems + [line for _, line in found]
+        return verify(self, self._store, self._locks, ref, session, report=report, repair=repair)
 
     # -- saving ---------------------------------------------------------------
 

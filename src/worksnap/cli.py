@@ -192,7 +192,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
         return cmd_verify_remote(args)
     with open_workspace(args) as ws:
-        problems = ws.verify(args.ref)
+        problems = ws.verify(args.ref, repair=args.repair)
     if args.json:
         emit_json(views.verify_view(problems))
     else:

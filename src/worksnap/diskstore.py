@@ -17,10 +17,11 @@ import contextlib
 import errno
 import os
 import threading
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 
 from blake3 import blake3
 
+from worksnap.damagedcopies import read_damaged, record_damaged
 from worksnap.diskrecords import SnapshotFiles
 from worksnap.errors import InputError, ObjectError, SnapshotError, StoreError
 from worksnap.frames import MAX_UNPACKED
@@ -39,13 +40,12 @@ from worksnap.packcodec import (
     compress,
     decode_rows,
     format_problem,
-    geometric,
     moved,
     rebuild,
     slots,
     sound_chain,
 )
-from worksnap.packsweep import SweepPlan, Tally, announce, plan_sweep, remove_packs
+from worksnap.packsweep import SweepPlan, Tally, announce, plan_sweep, remove_packs, small_packs
 from worksnap.paths import Digest, is_digest
 from worksnap.storedir import KIB, MIB, StoreDir
 
@@ -189,7 +189,7 @@ class DiskStore(SnapshotFiles):
             # the next `sync` must say so, though this listing no longer names it.
             self._generation = b"\0"
         self._indexes = indexes
-        index, self._find = join_indexes([r for r in read if r], prune=bool(damaged))
+        index, self._find = join_indexes([r for r in read if r], damaged=read_damaged(self.files))
         if not damaged and None not in read:
             refresh(self.files, self.paths.multi_pack_index, packs, index)
         if self._writer is not None:  # its objects, not published yet, are still here
@@ -243,6 +243,14 @@ class DiskStore(SnapshotFiles):
             for name, reason in sorted(self._damaged.items())
         ]
 
+    def record_damaged(self, digests: Iterable[str]) -> int:
+        """Records the packed copies read of `digests` as damaged (`damagedcopies`): how many."""
+        index = self._load_index()
+        copies = [(d, slot.pack) for d in digests if (slot := index.get(d)) is not None]
+        record_damaged(self.files, copies, self._listed())
+        self._index = None  # read again: those copies are no longer `present`
+        return len(copies)
+
     def sync(self) -> bool:
         """True, and the remembered index forgotten, if objects may be gone since it was read.
 
@@ -259,15 +267,12 @@ class DiskStore(SnapshotFiles):
         return True
 
     def indexed(self) -> Container[str]:
-        """Digests known to be stored without a system call (packed objects, < 1 MiB).
-
-        A live view: objects added later are in it too.
-        """
-        return self._load_index().keys()
+        """Packed digests known to be stored, without a system call: a live view (`present`)."""
+        return self._load_index().present()
 
     def has(self, digest: str) -> bool:
         """True when the object is stored (not checked against its digest; see `read`)."""
-        if digest in self._load_index():
+        if digest in self._load_index().present():
             return True
         st = self.files.lstat(self._loose_path(digest))
         return st is not None
@@ -283,7 +288,7 @@ class DiskStore(SnapshotFiles):
         """Stores a tree object as `add` does, without counting it in `added`."""
         # A small object is never stored loose: the index alone answers for it.
         index = self._load_index()
-        if digest in index or (len(data) >= SMALL and self.has(digest)):
+        if digest in index.present() or (len(data) >= SMALL and self.has(digest)):
             return False
         if len(data) >= SMALL:
             self.files.write(self._loose_path(digest), data)
@@ -585,13 +590,7 @@ class DiskStore(SnapshotFiles):
     def _small_packs(self) -> set[str]:
         """The packs to merge (`packcodec.geometric`), of those under `MERGE_BELOW`."""
         self._load_index()  # (the packs it was read from)
-        sizes: list[tuple[int, str]] = []
-        for name in self._indexes:
-            pack_name, _ = self.paths.pack_file(name)
-            st = self.files.lstat(self.paths.pack(pack_name))
-            if st is not None and st.st_size < MERGE_BELOW:
-                sizes.append((st.st_size, pack_name))
-        return geometric(sizes)
+        return small_packs(self.files, self._indexes, MERGE_BELOW)
 
     def size(self) -> int:
         """Returns the bytes the store takes on disk."""

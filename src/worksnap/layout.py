@@ -24,6 +24,7 @@ read, and changed, in one place:
       cache/last.json            each session's newest full snapshot, by id (the next one's parent)
       cache/remote/<id>/<digest> indexes of the remote repository <id> (immutable; a copy)
       generation                 rewritten by every gc sweep
+      damaged-copies             packed copies `verify --repair` found damaged, not read
       journal.json               present only while a restore runs
       sessions/<name>.json       a session's redo stack and open checkpoint
       pins.json                  ids gc never drops
@@ -323,6 +324,7 @@ class StorePaths:
         "cache",
         "config",
         "daemon_log",
+        "damaged_copies",
         "dir",
         "format",
         "generation",
@@ -385,6 +387,8 @@ class StorePaths:
         """The store's format ("3": compressed packs); a newer one is refused."""
         self.generation = os.path.join(directory, "generation")
         """Rewritten by every gc sweep, so long-lived processes drop their index."""
+        self.damaged_copies = os.path.join(directory, "damaged-copies")
+        """`<digest> <pack>` a line: packed copies found damaged, never read (damagedcopies)."""
         self.journal = os.path.join(directory, "journal.json")
         """Present only while a restore runs."""
         self.sessions = os.path.join(directory, "sessions")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Hashable, Iterator
+from collections.abc import Container, Hashable, Iterable, Iterator
 
 import msgspec
 
@@ -147,6 +147,10 @@ class MemoryStore:
     def problems(self) -> list[str]:
         """A store in memory has no damaged parts besides its objects and manifests."""
         return []
+
+    def record_damaged(self, digests: Iterable[str]) -> int:
+        """Drops the objects (found damaged): the next snapshot stores them again."""
+        return sum(self.objects.pop(digest, None) is not None for digest in digests)
 
     def digests(self) -> Iterator[str]:
         """Yields every held digest."""

@@ -9,7 +9,8 @@ one index of every pack's; `used_copy` says which copy of an object it reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, KeysView, Mapping
+from collections.abc import Container, Iterable, Iterator, KeysView, Mapping
+from collections.abc import Set as AbstractSet
 from itertools import compress
 from operator import itemgetter
 from typing import TypeVar, overload
@@ -76,16 +77,17 @@ def _holding(digests: Iterable[str], prefixes: set[str]) -> dict[str, list[str]]
 
 
 def join_indexes(
-    indexes: Iterable[tuple[list[str], PackRows]], *, prune: bool = False, at_once: bool = True
+    indexes: Iterable[tuple[list[str], PackRows]],
+    *,
+    damaged: AbstractSet[tuple[str, str]] = frozenset(),
+    at_once: bool = True,
 ) -> tuple[ObjectIndex, Finder]:
     """The packs' indexes as one, and its Finder; of an object's twins, one that reads.
 
     Snapshots side by side may store one object twice, each against its own base, and
     a sweep killed part-way leaves an old copy whose base it already removed beside the
-    copy it wrote alone: the index keeps the last copy whose chain is whole.
-
-    `prune` (a pack index is damaged): objects whose chain is not whole are left out,
-    so that a snapshot stores again what is on disk instead of naming them.
+    copy it wrote alone: the index keeps the last copy whose chain is whole, and not
+    one of the `damaged` copies, (digest, pack) (`damagedcopies`: `verify --repair`).
 
     `at_once` False joins every pack one digest at a time: the obvious version of the
     same answer, which tests hold `_joined_at_once` to.
@@ -94,9 +96,11 @@ def join_indexes(
     packs: list[PackRows] = []
     index = ObjectIndex(entries, packs)  # a view: it sees the changes made below
     twins: dict[str, list[int]] = {}
+    based: set[str] = set()  # the objects stored against a base (few)
     for digests, rows in indexes:
         pack = len(packs) << _ROW_BITS
         packs.append(rows)
+        based.update(map(digests.__getitem__, rows.bases))
         if at_once and _joined_at_once(entries, digests, pack):
             continue
         for row, digest in enumerate(digests):
@@ -109,15 +113,23 @@ def join_indexes(
         for digest, places in twins.items():
             for place in reversed(places):
                 entries[digest] = place
-                if sound_chain(digest, find):
+                if _whole(digest, find, damaged):
                     break
             else:
                 entries[digest] = places[-1]
-    if prune:
-        for digest in [d for d in entries if not sound_chain(d, find)]:
-            del entries[digest]
-        find = Finder(index, packs)
+    # An object whose chain is broken (a base packed nowhere: its pack's index damaged, or
+    # the pack moved out as `verify` advises; a damaged copy) stays readable, to be named,
+    # but is not `present`: a snapshot stores it again. Only objects with a base or a
+    # damaged copy are looked at, each through the index alone (no frame read).
+    based.update(d for d, _ in damaged if d in entries)
+    index.broken.update(d for d in based if not _whole(d, find, damaged))
     return index, find
+
+
+def _whole(digest: str, find: Finder, damaged: Container[tuple[str, str]]) -> bool:
+    """True when the copy of `digest` read and its chain are packed, none a damaged copy."""
+    links = sound_chain(digest, find)
+    return bool(links) and not any((name, slot.pack) in damaged for name, slot in links)
 
 
 def _joined_at_once(entries: dict[str, int | PackWriter], digests: list[str], pack: int) -> bool:
@@ -150,6 +162,18 @@ def used_copy(index: Mapping[str, Slot], digest: str, slot: Slot) -> bool:
 _T = TypeVar("_T")
 
 
+class _Present(Container[str]):
+    """`ObjectIndex.present` while some objects' chains are broken (rare: damage)."""
+
+    __slots__ = ("_broken", "_entries")
+
+    def __init__(self, entries: Container[str], broken: set[str]) -> None:
+        self._entries, self._broken = entries, broken
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._entries and digest not in self._broken
+
+
 _ROW_BITS = 32
 _ROW_MASK = (1 << _ROW_BITS) - 1
 
@@ -165,9 +189,11 @@ class ObjectIndex(Mapping[str, Slot]):
     answering for what it wrote.
 
     `in` and `keys()` go straight to the dict: the capture tests every file's digest.
+    `broken`: the objects whose copy read has a broken chain (`join_indexes`); `present`
+    leaves them out, until one is added again.
     """
 
-    __slots__ = ("_entries", "_packs", "_written")
+    __slots__ = ("_entries", "_packs", "_written", "broken")
 
     def __init__(
         self,
@@ -177,6 +203,7 @@ class ObjectIndex(Mapping[str, Slot]):
         self._entries = {} if entries is None else entries
         self._packs = [] if packs is None else packs
         self._written = False
+        self.broken: set[str] = set()
 
     def _slot(self, digest: str, found: int | PackWriter) -> Slot:
         if isinstance(found, PackWriter):
@@ -187,6 +214,11 @@ class ObjectIndex(Mapping[str, Slot]):
         """Records an object `writer` has just appended."""
         self._entries[digest] = writer
         self._written = True
+        self.broken.discard(digest)
+
+    def present(self) -> Container[str]:
+        """The digests that can be read, as far as the index knows: a live view (see `keys`)."""
+        return self._entries.keys() if not self.broken else _Present(self._entries, self.broken)
 
     def pack_rows(self) -> list[PackRows]:
         """The packs read, in the order `places` numbers them."""

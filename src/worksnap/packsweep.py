@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from worksnap.errors import SweepStopped
 from worksnap.objectindex import Finder, used_copy
-from worksnap.packcodec import Slot, sound_chain
+from worksnap.packcodec import Slot, geometric, sound_chain
 from worksnap.storedir import StoreDir
 
 Records = list[tuple[str, Slot]]
@@ -186,3 +186,14 @@ def announce(files: StoreDir, first: list[SweptPack], done: Tally) -> None:
             raise
     remove_packs(files, first, done)
     files.write(files.paths.generation, files.new_name().encode())
+
+
+def small_packs(files: StoreDir, indexes: Iterable[str], below: int) -> set[str]:
+    """The packs to merge (`packcodec.geometric`), of those of `indexes` under `below` bytes."""
+    sizes: list[tuple[int, str]] = []
+    for name in indexes:
+        pack_name, _ = files.paths.pack_file(name)
+        st = files.lstat(files.paths.pack(pack_name))
+        if st is not None and st.st_size < below:
+            sizes.append((st.st_size, pack_name))
+    return geometric(sizes)

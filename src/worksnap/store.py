@@ -12,7 +12,7 @@ Implementations: `diskstore.DiskStore` (a store directory, docs/format.md) and
 
 from __future__ import annotations
 
-from collections.abc import Container, Hashable, Iterator
+from collections.abc import Container, Hashable, Iterable, Iterator
 from typing import Protocol
 
 from worksnap.manifest import Manifest, Summary
@@ -112,6 +112,13 @@ class ObjectStore(Protocol):
 
     def problems(self) -> list[str]:
         """One line for each damaged part of the store that commands work around."""
+        ...
+
+    def record_damaged(self, digests: Iterable[str]) -> int:
+        """Takes the stored copies of `digests` (found damaged) as not stored: how many.
+
+        Under the exclusive lock (`verify --repair`). The next snapshot stores them again.
+        """
         ...
 
     def digests(self) -> Iterator[str]:

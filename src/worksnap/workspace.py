@@ -443,9 +443,9 @@ class Workspace:
             return entry, fs_path(entry.target or "")
         return entry, self.store.read(entry.hash or "")
 
-    def verify(self, ref: str | None = None) -> builtins.list[str]:
+    def verify(self, ref: str | None = None, *, repair: bool = False) -> builtins.list[str]:
         """Checks every object (trees too) the snapshot or all need; a line per problem found."""
-        return self._catalog.verify(ref, self.session, report=self._reporter)
+        return self._catalog.verify(ref, self.session, report=self._reporter, repair=repair)
 
     def attachment(self, ref: str, name: str) -> bytes:
         """Returns the bytes of a snapshot's named attachment."""

@@ -198,6 +198,43 @@ def test_a_damaged_base_is_named_by_the_object_that_needs_it(root: Path) -> None
     _refused(root, second, new, f"its base {old}")
 
 
+def test_verify_repair_makes_the_next_snapshot_store_a_damaged_object_again(
+    root: Path,
+) -> None:
+    """Bytes flipped inside one file's frame (its index is fine): verify named the object
+    but gave no advice, and every later snapshot (exit 0, the file intact on disk) named
+    the damaged copy again, so none could give the file back (review M, 02). verify now
+    says to run `verify --repair`, which takes the damaged copy as not stored: the next
+    snapshot stores the file again, and every snapshot of those bytes reads that copy."""
+    data = os.urandom(3000)
+    (root / "f1").write_bytes(data)
+    write(root, "s.txt", "small\n")
+    code, first, err = cli("--root", str(root), "snapshot")
+    assert code == 0, err
+    slot = _slot(root, hash_bytes(data))
+    pack = root / STORE / "packs" / f"{slot.pack}.pack"
+    damaged = bytearray(pack.read_bytes())
+    damaged[slot.offset + slot.stored // 2] ^= 0xFF  # inside f1's frame
+    pack.write_bytes(bytes(damaged))
+    code, out, _ = cli("--root", str(root), "verify")
+    assert code == 1 and hash_bytes(data) in out and "worksnap verify --repair" in out
+    code, out, _ = cli("--root", str(root), "verify", "--repair")
+    assert code == 1 and "1 damaged objects taken as not stored" in out, out
+    write(root, "t.txt", "more\n")  # f1 is untouched and intact on disk
+    code, second, err = cli("--root", str(root), "snapshot")
+    assert code == 0, err
+    code, out, _ = cli("--root", str(root), "verify", second.strip())
+    assert code == 0, out
+    (root / "f1").unlink()
+    code, _, err = cli("--root", str(root), "restore", second.strip(), "--yes")
+    assert code == 0, err
+    assert (root / "f1").read_bytes() == data
+    for command in (["verify"], ["gc"], ["verify"]):  # the first snapshot reads it too
+        code, out, err = cli("--root", str(root), *command)
+        assert code == 0, out + err
+    assert first.strip() in cli("--root", str(root), "list")[1]
+
+
 def test_an_index_of_a_newer_pack_version_is_damage_named_by_verify(root: Path) -> None:
     _first, _, _, _ = _two_versions(root)
     for index in (root / STORE / "packs").glob("*.idx"):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from worksnap import Workspace
+from worksnap.config import Retention
 from worksnap.diskstore import DiskStore
 from worksnap.errors import ObjectError
 from worksnap.hash import hash_bytes
@@ -281,6 +282,50 @@ def test_a_snapshot_stores_again_what_stands_on_a_base_in_a_damaged_pack(tmp_pat
         result = ws.restore(third)
     assert result.error is None, result.error
     assert (root / "a.txt").read_bytes() == new
+
+
+def test_a_snapshot_after_a_damaged_pack_is_moved_out_stores_again_what_stood_on_it(
+    tmp_path: Path,
+) -> None:
+    """verify's advice for a damaged pack index: move the pack and its index out of the
+    store. Done, a file's version and the unchanged root tree, each in a sound pack as a
+    delta on an object of the moved pack, were taken as stored (nothing marked their
+    chains broken once the damaged index was gone): the next snapshot, exit 0 and every
+    file intact on disk, could not be restored, and gc stopped (review M, 07)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    old, new = _versions()
+    (root / "a.txt").write_bytes(old)
+    (root / "b.txt").write_bytes(old[:3000])
+    with Workspace(root) as ws:
+        first = ws.snapshot().id
+        packs = root / STORE / "packs"
+        (first_pack,) = _published(packs)
+        (root / "a.txt").write_bytes(new)
+        tree = ws.snapshot().tree
+    store = DiskStore(str(root / STORE))
+    index = store._load_index()
+    for digest in (hash_bytes(new), tree):  # deltas on the first snapshot's objects
+        assert index[digest].pack != first_pack and index[digest].base is not None
+    store.close()
+    (packs / f"{first_pack}.idx").write_bytes(b"\0" * 64)
+    with Workspace(root) as ws:
+        assert any("move both files out of the store" in line for line in ws.verify())
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for suffix in (".pack", ".idx"):
+        (packs / f"{first_pack}{suffix}").rename(aside / f"{first_pack}{suffix}")
+    with Workspace(root) as ws:
+        third = ws.snapshot().id  # as the second snapshot stored it
+        assert ws.verify(third) == []
+    (root / "a.txt").write_text("edited since\n")
+    with Workspace(root) as ws:
+        result = ws.restore(third)
+        assert result.error is None, result.error
+        assert (root / "a.txt").read_bytes() == new
+        ws.gc(Retention(keep_last=2))  # the first snapshot, whose objects went with the pack, goes
+        assert first not in {s.id for s in ws.list()}
+        assert ws.verify() == []
 
 
 def _writers_and_sweeps(seed: int, tmp: Path) -> str | None:

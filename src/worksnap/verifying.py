@@ -1,0 +1,118 @@
+"""`verify`: every object the snapshots need, read through and checked; `--repair`.
+
+A damaged object (bit rot in a pack) is named by every snapshot that needs it, and a
+snapshot taken while the file is intact on disk would name it again. `--repair` takes
+the damaged copies as not stored (`Store.record_damaged`, `damagedcopies.py`), under
+the exclusive lock: the next snapshot stores again what is still on disk, and the
+snapshots named keep lacking it. Without it, verify says to run it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Protocol
+
+from worksnap.errors import InputError, ManifestError, ObjectError
+from worksnap.lock import Locks
+from worksnap.manifest import Manifest
+from worksnap.progress import Reporter
+from worksnap.store import Store
+
+
+class Snapshots(Protocol):
+    """What `verify` asks of the catalog."""
+
+    def resolve(self, ref: str, session: str) -> str:
+        """The snapshot id a ref names."""
+        ...
+
+    def load(self, ref: str, session: str) -> Manifest:
+        """A snapshot, loaded and checked."""
+        ...
+
+
+_REPORT_EVERY = 64
+"""Objects read between two progress reports of `verify`."""
+
+
+def verify(
+    catalog: Snapshots,
+    store: Store,
+    locks: Locks,
+    ref: str | None,
+    session: str,
+    *,
+    report: Reporter | None = None,
+    repair: bool = False,
+) -> builtins.list[str]:
+    """Checks that every object the snapshot (or every snapshot) needs is present and intact.
+
+    Args:
+        catalog: the snapshots (`resolve`, `load`).
+        store: where they are.
+        locks: the store's locks (`repair` takes the exclusive one).
+        ref: the snapshot (None: every snapshot of the store).
+        session: where `latest` and `step:N` look.
+        report: told how many of the objects have been read ("verify").
+        repair: the objects found damaged are taken as not stored: the next snapshot
+            stores again what is still on disk. The snapshots named still lack them.
+
+    Returns:
+        One line for each problem found; empty when all is well.
+    """
+    if not repair:
+        problems, damaged = _check(catalog, store, ref, session, report)
+        if damaged:
+            problems.append(
+                f"{len(damaged)} damaged objects: `worksnap verify --repair` makes the next "
+                "snapshot store again what is still on disk"
+            )
+        return problems
+    with locks.exclusive("verify --repair"):
+        problems, damaged = _check(catalog, store, ref, session, report)
+        if damaged:
+            problems.append(
+                f"{store.record_damaged(damaged)} damaged objects taken as not stored: "
+                "the next snapshot stores again what is still on disk (until then, and for good "
+                "where nothing on disk has them, the snapshots named above lack them)"
+            )
+    return problems
+
+
+def _check(
+    catalog: Snapshots, store: Store, ref: str | None, session: str, report: Reporter | None
+) -> tuple[builtins.list[str], builtins.list[str]]:
+    """(a line for each problem, the objects found damaged)."""
+    problems = store.problems()  # damage that commands work around (pack indexes)
+    ids = [catalog.resolve(ref, session)] if ref is not None else store.ids()
+    loaded: builtins.list[Manifest] = []
+    found: builtins.list[tuple[str, str]] = []  # (snapshot, problem)
+    for snapshot_id in ids:
+        try:
+            loaded.append(catalog.load(snapshot_id, session))
+        except ManifestError as exc:
+            found.append((snapshot_id, str(exc)))
+        except InputError:
+            if ref is not None or snapshot_id in store.ids():
+                raise  # else a gc removed it since it was listed
+    needed = list(dict.fromkeys(e.hash for m in loaded for e in m.entries if e.hash))
+    checked: dict[str, str | None] = {}
+    for done, digest in enumerate(needed, 1):
+        try:
+            store.check(digest)  # a piece at a time: any size
+            checked[digest] = None
+        except ObjectError as exc:
+            checked[digest] = exc.reason
+        if report is not None and (done % _REPORT_EVERY == 0 or done == len(needed)):
+            report("verify", done, len(needed))
+    found += [
+        (m.id, f"{m.id}: {e.path}: object {e.hash} {reason}")
+        for m in loaded
+        for e in m.entries
+        if e.hash and (reason := checked.get(e.hash)) is not None
+    ]
+    if found and ref is None:  # a gc may have removed a snapshot (and its objects) since
+        stored = set(store.ids())
+        found = [(snapshot_id, line) for snapshot_id, line in found if snapshot_id in stored]
+    damaged = [d for d, reason in checked.items() if reason and reason.startswith("damaged")]
+    return problems + [line for _, line in found], damaged
