@@ -346,6 +346,37 @@ def test_automatic_snapshots_take_no_place_and_go_first() -> None:
     assert dropped == ["pre1", "pre2", "run0", "run1", "run2"]  # run3 (newest) + 3 steps fit
 
 
+def test_keep_last_keeps_the_pre_restore_snapshot_undo_reaches_first(root: Path) -> None:
+    """The review: keep-last 5, three snapshots taken on purpose, and the next one dropped
+    the pre-restore snapshot of a restore, the only copy of the edit it overwrote."""
+    ws = Workspace(root)
+    (root / ".worksnap").mkdir()
+    (root / ".worksnap" / "config.json").write_text(json.dumps({"retention": {"keep_last": 5}}))
+    write(root, "f", "A")
+    ws.snapshot()
+    write(root, "f", "B")
+    ws.snapshot()
+    write(root, "f", "unsaved work")
+    assert ws.restore("latest~1").ok
+    write(root, "f", "C")
+    ws.snapshot()
+    assert [s.kind for s in ws.list()] == [
+        "manual", "pre-restore", "manual", "manual"
+    ]  # fmt: skip
+    assert ws.undo().ok
+    assert (root / "f").read_text() == "unsaved work"
+    # Still bounded: the N newest people took, and the N newest undo can go to.
+    history = [
+        kinded("c", 1, "step"), kinded("pre3", 2, "pre-restore"), kinded("pre2", 3, "pre-restore"),
+        kinded("pre1", 4, "pre-restore"), kinded("b", 5, "step"), kinded("a", 6, "step"),
+    ]  # fmt: skip
+    now = datetime.now(timezone.utc)
+    dropped = select_expired(
+        history, Retention(keep_last=2), keep=set(), now=now, object_sizes=lambda _: {}
+    )
+    assert sorted(dropped) == ["a", "pre1", "pre2"]
+
+
 def test_gc_keeps_labelled_steps_over_run_snapshots(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
