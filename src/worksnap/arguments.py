@@ -293,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--all", action="store_true", help="with --keep-last 0: also each session's newest"
     )
     gc.add_argument("--dry-run", action="store_true", help="show what would go, remove nothing")
+    gc.add_argument("--drop", action="append", default=[], metavar="REF",
+                    help="drop this snapshot too, pinned or damaged (repeatable)")  # fmt: skip
     pin = command(
         "pin", "keep a snapshot through gc", "Keep snapshot REF through every gc.",
         "example: worksnap pin step:3",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import msgspec
 
@@ -57,6 +57,12 @@ _PARTIAL = (
     "a checkpoint holds only the files captured in it: compare it with the tree now "
     "(`worksnap diff REF`, one ref)"
 )
+
+
+def drop_advice(snapshot_id: str, where: str | None = None) -> str:
+    """How to get past one damaged snapshot: the one wording of gc, retention and verify."""
+    record = f" (its record: {where})" if where else ""
+    return f"to drop that snapshot{record}: worksnap gc --drop {snapshot_id}"
 
 
 class Catalog:
@@ -369,7 +375,12 @@ class Catalog:
         return [first, *(self.load(s.id, session) for s in later)]
 
     def verify(
-        self, ref: str | None, session: str, *, report: Reporter | None = None
+        self,
+        ref: str | None,
+        session: str,
+        *,
+        report: Reporter | None = None,
+        where: Callable[[str], str] | None = None,
     ) -> builtins.list[str]:
         """Checks that every object the snapshot (or every snapshot) needs is present and intact.
 
@@ -377,6 +388,7 @@ class Catalog:
             ref: the snapshot (None: every snapshot of the store).
             session: where `latest` and `step:N` look.
             report: told how many of the objects have been read ("verify").
+            where: a snapshot's record file, which the line for an unreadable one names.
 
         Returns:
             One line for each problem found; empty when all is well.
@@ -389,7 +401,8 @@ class Catalog:
             try:
                 loaded.append(self.load(snapshot_id, session))
             except ManifestError as exc:
-                found.append((snapshot_id, str(exc)))
+                at = where(snapshot_id) if where is not None else None
+                found.append((snapshot_id, f"{exc}; {drop_advice(snapshot_id, at)}"))
             except InputError:
                 if ref is not None or snapshot_id in self._store.ids():
                     raise  # else a gc removed it since it was listed
