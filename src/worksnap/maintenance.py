@@ -151,7 +151,7 @@ class Maintenance:
                 self._known_session(drop_session, [])
             return GcReport(dry_run=dry_run)
         if not dry_run:
-            self._catalog.upgrade_if_needed()
+            self._upgrade_unless_full()
         timeout = 60.0 if wait else 0.0
         with (
             self._locks.shared("gc --dry-run", timeout=timeout)
@@ -218,6 +218,22 @@ class Maintenance:
             estimate=dry_run and bool(self._store.legacy_ids()),
             unswept=unswept,
         )
+
+    def _upgrade_unless_full(self) -> None:
+        """Migrates a format 1 store first, unless the disk is too full for its trees.
+
+        A review found `gc` of a format 1 store on a full disk freeing nothing: the
+        migration it ran first failed writing a record. A migration stopped anywhere
+        leaves a store every command reads (migration.py; format 1 snapshots stay
+        format 1), and gc marks format 1 manifests as they are (`live_objects`), as
+        its dry run does: so gc goes on, making room, and the next command migrates.
+        """
+        try:
+            self._catalog.upgrade_if_needed()
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self._store.discard()  # the pack of trees it was writing, if any
 
     def _unswept(self, damaged: dict[str, str]) -> str:
         """Why a gc removed no object: the first damaged snapshot, and how to drop it."""
