@@ -102,7 +102,7 @@ def test_gc_pin_du_from_the_command_line(root: Path, capsys: pytest.CaptureFixtu
     tree = 68  # each snapshot's root tree: ["wstree", 2, [[0, "a.txt", 420, 2, <32 bytes>]]]
     assert report == {
         "snapshots": 1, "objects": 2, "bytes": stored, "dropped": [ids[1]], "dry_run": False,
-        "estimate": False,
+        "estimate": False, "unswept": None,
     }  # fmt: skip
     listed = ok_json(capsys, root, "list")
     assert isinstance(listed, list) and [s["id"] for s in listed] == [ids[2], ids[0]]

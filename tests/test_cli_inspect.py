@@ -272,6 +272,8 @@ def test_verify_names_a_damaged_file_escaped_and_json_exactly(
     assert code == 1, err
     assert [c for c in out + err if not c.isprintable() and c != "\n"] == []
     escaped = r"fix\x1b]0;owned\x07 it\r\x1b[2K\x9b31m\x7fdone\u202e"
-    assert out.count("\n") == 1 and f": x{escaped}\\nall objects present and intact: " in out
+    named, advice = out.splitlines()  # the damaged file's line, then verify --repair's
+    assert f": x{escaped}\\nall objects present and intact: " in named
+    assert advice.startswith("1 damaged object: `worksnap verify --repair`")
     code, out, _ = run(capsys, root, "--json", "verify")
     assert code == 1 and f": {name}: object " in json.loads(out)["problems"][0]

@@ -186,7 +186,8 @@ def test_a_stored_snapshot_exits_0_when_its_retention_fails(
     code, out, err = run(capsys, root, "snapshot")
     assert code == 0
     snap_id = out.strip()
-    assert "worksnap: warning: the configured retention did not run" in err
+    assert "worksnap: warning: the configured retention removed no object" in err
+    assert f"worksnap gc --drop {first['id']}" in err
     assert snap_id in [s.id for s in Workspace(root).list()]
 
 

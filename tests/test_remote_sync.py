@@ -818,6 +818,11 @@ def test_a_push_leaves_out_what_retention_dropped_out_of_time_order(
     (m.local.dir / taken.id).unlink()
     automatic = msgspec.structs.replace(taken, kind="pre-restore")  # as a restore takes it
     m.local.save_record(automatic)
+    write(m.root, "changed.txt", "another change\n")
+    taken = m.snap()  # a newer one: undo goes there first, so keep-last 2 keeps it
+    (m.local.dir / taken.id).unlink()
+    undone_first = msgspec.structs.replace(taken, kind="pre-restore")
+    m.local.save_record(undone_first)
     push(m.local, remote.repo(), "default")
     newer = n.snap(kind="step", step=2)
     push(n.local, remote.repo(), "default")
@@ -825,7 +830,8 @@ def test_a_push_leaves_out_what_retention_dropped_out_of_time_order(
     assert result.forgotten == [automatic.id]
     assert push(m.local, remote.repo(), "default").snapshots == []
     ref, _ = remote.repo().get_ref("default")
-    assert ref is not None and sorted(s.id for s in ref.snapshots) == sorted([kept.id, newer.id])
+    kept_ids = sorted([kept.id, undone_first.id, newer.id])
+    assert ref is not None and sorted(s.id for s in ref.snapshots) == kept_ids
 
 
 def test_a_push_still_sends_an_older_snapshot_retention_kept(
@@ -847,9 +853,13 @@ def test_a_push_still_sends_an_older_snapshot_retention_kept(
     taken = n.snap()
     (n.local.dir / taken.id).unlink()
     n.local.save_record(msgspec.structs.replace(taken, kind="pre-restore"))
+    write(n.root, "changed.txt", "another change\n")
+    again = n.snap()  # undo's first stop after step 5: keep-last 2 keeps it, not `taken`
+    (n.local.dir / again.id).unlink()
+    n.local.save_record(msgspec.structs.replace(again, kind="pre-restore"))
     n.snap(kind="step", step=5)
     push(n.local, remote.repo(), "default")
-    assert collect(remote.repo(), retention=Retention(keep_last=10)).forgotten == [taken.id]
+    assert collect(remote.repo(), retention=Retention(keep_last=2)).forgotten == [taken.id]
     assert push(m.local, remote.repo(), "default").snapshots == [unpushed.id]
 
 

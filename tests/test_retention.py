@@ -269,35 +269,82 @@ def test_dropping_a_session_that_does_not_exist_is_exit_2_naming_those_that_do(
         Workspace(root).gc(drop_session="other")
 
 
-@pytest.mark.parametrize("damaged", ["record", "root tree", "format 1 manifest"])
-def test_gc_with_a_damaged_snapshot_removes_nothing(root: Path, damaged: str) -> None:
+def test_gc_with_a_damaged_tree_removes_nothing(root: Path) -> None:
+    """Not the snapshot's fault (a damaged pack index reads so too): no drop is advised."""
     from worksnap import ManifestError
 
     ws = Workspace(root)
     for i in range(3):
         write(root, "a.txt", str(i) * 50)
         ws.snapshot(step=i)
-    newest = ws.list()[0]  # kept by keep-last: what it needs must be known
+    newest = ws.list()[0]
     ws.close()
     store = root / ".worksnap"
-    if damaged == "record":
-        (store / "snapshots" / f"{newest.id}.json").write_bytes(b"{not json")
-    elif damaged == "root tree":
-        disk = DiskStore(str(store))
-        pack, offset, size = disk._load_index()[newest.tree][:3]
-        with open(disk.paths.pack(pack), "r+b") as f:
-            f.seek(offset + size // 2)
-            f.write(b"\xff")
-    else:
-        downgrade(store)
-        (store / "manifests" / f"{newest.id}.json").write_bytes(b"{not json")
+    disk = DiskStore(str(store))
+    pack, offset, size = disk._load_index()[newest.tree][:3]
+    with open(disk.paths.pack(pack), "r+b") as f:
+        f.seek(offset + size // 2)
+        f.write(b"\xff")
     before = {p: p.read_bytes() for p in (store / "packs").iterdir()}
     ws = Workspace(root)
-    listed = len(ws.list())
-    with pytest.raises(ManifestError):
+    with pytest.raises(ManifestError, match="nothing removed"):
         ws.gc(Retention(keep_last=1))
-    assert len(ws.list()) == listed
+    assert len(ws.list()) == 3
     assert {p: p.read_bytes() for p in (store / "packs").iterdir()} == before
+
+
+@pytest.mark.parametrize("damaged", ["record", "format 1 manifest"])
+def test_gc_with_a_damaged_snapshot_removes_no_object_and_says_how_to_drop_it(
+    root: Path, damaged: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The review: one hand-edited record stopped every gc and the configured retention
+    for good (`--drop-session` of another session too), and no message said what to do."""
+    from worksnap.cli import main
+
+    ws = Workspace(root)
+    for i in range(3):
+        write(root, "a.txt", str(i) * 50)
+        ws.snapshot(step=i)
+    newest = ws.list()[0]  # kept by keep-last: what it needs must be known
+    write(root, "b.txt", "other")
+    Workspace(root, session="other").snapshot()
+    ws.close()
+    store = root / ".worksnap"
+    record = store / "snapshots" / f"{newest.id}.json"
+    if damaged == "record":
+        record.write_bytes(b"{not json")
+    else:
+        downgrade(store)
+        record = store / "manifests" / f"{newest.id}.json"
+        record.write_bytes(b"{not json")
+    before = {p: p.read_bytes() for p in (store / "packs").iterdir()}
+    way_out = f"(its record: {record}): worksnap gc --drop {newest.id}"
+    assert any(way_out in line for line in Workspace(root).verify())
+    capsys.readouterr()
+    args = ["--root", str(root), "gc", "--keep-last", "1", "--drop-session", "other"]
+    assert main(args) == 0  # the records go: dropping one never loses what another needs
+    out, err = capsys.readouterr()
+    assert re.match(r"dropped [23] snapshots, 0 objects", out)
+    assert f"removed no object: snapshot {newest.id} is unreadable" in err and way_out in err
+    assert all(p.read_bytes() == data for p, data in before.items())
+    assert [s.session for s in Workspace(root).list(all_sessions=True)] == ["default"]
+    # The configured retention says the same after each snapshot.
+    (store / "config.json").write_text(json.dumps({"retention": {"keep_last": 1}}))
+    ws = Workspace(root)
+    write(root, "a.txt", "new")
+    ws.snapshot()
+    if damaged != "record":  # listed, so dropped by retention in its turn: all is swept
+        assert not record.exists() and ws.warnings == [] and ws.verify() == []
+        return
+    assert any(
+        w.startswith("the configured retention removed no object") and way_out in w
+        for w in ws.warnings
+    )
+    assert all(p.read_bytes() == data for p, data in before.items())
+    # The way out: the snapshot goes, and then what no snapshot needs.
+    report = ws.gc(drop=[newest.id])
+    assert report.unswept is None and newest.id in report.dropped and report.objects > 0
+    assert ws.verify() == [] and ws.restore("latest").ok
 
 
 def kinded(snapshot_id: str, minutes_ago: float, kind: str, session: str = "default") -> Summary:
@@ -344,6 +391,37 @@ def test_automatic_snapshots_take_no_place_and_go_first() -> None:
                        object_sizes=sizes.__getitem__)
     )  # fmt: skip
     assert dropped == ["pre1", "pre2", "run0", "run1", "run2"]  # run3 (newest) + 3 steps fit
+
+
+def test_keep_last_keeps_the_pre_restore_snapshot_undo_reaches_first(root: Path) -> None:
+    """The review: keep-last 5, three snapshots taken on purpose, and the next one dropped
+    the pre-restore snapshot of a restore, the only copy of the edit it overwrote."""
+    ws = Workspace(root)
+    (root / ".worksnap").mkdir()
+    (root / ".worksnap" / "config.json").write_text(json.dumps({"retention": {"keep_last": 5}}))
+    write(root, "f", "A")
+    ws.snapshot()
+    write(root, "f", "B")
+    ws.snapshot()
+    write(root, "f", "unsaved work")
+    assert ws.restore("latest~1").ok
+    write(root, "f", "C")
+    ws.snapshot()
+    assert [s.kind for s in ws.list()] == [
+        "manual", "pre-restore", "manual", "manual"
+    ]  # fmt: skip
+    assert ws.undo().ok
+    assert (root / "f").read_text() == "unsaved work"
+    # Still bounded: the N newest people took, and the N newest undo can go to.
+    history = [
+        kinded("c", 1, "step"), kinded("pre3", 2, "pre-restore"), kinded("pre2", 3, "pre-restore"),
+        kinded("pre1", 4, "pre-restore"), kinded("b", 5, "step"), kinded("a", 6, "step"),
+    ]  # fmt: skip
+    now = datetime.now(timezone.utc)
+    dropped = select_expired(
+        history, Retention(keep_last=2), keep=set(), now=now, object_sizes=lambda _: {}
+    )
+    assert sorted(dropped) == ["a", "pre1", "pre2"]
 
 
 def test_gc_keeps_labelled_steps_over_run_snapshots(

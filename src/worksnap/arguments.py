@@ -281,8 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
         "drop old snapshots and sweep unused objects",
         "Drop snapshots by retention and delete objects no snapshot needs. Retention "
         "counts, per session, the snapshots people and runtimes took; the ones worksnap "
-        "took on its own (pre-restore, undo, redo, run-*) go first, except what undo and "
-        "redo still need. Pinned snapshots and the newest of each session are kept. "
+        "took on its own (pre-restore, undo, redo, run-*) go first, except the N newest "
+        "undo can go to (--keep-last N) and what redo needs. Pinned snapshots and the "
+        "newest of each session are kept. "
         "Without options, uses the retention in the store's config.json.",
         "examples: worksnap gc --keep-last 50 --max-age 30d --max-bytes 2G --dry-run\n"
         "          worksnap gc --keep-last 0 --all      (everything but pinned snapshots)",
@@ -297,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--all", action="store_true", help="with --keep-last 0: also each session's newest"
     )
     gc.add_argument("--dry-run", action="store_true", help="show what would go, remove nothing")
+    gc.add_argument("--drop", action="append", default=[], metavar="REF",
+                    help="drop this snapshot too, pinned or damaged (repeatable)")  # fmt: skip
     pin = command(
         "pin", "keep a snapshot through gc", "Keep snapshot REF through every gc.",
         "example: worksnap pin step:3",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import msgspec
 
@@ -367,13 +367,21 @@ class Catalog:
         return [first, *(self.load(s.id, session) for s in later)]
 
     def verify(
-        self, ref: str | None, session: str, *, report: Reporter | None = None, repair: bool = False
+        self,
+        ref: str | None,
+        session: str,
+        *,
+        report: Reporter | None = None,
+        repair: bool = False,
+        where: Callable[[str], str] | None = None,
     ) -> builtins.list[str]:
         """Checks that every object the snapshot (or every snapshot) needs is present and intact.
 
         One line for each problem found; empty when all is well (`verifying.verify`).
         """
-        return verify(self, self._store, self._locks, ref, session, report=report, repair=repair)
+        return verify(
+            self, self._store, self._locks, ref, session, report=report, repair=repair, where=where
+        )
 
     # -- saving ---------------------------------------------------------------
 

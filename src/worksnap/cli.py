@@ -258,9 +258,12 @@ def _cmd_gc(args: argparse.Namespace) -> int:
             drop_session=args.drop_session,
             everything=args.all,
             dry_run=args.dry_run,
+            drop=args.drop,
         )
         gone = [s for s in ws.list(all_sessions=True) if s.id in set(report.dropped)]
         pins = ws.pinned()
+    if report.unswept is not None:
+        warn(f"warning: {report.unswept}")
     if args.json:
         emit_json(views.gc_view(report))
     elif report.dry_run:

@@ -339,9 +339,10 @@ def _api(method: _Method) -> _Method:
         except OSError as exc:
             where = exc.filename if isinstance(exc.filename, str) else ""
             reason = exc.strerror or str(exc)
-            if not where and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                # (the system names no file for a full disk: a review saw the bare words)
-                where = str(getattr(args[0], "store_dir", "")) if args else ""
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                # (the system may name no file for a full disk: a review saw the bare
+                # words; one that names a record said nothing of what to do either)
+                where = where or (str(getattr(args[0], "store_dir", "")) if args else "")
                 reason = f"{reason}: free some space, then run the command again"
             raise FileSystemError(where, reason) from exc
 

@@ -196,6 +196,16 @@ class Sessions:
         return needed
 
 
+def undo_stops(history: list[Summary]) -> list[Summary]:
+    """The snapshots undo may go to, in the order successive undos reach them.
+
+    `history` is a session's snapshots, newest first; each undo goes back to the next
+    of these that changes something (`undo_target`), never to one undo or redo took
+    (redo reaches those, from its stack). Retention keeps what the first undos reach.
+    """
+    return [s for s in history if s.kind not in UNDO_KINDS]
+
+
 def undo_target(
     history: list[Summary],
     current: Manifest,
@@ -244,8 +254,8 @@ def undo_target(
     if state.redo:
         last = next((s for s in history if s.id == state.redo[-1].target), None)
         before = (last.time, last.id) if last is not None else None
-    for summary in history:
-        if summary.kind in UNDO_KINDS or (summary.kind == CHECKPOINT and rewind is None):
+    for summary in undo_stops(history):
+        if summary.kind == CHECKPOINT and rewind is None:
             continue
         if before is not None and (summary.time, summary.id) >= before:
             continue

@@ -1,16 +1,19 @@
 """Maintenance: pins, garbage collection and its configured retention, disk use, rebinding.
 
 gc is mark and sweep under the exclusive lock: every snapshot that stays is read
-before anything is removed (an unreadable record, manifest or tree object stops the gc
-with nothing removed), then the dropped snapshots go, then every object no remaining
-snapshot needs. Marking walks the trees of all remaining snapshots at once
-(`treewalk.reachable`): a tree object many snapshots share is read once.
+before anything is removed, then the dropped snapshots go, then every object no remaining
+snapshot needs. While the record of one that stays is unreadable, what it needs is
+unknown: no object is removed, and the report names it and the command that drops it
+(`gc --drop ID`); an unreadable tree object stops the gc with nothing removed. Marking
+walks the trees of all remaining snapshots at once (`treewalk.reachable`): a tree object
+many snapshots share is read once.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -38,6 +41,7 @@ from worksnap.retention import select_expired
 from worksnap.store import Store
 from worksnap.storedir import StoreDir
 from worksnap.treewalk import flatten, reachable
+from worksnap.verifying import drop_advice
 
 AUTO_MERGE = 50
 """A snapshot merges the small packs once there are more than this many (git's
@@ -65,6 +69,9 @@ class GcReport:
         estimate: a dry run's objects and bytes are about, not the run's: the store
             holds format 1 snapshots, which gc migrates first, writing their trees, and
             the trees it writes for dropped snapshots go too, uncounted here.
+        unswept: why no object was removed (None when the sweep ran): a snapshot that
+            stays is unreadable, so what it needs is unknown; the line names it and the
+            command that drops it.
     """
 
     snapshots: int = 0
@@ -73,6 +80,7 @@ class GcReport:
     dropped: tuple[str, ...] = ()
     dry_run: bool = False
     estimate: bool = False
+    unswept: str | None = None
 
 
 class Maintenance:
@@ -124,14 +132,16 @@ class Maintenance:
         drop_session: str | None,
         everything: bool = False,
         dry_run: bool = False,
+        drop: frozenset[str] = frozenset(),
     ) -> GcReport:
         """Drops what a retention policy expires and sweeps unreferenced objects.
 
-        See `Workspace.gc`.
+        See `Workspace.gc`. `drop`: ids of snapshots to drop too, pinned or not,
+        readable or not (the way past a damaged one).
 
         Raises:
-            ManifestError: a manifest is unreadable, so what it needs is unknown;
-                nothing was removed.
+            ManifestError: a tree object is unreadable, so what the snapshots need is
+                unknown; nothing was removed.
             InputError: `drop_session` names no session of the store; nothing was removed.
         """
         policy = policy if policy is not None else self.configured_retention()
@@ -142,7 +152,7 @@ class Maintenance:
                 self._known_session(drop_session, [])
             return GcReport(dry_run=dry_run)
         if not dry_run:
-            self._catalog.upgrade_if_needed()
+            self._upgrade_unless_full()
         timeout = 60.0 if wait else 0.0
         with (
             self._locks.shared("gc --dry-run", timeout=timeout)
@@ -169,17 +179,24 @@ class Maintenance:
                 for s in summaries
                 if s.session == drop_session and s.id not in pins and s.id not in dropped
             ]
+            dropped += sorted(drop.difference(dropped))
             order = {s.id: (s.time, s.id) for s in summaries}
             dropped.sort(key=lambda i: order.get(i, ("", i)), reverse=True)
-            # Before anything is removed: an unreadable snapshot stops the gc here.
-            live = self.live_objects(set(self._store.ids()) - set(dropped))
+            # Before anything is removed: an unreadable snapshot that stays stops the sweep.
+            live, damaged = self.live_objects(set(self._store.ids()) - set(dropped))
             if drop_session is not None and not dry_run:
                 self._sessions.save(check_session_name(drop_session), SessionState())
+            if drop & pins and not dry_run:
+                self._store.set_pins(pins - drop)
             for snapshot_id in dropped if not dry_run else ():
                 self._store.delete_snapshot(snapshot_id)
+            unswept = self._unswept(damaged) if damaged else None
             try:
-                # A dry run counts the same sweep's plan: its numbers are the run's.
-                removed, freed_bytes = self._store.sweep(live, merge=True, dry_run=dry_run)
+                if unswept is not None:
+                    removed, freed_bytes = 0, 0  # the snapshots only: never what it may need
+                else:
+                    # A dry run counts the same sweep's plan: its numbers are the run's.
+                    removed, freed_bytes = self._store.sweep(live, merge=True, dry_run=dry_run)
             except SweepStopped as stop:
                 raise FileSystemError(self._files.path, _stopped(stop, len(dropped))) from None
             except OSError as exc:
@@ -200,7 +217,39 @@ class Maintenance:
             dropped=tuple(dropped),
             dry_run=dry_run,
             estimate=dry_run and bool(self._store.legacy_ids()),
+            unswept=unswept,
         )
+
+    def _upgrade_unless_full(self) -> None:
+        """Migrates a format 1 store first, unless the disk is too full for its trees.
+
+        A review found `gc` of a format 1 store on a full disk freeing nothing: the
+        migration it ran first failed writing a record. A migration stopped anywhere
+        leaves a store every command reads (migration.py; format 1 snapshots stay
+        format 1), and gc marks format 1 manifests as they are (`live_objects`), as
+        its dry run does: so gc goes on, making room, and the next command migrates.
+        """
+        try:
+            self._catalog.upgrade_if_needed()
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self._store.discard()  # the pack of trees it was writing, if any
+
+    def _unswept(self, damaged: dict[str, str]) -> str:
+        """Why a gc removed no object: the first damaged snapshot, and how to drop it."""
+        first = min(damaged)
+        more = f" (and {len(damaged) - 1} more: see `worksnap verify`)" if len(damaged) > 1 else ""
+        return (
+            f"removed no object: snapshot {first} is unreadable "
+            f"({damaged[first]}){more}, so what it needs is unknown; "
+            + drop_advice(first, self.record_file(first))
+        )
+
+    def record_file(self, snapshot_id: str) -> str:
+        """The file that holds a snapshot: its record, or a format 1 store's manifest."""
+        record, manifest = self._paths.record(snapshot_id), self._paths.manifest(snapshot_id)
+        return manifest if not os.path.lexists(record) and os.path.lexists(manifest) else record
 
     def drop(self, snapshot_id: str) -> None:
         """Removes one snapshot now (its objects stay until the next gc sweeps them)."""
@@ -209,14 +258,19 @@ class Maintenance:
             self._store.delete_snapshot(snapshot_id)
         self._catalog.forget_last()
 
-    def apply_configured_retention(self, policy: Retention) -> None:
-        """Runs the configured retention after a snapshot, unless another process is busy."""
+    def apply_configured_retention(self, policy: Retention, warn: Callable[[str], None]) -> None:
+        """Runs the configured retention after a snapshot, unless another process is busy.
+
+        `warn` is told when it removed no object (a damaged snapshot: `GcReport.unswept`).
+        """
         if policy.is_empty():
             return
         try:
-            self.gc(policy, wait=False, drop_session=None)
+            report = self.gc(policy, wait=False, drop_session=None)
         except LockError:
-            pass  # another process holds the store; the next snapshot will try again
+            return  # another process holds the store; the next snapshot will try again
+        if report.unswept is not None:
+            warn(f"the configured retention {report.unswept}")
 
     def _known_session(self, name: str, summaries: list[Summary]) -> None:
         """Refuses a session with no snapshot and no state (a typo), naming those there are."""
@@ -245,31 +299,42 @@ class Maintenance:
         except LockError:
             pass  # another process holds the store; the next snapshot will try again
 
-    def live_objects(self, snapshot_ids: set[str]) -> set[str]:
-        """Returns every object the snapshots need: trees, file contents, attachments.
+    def live_objects(self, snapshot_ids: set[str]) -> tuple[set[str], dict[str, str]]:
+        """Returns every object the snapshots need (trees, file contents, attachments).
+
+        And, by id, why the record (or format 1 manifest) of each snapshot that has an
+        unreadable one is: what that snapshot needs is unknown, so while there is one,
+        no object may be removed; dropping it (`gc --drop`) is the way past it.
 
         Raises:
-            ManifestError: a record, manifest or tree object is unreadable or hostile,
-                so what the snapshots need is unknown.
+            ManifestError: a tree object is unreadable or hostile (or a pack index that
+                finds it), so what the snapshots need is unknown: no snapshot's fault
+                to drop it for.
         """
         live: set[str] = set()
+        damaged: dict[str, str] = {}
         roots: list[Digest] = []
         for snapshot_id in sorted(snapshot_ids):
-            record = self._store.load_record(snapshot_id)
-            if record is None:
-                manifest = self._store.load_manifest(snapshot_id)
-                live.update(e.hash for e in manifest.entries if e.hash)
-                live.update(manifest.attachments.values())
+            try:
+                record = self._store.load_record(snapshot_id)
+                if record is None:
+                    manifest = self._store.load_manifest(snapshot_id)
+                    live.update(e.hash for e in manifest.entries if e.hash)
+                    live.update(manifest.attachments.values())
+                    continue
+            except ManifestError as exc:
+                damaged[snapshot_id] = str(exc)
                 continue
             if record.id != snapshot_id:
-                raise ManifestError(snapshot_id, f"file holds snapshot {record.id!r}")
+                damaged[snapshot_id] = f"its file holds snapshot {record.id!r}"
+                continue
             roots.append(Digest(record.tree))
             live.update(record.attachments.values())
         try:
             live.update(reachable(roots, self._store.read))
         except ObjectError as exc:
             raise ManifestError(f"tree {exc.digest}", f"{exc.reason}; nothing removed") from None
-        return live
+        return live, damaged
 
     def object_sizes(self, snapshot_id: str) -> dict[str, int]:
         """Returns {digest: size} of every object a snapshot needs (trees, attachments too)."""

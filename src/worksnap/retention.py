@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from worksnap.config import Retention, parse_duration, parse_size
-from worksnap.history import is_automatic
+from worksnap.history import is_automatic, undo_stops
 from worksnap.manifest import Summary, parse_time
 
 __all__ = ["Retention", "parse_duration", "parse_size", "select_expired"]
@@ -33,10 +33,12 @@ def select_expired(
     Retention counts, per session, the snapshots people and runtimes took. Those
     worksnap took on its own (`history.AUTOMATIC_KINDS`: pre-restore, undo, redo,
     run-*) never take their place, and go first. `keep_last` N keeps a session's N
-    newest snapshots people and runtimes took, and of the automatic ones only those
-    undo and redo reach first: the N newest taken after the newest kept deliberate
-    one (undo walks back through them before it reaches it). Under `max_bytes` the
-    automatic ones are the last to be given room.
+    newest snapshots people and runtimes took, and the N newest of any kind that
+    undo can go to (`history.undo_stops`: successive undos walk back through them), so
+    at most 2N a session. A review found a restore's pre-restore snapshot, the only
+    copy of the edits it overwrote and undo's first stop after the next snapshot,
+    dropped by that snapshot: only automatic ones newer than the newest deliberate one
+    were counted as undo's. Under `max_bytes` the automatic ones are the last to be given room.
 
     Never dropped: ids in `keep` (pinned, on a redo stack, an open checkpoint), and each
     session's newest snapshot, unless `everything` (as the README and `gc --help` say:
@@ -54,28 +56,24 @@ def select_expired(
     newest_first = sorted(summaries, key=lambda s: (s.time, s.id), reverse=True)
     max_age = parse_duration(policy.max_age) if policy.max_age is not None else None
     deliberate: dict[str, int] = {}  # id -> rank among the session's deliberate snapshots
-    tail: dict[str, int] = {}  # id -> rank among automatic ones newer than those
-    newest: set[str] = set()  # each session's newest snapshot, of any kind
-    counts: dict[tuple[str, bool], int] = {}
+    sessions: dict[str, list[Summary]] = {}  # each session's snapshots, newest first
+    counts: dict[str, int] = {}  # session -> deliberate snapshots seen so far
     for summary in newest_first:
-        if not any(key[0] == summary.session for key in counts):
-            newest.add(summary.id)
-        automatic = is_automatic(summary.kind)
-        rank = counts.get((summary.session, automatic), 0)
-        counts[(summary.session, automatic)] = rank + 1
-        if not automatic:
-            deliberate[summary.id] = rank
-        elif (summary.session, False) not in counts:
-            tail[summary.id] = rank
-    if everything:
-        newest = set()
+        if not is_automatic(summary.kind):
+            deliberate[summary.id] = counts.get(summary.session, 0)
+            counts[summary.session] = deliberate[summary.id] + 1
+        sessions.setdefault(summary.session, []).append(summary)
+    newest = set() if everything else {history[0].id for history in sessions.values()}
+    reached: set[str] = set()  # the `keep_last` newest snapshots undo can go to
+    for history in sessions.values():
+        reached.update(s.id for s in undo_stops(history)[: policy.keep_last or 0])
     dropped: list[str] = []
     kept: list[Summary] = []
     for summary in newest_first:
         too_many = False
         if policy.keep_last is not None and summary.id not in newest:
-            place = deliberate.get(summary.id, tail.get(summary.id))
-            too_many = place is None or place >= policy.keep_last
+            place = deliberate.get(summary.id)
+            too_many = summary.id not in reached and (place is None or place >= policy.keep_last)
         too_old = (
             max_age is not None
             and summary.id not in newest

@@ -10,6 +10,7 @@ snapshots named keep lacking it. Without it, verify says to run it.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Protocol
 
 from worksnap.errors import InputError, ManifestError, ObjectError
@@ -35,6 +36,12 @@ _REPORT_EVERY = 64
 """Objects read between two progress reports of `verify`."""
 
 
+def drop_advice(snapshot_id: str, where: str | None = None) -> str:
+    """How to get past one damaged snapshot: the one wording of gc, retention and verify."""
+    record = f" (its record: {where})" if where else ""
+    return f"to drop that snapshot{record}: worksnap gc --drop {snapshot_id}"
+
+
 def verify(
     catalog: Snapshots,
     store: Store,
@@ -44,6 +51,7 @@ def verify(
     *,
     report: Reporter | None = None,
     repair: bool = False,
+    where: Callable[[str], str] | None = None,
 ) -> builtins.list[str]:
     """Checks that every object the snapshot (or every snapshot) needs is present and intact.
 
@@ -56,31 +64,42 @@ def verify(
         report: told how many of the objects have been read ("verify").
         repair: the objects found damaged are taken as not stored: the next snapshot
             stores again what is still on disk. The snapshots named still lack them.
+        where: a snapshot's record file, which the line for an unreadable one names.
 
     Returns:
         One line for each problem found; empty when all is well.
     """
     if not repair:
-        problems, damaged = _check(catalog, store, ref, session, report)
+        problems, damaged = _check(catalog, store, ref, session, report=report, where=where)
         if damaged:
             problems.append(
-                f"{len(damaged)} damaged objects: `worksnap verify --repair` makes the next "
+                f"{_objects(len(damaged))}: `worksnap verify --repair` makes the next "
                 "snapshot store again what is still on disk"
             )
         return problems
     with locks.exclusive("verify --repair"):
-        problems, damaged = _check(catalog, store, ref, session, report)
+        problems, damaged = _check(catalog, store, ref, session, report=report, where=where)
         if damaged:
             problems.append(
-                f"{store.record_damaged(damaged)} damaged objects taken as not stored: "
+                f"{_objects(store.record_damaged(damaged))} taken as not stored: "
                 "the next snapshot stores again what is still on disk (until then, and for good "
                 "where nothing on disk has them, the snapshots named above lack them)"
             )
     return problems
 
 
+def _objects(count: int) -> str:
+    return f"{count} damaged object{'' if count == 1 else 's'}"
+
+
 def _check(
-    catalog: Snapshots, store: Store, ref: str | None, session: str, report: Reporter | None
+    catalog: Snapshots,
+    store: Store,
+    ref: str | None,
+    session: str,
+    *,
+    report: Reporter | None,
+    where: Callable[[str], str] | None,
 ) -> tuple[builtins.list[str], builtins.list[str]]:
     """(a line for each problem, the objects found damaged)."""
     problems = store.problems()  # damage that commands work around (pack indexes)
@@ -91,7 +110,8 @@ def _check(
         try:
             loaded.append(catalog.load(snapshot_id, session))
         except ManifestError as exc:
-            found.append((snapshot_id, str(exc)))
+            at = where(snapshot_id) if where is not None else None
+            found.append((snapshot_id, f"{exc}; {drop_advice(snapshot_id, at)}"))
         except InputError:
             if ref is not None or snapshot_id in store.ids():
                 raise  # else a gc removed it since it was listed

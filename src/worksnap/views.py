@@ -151,6 +151,7 @@ def gc_view(report: GcReport) -> View:
         "dropped": list(report.dropped),
         "dry_run": report.dry_run,
         "estimate": report.estimate,
+        "unswept": report.unswept,
     }
 
 

@@ -368,7 +368,7 @@ class Workspace:
         except OSError as exc:
             raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
         try:
-            self._maintenance.apply_configured_retention(config.retention)
+            self._maintenance.apply_configured_retention(config.retention, self.warnings.append)
         except (WorksnapError, OSError) as exc:
             self.warnings.append(f"the configured retention did not run: {exc}")
         try:
@@ -445,7 +445,8 @@ class Workspace:
 
     def verify(self, ref: str | None = None, *, repair: bool = False) -> builtins.list[str]:
         """Checks every object (trees too) the snapshot or all need; a line per problem found."""
-        return self._catalog.verify(ref, self.session, report=self._reporter, repair=repair)
+        where, report = self._maintenance.record_file, self._reporter
+        return self._catalog.verify(ref, self.session, report=report, repair=repair, where=where)
 
     def attachment(self, ref: str, name: str) -> bytes:
         """Returns the bytes of a snapshot's named attachment."""
@@ -646,28 +647,27 @@ class Workspace:
         drop_session: str | None = None,
         everything: bool = False,
         dry_run: bool = False,
+        drop: Sequence[str] = (),
     ) -> GcReport:
         """Drops the snapshots a retention policy expires and sweeps unreferenced objects.
 
-        See `retention.select_expired` for what is kept. Safe while other processes
-        snapshot: it waits for them and they wait for it.
+        See `retention.select_expired` for what is kept; `GcReport.unswept` for a damaged
+        snapshot that stays. Safe while others snapshot: it waits for them, they for it.
 
         Args:
             policy: the limits; None uses the store's configured retention.
             wait: wait for the store lock (False: give up at once if it is busy).
-            drop_session: also drop every unpinned snapshot of this session and its
-                undo/redo state, freeing what only it needed.
+            drop_session: also drop this session's unpinned snapshots and undo/redo state.
             everything: a `keep_last` of 0 drops each session's newest too.
             dry_run: only report what would go.
+            drop: refs of snapshots to drop too, pinned or not, readable or not.
 
         Raises:
-            ManifestError: a manifest is unreadable, so what it needs is unknown;
-                nothing was removed.
-            InputError: `drop_session` names no session of the store (nothing removed).
+            InputError: no session `drop_session`, or a tree is unreadable: nothing removed.
         """
-        return self._maintenance.gc(
-            policy, wait=wait, drop_session=drop_session, everything=everything, dry_run=dry_run
-        )
+        ids = frozenset(self.resolve(ref) for ref in drop)
+        return self._maintenance.gc(policy, wait=wait, drop_session=drop_session,
+                                    everything=everything, dry_run=dry_run, drop=ids)  # fmt: skip
 
     def drop(self, snapshot_id: str) -> None:
         """Removes one snapshot at once (its objects go at the next gc)."""

@@ -31,6 +31,7 @@ from worksnap.hash import hash_bytes
 from worksnap.packcodec import decode_rows
 
 from ..conftest import tree_state, write
+from ..legacy import downgrade
 from .faults import killed_at_call
 from .test_disk_full import mounted_tmpfs, used, worksnap
 from .test_kill import SRC
@@ -316,3 +317,32 @@ def test_gc_on_a_full_disk_killed_at_any_call_loses_nothing(
         if not killed:
             break  # the gc ran to its end: every call was a kill point
     assert n > 10
+
+
+def test_gc_of_a_format_1_store_on_a_full_disk_makes_room_before_it_migrates(
+    tmp_path: Path, full: Path
+) -> None:
+    """The review: `gc --keep-last 1` migrated first, failed writing a record ("No space
+    left on device", naming it and nothing to do) and freed nothing."""
+    root, store = tmp_path / "ws", full / "store"
+    root.mkdir()
+    with Workspace(root, store=store) as ws:
+        for i in range(5):
+            for j in range(40):
+                write(root, f"d{j}/f", f"{i} {j}\n")
+            ws.snapshot(step=i)
+    downgrade(store)
+    filler = fill(full)
+    code, err = worksnap("--root", str(root), "--store", str(store), "upgrade")
+    assert code == 1 and "free some space, then run the command again" in err
+    before = used(full)
+    code, out, err = _gc_json(root, store, "--keep-last", "1")
+    assert code == 0, err
+    assert json.loads(out)["snapshots"] == 4 and used(full) < before
+    filler.unlink()
+    code, err = worksnap("--root", str(root), "--store", str(store), "upgrade")
+    assert code == 0, err
+    with Workspace(root, store=store) as ws:
+        assert [s.step for s in ws.list()] == [4] and ws.verify() == []
+        assert not ws.store.legacy_ids()
+        assert ws.restore("latest").ok

@@ -219,7 +219,7 @@ def test_verify_repair_makes_the_next_snapshot_store_a_damaged_object_again(
     code, out, _ = cli("--root", str(root), "verify")
     assert code == 1 and hash_bytes(data) in out and "worksnap verify --repair" in out
     code, out, _ = cli("--root", str(root), "verify", "--repair")
-    assert code == 1 and "1 damaged objects taken as not stored" in out, out
+    assert code == 1 and "1 damaged object taken as not stored" in out, out
     write(root, "t.txt", "more\n")  # f1 is untouched and intact on disk
     code, second, err = cli("--root", str(root), "snapshot")
     assert code == 0, err
