@@ -9,7 +9,7 @@ one index of every pack's; `used_copy` says which copy of an object it reads.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, KeysView, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, KeysView, Mapping
 from collections.abc import Set as AbstractSet
 from itertools import compress
 from operator import itemgetter
@@ -96,11 +96,11 @@ def join_indexes(
     packs: list[PackRows] = []
     index = ObjectIndex(entries, packs)  # a view: it sees the changes made below
     twins: dict[str, list[int]] = {}
-    based: set[str] = set()  # the objects stored against a base (few)
+    read: list[tuple[list[str], PackRows]] = []
     for digests, rows in indexes:
         pack = len(packs) << _ROW_BITS
         packs.append(rows)
-        based.update(map(digests.__getitem__, rows.bases))
+        read.append((digests, rows))
         if at_once and _joined_at_once(entries, digests, pack):
             continue
         for row, digest in enumerate(digests):
@@ -119,10 +119,13 @@ def join_indexes(
                 entries[digest] = places[-1]
     # An object whose chain is broken (a base packed nowhere: its pack's index damaged, or
     # the pack moved out as `verify` advises; a damaged copy) stays readable, to be named,
-    # but is not `present`: a snapshot stores it again. Only objects with a base or a
-    # damaged copy are looked at, each through the index alone (no frame read).
-    based.update(d for d, _ in damaged if d in entries)
-    index.broken.update(d for d in based if not _whole(d, find, damaged))
+    # but is not `present`: a snapshot stores it again. Only an object with a base (or a
+    # damaged copy) is looked at, through the index alone, when `present` is first asked
+    # about it: walking every chain at each load cost the reference store 15 ms (the
+    # base prefixes resolved), most loads ask about none.
+    suspects = {digests[row] for digests, rows in read for row in rows.bases}
+    suspects.update(d for d, _ in damaged if d in entries)
+    index.suspects(suspects, lambda digest: _whole(digest, find, damaged))
     return index, find
 
 
@@ -163,15 +166,17 @@ _T = TypeVar("_T")
 
 
 class _Present(Container[str]):
-    """`ObjectIndex.present` while some objects' chains are broken (rare: damage)."""
+    """`ObjectIndex.present`: the digests packed, less those whose chain is broken."""
 
-    __slots__ = ("_broken", "_entries")
+    __slots__ = ("_entries", "_index")
 
-    def __init__(self, entries: Container[str], broken: set[str]) -> None:
-        self._entries, self._broken = entries, broken
+    def __init__(self, entries: Container[str], index: ObjectIndex) -> None:
+        self._entries, self._index = entries, index
 
     def __contains__(self, digest: object) -> bool:
-        return digest in self._entries and digest not in self._broken
+        return digest in self._entries and (
+            digest not in self._index._suspects or self._index._whole(str(digest))
+        )
 
 
 _ROW_BITS = 32
@@ -189,11 +194,11 @@ class ObjectIndex(Mapping[str, Slot]):
     answering for what it wrote.
 
     `in` and `keys()` go straight to the dict: the capture tests every file's digest.
-    `broken`: the objects whose copy read has a broken chain (`join_indexes`); `present`
-    leaves them out, until one is added again.
+    `present` leaves out the objects whose copy read has a broken chain (`suspects`),
+    until one is added again.
     """
 
-    __slots__ = ("_entries", "_packs", "_written", "broken")
+    __slots__ = ("_chain_whole", "_entries", "_packs", "_suspects", "_whole_memo", "_written")
 
     def __init__(
         self,
@@ -203,7 +208,18 @@ class ObjectIndex(Mapping[str, Slot]):
         self._entries = {} if entries is None else entries
         self._packs = [] if packs is None else packs
         self._written = False
-        self.broken: set[str] = set()
+        self._suspects: set[str] = set()
+        self._chain_whole: Callable[[str], bool] = bool
+        self._whole_memo: dict[str, bool] = {}
+
+    def suspects(self, digests: set[str], whole: Callable[[str], bool]) -> None:
+        """Notes the objects whose chain may be broken, and how to tell (`join_indexes`)."""
+        self._suspects, self._chain_whole = digests, whole
+
+    def _whole(self, digest: str) -> bool:
+        if (known := self._whole_memo.get(digest)) is None:
+            known = self._whole_memo[digest] = self._chain_whole(digest)
+        return known
 
     def _slot(self, digest: str, found: int | PackWriter) -> Slot:
         if isinstance(found, PackWriter):
@@ -214,11 +230,11 @@ class ObjectIndex(Mapping[str, Slot]):
         """Records an object `writer` has just appended."""
         self._entries[digest] = writer
         self._written = True
-        self.broken.discard(digest)
+        self._suspects.discard(digest)
 
     def present(self) -> Container[str]:
         """The digests that can be read, as far as the index knows: a live view (see `keys`)."""
-        return self._entries.keys() if not self.broken else _Present(self._entries, self.broken)
+        return self._entries.keys() if not self._suspects else _Present(self._entries, self)
 
     def pack_rows(self) -> list[PackRows]:
         """The packs read, in the order `places` numbers them."""
