@@ -55,8 +55,7 @@ with the size of a file (a 3 GB file once cost a 3.1 GB peak)."""
 
 # The most each kind of store file may hold: a hostile store cannot make a read eat memory.
 MERGE_BELOW = 16 * MIB
-"""A pack smaller than this is merged with the others (`sweep`); a bigger one, such as
-a first snapshot's, is left as it is."""
+"""A pack smaller than this is merged with the others (`sweep`); a first snapshot's stays."""
 
 _MAX_INDEX = 256 * MIB  # 80 bytes per object: over 3 million objects in one pack
 _MAX_ROOT = 64 * KIB
@@ -247,7 +246,8 @@ class DiskStore(SnapshotFiles):
         """Records the packed copies read of `digests` as damaged (`damagedcopies`): how many."""
         index = self._load_index()
         copies = [(d, slot.pack) for d in digests if (slot := index.get(d)) is not None]
-        record_damaged(self.files, copies, self._listed())
+        record_damaged(self.files, copies, self._listed())  # then every store reads the index
+        self.files.write(self.paths.generation, self.files.new_name().encode())  # anew (`sync`)
         self._index = None  # read again: those copies are no longer `present`
         return len(copies)
 
@@ -533,10 +533,13 @@ class DiskStore(SnapshotFiles):
         if live is None and self._damaged:
             return 0, done.freed  # what a damaged pack holds is unknown: nothing else is moved
         small = self._small_packs() if merge else set()
+        # A kept copy `verify --repair` found damaged stays where its record names it.
+        held = {p for d, p in read_damaged(self.files) if live is None or d in live}
+        held |= self._damaged.keys()
         packs = [  # (a merge reads only the packs it merges)
             (name, slots(*rows) if (rows := self._read_index(name, {})) else [])
             for name in self._listed()
-            if name not in self._damaged and (live is not None or name in small)
+            if name not in held and (live is not None or name in small)
         ]
         plan = plan_sweep(index, self._find, packs, live, small=small)
         if live is None and not plan.first and not plan.rewritten:
