@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="show what would go, remove nothing")
     gc.add_argument("--drop", action="append", default=[], metavar="REF",
-                    help="drop this snapshot too, pinned or damaged (repeatable)")  # fmt: skip
+                    help="drop this snapshot too, pinned or damaged; never one an interrupted "
+                    "restore needs (repeatable)")  # fmt: skip
     pin = command(
         "pin", "keep a snapshot through gc", "Keep snapshot REF through every gc.",
         "example: worksnap pin step:3",

@@ -164,8 +164,16 @@ class Maintenance:
                 self._known_session(drop_session, summaries)
             pins = self._store.pins()
             keep = pins | self._sessions.referenced(without=drop_session)
-            # A pending recovery rolls back to its pre-restore snapshot: it must stay.
-            keep |= journal_snapshots(self._files)
+            # A pending recovery rolls back to its pre-restore snapshot: it must stay, also
+            # when named (a review: `--drop` of it left only `recover --discard`).
+            pending = journal_snapshots(self._files)
+            keep |= pending
+            named = pending & {*drop, *(s.id for s in summaries if s.session == drop_session)}
+            if named:
+                raise InputError(
+                    f"snapshot {min(named)} is needed by an interrupted restore (to recover): run "
+                    "`worksnap recover` first (or `worksnap recover --discard`); nothing removed"
+                )
             dropped = select_expired(
                 summaries,
                 policy,

@@ -137,6 +137,31 @@ def test_recovery_keeps_later_work_and_undo_brings_it_all_back(root: Path, comma
     assert tree_state(root) == edited
 
 
+@pytest.mark.parametrize("drop", ["--drop", "--drop-session"])
+def test_gc_never_drops_the_snapshot_a_pending_recovery_rolls_back_to(
+    root: Path, drop: str
+) -> None:
+    """`gc --drop` of the pre-restore snapshot (or `--drop-session` of its session) went
+    ahead under the "a restore was interrupted" warning and freed its objects: `recover`
+    could then only discard, the half-restored tree kept (stop 41's second review). Both
+    are refused in one line, exit 2, nothing removed; `recover` then puts the tree back."""
+    before = _killed_restore(root)
+    pre = json.loads((root / JOURNAL).read_bytes())["pre_restore"]
+    with Workspace(root) as ws:
+        listed = [s.id for s in ws.list()]
+        session = ws.session
+    code, _, err = cli("--root", str(root), "gc", drop, pre if drop == "--drop" else session)
+    *warning, error = err.strip().splitlines()  # (the pending-recovery warning first)
+    assert code == 2 and "is needed by an interrupted restore (to recover)" in error, err
+    assert drop == "--drop-session" or error.startswith(f"worksnap: error: snapshot {pre} ")
+    assert "worksnap recover" in error and len(warning) == 1
+    with Workspace(root) as ws:
+        assert [s.id for s in ws.list()] == listed
+    code, _, err = cli("--root", str(root), "recover")
+    assert code == 0, err
+    assert _without_leftovers(tree_state(root)) == _without_leftovers(before)
+
+
 @pytest.mark.parametrize("journal", ["as written", "older, without its kind"])
 def test_undo_right_after_a_killed_restore_is_its_rollback(root: Path, journal: str) -> None:
     """`undo` first recovers: it keeps the half-restored tree as `pre-recover` and rolls
