@@ -283,6 +283,20 @@ def _git_view(top: Path) -> set[bytes]:
     return tracked | untracked(os.fsencode(top))
 
 
+def _tracked_folder_made_a_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`sub/tracked.txt` committed (`*.log` ignored), then `git init` in `sub`, whose own
+    rules ignore `*.txt`; `sub/new.txt` and `sub/x.log` made after."""
+    top = _repo(tmp_path, monkeypatch, gitignore="*.log\n")
+    (top / "sub").mkdir()
+    (top / "sub" / "tracked.txt").write_text("tracked\n")
+    _commit(top)
+    git(top / "sub", "init", "-q")
+    (top / "sub" / ".git" / "info" / "exclude").write_text("*.txt\n")
+    (top / "sub" / "new.txt").write_text("untracked\n")
+    (top / "sub" / "x.log").write_text("ignored\n")
+    return top
+
+
 def test_a_directory_git_tracks_files_in_is_walked_under_its_rules_with_a_git_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -293,14 +307,7 @@ def test_a_directory_git_tracks_files_in_is_walked_under_its_rules_with_a_git_of
     untracked). worksnap took it for a nested repository: it captured the ignored file,
     which a restore then deleted, and left out the untracked one (a review).
     """
-    top = _repo(tmp_path, monkeypatch, gitignore="*.log\n")
-    (top / "sub").mkdir()
-    (top / "sub" / "tracked.txt").write_text("tracked\n")
-    _commit(top)
-    git(top / "sub", "init", "-q")
-    (top / "sub" / ".git" / "info" / "exclude").write_text("*.txt\n")
-    (top / "sub" / "new.txt").write_text("untracked\n")
-    (top / "sub" / "x.log").write_text("ignored\n")
+    top = _tracked_folder_made_a_repository(tmp_path, monkeypatch)
     (top / "other").mkdir()  # a nested repository git tracks nothing in keeps its own rules
     git(top / "other", "init", "-q")
     (top / "other" / ".git" / "info" / "exclude").write_text("*.txt\n")
@@ -360,14 +367,7 @@ def test_a_long_lived_workspace_decides_again_when_a_directory_becomes_a_reposit
     and git's. The listing cache kept what a directory's children were under a nested
     repository's rules after its `.git` was removed.
     """
-    top = _repo(tmp_path, monkeypatch, gitignore="*.log\n")
-    (top / "sub").mkdir()
-    (top / "sub" / "tracked.txt").write_text("tracked\n")
-    _commit(top)
-    git(top / "sub", "init", "-q")
-    (top / "sub" / ".git" / "info" / "exclude").write_text("*.txt\n")
-    (top / "sub" / "new.txt").write_text("untracked\n")
-    (top / "sub" / "x.log").write_text("ignored outside\n")
+    top = _tracked_folder_made_a_repository(tmp_path, monkeypatch)
     blob = git(top, "hash-object", "-w", "--", "sub/tracked.txt").strip().decode()
     steps = {
         "tracked": lambda: None,
