@@ -158,6 +158,24 @@ def test_a_new_exclusion_is_followed_and_a_restore_leaves_the_file_alone(
     assert (root / "main.py").read_text() == "v1\n"
 
 
+@pytest.mark.parametrize("watch", [False, True], ids=["plain", "watched"])
+def test_an_edit_past_the_first_mebibyte_of_a_rule_source_is_followed(
+    repo: Path, tmp_path: Path, watch: bool
+) -> None:
+    # A source's bytes were compared up to 1 MiB only: a same-size edit past that left a
+    # long-lived workspace under the old rules (a review's note; a generated ignore list).
+    root = repo
+    padding = "# generated\n" * 100_000  # 1.2 MB
+    write(root / ".git", "info/exclude", padding + "*.a\n")
+    write(root, "x.a", "a\n")
+    write(root, "x.b", "b\n")
+    with Workspace(root, store=tmp_path / "store", watch=watch) as ws:
+        assert ws.snapshot().ignored == ["x.a"]
+        write(root / ".git", "info/exclude", padding + "*.b\n")
+        snap = ws.snapshot()
+        assert snap.ignored == plain(root, tmp_path).ignored == ["x.b"]
+
+
 def test_a_gitignore_written_through_another_name_is_read_again(root: Path, tmp_path: Path) -> None:
     write(root, "sub/.gitignore", "*.tmp\n")
     write(root, "sub/a.log", "log\n")

@@ -16,6 +16,8 @@ import stat
 import time
 from pathlib import Path
 
+from blake3 import blake3
+
 from worksnap.fsio import Stamp, read_regular, stamp_of
 from worksnap.gitindex import GitDirs, find_git_dirs, work_tree_index
 from worksnap.paths import fs_path
@@ -41,11 +43,16 @@ def source_stamp(path: str) -> Stamp | None:
 
 
 def _content(path: str) -> bytes | None:
-    """What a source holds now (None: nothing readable there, or a directory)."""
-    return read_regular(path, _SOURCE_MAX_BYTES)
+    """A digest of what a source holds now, as far as rules are read (None: nothing there).
+
+    None too for a directory. The bytes were kept up to 1 MiB: a same-size edit past
+    that left a long-lived workspace under the old rules.
+    """
+    data = read_regular(path, _SOURCE_MAX_BYTES)
+    return None if data is None else blake3(data, max_threads=1).digest()
 
 
-_SOURCE_MAX_BYTES = 1 << 20
+_SOURCE_MAX_BYTES = 64 << 20  # all an ignore file is read of (`ignore._MAX_RULES`)
 _MAX_GITLINK = 64 * 1024  # a `.git` file or `commondir`: one path (a FIFO there hung scans)
 
 
