@@ -755,7 +755,9 @@ def test_remote_gc_with_retention_drops_old_snapshots_and_later_their_objects(
     push(m.local, remote.repo(), "default", pack_bytes=16 << 10)  # big.bin: a pack alone
     write(m.root, "only-in-the-new.txt", "new\n")
     (m.root / "big.bin").unlink()  # the old snapshot's 1.2 MB, in no other snapshot
-    new = [m.snap(kind="step", step=2), m.snap(kind="step", step=3)]
+    new = [m.snap(kind="step", step=2)]
+    write(m.root, "only-in-the-new.txt", "newer\n")  # (one tree twice: undo passes over one)
+    new.append(m.snap(kind="step", step=3))
     push(m.local, remote.repo(), "default")
     t = time.time()
     result = collect(remote.repo(), retention=Retention(keep_last=2), now=lambda: t)
@@ -857,6 +859,7 @@ def test_a_push_still_sends_an_older_snapshot_retention_kept(
     again = n.snap()  # undo's first stop after step 5: keep-last 2 keeps it, not `taken`
     (n.local.dir / again.id).unlink()
     n.local.save_record(msgspec.structs.replace(again, kind="pre-restore"))
+    write(n.root, "changed.txt", "step 5\n")  # (one tree twice: undo passes over one)
     n.snap(kind="step", step=5)
     push(n.local, remote.repo(), "default")
     assert collect(remote.repo(), retention=Retention(keep_last=2)).forgotten == [taken.id]

@@ -24,7 +24,7 @@ def summary(snapshot_id: str, minutes_ago: float, session: str = "default") -> S
     when = datetime.now(timezone.utc) - timedelta(minutes=minutes_ago)
     return Summary(
         id=snapshot_id, step=None, kind="step", time=when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        session=session, tree="0" * 64, files=0, bytes=0,
+        session=session, tree=snapshot_id.ljust(64, "0"), files=0, bytes=0,
     )  # fmt: skip
 
 
@@ -424,6 +424,46 @@ def test_keep_last_keeps_the_pre_restore_snapshot_undo_reaches_first(root: Path)
     assert sorted(dropped) == ["a", "pre1", "pre2"]
 
 
+@pytest.mark.parametrize("after", ["snapshots of the same tree", "empty checkpoints"])
+def test_keep_last_keeps_what_the_next_undo_reaches_past_what_it_passes_over(
+    root: Path, after: str
+) -> None:
+    """Stop 41's second look: keep-last 2, a restore (its pre-restore snapshot the only
+    copy of an edit), then two snapshots of the unchanged tree (or two `begin`s that
+    captured nothing): they took both places, undo passes over them (nothing to set
+    back), and the configured retention dropped the snapshot undo went to."""
+    ws = Workspace(root)
+    (root / ".worksnap").mkdir()
+    (root / ".worksnap" / "config.json").write_text(json.dumps({"retention": {"keep_last": 2}}))
+    write(root, "f", "A")
+    first = ws.snapshot()
+    write(root, "f", "unsaved edit")
+    assert ws.restore(first.id).ok
+    for _ in range(2):
+        if after == "snapshots of the same tree":
+            ws.snapshot()
+        else:
+            ws.begin()
+    ws.snapshot()
+    assert "pre-restore" in [s.kind for s in ws.list()]
+    assert ws.undo().ok
+    assert (root / "f").read_text() == "unsaved edit"
+    # Still bounded: of a run of one tree, undo can reach only the newest.
+    history = [msgspec.structs.replace(s, tree=t) for s, t in zip([
+        kinded("s4", 1, "step"), kinded("s3", 2, "step"), kinded("s2", 3, "step"),
+        kinded("s1", 4, "step"), kinded("s0", 5, "step"),
+    ], ["T2", "T2", "T1", "T1", "T0"], strict=True)]  # fmt: skip
+    now = datetime.now(timezone.utc)
+    dropped = select_expired(
+        history, Retention(keep_last=1), keep=set(), now=now, object_sizes=lambda _: {}
+    )
+    assert sorted(dropped) == ["s0", "s1", "s2", "s3"]
+    dropped = select_expired(
+        history, Retention(keep_last=2), keep=set(), now=now, object_sizes=lambda _: {}
+    )
+    assert sorted(dropped) == ["s0", "s1"]  # s2 the first undo's, s3 a step kept
+
+
 def test_gc_keeps_labelled_steps_over_run_snapshots(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -449,10 +489,9 @@ def test_gc_keeps_labelled_steps_over_run_snapshots(
     assert report["dropped"] == preview["dropped"] and report["objects"] == preview["objects"]
     kept = ws.list()
     assert [s.id for s in kept if s.kind == "step"] == steps[::-1]  # every labelled step
-    assert [s.kind for s in kept if s.kind != "step"] == ["run-after"] + [
-        "run-before",
-        "run-after",
-    ] * 2
+    # A run's two snapshots hold one tree: undo can reach only the newer (it passes over
+    # the other), so the five undo can go to are five run-afters.
+    assert [s.kind for s in kept if s.kind != "step"] == ["run-after"] * 5
     assert main(["--root", str(root), "gc", "--keep-last", "0"]) == 2
     assert "add --all" in capsys.readouterr().err
     assert main(["--root", str(root), "gc", "--keep-last", "0", "--all"]) == 0
@@ -479,7 +518,9 @@ def test_a_retention_setting_that_keeps_nothing_is_refused(
     code, _, err = run_cli(capsys, root, "config", "keep-last", "2")
     assert code == 0, err
     Workspace(root).snapshot()
-    assert len(Workspace(root).list()) == 2
+    # The two newest (of one tree: nothing changed since step 2), and step 1, which the
+    # first undo goes to (it passes over the snapshots of the tree as it is).
+    assert [s.step for s in Workspace(root).list()] == [None, None, 1]
 
 
 def test_gc_dry_run_says_what_gc_then_does_and_changes_no_byte_of_the_store(

@@ -206,6 +206,25 @@ def undo_stops(history: list[Summary]) -> list[Summary]:
     return [s for s in history if s.kind not in UNDO_KINDS]
 
 
+def first_undo_stops(history: list[Summary], count: int) -> list[Summary]:
+    """The newest snapshot and those the next `count` - 1 undos go to, newest first.
+
+    Undo passes over a snapshot whose tree is the tree it would leave (`undo_target`):
+    of a run of `undo_stops` with one tree, only the newest can be reached. A checkpoint
+    counts only when its rewind changes something, which a summary cannot tell: none
+    takes a place here (retention keeps them as deliberate ones). A review saw two
+    snapshots of an unchanged tree take the places of the pre-restore snapshot undo
+    went to next.
+    """
+    stops: list[Summary] = []
+    for summary in undo_stops(history):
+        if len(stops) == count:
+            break
+        if summary.kind != CHECKPOINT and (not stops or summary.tree != stops[-1].tree):
+            stops.append(summary)
+    return stops
+
+
 def undo_target(
     history: list[Summary],
     current: Manifest,

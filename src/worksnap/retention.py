@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from worksnap.config import Retention, parse_duration, parse_size
-from worksnap.history import is_automatic, undo_stops
+from worksnap.history import first_undo_stops, is_automatic
 from worksnap.manifest import Summary, parse_time
 
 __all__ = ["Retention", "parse_duration", "parse_size", "select_expired"]
@@ -33,9 +33,9 @@ def select_expired(
     Retention counts, per session, the snapshots people and runtimes took. Those
     worksnap took on its own (`history.AUTOMATIC_KINDS`: pre-restore, undo, redo,
     run-*) never take their place, and go first. `keep_last` N keeps a session's N
-    newest snapshots people and runtimes took, and the N newest of any kind that
-    undo can go to (`history.undo_stops`: successive undos walk back through them), so
-    at most 2N a session. A review found a restore's pre-restore snapshot, the only
+    newest snapshots people and runtimes took, and the N newest of any kind undo can go
+    to (`history.first_undo_stops`: of a run of one tree, only the newest), so at most
+    2N a session. A review found a restore's pre-restore snapshot, the only
     copy of the edits it overwrote and undo's first stop after the next snapshot,
     dropped by that snapshot: only automatic ones newer than the newest deliberate one
     were counted as undo's. Under `max_bytes` the automatic ones are the last to be given room.
@@ -66,7 +66,7 @@ def select_expired(
     newest = set() if everything else {history[0].id for history in sessions.values()}
     reached: set[str] = set()  # the `keep_last` newest snapshots undo can go to
     for history in sessions.values():
-        reached.update(s.id for s in undo_stops(history)[: policy.keep_last or 0])
+        reached.update(s.id for s in first_undo_stops(history, policy.keep_last or 0))
     dropped: list[str] = []
     kept: list[Summary] = []
     for summary in newest_first:
