@@ -88,6 +88,25 @@ def verify(
     return problems
 
 
+def _unreadable(
+    unreadable: dict[str, str], where: Callable[[str], str] | None
+) -> builtins.list[tuple[str, str]]:
+    """A line for each unreadable snapshot, and how to drop it; for several, one command.
+
+    gc removes nothing while any of them stays: dropping one at a time, as each line
+    said, failed until the last (a review).
+    """
+    if len(unreadable) == 1:
+        [(snapshot_id, why)] = unreadable.items()
+        at = where(snapshot_id) if where is not None else None
+        return [(snapshot_id, f"{why}; {drop_advice(snapshot_id, at)}")]
+    lines = list(unreadable.items())
+    if lines:
+        drops = " ".join(f"--drop {i}" for i in sorted(unreadable))
+        lines.append(("", f"to drop these {len(lines)} snapshots at once: worksnap gc {drops}"))
+    return lines
+
+
 def _objects(count: int) -> str:
     return f"{count} damaged object{'' if count == 1 else 's'}"
 
@@ -106,12 +125,12 @@ def _check(
     ids = [catalog.resolve(ref, session)] if ref is not None else store.ids()
     loaded: builtins.list[Manifest] = []
     found: builtins.list[tuple[str, str]] = []  # (snapshot, problem)
+    unreadable: dict[str, str] = {}
     for snapshot_id in ids:
         try:
             loaded.append(catalog.load(snapshot_id, session))
         except ManifestError as exc:
-            at = where(snapshot_id) if where is not None else None
-            found.append((snapshot_id, f"{exc}; {drop_advice(snapshot_id, at)}"))
+            unreadable[snapshot_id] = str(exc)
         except InputError:
             if ref is not None or snapshot_id in store.ids():
                 raise  # else a gc removed it since it was listed
@@ -125,6 +144,7 @@ def _check(
             checked[digest] = exc.reason
         if report is not None and (done % _REPORT_EVERY == 0 or done == len(needed)):
             report("verify", done, len(needed))
+    found += _unreadable(unreadable, where)
     found += [
         (m.id, f"{m.id}: {e.path}: object {e.hash} {reason}")
         for m in loaded
@@ -133,6 +153,6 @@ def _check(
     ]
     if found and ref is None:  # a gc may have removed a snapshot (and its objects) since
         stored = set(store.ids())
-        found = [(snapshot_id, line) for snapshot_id, line in found if snapshot_id in stored]
+        found = [(i, line) for i, line in found if not i or i in stored]  # ("": advice)
     damaged = [d for d, reason in checked.items() if reason and reason.startswith("damaged")]
     return problems + [line for _, line in found], damaged

@@ -328,6 +328,41 @@ def test_a_snapshot_after_a_damaged_pack_is_moved_out_stores_again_what_stood_on
         assert ws.verify() == []
 
 
+def test_verify_names_one_command_that_drops_every_snapshot_a_moved_out_pack_broke(
+    tmp_path: Path,
+) -> None:
+    """After the move-out, verify named each broken snapshot with "worksnap gc --drop ID";
+    run as printed, each gc failed ("nothing removed"): it removes nothing while another
+    broken one stays (stop 41's second look). Several are dropped in one command now."""
+    root = tmp_path / "root"
+    root.mkdir()
+    old, new = _versions()
+    (root / "a.txt").write_bytes(old)
+    with Workspace(root) as ws:
+        first = ws.snapshot().id
+        packs = root / STORE / "packs"
+        (first_pack,) = _published(packs)
+        (root / "a.txt").write_bytes(old + b"a version gone from the tree\n")
+        second = ws.snapshot().id  # a delta on the first's objects: broken with them
+        (root / "a.txt").write_bytes(new)
+        ws.snapshot()
+        for suffix in (".pack", ".idx"):
+            (packs / f"{first_pack}{suffix}").rename(tmp_path / f"{first_pack}{suffix}")
+        ws.snapshot()
+        problems = ws.verify()
+    advice = f"worksnap gc --drop {min(first, second)} --drop {max(first, second)}"
+    assert problems[-1].endswith(f"to drop these 2 snapshots at once: {advice}"), problems
+    assert not any("to drop that snapshot" in line for line in problems)
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", "--root", str(root), *advice.split()[1:]],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC}, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Workspace(root) as ws:
+        assert ws.verify() == []
+        assert (root / "a.txt").read_bytes() == new
+
+
 def _writers_and_sweeps(seed: int, tmp: Path) -> str | None:
     """Three stores on one directory add versions (and again objects already stored,
     against other bases), flush, sync, and a fourth sweeps a random subset; every live
