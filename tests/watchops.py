@@ -204,6 +204,9 @@ class Ops:
         self.counter += 1  # a fresh name: two moves with no write between once met
         if self.outside is not None and self.rnd.random() < 0.3:
             away = self.outside / f"away{self.counter}"
+            while away.exists():  # an earlier walk's, on the same folder (its counter too)
+                self.counter += 1
+                away = self.outside / f"away{self.counter}"
             shutil.move(str(path), away)
         else:
             away = path.with_name(path.name + f".bak{self.counter}")
