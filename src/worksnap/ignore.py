@@ -28,10 +28,16 @@ from blake3 import blake3
 from worksnap.errors import InputError
 from worksnap.fsio import read_regular
 from worksnap.paths import ancestors, fs_path
-from worksnap.sources import Sources, common_dir_of, find_top, git_dir_of, source_files
+from worksnap.sources import (
+    MAX_RULE_BYTES,
+    Sources,
+    common_dir_of,
+    find_top,
+    git_dir_of,
+    source_files,
+)
 
 _BOM = b"\xef\xbb\xbf"
-_MAX_RULES = 64 << 20  # an ignore file is read up to this (no real one comes near)
 
 _OPTIONS = re2.Options()
 _OPTIONS.encoding = re2.Options.Encoding.LATIN1  # one byte, one character
@@ -452,7 +458,7 @@ def _read(path: Path | None, *, follow: bool) -> bytes:
             return b""
     except OSError:
         return b""
-    return read_regular(path, _MAX_RULES) or b""  # a FIFO there never hangs a scan
+    return read_regular(path, MAX_RULE_BYTES) or b""  # a FIFO there never hangs a scan
 
 
 def _excludes(

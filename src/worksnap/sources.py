@@ -48,11 +48,12 @@ def _content(path: str) -> bytes | None:
     None too for a directory. The bytes were kept up to 1 MiB: a same-size edit past
     that left a long-lived workspace under the old rules.
     """
-    data = read_regular(path, _SOURCE_MAX_BYTES)
+    data = read_regular(path, MAX_RULE_BYTES)
     return None if data is None else blake3(data, max_threads=1).digest()
 
 
-_SOURCE_MAX_BYTES = 64 << 20  # all an ignore file is read of (`ignore._MAX_RULES`)
+MAX_RULE_BYTES = 64 << 20
+"""A rule file is read up to this (no real one comes near), and compared as far."""
 _MAX_GITLINK = 64 * 1024  # a `.git` file or `commondir`: one path (a FIFO there hung scans)
 
 
