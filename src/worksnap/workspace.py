@@ -663,7 +663,7 @@ class Workspace:
             drop: refs of snapshots to drop too, pinned or not, readable or not.
 
         Raises:
-            InputError: no session `drop_session`, or a tree is unreadable: nothing removed.
+            InputError (nothing removed): no `drop_session`, a tree unreadable, a recovery's named.
         """
         ids = frozenset(self.resolve(ref) for ref in drop)
         return self._maintenance.gc(policy, wait=wait, drop_session=drop_session,
