@@ -282,7 +282,8 @@ class Catalog:
                 Digest(record.tree), self._store.read, loose=loose_of(record), known=self.known
             )
         except ObjectError as exc:
-            raise ManifestError(snapshot_id, f"tree object {exc.digest} {exc.reason}") from None
+            # (the cause kept: `verify --repair` takes a damaged copy as not stored)
+            raise ManifestError(snapshot_id, f"tree object {exc.digest} {exc.reason}") from exc
         except ManifestError as exc:  # named after the snapshot, as every refusal of one is
             raise ManifestError(snapshot_id, f"{exc.source}: {exc.reason}") from None
         return manifest_of(record, flat)

@@ -4,12 +4,13 @@ A copy of an object whose bytes no longer match its digest (bit rot inside a pac
 is recorded here as its digest and its pack. The store's index then reads another
 copy when one is packed, and takes the object as not stored: the next snapshot stores
 again what is still on disk instead of naming the damaged copy. A line each,
-`<digest> <pack>`; a line that is not one is ignored.
+`<digest> <pack>`; a line that is not one is ignored. A damaged loose copy (an object
+of 1 MiB or more) is removed instead: nothing can read it as its object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from worksnap.paths import is_digest
 from worksnap.storedir import StoreDir
@@ -40,3 +41,23 @@ def record_damaged(files: StoreDir, copies: Iterable[Copy], packs: Iterable[str]
     kept = {(digest, pack) for digest, pack in read_damaged(files) if pack in listed}
     lines = sorted(kept | new)
     files.write(files.paths.damaged_copies, "".join(f"{d} {p}\n" for d, p in lines).encode())
+
+
+def take_as_not_stored(
+    files: StoreDir, digests: Iterable[str], packed: Mapping[str, str], packs: Iterable[str]
+) -> int:
+    """Takes the copies read of `digests` (found damaged) as not stored: how many.
+
+    Args:
+        files: the store.
+        digests: the objects whose copy read was found damaged.
+        packed: the pack of each one read from a pack (its copy is recorded); the
+            others were read loose (their file is removed).
+        packs: the store's packs (records of copies in packs gone since are dropped).
+
+    The caller holds the store's exclusive lock.
+    """
+    loose = (d for d in digests if d not in packed and is_digest(d))
+    removed = [d for d in loose if files.unlink(files.paths.loose(d))]
+    record_damaged(files, packed.items(), packs)
+    return len(packed) + len(removed)

@@ -21,7 +21,7 @@ from collections.abc import Container, Iterable, Iterator
 
 from blake3 import blake3
 
-from worksnap.damagedcopies import read_damaged, record_damaged
+from worksnap.damagedcopies import read_damaged, take_as_not_stored
 from worksnap.diskrecords import SnapshotFiles
 from worksnap.errors import InputError, ObjectError, SnapshotError, StoreError
 from worksnap.frames import MAX_UNPACKED
@@ -243,13 +243,13 @@ class DiskStore(SnapshotFiles):
         ]
 
     def record_damaged(self, digests: Iterable[str]) -> int:
-        """Records the packed copies read of `digests` as damaged (`damagedcopies`): how many."""
-        index = self._load_index()
-        copies = [(d, slot.pack) for d in digests if (slot := index.get(d)) is not None]
-        record_damaged(self.files, copies, self._listed())  # then every store reads the index
+        """Takes the copies read of `digests` as not stored (`damagedcopies`): how many."""
+        index, wanted = self._load_index(), list(digests)
+        packed = {d: slot.pack for d in wanted if (slot := index.get(d)) is not None}
+        count = take_as_not_stored(self.files, wanted, packed, self._listed())
         self.files.write(self.paths.generation, self.files.new_name().encode())  # anew (`sync`)
         self._index = None  # read again: those copies are no longer `present`
-        return len(copies)
+        return count
 
     def sync(self) -> bool:
         """True, and the remembered index forgotten, if objects may be gone since it was read.

@@ -341,7 +341,10 @@ class Maintenance:
         try:
             live.update(reachable(roots, self._store.read))
         except ObjectError as exc:
-            raise ManifestError(f"tree {exc.digest}", f"{exc.reason}; nothing removed") from None
+            why = (
+                f"{exc.reason}; nothing removed (`worksnap verify` names the snapshots needing it)"
+            )
+            raise ManifestError(f"tree {exc.digest}", why) from None
         return live, damaged
 
     def object_sizes(self, snapshot_id: str) -> dict[str, int]:

@@ -126,11 +126,18 @@ def _check(
     loaded: builtins.list[Manifest] = []
     found: builtins.list[tuple[str, str]] = []  # (snapshot, problem)
     unreadable: dict[str, str] = {}
+    damaged_trees: builtins.list[str] = []
     for snapshot_id in ids:
         try:
             loaded.append(catalog.load(snapshot_id, session))
         except ManifestError as exc:
-            unreadable[snapshot_id] = str(exc)
+            cause = exc.__cause__
+            if isinstance(cause, ObjectError) and cause.reason.startswith("damaged"):
+                # A damaged copy of one of its trees: `--repair`, not a drop, is the way.
+                damaged_trees.append(cause.digest)
+                found.append((snapshot_id, str(exc)))
+            else:
+                unreadable[snapshot_id] = str(exc)
         except InputError:
             if ref is not None or snapshot_id in store.ids():
                 raise  # else a gc removed it since it was listed
@@ -155,4 +162,5 @@ def _check(
         stored = set(store.ids())
         found = [(i, line) for i, line in found if not i or i in stored]  # ("": advice)
     damaged = [d for d, reason in checked.items() if reason and reason.startswith("damaged")]
+    damaged += [d for d in dict.fromkeys(damaged_trees) if d not in checked]
     return problems + [line for _, line in found], damaged

@@ -10,7 +10,9 @@ the message names it, and that a restore needing it changes nothing.
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -296,6 +298,76 @@ def test_a_gc_never_moves_a_copy_repair_found_damaged_out_from_under_its_mark(
     assert (root / "f1").read_bytes() == data
 
 
+def test_verify_repair_removes_a_damaged_loose_copy_so_the_next_snapshot_stores_it_again(
+    root: Path,
+) -> None:
+    """A file of at least `SMALL` bytes is stored loose, not packed: `verify --repair` said
+    "0 damaged objects taken as not stored", and the next snapshot (exit 0, the file
+    intact on disk) named the damaged copy again, so no snapshot could give it back. The
+    damaged loose copy is now removed (nothing could read it as the object)."""
+    data = os.urandom(SMALL + 1000)
+    (root / "big").write_bytes(data)
+    code, _, err = cli("--root", str(root), "snapshot")
+    assert code == 0, err
+    loose = root / STORE / "objects" / hash_bytes(data)[:2] / hash_bytes(data)[2:]
+    damaged = bytearray(loose.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    loose.write_bytes(bytes(damaged))
+    code, out, _ = cli("--root", str(root), "verify", "--repair")
+    assert code == 1 and "1 damaged object taken as not stored" in out, out
+    write(root, "t.txt", "more\n")  # big is untouched and intact on disk
+    code, second, err = cli("--root", str(root), "snapshot")
+    assert code == 0, err
+    code, out, _ = cli("--root", str(root), "verify", second.strip())
+    assert code == 0, out
+    (root / "big").unlink()
+    code, _, err = cli("--root", str(root), "restore", second.strip(), "--yes")
+    assert code == 0, err
+    assert (root / "big").read_bytes() == data
+
+
+def test_verify_repair_takes_a_damaged_tree_copy_as_not_stored_and_says_so_first(
+    root: Path,
+) -> None:
+    """Bytes flipped in a directory's packed tree object: verify called the snapshot
+    unreadable and advised `gc --drop` (giving up a snapshot whose files are all intact),
+    `--repair` took nothing as not stored, and the next snapshot of the unchanged
+    directory (exit 0) named the damaged tree again: it could not be restored. verify now
+    says to run `--repair`, which takes the tree's copy as not stored: the next snapshot
+    stores it again, and with it the first snapshot reads again."""
+    write(root, "d/a.txt", "a\n")
+    write(root, "b.txt", "b\n")
+    code, first, err = cli("--root", str(root), "--json", "snapshot")
+    assert code == 0, err
+    shown = json.loads(cli("--root", str(root), "--json", "show", "latest")[1])
+    (subtree,) = _trees(root) - {shown["tree"]} - {e["hash"] for e in shown["entries"]}
+    _rot(root, subtree)
+    code, _, err = cli("--root", str(root), "gc")
+    assert code == 2 and "nothing removed (`worksnap verify` names the snapshots" in err, err
+    code, out, _ = cli("--root", str(root), "verify")
+    assert code == 1 and "worksnap verify --repair" in out and "gc --drop" not in out, out
+    code, out, _ = cli("--root", str(root), "verify", "--repair")
+    assert code == 1 and "1 damaged object taken as not stored" in out, out
+    write(root, "c.txt", "c\n")  # d/ is unchanged: its tree is the same object
+    code, _, err = cli("--root", str(root), "snapshot")
+    assert code == 0, err
+    for command in (["verify"], ["gc"], ["verify"]):  # the first snapshot reads it too
+        code, out, err = cli("--root", str(root), *command)
+        assert code == 0, out + err
+    shutil.rmtree(root / "d")
+    code, _, err = cli("--root", str(root), "restore", json.loads(first)["id"], "--yes")
+    assert code == 0, err
+    assert (root / "d" / "a.txt").read_text() == "a\n"
+
+
+def _trees(root: Path) -> set[str]:
+    store = DiskStore(str(root / STORE))
+    try:
+        return set(store._load_index())
+    finally:
+        store.close()
+
+
 def test_an_index_of_a_newer_pack_version_is_damage_named_by_verify(root: Path) -> None:
     _first, _, _, _ = _two_versions(root)
     for index in (root / STORE / "packs").glob("*.idx"):
@@ -393,3 +465,22 @@ def test_a_writer_of_deltas_killed_at_any_time_leaves_every_published_object_rea
     for digest in published:
         after.check(digest)
     after.close()
+
+
+def test_a_long_lived_workspace_stores_again_a_tree_repair_found_damaged(root: Path) -> None:
+    """The tree of an unchanged directory, remembered by a long-lived workspace (an agent
+    runtime's, the daemon's) from its last capture: after another process's `verify
+    --repair` took its damaged copy as not stored, the next snapshot stores it again."""
+    write(root, "d/a.txt", "a\n")
+    with Workspace(root, watch=True) as ws:
+        first = ws.snapshot()
+        subtree = next(
+            t for t in _trees(root) - {first.tree} if t not in {e.hash for e in first.entries}
+        )
+        _rot(root, subtree)
+        code, out, _ = cli("--root", str(root), "verify", "--repair")
+        assert code == 1 and "1 damaged object taken as not stored" in out, out
+        write(root, "c.txt", "c\n")
+        second = ws.snapshot()
+        assert ws.verify(second.id) == []
+        assert ws.verify(first.id) == []
