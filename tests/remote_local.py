@@ -46,6 +46,9 @@ class DirLocal:
     def has_record(self, snapshot_id: str) -> bool:
         return (self.dir / snapshot_id).exists()
 
+    def dropped(self) -> set[str]:
+        return set()  # (records are removed by the tests alone)
+
     def record(self, snapshot_id: str) -> Record | None:
         path = self.dir / snapshot_id
         return decode_record(path.read_bytes(), snapshot_id) if path.exists() else None

@@ -679,3 +679,42 @@ def test_the_pull_help_example_rewinds_the_session_it_pulled(tmp_path: Path) -> 
         assert words[0] == "worksnap", example
         run(b, *words[1:], *(["--yes"] if words[1] == "rewind" else []))
     assert (b / "f").read_text() == "agent 3\n"
+
+
+@pytest.mark.parametrize("how", ["gc --keep-last 1", "gc --drop", "retention"])
+def test_a_plain_pull_leaves_out_what_a_local_gc_dropped(tmp_path: Path, how: str) -> None:
+    """Local retention dropped pulled snapshots and the next plain `pull` brought every one
+    of them back, so a store that pulls and keeps retention never shrank (stop 41's
+    review). The store now notes what a gc drops (`dropped`): a plain pull leaves those
+    out and says so; named ids, or `--with-dropped`, bring them back."""
+    url = f"file://{tmp_path}/remote"
+    (tmp_path / "remote").mkdir()
+    a, b = tmp_path / "a", tmp_path / "b"
+    ids = []
+    for i in (1, 2, 3):
+        write(a, "f", f"{i}\n")
+        ids.append(doc(a, "snapshot", "--step", str(i), "--kind", "step")["id"])
+    run(a, "remote", "add", "origin", url)
+    run(a, "push")
+    b.mkdir()
+    run(b, "remote", "add", "origin", url)
+    assert sorted(doc(b, "pull")["snapshots"]) == sorted(ids)  # type: ignore[arg-type]
+    if how == "gc --drop":
+        run(b, "gc", "--drop", str(ids[0]), "--drop", str(ids[1]))
+    elif how == "retention":
+        run(b, "config", "keep-last", "1")
+        write(b, "mine", "a snapshot of b's own, which runs the configured retention\n")
+        run(b, "snapshot")
+        run(b, "config", "keep-last", "none")
+    else:
+        run(b, "gc", "--keep-last", "1")
+    kept = {s["id"] for s in json.loads(run(b, "--json", "list").stdout)}
+    gone = sorted(set(map(str, ids)) - kept)
+    assert str(ids[0]) in gone, kept
+    again = doc(b, "pull")
+    assert again["snapshots"] == [] and again["left_out"] == gone, again
+    said = run(b, "pull").stdout
+    assert f"left out {len(gone)} snapshot" in said and "--with-dropped" in said, said
+    assert doc(b, "pull", gone[0])["snapshots"] == [gone[0]]
+    assert doc(b, "pull", "--with-dropped")["snapshots"] == gone[1:]
+    assert {s["id"] for s in json.loads(run(b, "--json", "list").stdout)} >= set(ids)

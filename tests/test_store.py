@@ -641,3 +641,19 @@ def test_gc_on_a_full_disk_says_where_and_what_to_do(
         code, _, err = run_cli(capsys, root, "verify")
         assert code == 0, err
     assert said_gc_again > 0
+
+
+def test_the_note_of_dropped_snapshots_keeps_its_newest_ids_within_a_bound(tmp_path: Path) -> None:
+    """`dropped` (what a plain pull leaves out) grows by 13 bytes a dropped snapshot: past
+    1 MiB it is written anew with its newest 65,536 ids, so it never grows without end."""
+    store = DiskStore(str(tmp_path / "store"))
+    store.create()
+    ids = [f"{i:012x}" for i in range(90_000)]
+    for start in range(0, len(ids), 10_000):
+        store.note_dropped(ids[start : start + 10_000])
+    kept = store.dropped()
+    assert set(ids[-65_536:]) <= kept and ids[0] not in kept
+    assert os.path.getsize(tmp_path / "store" / "dropped") <= 1024 * 1024 + 10_000 * 13
+    (tmp_path / "store" / "dropped").write_bytes(b"garbage\n" + ids[-1].encode() + b"\nab")
+    assert store.dropped() == {ids[-1]}  # lines that are no id (a cut last line) are not
+    store.close()

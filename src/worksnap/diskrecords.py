@@ -8,19 +8,22 @@ methods (and the format 1 files', diskformat1.py); its objects and packs are its
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import msgspec
 
 from worksnap.diskformat1 import FormatOneFiles
 from worksnap.errors import ManifestError, StoreError
 from worksnap.fsio import file_state
+from worksnap.layout import is_snapshot_id
 from worksnap.manifest import Summary
 from worksnap.record import MAX_RECORD_BYTES, Record, decode_record, encode_record, summary_of
 from worksnap.storedir import MIB
 
 # The most each file may hold: a hostile store cannot make a read eat memory.
 _MAX_PINS = 16 * MIB
+_MAX_DROPPED = 4 * MIB
+_KEEP_DROPPED = 65_536  # the newest ids `dropped` keeps once it grows past 1 MiB (13 B an id)
 
 
 class SnapshotFiles(FormatOneFiles):
@@ -90,6 +93,30 @@ class SnapshotFiles(FormatOneFiles):
         """Removes a snapshot: its record, then any format 1 summary and manifest."""
         self.files.unlink(self.paths.record(snapshot_id))
         self.delete_legacy(snapshot_id)
+
+    def note_dropped(self, snapshot_ids: Sequence[str]) -> None:
+        """Adds ids to `dropped` (a plain pull leaves them out), under the exclusive lock.
+
+        Appended, not fsynced: a mark lost in a crash only lets a pull bring one back.
+        Past 1 MiB the file is written anew with its newest `_KEEP_DROPPED` ids.
+        """
+        if not snapshot_ids:
+            return
+        lines = "".join(f"{i}\n" for i in snapshot_ids).encode()
+        st = self.files.lstat(self.paths.dropped)
+        if st is None or st.st_size + len(lines) <= MIB:
+            self.files.append(self.paths.dropped, lines)
+            return
+        kept = self._dropped_lines()[-_KEEP_DROPPED:] + list(snapshot_ids)
+        self.files.write(self.paths.dropped, "".join(f"{i}\n" for i in kept).encode())
+
+    def dropped(self) -> set[str]:
+        """The ids a local gc dropped, as far as `dropped` remembers (none if absent)."""
+        return set(self._dropped_lines())
+
+    def _dropped_lines(self) -> list[str]:
+        data = self.files.read_optional(self.paths.dropped, limit=_MAX_DROPPED) or b""
+        return [i for i in data.decode("ascii", "replace").splitlines() if is_snapshot_id(i)]
 
     def pins(self) -> set[str]:
         """Returns the ids of pinned snapshots (never dropped by gc)."""

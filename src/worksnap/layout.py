@@ -25,6 +25,7 @@ read, and changed, in one place:
       cache/remote/<id>/<digest> indexes of the remote repository <id> (immutable; a copy)
       generation                 rewritten by every gc sweep
       damaged-copies             packed copies `verify --repair` found damaged, not read
+      dropped                    ids of snapshots a local gc dropped (a plain pull leaves them out)
       journal.json               present only while a restore runs
       sessions/<name>.json       a session's redo stack and open checkpoint
       pins.json                  ids gc never drops
@@ -326,6 +327,7 @@ class StorePaths:
         "daemon_log",
         "damaged_copies",
         "dir",
+        "dropped",
         "format",
         "generation",
         "gitignore",
@@ -389,6 +391,8 @@ class StorePaths:
         """Rewritten by every gc sweep, so long-lived processes drop their index."""
         self.damaged_copies = os.path.join(directory, "damaged-copies")
         """`<digest> <pack>` a line: packed copies found damaged, never read (damagedcopies)."""
+        self.dropped = os.path.join(directory, "dropped")
+        """`<id>` a line: snapshots a local gc dropped, which a plain pull leaves out."""
         self.journal = os.path.join(directory, "journal.json")
         """Present only while a restore runs."""
         self.sessions = os.path.join(directory, "sessions")

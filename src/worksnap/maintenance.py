@@ -196,6 +196,8 @@ class Maintenance:
                 self._sessions.save(check_session_name(drop_session), SessionState())
             if drop & pins and not dry_run:
                 self._store.set_pins(pins - drop)
+            if not dry_run:
+                self._store.note_dropped(dropped)  # first: a pull must not bring them back
             for snapshot_id in dropped if not dry_run else ():
                 self._store.delete_snapshot(snapshot_id)
             unswept = self._unswept(damaged) if damaged else None
@@ -263,6 +265,7 @@ class Maintenance:
         """Removes one snapshot now (its objects stay until the next gc sweeps them)."""
         self._catalog.upgrade_if_needed()
         with self._locks.exclusive("drop"):
+            self._store.note_dropped([snapshot_id])
             self._store.delete_snapshot(snapshot_id)
         self._catalog.forget_last()
 

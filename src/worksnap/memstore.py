@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Hashable, Iterable, Iterator
+from collections.abc import Container, Hashable, Iterable, Iterator, Sequence
 
 import msgspec
 
@@ -33,6 +33,7 @@ class MemoryStore:
         self.manifests: dict[str, bytes] = {}
         self.summary_bytes: dict[str, bytes] = {}
         self.pinned: set[str] = set()
+        self.dropped_ids: set[str] = set()
         self.added = 0
         self.created = False
         self.root: str | None = None
@@ -269,6 +270,14 @@ class MemoryStore:
         """Drops a snapshot: its record, then any format 1 summary and manifest."""
         self.records.pop(snapshot_id, None)
         self.delete_legacy(snapshot_id)
+
+    def note_dropped(self, snapshot_ids: Sequence[str]) -> None:
+        """Remembers the ids a gc dropped."""
+        self.dropped_ids.update(snapshot_ids)
+
+    def dropped(self) -> set[str]:
+        """The ids a gc dropped."""
+        return set(self.dropped_ids)
 
     def pins(self) -> set[str]:
         """Returns the pinned ids."""

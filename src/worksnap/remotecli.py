@@ -96,9 +96,9 @@ def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser
         "Download this session's snapshots the store lacks (or the ids given) with the "
         "objects they need, checking everything. The tree is not touched: then `list`, "
         "`plan`, `restore` and `rewind` work on them as on local ones, restoring into "
-        "this store's root (the pushing machine's root is not kept as a binding). A "
-        "snapshot local `gc` dropped comes back at the next pull without ids (the store "
-        "keeps no mark of what it dropped): name ids to pull only those.",
+        "this store's root (the pushing machine's root is not kept as a binding). "
+        "Snapshots a local `gc` dropped (its retention, --keep-last, --drop) are left "
+        "out, and said so: name their ids, or give --with-dropped, to bring them back.",
         "examples: worksnap pull\n"
         "          worksnap pull origin --session agent-7 && worksnap rewind --session agent-7 3\n"
         "          worksnap pull origin 3f2a9c",
@@ -106,6 +106,10 @@ def add_commands(command: Callable[[str, str, str, str], argparse.ArgumentParser
     pull.add_argument(
         "words", nargs="*", default=(), metavar="[NAME] ID",
         help="the remote, then snapshot ids on it (or unique prefixes of 4+ characters)",
+    )  # fmt: skip
+    pull.add_argument(
+        "--with-dropped", action="store_true",
+        help="also the snapshots a local gc dropped (left out without ids)",
     )  # fmt: skip
 
 
@@ -415,8 +419,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
             ws.upgrade()  # records are saved beside records only
         ws.store.bind(ws.root)
         with _progress(args, "pulled") as progress, Locks(ws.store.files).exclusive("pull"):
+            local = StoreSide(ws.store, ws.root)
             result = pull(
-                StoreSide(ws.store, ws.root), repo, ws.session, ids=ids, progress=progress
+                local, repo, ws.session, ids=ids, progress=progress, with_dropped=args.with_dropped
             )
     _render(args, "pull", name, url, result)
     return 0
@@ -450,7 +455,7 @@ def transfer_view(
     *,
     held: list[str] | None = None,
 ) -> View:
-    """`push --json` and `pull --json`: what moved (`held_back`, a push's: added later)."""
+    """`push --json` and `pull --json`: what moved (`held_back`, `left_out`: added later)."""
     view: View = {
         "command": command,
         "remote": name,
@@ -464,6 +469,8 @@ def transfer_view(
     if command == "push":
         view["held_back"] = held or []
         view["lost_packs"] = result.lost_packs
+    else:
+        view["left_out"] = result.left_out
     return view
 
 
@@ -482,6 +489,11 @@ def _render(
     if args.json:
         emit_json(transfer_view(command, name, url, session, result, held=held))
         return
+    if result.left_out:
+        say(
+            f"{name}: left out {plural(len(result.left_out), 'snapshot')} a local gc dropped "
+            "(name their ids, or give --with-dropped, to bring them back)"
+        )
     for open_id in held or []:
         say(f"{name}: held back the open checkpoint {open_id} (its turn may still capture "
             "files); it is pushed once the next `worksnap begin` closes it")  # fmt: skip

@@ -12,7 +12,7 @@ Implementations: `diskstore.DiskStore` (a store directory, docs/format.md) and
 
 from __future__ import annotations
 
-from collections.abc import Container, Hashable, Iterable, Iterator
+from collections.abc import Container, Hashable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from worksnap.manifest import Manifest, Summary
@@ -209,6 +209,14 @@ class SnapshotStore(Protocol):
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """Removes a snapshot: its record, then any format 1 summary and manifest."""
+        ...
+
+    def note_dropped(self, snapshot_ids: Sequence[str]) -> None:
+        """Notes that a local gc dropped these snapshots (a plain pull leaves them out)."""
+        ...
+
+    def dropped(self) -> set[str]:
+        """The ids of snapshots a local gc dropped, as far as the store remembers."""
         ...
 
     def pins(self) -> set[str]:

@@ -55,6 +55,10 @@ class StoreSide:
         except ManifestError:
             return True
 
+    def dropped(self) -> set[str]:
+        """The ids a local gc dropped (`dropped`)."""
+        return self.store.dropped()
+
     def record(self, snapshot_id: str) -> Record | None:
         """The snapshot's record here (None: none, or damaged)."""
         try:

@@ -71,6 +71,10 @@ class LocalSide(Protocol):
         """Whether the snapshot is stored locally."""
         ...
 
+    def dropped(self) -> set[str]:
+        """The ids of snapshots a local gc dropped (a plain pull leaves them out)."""
+        ...
+
     def record(self, snapshot_id: str) -> Record | None:
         """The snapshot's local record (None: none, or damaged)."""
         ...
@@ -107,6 +111,8 @@ class Result:
     lost_packs: list[str] = field(default_factory=list)
     """Packs an index names that are not on the remote whole, or hold objects marked
     damaged (a push's: their objects, when needed, were sent again; `Repository.whole`)."""
+    left_out: list[str] = field(default_factory=list)
+    """A plain pull's: the session's snapshots here no longer, which a local gc dropped."""
 
 
 def _noop(sent: int, objects: int) -> None:
@@ -365,8 +371,12 @@ def pull(
     *,
     ids: Iterable[str] | None = None,
     progress: Progress = _noop,
+    with_dropped: bool = False,
 ) -> Result:
     """Brings the session's snapshots the local store lacks (or those of `ids`), with their objects.
+
+    Without `ids`, those a local gc dropped are left out (`Result.left_out`), unless
+    `with_dropped`: a store that pulls and keeps a retention would never shrink.
 
     Raises:
         RemoteError: the remote failed, or something on it is damaged or hostile; no
@@ -374,8 +384,13 @@ def pull(
     """
     ref, _ = repo.get_ref(session)
     listed = {s.id: s for s in ref.snapshots} if ref is not None else {}
+    left_out: list[str] = []
     if ids is None:
         wanted = [s for i, s in listed.items() if not local.has_record(i)]
+        if not with_dropped and wanted:
+            dropped = local.dropped()
+            left_out = sorted(s.id for s in wanted if s.id in dropped)
+            wanted = [s for s in wanted if s.id not in dropped]
     else:
         unknown = sorted(set(ids) - listed.keys())
         if unknown:
@@ -402,7 +417,7 @@ def pull(
                 )
             continue
         records.append(record)
-    result = Result(snapshots=[r.id for r in records])
+    result = Result(snapshots=[r.id for r in records], left_out=left_out)
     if not records:
         return result
     places = locations(repo.whole(repo.load_indexes()))  # (a copy sent again is whole)
