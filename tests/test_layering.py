@@ -21,6 +21,7 @@ LEVELS: dict[str, int] = {
     "stopsignals": 0,
     "paths": 0,
     "fanotify": 0,
+    "mounts": 0,
     "layout": 0,
     "fsio": 0,
     "hash": 0,

@@ -6,7 +6,9 @@ of the same tree says, after exactly the steps a user took.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -896,3 +898,75 @@ def test_a_path_a_restore_removed_then_made_again_does_not_make_every_file_stat_
         walks.restatted()
         assert files(ws.snapshot()) == files(plain(root, tmp_path))
         assert not walks.restatted()
+
+
+# -- what inotify cannot hear: the root's path led elsewhere, mounts (stop 42's review) --
+
+
+def test_a_root_whose_parent_moved_is_read_where_its_path_leads_now(tmp_path: Path) -> None:
+    """The root's parent renamed and a new checkout made at the same path: the root's own
+    watch hears nothing (it was not moved itself), so every watched snapshot held the old
+    tree, now elsewhere, and a restore said "nothing to restore" (stop 42's review)."""
+    root = tmp_path / "work" / "proj"
+    write(root, "src/main.c", "old\n")
+    with Workspace(root, store=tmp_path / "store", watch=True) as ws:
+        ws.snapshot()
+        (tmp_path / "work").rename(tmp_path / "work-old")
+        write(root, "src/main.c", "new\n")
+        write(root, "src/extra.c", "x\n")
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+        write(root, "src/main.c", "newer\n")  # and watched again from here on
+        assert files(ws.snapshot()) == files(plain(root, tmp_path))
+
+
+_IN_ITS_OWN_MOUNTS = """
+import json, os, subprocess, sys
+from pathlib import Path
+from worksnap import Workspace
+root, store, kind = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+def files(m):
+    return {e.path: e.hash for e in m.entries}
+def plain():
+    with Workspace(root, store=store.parent / "plain") as p:
+        return files(p.capture(store_objects=False))
+found = []
+with Workspace(root, store=store, watch=True) as ws:
+    ws.snapshot()
+    subprocess.run(["mount", "-t", kind, kind, str(root / "a")], check=True)
+    (root / "a" / "new").write_text("mounted\\n")
+    found.append(files(ws.snapshot()) == plain())
+    (root / "a" / "new").write_text("written again\\n")
+    found.append(files(ws.snapshot()) == plain())
+    watcher = ws._capture._watcher
+    found.append(watcher.unsound)
+    subprocess.run(["umount", str(root / "a")], check=True)
+    found.append(files(ws.snapshot()) == plain())
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "ramfs"])
+def test_a_file_system_mounted_over_a_directory_is_read_as_it_is_now(
+    root: Path, tmp_path: Path, kind: str
+) -> None:
+    """A file system mounted over a watched directory raises no inotify event there: the
+    watched snapshots held the covered files and missed the mounted ones until an audit
+    (stop 42's review). A change to the mounts at or inside the root now makes the next
+    capture read everything; while a kind inotify may not hear all changes on (ramfs
+    here, as NFS or FUSE) is mounted inside, every capture does. In a mount namespace of
+    its own, so that nothing is mounted on the machine."""
+    write(root, "a/x", "hidden once mounted\n")
+    write(root, "b/y", "stays\n")
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", _IN_ITS_OWN_MOUNTS,
+         str(root), str(tmp_path / "store"), kind],
+        check=False, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    if done.returncode != 0 and "unshare failed" in done.stderr:
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    same, again, unsound, unmounted = json.loads(done.stdout)
+    assert same and again and unmounted
+    assert (unsound is None) == (kind == "tmpfs"), unsound
+    assert kind not in str(unsound) or "inotify may miss changes" in unsound

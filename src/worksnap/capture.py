@@ -123,10 +123,8 @@ class Capture:
         scan_tree: walks the tree (`scan.scan_tree`).
         prefetch: makes the read-ahead helper (`hash.Prefetch`).
         slow_read_seconds: mean read time per file above which reading ahead starts.
-        racy_margin_ns: see `RACY_MARGIN_NS`; tests set 0 so that fresh files are
-            cached at once instead of waiting the margin out.
-        nodes: where a watched capture's new tree nodes are kept for the comparisons
-            that follow (the catalog's, `CaptureTrees`).
+        racy_margin_ns: see `RACY_MARGIN_NS` (tests: 0, fresh files cached at once).
+        nodes: a watched capture's new tree nodes, kept for later comparisons (`CaptureTrees`).
     """
 
     def __init__(
@@ -156,6 +154,8 @@ class Capture:
         self._rules: Rules | None = None
         self._tracked: _IndexRead | None = None
         self._watcher = watcher
+        if watcher is not None:
+            watcher.bind(root.path)  # what inotify cannot hear: the root moved, mounts
         # With a watcher: what the last committed capture saw, to reuse where nothing
         # happened, and what it was decided under.
         self._memory: dict[str, DirScan] = {}

@@ -16,6 +16,11 @@ hide a change:
 - Events are consumed only by `commit`: a capture takes them (`take`), and if
   it fails or is abandoned before it commits, the next `take` returns them again
   together with the newer ones.
+- What inotify cannot hear is looked at on every read (`bind`): the root's path
+  leading to another directory than the one watched (its parent moved, another
+  checkout made there) and a file system mounted or unmounted at or inside the root
+  (mounts.py) make the next capture read everything; while a kind of file system
+  whose changes inotify may miss is mounted inside the root, every capture does.
 
 The scan adds the watch on a directory it opened before it lists it, through
 the descriptor it lists (`/proc/self/fd/N`), so the watch is on the very
@@ -43,6 +48,7 @@ import time
 
 from worksnap.fanotify import Fanotify
 from worksnap.fsio import released_with
+from worksnap.mounts import MountWatch, untrusted
 from worksnap.paths import fs_path, wire_name
 from worksnap.sources import Tracked
 
@@ -236,6 +242,19 @@ class Watcher:
         """Queue overflows seen (each made the next capture read everything)."""
         self.failed_watches = 0
         """Directories that could not be watched (each is read afresh at every capture)."""
+        self.remounts = 0
+        """Times the root's path led elsewhere or its mounts changed (each: a full read)."""
+        self.unsound: str | None = None
+        """Why every capture reads everything now (a mount inotify may not hear), or None."""
+        self._root: str | None = None
+        self._root_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the root watched
+        self._mounts: MountWatch | None = None
+
+    def bind(self, root: str) -> None:
+        """Watches `root` for what inotify cannot hear (see the module's docstring)."""
+        self._root = root
+        self._mounts = MountWatch(root)
+        self.unsound = untrusted(self._mounts.mounts)
 
     @property
     def available(self) -> bool:
@@ -263,6 +282,9 @@ class Watcher:
             self.failed_watches += 1
             self._pending.touch(directory, subtree=True)
             return
+        if not directory and self._root is not None:
+            st = os.fstat(fd)
+            self._root_id = (st.st_dev, st.st_ino)
         before = self._dirs.get(wd)
         if before is not None and before != directory:
             # The same directory known under another name (it was moved): that name
@@ -344,6 +366,8 @@ class Watcher:
             return
         pending = self._pending
         now = time.time()
+        if self._root is not None:
+            self._look_past_inotify(pending, now)
         while True:
             try:
                 data = os.read(self._fd, 1 << 16)
@@ -400,8 +424,29 @@ class Watcher:
             pending.everything |= overflowed
             pending.handles.update(handles)
 
+    def _look_past_inotify(self, pending: Changes, now: float) -> None:
+        """Everything read afresh if the root moved or a mount changed; always, if unsound."""
+        assert self._root is not None
+        assert self._mounts is not None
+        try:
+            st = os.stat(self._root)
+            moved = self._root_id is not None and (st.st_dev, st.st_ino) != self._root_id
+        except OSError:
+            moved = True  # (the capture says what is wrong with the root)
+        remounted = self._mounts.changed()
+        if moved or remounted:
+            self.remounts += 1
+            self.history.append((now, "", b"", _IN_UNMOUNT))
+            self.unsound = untrusted(self._mounts.mounts)
+            self._root_id = None  # the next full scan watches the root again
+        if moved or remounted or self.unsound is not None:
+            pending.everything = True
+
     def close(self) -> None:
         """Releases the inotify descriptor and the fanotify group."""
+        if self._mounts is not None:
+            self._mounts.close()
+            self._mounts = None
         if self._fan is not None:
             self._fan.close()
             self._fan = None
