@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import select
+import weakref
 
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -90,6 +91,7 @@ class MountWatch:
         except OSError:
             self.mounts: frozenset[Mount] = frozenset()
             return
+        self._closer = weakref.finalize(self, os.close, self._fd)  # (a watcher dropped unclosed)
         self._poll.register(self._fd, select.POLLPRI)
         self.mounts = self._read()
 
@@ -113,5 +115,5 @@ class MountWatch:
     def close(self) -> None:
         """Releases the table's descriptor."""
         if self._fd >= 0:
-            os.close(self._fd)
+            self._closer()
             self._fd = -1
