@@ -15,6 +15,27 @@ from worksnap import InputError, Workspace
 from worksnap.cli import main
 
 
+@pytest.mark.parametrize("json_output", [False, True])
+def test_status_names_a_damaged_newest_snapshot_never_no_snapshot_yet(
+    root: Path, capsys: pytest.CaptureFixture[str], json_output: bool
+) -> None:
+    """The session's newest record naming a tree that is not stored: `status` said "no
+    snapshot yet: nothing here is protected" (`"latest": null`), exit 0, with older
+    snapshots readable (stop 42's review). It now fails in one line naming the snapshot."""
+    write(root, "a.txt", "a")
+    assert run(capsys, root, "snapshot")[0] == 0
+    write(root, "b.txt", "b")
+    code, newest, _ = run(capsys, root, "snapshot")
+    assert code == 0
+    record = root / ".worksnap" / "snapshots" / f"{newest.strip()}.json"
+    text = record.read_text()
+    record.write_text(text.replace(json.loads(text)["tree"], "7" * 64))
+    code, out, err = run(capsys, root, *(["--json"] if json_output else []), "status")
+    assert code == 2 and out == "", out
+    (line,) = err.splitlines()
+    assert newest.strip() in line and "missing from the store" in line, line
+
+
 def test_status_says_where_and_what_changed_like_git_status_short(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

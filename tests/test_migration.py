@@ -20,12 +20,16 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import tree_state, write
 from tests.legacy import downgrade
 from worksnap import Workspace
 from worksnap.cli import main
+from worksnap.diskstore import DiskStore
+from worksnap.hash import hash_bytes
+from worksnap.manifest import Entry, summarize, tree_digest
 from worksnap.migration import STOP_AFTER_ENV, STOP_POINTS
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
@@ -258,3 +262,51 @@ def test_kill_9_at_random_times_until_the_migration_is_done(root: Path) -> None:
     same_but_trees(before, shown(root))
     assert run(root, "verify").returncode == 0
     assert kills > 0
+
+
+def test_a_worksnap_older_than_format_2_sweeps_nothing_after_the_migration(root: Path) -> None:
+    """The migration leaves the format 1 packs where they are; a worksnap older than format
+    2, which sees no format 1 manifest after it, took every one for dead, and its gc deleted
+    the files of every migrated snapshot (stop 42's review, with the worksnap of `0f3755a^`).
+    That gc walks the pack indexes in name order and decodes each as a list of (digest,
+    offset, size) before it deletes its pack: the migration's `!older-worksnap-stop.idx`
+    comes first and does not decode so, which stops it before any deletion. A gc of today
+    keeps it, and reads the store as before."""
+    before = v1_store(root)
+    done = run(root, "upgrade")
+    assert done.returncode == 0, done.stderr
+    packs = root / STORE / "packs"
+    first = sorted(p.name for p in packs.iterdir() if p.name.endswith(".idx"))[0]
+    assert first == "!older-worksnap-stop.idx"
+    with pytest.raises(msgspec.DecodeError):  # (ValidationError is one)
+        msgspec.msgpack.Decoder(list[tuple[str, int, int]]).decode((packs / first).read_bytes())
+    for command in (["gc"], ["verify"]):
+        done = run(root, *command)
+        assert done.returncode == 0, done.stderr
+    assert (packs / first).exists()
+    same_but_trees(before, shown(root))
+
+
+def test_a_manifest_naming_a_path_in_the_store_is_left_not_migrated(root: Path) -> None:
+    """Every command refuses a format 1 manifest that names a path inside the store; the
+    migration took it (`migrated`, exit 0) and deleted it (stop 42's review). It is left
+    as it is and reported, as a damaged one is (docs/format.md)."""
+    before = v1_store(root)
+    hostile = sorted(before)[0]
+    store = DiskStore(str(root / STORE))
+    manifest = store.load_manifest(hostile)
+    entry = Entry(
+        path=f"{STORE}/config.json", type="file", mode=0o644, hash=hash_bytes(b"{}"), size=2
+    )
+    entries = sorted([*manifest.entries, entry], key=lambda e: e.path)
+    dirs = sorted([*manifest.dirs, STORE])
+    manifest = msgspec.structs.replace(manifest, entries=entries, dirs=dirs)
+    manifest = msgspec.structs.replace(manifest, tree=tree_digest(manifest.entries, manifest.dirs))
+    store.save_manifest(manifest, summarize(manifest))
+    store.close()
+    done = run(root, "--json", "upgrade")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert hostile not in report["migrated"] and len(report["left"]) == 1
+    assert "inside the store" in report["left"][0]
+    assert os.listdir(root / STORE / "manifests") == [f"{hostile}.json"]

@@ -23,7 +23,7 @@ from blake3 import blake3
 from worksnap.errors import ObjectError, SnapshotError, shown
 from worksnap.fsio import DirTree, FileState, file_state, write_all
 from worksnap.hash import read_file
-from worksnap.manifest import Entry, Manifest, entry_at
+from worksnap.manifest import Entry, Manifest, entry_at, size_problem
 from worksnap.paths import ancestors, fs_path
 from worksnap.plan import Change, Op, Plan, Unprotected
 
@@ -139,7 +139,7 @@ class ChangedMeanwhile(Exception):
 def verified(
     plan: Plan,
     pre: Manifest,
-    check: Callable[[str], None],
+    check: Callable[[str], int | None],
     record: Callable[[str], tuple[FileState, str] | None],
 ) -> Unchanged:
     """Checks the objects `plan` writes and those of what it replaces; `Unchanged` for it.
@@ -158,7 +158,9 @@ def verified(
     entries = {e.path: e for e in pre.entries if e.path in touched}
     for entry in [*(c.entry for c in plan.changes), *entries.values()]:
         if entry is not None and entry.hash is not None:
-            check(entry.hash)  # a piece at a time: any size
+            size = check(entry.hash)  # a piece at a time: any size (None: not checked)
+            if size is not None and (problem := size_problem(entry, size)) is not None:
+                raise ObjectError(entry.hash, problem)
 
     def unchanged(path: str, fd: int, name: bytes) -> bool:
         entry = entries.get(path)

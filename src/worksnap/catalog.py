@@ -314,7 +314,9 @@ class Catalog:
             return UpgradeReport(dry_run=dry_run)
         locks = self._locks
         with locks.shared("upgrade --dry-run") if dry_run else locks.exclusive("upgrade"):
-            upgraded = migrate(self._store, report=report, dry_run=dry_run)
+            upgraded = migrate(
+                self._store, store_rel=self._root.store_rel, report=report, dry_run=dry_run
+            )
         self._last_full = None
         return upgraded
 

@@ -7,6 +7,7 @@ methods (and the format 1 files', diskformat1.py); its objects and packs are its
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Hashable, Sequence
 
@@ -23,6 +24,9 @@ from worksnap.storedir import MIB
 # The most each file may hold: a hostile store cannot make a read eat memory.
 _MAX_PINS = 16 * MIB
 _MAX_DROPPED = 4 * MIB
+_OLDER_STOP_TEXT = (
+    b"This store was migrated to format 2 by a newer worksnap: install it to use the store.\n"
+)
 _KEEP_DROPPED = 65_536  # the newest ids `dropped` keeps once it grows past 1 MiB (13 B an id)
 
 
@@ -94,21 +98,32 @@ class SnapshotFiles(FormatOneFiles):
         self.files.unlink(self.paths.record(snapshot_id))
         self.delete_legacy(snapshot_id)
 
+    def stop_older_sweeps(self) -> None:
+        """Writes `packs/!older-worksnap-stop.idx` unless it is there (layout.OLDER_STOP)."""
+        if self.files.lstat(self.paths.older_stop) is None:
+            self.files.makedirs(self.paths.packs)
+            self.files.write(self.paths.older_stop, _OLDER_STOP_TEXT)
+
     def note_dropped(self, snapshot_ids: Sequence[str]) -> None:
         """Adds ids to `dropped` (a plain pull leaves them out), under the exclusive lock.
 
-        Appended, not fsynced: a mark lost in a crash only lets a pull bring one back.
+        Appended, not fsynced: a mark lost in a crash only lets a pull bring one back, and
+        so does one a full disk had no room for (the gc goes on: it is what frees space).
         Past 1 MiB the file is written anew with its newest `_KEEP_DROPPED` ids.
         """
         if not snapshot_ids:
             return
         lines = "".join(f"{i}\n" for i in snapshot_ids).encode()
         st = self.files.lstat(self.paths.dropped)
-        if st is None or st.st_size + len(lines) <= MIB:
-            self.files.append(self.paths.dropped, lines)
-            return
-        kept = self._dropped_lines()[-_KEEP_DROPPED:] + list(snapshot_ids)
-        self.files.write(self.paths.dropped, "".join(f"{i}\n" for i in kept).encode())
+        try:
+            if st is None or st.st_size + len(lines) <= MIB:
+                self.files.append(self.paths.dropped, lines)
+                return
+            kept = self._dropped_lines()[-_KEEP_DROPPED:] + list(snapshot_ids)
+            self.files.write(self.paths.dropped, "".join(f"{i}\n" for i in kept).encode())
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
 
     def dropped(self) -> set[str]:
         """The ids a local gc dropped, as far as `dropped` remembers (none if absent)."""

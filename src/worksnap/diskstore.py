@@ -6,9 +6,8 @@ only and published by writing its index last, so snapshots running side by side
 never see each other's half-written objects and need no lock between them.
 A snapshot (format 2) is its tree objects, stored like any object, and then its
 record (`snapshots/<id>.json`, plain JSON; diskrecords.py) once they are flushed: a
-record's presence means the snapshot is complete. A store written by an older worksnap
-holds format 1 manifests (zstd frames, frames.py) and their summaries instead, read until
-the migration (migration.py) turns each into trees and a record (a record wins over both).
+record's presence means the snapshot is complete. An older worksnap's store holds format 1
+manifests and summaries, read until migration.py makes each trees and a record.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from worksnap.multipack import Quick, StaleIndex, refresh
 from worksnap.objectindex import Finder, ObjectIndex, join_indexes
 from worksnap.packcodec import (
     MAX_CHAIN,
+    NEWER_VERSION,
     OpenPacks,
     PackRows,
     PackWriter,
@@ -105,9 +105,12 @@ class DiskStore(SnapshotFiles):
             self.files.write(paths.gitignore, b"*\n")
 
     def exists(self) -> bool:
-        """True when a store has been created here."""
+        """True when a store has been created here; a newer worksnap's is refused here."""
         self.files.refresh()
-        return self.files.is_dir(self.paths.snapshots) or self.files.is_dir(self.paths.manifests)
+        found = self.files.is_dir(self.paths.snapshots) or self.files.is_dir(self.paths.manifests)
+        if found and not self._format_known:  # (a review saw a format 4 store's pins rewritten)
+            self._check_format()
+        return found
 
     def bind(self, root: str) -> None:
         """Creates the store if needed and binds it to `root`, the one root it serves.
@@ -171,6 +174,7 @@ class DiskStore(SnapshotFiles):
         data = self.files.read_optional(self.paths.format, limit=_MAX_ROOT)
         if data is not None and (reason := format_problem(data)) is not None:
             raise StoreError(self.paths.format, reason)  # a newer worksnap's store
+        self._format_known = data is not None
 
     def _read_indexes(self) -> ObjectIndex:
         self._check_format()
@@ -228,19 +232,15 @@ class DiskStore(SnapshotFiles):
             return None
 
     def problems(self) -> list[str]:
-        """One line for each damaged part of the store that commands work around.
-
-        A pack index that does not decode: its pack's objects cannot be read, so the
-        snapshots that need them fail to restore (verify names them); snapshots store
-        the files still on disk again, and everything else works.
-        """
+        """A line for each pack index that does not decode (snapshots store again its objects)."""
         self._load_index()
         return [
             f"pack index {self.paths.pack_index(name)} is damaged ({reason}): the objects "
-            f"of {self.paths.pack(name)} cannot be read; move both files out of the store "
-            "(a snapshot stores again what is still on disk)"
+            f"of {self.paths.pack(name)} cannot be read"
+            + ("" if reason.endswith(NEWER_VERSION) else "; move both files out of the store "
+               "(a snapshot stores again what is still on disk)")
             for name, reason in sorted(self._damaged.items())
-        ]
+        ]  # fmt: skip
 
     def record_damaged(self, digests: Iterable[str]) -> int:
         """Takes the copies read of `digests` as not stored (`damagedcopies`): how many."""
@@ -475,14 +475,13 @@ class DiskStore(SnapshotFiles):
         names = ", ".join(self.paths.pack_index(n) for n in sorted(self._damaged))
         return f"missing from the store (the damaged pack index {names} may have held it)"
 
-    def check(self, digest: str) -> None:
-        """Reads an object through and checks it, holding at most `CHUNK` of it.
+    def check(self, digest: str) -> int:
+        """Reads an object through and checks it, holding at most `CHUNK` of it: its size.
 
         Raises:
             ObjectError: the object is missing or damaged.
         """
-        for _ in self.read_chunks(digest, recent=Recent()):
-            pass
+        return sum(len(chunk) for chunk in self.read_chunks(digest, recent=Recent()))
 
     def digests(self) -> Iterator[str]:
         """Yields the digest of every stored object."""

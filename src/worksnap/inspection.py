@@ -54,7 +54,7 @@ def status_state(
     store's daemon about itself (None: none runs).
     """
     from worksnap import autostart, journal
-    from worksnap.errors import InputError
+    from worksnap.errors import InputError, ManifestError
     from worksnap.layout import StorePaths, belongs_elsewhere
     from worksnap.storedir import StoreDir
 
@@ -69,6 +69,8 @@ def status_state(
     large = ws.large_files(current)
     try:
         latest: Manifest | None = ws.load("latest") if mine else None
+    except ManifestError:
+        raise  # the newest is damaged: never "no snapshot yet" (a review)
     except InputError:
         latest = None  # only automatic snapshots so far
     # (A checkpoint: against the tree with its before-images put back, as `diff` compares.)

@@ -26,6 +26,8 @@ read, and changed, in one place:
       generation                 rewritten by every gc sweep
       damaged-copies             packed copies `verify --repair` found damaged, not read
       dropped                    ids of snapshots a local gc dropped (a plain pull leaves them out)
+      packs/!older-worksnap-stop.idx  written by the migration: no pack index, so that the
+                                 gc of a worksnap older than format 2 stops there
       journal.json               present only while a restore runs
       sessions/<name>.json       a session's redo stack and open checkpoint
       pins.json                  ids gc never drops
@@ -58,6 +60,10 @@ GIT_STORE_NAME = "worksnap"
 """The store's directory in the git directory of a work tree whose top is the root."""
 
 TEMP_MARK = ".tmp-"
+OLDER_STOP = "!older-worksnap-stop.idx"
+"""A worksnap older than format 2 takes it for the first pack index (`!` sorts before any
+pack name) and its gc fails on it, before deleting a pack: it would take every format 1
+pack a migration left for dead, seeing no format 1 manifest (the docs' format.md)."""
 STORE_FORMAT = 3
 """The store format this worksnap writes and reads up to, in the `format` file (3: packs of
 zstd frames; a store without the file was written before it, and is read as it is)."""
@@ -341,6 +347,7 @@ class StorePaths:
         "manifests",
         "multi_pack_index",
         "objects",
+        "older_stop",
         "packs",
         "pins",
         "remote_cache",
@@ -363,6 +370,8 @@ class StorePaths:
         self.root = os.path.join(directory, "root")
         """The root this store is bound to, one line."""
         self.packs = os.path.join(directory, "packs")
+        self.older_stop = os.path.join(self.packs, OLDER_STOP)
+        """Stops a worksnap older than format 2 before its gc deletes a pack (`pack_file`)."""
         self.objects = os.path.join(directory, "objects")
         self.snapshots = os.path.join(directory, "snapshots")
         """Format 2 snapshot records (plain JSON, as the name says)."""
@@ -465,6 +474,8 @@ class StorePaths:
     @staticmethod
     def pack_file(file_name: str) -> tuple[str, Literal["pack", "index", "other"]]:
         """What a file in `packs` is: (pack name, "pack" | "index" | "other", e.g. a temp file)."""
+        if file_name == OLDER_STOP:
+            return file_name, "other"  # never swept: no temp file, no pack
         if file_name.endswith(_PACK):
             return file_name[: -len(_PACK)], "pack"
         if file_name.endswith(_INDEX):

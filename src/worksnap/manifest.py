@@ -353,3 +353,14 @@ def _check_entry(entry: Entry, source: str) -> None:
             raise ManifestError(source, f"symlink {shown(entry.path)!r} has a bad target")
         if entry.hash is not None or entry.size is not None:
             raise ManifestError(source, f"symlink {shown(entry.path)!r} has a hash or size")
+
+
+def size_problem(entry: Entry, size: int) -> str | None:
+    """Why the object `entry` names, of `size` bytes, is not its file (None: it is, by size).
+
+    A hostile or buggy tree may name an intact object with another size: restored, its
+    file never matched the snapshot again (a review).
+    """
+    if entry.size is None or entry.size == size:
+        return None
+    return f"holds {size} bytes where the snapshot names {entry.size} for {shown(entry.path)!r}"

@@ -128,9 +128,9 @@ class MemoryStore:
         """Yields an object's bytes (held whole anyway), checked first."""
         yield self.read(digest)
 
-    def check(self, digest: str) -> None:
-        """Checks an object against its digest."""
-        self.read(digest)
+    def check(self, digest: str) -> int:
+        """Checks an object against its digest; returns its size."""
+        return len(self.read(digest))
 
     def flush(self) -> None:
         """Everything held is visible at once."""
@@ -270,6 +270,9 @@ class MemoryStore:
         """Drops a snapshot: its record, then any format 1 summary and manifest."""
         self.records.pop(snapshot_id, None)
         self.delete_legacy(snapshot_id)
+
+    def stop_older_sweeps(self) -> None:
+        """Nothing to do: no older worksnap reads memory."""
 
     def note_dropped(self, snapshot_ids: Sequence[str]) -> None:
         """Remembers the ids a gc dropped."""

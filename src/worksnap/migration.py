@@ -59,15 +59,22 @@ class UpgradeReport:
 
 
 def migrate(
-    store: Store, *, report: Reporter | None = None, dry_run: bool = False
+    store: Store,
+    *,
+    store_rel: str | None,
+    report: Reporter | None = None,
+    dry_run: bool = False,
 ) -> UpgradeReport:
     """Turns every format 1 snapshot of `store` into trees and a record (see the module).
 
-    The caller holds the store's exclusive lock.
+    `store_rel`: where the store lies in the root (a manifest naming a path in it is
+    left, as every command refuses it). The caller holds the store's exclusive lock.
     """
     legacy = sorted(store.legacy_ids())
     if not legacy:
         return UpgradeReport(dry_run=dry_run)
+    if not dry_run:
+        store.stop_older_sweeps()  # before any format 1 manifest goes (`DiskStore`)
     summaries = {s.id: s for s in store.summaries()[0]}
     stop = _stop_point()
     migrated: list[str] = []
@@ -88,7 +95,7 @@ def migrate(
             if manifest.id != snapshot_id:
                 raise ManifestError(snapshot_id, f"file holds snapshot {manifest.id!r}")
             # Its own root: a store not rebound yet is migrated too (the load checks the root).
-            check_manifest(manifest, root=manifest.root, store_rel=None, source=snapshot_id)
+            check_manifest(manifest, root=manifest.root, store_rel=store_rel, source=snapshot_id)
         except ManifestError as exc:
             left.append(f"{exc}; left as it is")
             continue

@@ -85,6 +85,10 @@ class Slot(NamedTuple):
     framed: bool
 
 
+NEWER_VERSION = "install a newer worksnap to read it"
+"""How a pack index of a newer version is refused: not damage, nothing to move out."""
+
+
 def format_problem(data: bytes) -> str | None:
     """What is wrong with the store's `format` file (None: this worksnap can read it)."""
     text = data.decode("ascii", "replace").strip()
@@ -151,7 +155,7 @@ def decode_rows(data: bytes, pack_name: str) -> tuple[list[str], PackRows]:
     except (msgspec.DecodeError, RecursionError) as exc:
         raise ValueError(f"does not decode ({exc})") from None
     if tag != PACK_TAG or version != PACK_VERSION:
-        raise ValueError(f"is of pack version {version}: install a newer worksnap to read it")
+        raise ValueError(f"is of pack version {version}: {NEWER_VERSION}")
     rows = PackRows(pack_name, framed=True)
     digests: list[str] = []
     offset = 0  # frames are back to back from the start of the pack

@@ -80,8 +80,8 @@ class ObjectStore(Protocol):
         """
         ...
 
-    def check(self, digest: str) -> None:
-        """Reads an object through and checks it against its digest, in bounded memory.
+    def check(self, digest: str) -> int:
+        """Reads an object through and checks it against its digest, in bounded memory: its size.
 
         Raises:
             ObjectError: the object is missing or damaged.
@@ -209,6 +209,10 @@ class SnapshotStore(Protocol):
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """Removes a snapshot: its record, then any format 1 summary and manifest."""
+        ...
+
+    def stop_older_sweeps(self) -> None:
+        """Makes sure a worksnap older than format 2 sweeps nothing here (before a migration)."""
         ...
 
     def note_dropped(self, snapshot_ids: Sequence[str]) -> None:

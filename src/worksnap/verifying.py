@@ -15,7 +15,7 @@ from typing import Protocol
 
 from worksnap.errors import InputError, ManifestError, ObjectError
 from worksnap.lock import Locks
-from worksnap.manifest import Manifest
+from worksnap.manifest import Manifest, size_problem
 from worksnap.progress import Reporter
 from worksnap.store import Store
 
@@ -143,9 +143,10 @@ def _check(
                 raise  # else a gc removed it since it was listed
     needed = list(dict.fromkeys(e.hash for m in loaded for e in m.entries if e.hash))
     checked: dict[str, str | None] = {}
+    sizes: dict[str, int] = {}
     for done, digest in enumerate(needed, 1):
         try:
-            store.check(digest)  # a piece at a time: any size
+            sizes[digest] = store.check(digest)  # a piece at a time: any size
             checked[digest] = None
         except ObjectError as exc:
             checked[digest] = exc.reason
@@ -157,6 +158,12 @@ def _check(
         for m in loaded
         for e in m.entries
         if e.hash and (reason := checked.get(e.hash)) is not None
+    ]
+    found += [
+        (m.id, f"{m.id}: {e.path}: object {e.hash} {problem}")
+        for m in loaded
+        for e in m.entries
+        if e.hash in sizes and (problem := size_problem(e, sizes[e.hash])) is not None
     ]
     if found and ref is None:  # a gc may have removed a snapshot (and its objects) since
         stored = set(store.ids())

@@ -44,6 +44,11 @@ from worksnap.workspace import Workspace
 
 from .conftest import STORE, cli, file_entry, hostile, plant, store_files, tree_state, write
 
+REPAIR_ADVICE = (
+    "damaged object: `worksnap verify --repair` makes the next snapshot store again what is still "
+    "on disk"
+)
+
 Build = Callable[[Manifest, Path], "Manifest | bytes"]
 
 
@@ -570,7 +575,33 @@ def test_hostile_tree_or_record_is_refused_by_every_command(project: Workspace, 
     assert code in (1, 2), err
     if code == 1:
         problems = json.loads(out)["problems"]
-        assert len(problems) == 1 and ref in problems[0]
+        assert ref in problems[0]
+        # A tree's copy that is not its digest's bytes: also `--repair`'s advice.
+        assert problems[1:] in ([], [f"1 {REPAIR_ADVICE}"]), problems
     else:
         assert err.startswith(f"worksnap: error: manifest {ref}"), err
     assert (tree_state(root), store_files(root)) == (before, snapshots)
+
+
+def test_a_tree_naming_an_intact_object_with_another_size_is_refused(project: Workspace) -> None:
+    """A tree entry `size: 3` for an intact 8-byte object: verify said all was intact, and a
+    restore wrote the 8 bytes, after which `plan` showed the file modified for ever (stop
+    42's review). The object's size is now compared with its entry's wherever it is read
+    through first: the restore refuses before any change, and verify names it."""
+    root = Path(project.root)
+    write(root, "a.txt", "edited since\n")
+    data = _DATA
+    project.store.add(Digest(hash_bytes(data)), data)
+    lying = File(
+        name="a.txt", mode=0o644, size=len(data) - 5, digest=bytes.fromhex(hash_bytes(data))
+    )
+    ref = _record_file(root, project.load("latest"), _put(project, _tree(lying)))
+    before, snapshots = tree_state(root), store_files(root)
+    code, out, err = cli("--root", str(root), "--json", "restore", ref, "--yes")
+    assert code == 1 and "worksnap: error: object" in err, err  # as for a damaged object
+    assert f"holds {len(data)} bytes where the snapshot names {len(data) - 5}" in err, err
+    assert err.count("\n") == 1 and (tree_state(root), store_files(root)) == (before, snapshots)
+    code, out, err = cli("--root", str(root), "--json", "verify", ref)
+    assert code == 1, err
+    (problem,) = json.loads(out)["problems"]
+    assert "a.txt" in problem and f"names {len(data) - 5}" in problem

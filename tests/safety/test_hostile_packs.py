@@ -375,16 +375,27 @@ def test_an_index_of_a_newer_pack_version_is_damage_named_by_verify(root: Path) 
         index.write_bytes(msgspec.msgpack.encode([tag, 3, rows]))
     code, out, _ = cli("--root", str(root), "verify")
     assert code == 1 and "install a newer worksnap" in out
+    assert "move both files out" not in out  # (a review: advised to move it out of the store)
 
 
 def test_a_store_of_a_newer_format_is_refused_in_one_line(root: Path) -> None:
+    """Every command refuses it before it writes anything: pin, config, rebind, upgrade
+    and a snapshot's caches rewrote a format 4 store's files before (stop 42's review)."""
     first, _, _, _ = _two_versions(root)
     (root / STORE / "format").write_text("4\n")
-    for command in (["restore", first, "--yes"], ["snapshot"], ["verify"]):
+    before = {p: p.read_bytes() for p in sorted((root / STORE).rglob("*")) if p.is_file()}
+    commands = (
+        ["restore", first, "--yes"], ["snapshot"], ["verify"], ["pin", first],
+        ["config", "keep-last", "5"], ["rebind"], ["upgrade"], ["list"], ["gc"],
+    )  # fmt: skip
+    for command in commands:
         code, _, err = cli("--root", str(root), *command)
         assert code == 2, command
         (line,) = err.splitlines()
         assert "install a newer worksnap" in line and "format" in line
+    after = {p: p.read_bytes() for p in sorted((root / STORE).rglob("*")) if p.is_file()}
+    assert {p for p in after if p.name != "lock"} == {p for p in before if p.name != "lock"}
+    assert all(after[p] == data for p, data in before.items() if not p.name.startswith("lock"))
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])
