@@ -22,6 +22,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from worksnap import fanotify
@@ -202,8 +203,20 @@ def _mounts_below(root: str) -> list[tuple[str, str]]:
         fields = line.split(" ")
         if "-" not in fields:
             continue
-        point = fields[4].replace("\\040", " ")
+        point = _unmangle(fields[4])
         name = fields[fields.index("-") + 1]
         if point.startswith(prefix):
             found.append((point, name))
     return found
+
+
+_MANGLED = re.compile(r"\\([0-3][0-7][0-7])")
+
+
+def _unmangle(field: str) -> str:
+    r"""A mountinfo path as it is: the kernel writes space, tab, newline and backslash as `\ooo`.
+
+    (`mangle` in the kernel's fs/proc_namespace.c. Decoding only `\040` missed a mount
+    inside a root whose path holds a tab or a backslash: a review.)
+    """
+    return _MANGLED.sub(lambda found: chr(int(found.group(1), 8)), field)
