@@ -228,6 +228,23 @@ def test_stop_and_idle_timeout_remove_the_socket(tmp_path: Path) -> None:
     assert cli(root, "daemon", "status")[0] == 1
 
 
+def test_a_daemon_started_meanwhile_leaves_the_serving_ones_log_whole(
+    served: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two starts racing (`config daemon true`, then `daemon start`): the one that lost
+    # emptied the log the one serving goes on writing to (a review).
+    monkeypatch.setenv("PYTHONPATH", SRC)
+    log = Path(StorePaths(str(served / ".worksnap")).daemon_log)
+    before = log.read_text()
+    assert " serving " in before
+    pid = daemon.spawn(str(served), str(served / ".worksnap"), idle=60, force=False)
+    assert os.waitpid(pid, 0)[1] != 0  # it found one serving, and gave up
+    after = log.read_text()
+    assert after.startswith(before)
+    assert "a daemon is already running" in after[len(before) :]
+    assert status(served)["running"] is True
+
+
 def test_sigterm_stops_it_cleanly(served: Path) -> None:
     pid = _pid_or_none(served)
     assert pid is not None

@@ -53,3 +53,40 @@ def test_a_mount_inside_a_root_whose_path_the_kernel_escapes_is_seen(tmp_path: P
     said = [json.loads(line) for line in done.stdout.splitlines()]
     assert said == [f"{root}/m is mounted inside the root (ramfs): inotify may miss changes there"
                     for root in roots]  # fmt: skip
+
+
+def test_a_read_only_store_configured_for_a_daemon_runs_commands_as_without_one(
+    tmp_path: Path,
+) -> None:
+    # Every command, even `list`, ended in a traceback trying to start the daemon (its
+    # log and socket are in the store): a review.
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("a")
+    script = (
+        'PY=$0 R=$1; ws() { "$PY" -m worksnap --root "$R" "$@"; }\n'
+        "set -e\n"
+        "WORKSNAP_NO_DAEMON=1 ws snapshot >/dev/null\n"
+        "WORKSNAP_NO_DAEMON=1 ws config daemon true >/dev/null\n"
+        'mount --bind "$R/.worksnap" "$R/.worksnap"\n'
+        'mount -o remount,ro,bind "$R/.worksnap"\n'
+        "set +e\n"
+        'ws list >/dev/null 2>"$R.err"; echo "list $? $(wc -c <"$R.err")"\n'
+        'ws status >/dev/null 2>"$R.err"; echo "status $? $(wc -c <"$R.err")"\n'
+        'ws daemon status; echo "daemon-status $?"\n'
+        'ws daemon start; echo "daemon-start $?"\n'
+    )
+    done = unshared("bash", "-c", script, sys.executable, str(root))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0:2] == ["list 0 0", "status 0 0"]  # as without a daemon: no word more
+    assert lines[2:] == [
+        f"no daemon is running for {root}/.worksnap",
+        'automatic start: on, config.json says "daemon": true, but no daemon can serve it: '
+        f"{root}/.worksnap is not writable here",
+        "daemon-status 1",
+        "daemon-start 1",
+    ]
+    said = done.stderr.splitlines()
+    assert len(said) == 1, said  # `daemon start` fails, in one line
+    assert said[0].startswith("worksnap: error: ") and "Read-only file system" in said[0]

@@ -4,7 +4,8 @@ Fast by default only where it is sound. The daemon (its watcher) is started by
 the first command that finds none when all of these hold:
 
 - Linux (inotify, SO_PEERCRED), and `WORKSNAP_NO_DAEMON` is not set;
-- `config.json` does not say `"daemon": false` (`true` forces it, whatever else);
+- `config.json` does not say `"daemon": false` (`true` forces it, whatever else but
+  a store this process cannot write: the daemon's socket and log are there);
 - the root is on a local file system where inotify sees every change (`statfs`
   type ext2/3/4, xfs, btrfs, tmpfs, overlay, f2fs or zfs), and no mount below the
   root is of another type (never NFS, CIFS/SMB, FUSE, 9p: other hosts' writes raise
@@ -86,6 +87,13 @@ def decide(root: str, store_dir: str) -> Decision:
             store.close()
     if configured is False:
         return Decision("off", False, 'config.json says "daemon": false')
+    if not os.access(store_dir, os.W_OK):
+        # A daemon's socket and log are in the store: on a read-only file system every
+        # command failed trying to start one (a review).
+        unwritable = f"no daemon can serve it: {store_dir} is not writable here"
+        if configured is True:
+            return Decision("on", False, f'config.json says "daemon": true, but {unwritable}')
+        return Decision("auto", False, f"off: {unwritable}")
     if configured is True:
         return Decision("on", True, 'config.json says "daemon": true')
     unsound = unsound_file_system(root)
@@ -113,8 +121,13 @@ def maybe_start(root: str, store: str | None, *, force: bool) -> None:
     if not decision.start or request(store_dir, "status") is not None:
         return
     from worksnap.daemon import DEFAULT_IDLE_SECONDS, spawn
+    from worksnap.errors import WorksnapError
+    from worksnap.output import warn
 
-    spawn(real, store_dir, idle=DEFAULT_IDLE_SECONDS, force=force, why=decision.reason)
+    try:
+        spawn(real, store_dir, idle=DEFAULT_IDLE_SECONDS, force=force, why=decision.reason)
+    except (OSError, WorksnapError) as exc:  # the command itself is done: it ends as it would
+        warn(f"warning: the daemon was not started: {exc}")
 
 
 def estimated_files(paths: StorePaths) -> int:

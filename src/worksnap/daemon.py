@@ -122,16 +122,16 @@ def spawn(root: str, store_dir: str, *, idle: float, force: bool, why: str = "")
     from worksnap.storedir import StoreDir
 
     # Opened here, through the store's descriptor: a `daemon.log` that is a link or a
-    # FIFO is refused, never followed (a link would truncate what it points to).
+    # FIFO is refused, never followed. Appended to, never truncated: a daemon started
+    # at the same time (the one that wins the socket) may be writing to it (a review).
     files = StoreDir(store_dir)
     try:
-        log = files.open_shared(files.paths.daemon_log)
+        log = files.open_shared(files.paths.daemon_log, append=True)
     finally:
         files.close()
     env = dict(os.environ, WORKSNAP_NO_DAEMON="1", WORKSNAP_DAEMON_WHY=why or "started")
     try:
         os.fchmod(log, 0o600)  # the commands it logs are the owner's business
-        os.ftruncate(log, 0)
         return os.posix_spawn(
             sys.executable,
             argv,
