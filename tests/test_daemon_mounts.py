@@ -90,3 +90,50 @@ def test_a_read_only_store_configured_for_a_daemon_runs_commands_as_without_one(
     said = done.stderr.splitlines()
     assert len(said) == 1, said  # `daemon start` fails, in one line
     assert said[0].startswith("worksnap: error: ") and "Read-only file system" in said[0]
+
+
+def cli(root: Path, *args: str, no_daemon: bool = False) -> tuple[int, str, str]:
+    """Runs `worksnap --root ROOT ARGS` here (in the test's own mount namespace)."""
+    env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+    env.update(PYTHONPATH=SRC, **({"WORKSNAP_NO_DAEMON": "1"} if no_daemon else {}))
+    command = [sys.executable, "-m", "worksnap", "--root", str(root), *args]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_client_in_another_mount_namespace_runs_its_command_itself(tmp_path: Path) -> None:
+    # Served by the daemon, a sandbox's snapshot held the files outside the sandbox and
+    # its restore rewrote the tree where the sandbox could not write (a review).
+    root = tmp_path / "ws"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "f").write_text("v1\n")
+    code, out, err = cli(root, "--json", "snapshot")
+    assert code == 0, err
+    first = json.loads(out)["id"]
+    (root / "a" / "f").write_text("v2\n")
+    assert cli(root, "daemon", "start")[0] == 0
+    try:
+        script = (
+            'PY=$0 R=$1; ws() { "$PY" -m worksnap --root "$R" "$@"; }\n'
+            'mount -t tmpfs tmpfs "$R/a"; echo sandbox > "$R/a/f"\n'  # another a/ in here
+            'ws --json snapshot >"$R.served"; echo "served $?"\n'
+            'WORKSNAP_NO_DAEMON=1 ws --json snapshot >"$R.plain"; echo "plain $?"\n'
+            'umount "$R/a"; mount --bind "$R" "$R"; mount -o remount,ro,bind "$R"\n'
+            'ws restore --yes "$2" >/dev/null 2>&1; echo "restore $?"\n'
+        )
+        done = unshared("bash", "-c", script, sys.executable, str(root), first)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == ["served 0", "plain 0", "restore 1"], done.stderr
+        served = json.loads(Path(f"{root}.served").read_text())
+        plain = json.loads(Path(f"{root}.plain").read_text())
+        assert served["tree"] == plain["tree"]  # the sandbox's own a/f
+        assert (root / "a" / "f").read_text() == "v2\n"  # the read-only tree stayed as it was
+        code, out, _ = cli(root, "--json", "daemon", "status")
+        assert json.loads(out)["requests"] == 0  # it declined each time
+        assert cli(root, "list")[0] == 0
+        code, out, _ = cli(root, "--json", "daemon", "status")
+        assert json.loads(out)["requests"] == 1  # and serves its own namespace
+    finally:
+        cli(root, "daemon", "stop")
