@@ -121,6 +121,27 @@ def test_errors_are_one_line_with_exit_codes(
     assert out == ""
 
 
+def test_a_root_whose_own_path_is_not_utf8_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Records and caches name the root as JSON text: every snapshot of such a root ended
+    # in a UnicodeEncodeError traceback (a review). Names inside a tree may be any bytes.
+    bad = tmp_path / os.fsdecode(b"proj\xff")
+    fine = tmp_path / "proj"
+    for root in (bad, fine):
+        write(root, "a.txt", "a")
+        (root / os.fsdecode(b"name\xfe")).write_text("b")
+    for args in (["snapshot"], ["status"], ["config", "daemon", "true"]):
+        code, out, err = run(capsys, "--root", str(bad), *args)
+        assert (code, out) == (2, "")
+        assert err == (
+            f"worksnap: error: root '{tmp_path}/proj\\xff': a root's own path must be valid "
+            "UTF-8 (names inside the tree need not be): rename or move the directory\n"
+        )
+    assert sorted(os.listdir(bad)) == sorted(os.listdir(fine)) == ["a.txt", "name\udcfe"]
+    assert run(capsys, "--root", str(fine), "snapshot")[0] == 0
+
+
 def test_corrupt_manifest_is_exit_2_and_one_line(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -228,6 +228,23 @@ def test_stop_and_idle_timeout_remove_the_socket(tmp_path: Path) -> None:
     assert cli(root, "daemon", "status")[0] == 1
 
 
+def test_a_daemon_started_meanwhile_leaves_the_serving_ones_log_whole(
+    served: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two starts racing (`config daemon true`, then `daemon start`): the one that lost
+    # emptied the log the one serving goes on writing to (a review).
+    monkeypatch.setenv("PYTHONPATH", SRC)
+    log = Path(StorePaths(str(served / ".worksnap")).daemon_log)
+    before = log.read_text()
+    assert " serving " in before
+    pid = daemon.spawn(str(served), str(served / ".worksnap"), idle=60, force=False)
+    assert os.waitpid(pid, 0)[1] != 0  # it found one serving, and gave up
+    after = log.read_text()
+    assert after.startswith(before)
+    assert "a daemon is already running" in after[len(before) :]
+    assert status(served)["running"] is True
+
+
 def test_sigterm_stops_it_cleanly(served: Path) -> None:
     pid = _pid_or_none(served)
     assert pid is not None
@@ -243,7 +260,8 @@ def test_a_daemon_running_other_code_is_bypassed(served: Path) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(StorePaths(store).socket)
     with sock:
-        message = {"op": "run", "protocol": client.PROTOCOL, "code": [], "argv": ["list"]}
+        message = {"op": "run", "protocol": client.PROTOCOL, "code": [], "argv": ["list"],
+                   "view": client.file_system_view()}  # fmt: skip
         client.send(sock, message, [0, 1, 2])
         answer, _ = client.receive(sock)
     assert answer == {"started": False, "reason": "the daemon runs other code"}
@@ -459,7 +477,8 @@ def test_the_daemon_serves_no_other_user(tmp_path: Path, monkeypatch: pytest.Mon
     )
     daemon_end, client_end = socket.socketpair()
     with daemon_end, client_end:
-        message = {"op": "run", "protocol": client.PROTOCOL, "code": served.code, "argv": ["list"]}
+        message = {"op": "run", "protocol": client.PROTOCOL, "code": served.code, "argv": ["list"],
+                   "view": client.file_system_view()}  # fmt: skip
         client.send(client_end, message, [0, 1, 2])
         uid = os.getuid()
         monkeypatch.setattr(os, "getuid", lambda: uid + 1)  # a daemon of another user
@@ -618,6 +637,7 @@ def _restore_asking(root: Path, term: Terminal) -> socket.socket:
     assert sock is not None
     request = {
         "op": "run", "protocol": client.PROTOCOL, "code": client.code_stamp(),
+        "view": client.file_system_view(),
         "argv": ["--root", str(root), "restore", target], "cwd": str(root),
         "env": {**os.environ, "PYTHONPATH": SRC}, "umask": 0o022,
         "streams": [["utf-8", "strict"]] * 3,

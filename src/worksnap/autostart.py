@@ -4,7 +4,8 @@ Fast by default only where it is sound. The daemon (its watcher) is started by
 the first command that finds none when all of these hold:
 
 - Linux (inotify, SO_PEERCRED), and `WORKSNAP_NO_DAEMON` is not set;
-- `config.json` does not say `"daemon": false` (`true` forces it, whatever else);
+- `config.json` does not say `"daemon": false` (`true` forces it, whatever else but
+  a store this process cannot write: the daemon's socket and log are there);
 - the root is on a local file system where inotify sees every change (`statfs`
   type ext2/3/4, xfs, btrfs, tmpfs, overlay, f2fs or zfs), and no mount below the
   root is of another type (never NFS, CIFS/SMB, FUSE, 9p: other hosts' writes raise
@@ -22,6 +23,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from worksnap import fanotify
@@ -85,6 +87,13 @@ def decide(root: str, store_dir: str) -> Decision:
             store.close()
     if configured is False:
         return Decision("off", False, 'config.json says "daemon": false')
+    if not os.access(store_dir, os.W_OK):
+        # A daemon's socket and log are in the store: on a read-only file system every
+        # command failed trying to start one (a review).
+        unwritable = f"no daemon can serve it: {store_dir} is not writable here"
+        if configured is True:
+            return Decision("on", False, f'config.json says "daemon": true, but {unwritable}')
+        return Decision("auto", False, f"off: {unwritable}")
     if configured is True:
         return Decision("on", True, 'config.json says "daemon": true')
     unsound = unsound_file_system(root)
@@ -112,8 +121,13 @@ def maybe_start(root: str, store: str | None, *, force: bool) -> None:
     if not decision.start or request(store_dir, "status") is not None:
         return
     from worksnap.daemon import DEFAULT_IDLE_SECONDS, spawn
+    from worksnap.errors import WorksnapError
+    from worksnap.output import warn
 
-    spawn(real, store_dir, idle=DEFAULT_IDLE_SECONDS, force=force, why=decision.reason)
+    try:
+        spawn(real, store_dir, idle=DEFAULT_IDLE_SECONDS, force=force, why=decision.reason)
+    except (OSError, WorksnapError) as exc:  # the command itself is done: it ends as it would
+        warn(f"warning: the daemon was not started: {exc}")
 
 
 def estimated_files(paths: StorePaths) -> int:
@@ -202,8 +216,20 @@ def _mounts_below(root: str) -> list[tuple[str, str]]:
         fields = line.split(" ")
         if "-" not in fields:
             continue
-        point = fields[4].replace("\\040", " ")
+        point = _unmangle(fields[4])
         name = fields[fields.index("-") + 1]
         if point.startswith(prefix):
             found.append((point, name))
     return found
+
+
+_MANGLED = re.compile(r"\\([0-3][0-7][0-7])")
+
+
+def _unmangle(field: str) -> str:
+    r"""A mountinfo path as it is: the kernel writes space, tab, newline and backslash as `\ooo`.
+
+    (`mangle` in the kernel's fs/proc_namespace.c. Decoding only `\040` missed a mount
+    inside a root whose path holds a tab or a backslash: a review.)
+    """
+    return _MANGLED.sub(lambda found: chr(int(found.group(1), 8)), field)

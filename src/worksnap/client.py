@@ -5,8 +5,9 @@ the store, the command line, working directory, environment, umask and the three
 standard descriptors go to it over `<store>/daemon.sock` (as Mercurial's chg does)
 and this process only waits for the exit code: it imports no argparse, no msgspec
 and none of the engine (under 30 ms of client time; docs/performance.md). When
-none serves it (none running, another user's, one running other code, Windows or
-macOS, `WORKSNAP_NO_DAEMON=1`), the full command line runs here as usual.
+none serves it (none running, another user's, one running other code or seeing another
+file system, Windows or macOS, `WORKSNAP_NO_DAEMON=1`), the full command line runs here
+as usual.
 
 Only the options that decide which store is meant are read here (`--root`,
 `--store`, before or after the command), and the root and store are found from them
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 else:
     import _signal  # the C module: `signal` itself imports enum and functools (12 ms)
 
-PROTOCOL = 2
+PROTOCOL = 3
+"""3: a `run` request says what file system its client sees (`file_system_view`)."""
 SUPPORTED = sys.platform.startswith("linux")
 """The daemon needs inotify (for the watch) and SO_PEERCRED: Linux."""
 
@@ -228,6 +230,7 @@ def forward(
             "cwd": os.getcwd(),
             "env": dict(os.environ),
             "umask": _umask(),
+            "view": file_system_view(),
             "streams": [
                 [stream.encoding, stream.errors] for stream in (sys.stdin, sys.stdout, sys.stderr)
             ],
@@ -316,6 +319,34 @@ def request(store_dir: str, op: str, *, owner: int | None = None) -> dict[str, A
     finally:
         sock.close()
     return answer
+
+
+def refusal(message: dict[str, Any], fds: int) -> str | None:
+    """Why the daemon must not run a `run` request (`fds`: how many descriptors came); None: it may.
+
+    A client in another mount namespace or under another root (`unshare -m`, bwrap, a
+    container or chroot sharing the store's path) sees other files than the daemon:
+    served, its snapshot held the daemon's tree and its restore wrote where the client
+    could not (a review). It runs the command itself instead, on its own view.
+    """
+    if message.get("op") != "run" or message.get("protocol") != PROTOCOL or fds != 3:
+        return "not a request this daemon's protocol runs"
+    view = file_system_view()
+    if view is None or message.get("view") != view:
+        return "the client sees another file system (a mount namespace or root of its own)"
+    return None
+
+
+def file_system_view() -> list[int] | None:
+    """What names this process's view of the file system (None: unknown); two `stat`s.
+
+    The (st_dev, st_ino) of its mount namespace (`/proc/self/ns/mnt`) and of its `/`.
+    """
+    try:
+        namespace, top = os.stat("/proc/self/ns/mnt"), os.stat("/")
+    except OSError:
+        return None
+    return [namespace.st_dev, namespace.st_ino, top.st_dev, top.st_ino]
 
 
 def _umask() -> int:

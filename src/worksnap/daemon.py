@@ -39,13 +39,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from worksnap.client import (
-    PROTOCOL,
     SUPPORTED,
     address,
     code_stamp,
     parse,
     peer_uid,
     receive,
+    refusal,
     request,
     send,
 )
@@ -122,16 +122,16 @@ def spawn(root: str, store_dir: str, *, idle: float, force: bool, why: str = "")
     from worksnap.storedir import StoreDir
 
     # Opened here, through the store's descriptor: a `daemon.log` that is a link or a
-    # FIFO is refused, never followed (a link would truncate what it points to).
+    # FIFO is refused, never followed. Appended to, never truncated: a daemon started
+    # at the same time (the one that wins the socket) may be writing to it (a review).
     files = StoreDir(store_dir)
     try:
-        log = files.open_shared(files.paths.daemon_log)
+        log = files.open_shared(files.paths.daemon_log, append=True)
     finally:
         files.close()
     env = dict(os.environ, WORKSNAP_NO_DAEMON="1", WORKSNAP_DAEMON_WHY=why or "started")
     try:
         os.fchmod(log, 0o600)  # the commands it logs are the owner's business
-        os.ftruncate(log, 0)
         return os.posix_spawn(
             sys.executable,
             argv,
@@ -338,7 +338,8 @@ class _Daemon:
         """What a `status` request is answered with."""
         with self.lock:
             state = dict(self.state)
-        return {**state, "workspaces": len(self.pool.workspaces), "watching": _watching(self.pool)}
+        watching = any(ws.watching for ws in list(self.pool.workspaces.values()))
+        return {**state, "workspaces": len(self.pool.workspaces), "watching": watching}
 
     def log(self, line: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -365,43 +366,45 @@ class _Daemon:
             return
         try:
             conn.settimeout(None)
-            self._answer(conn, message, fds)
-            fds = []  # handed to the command's streams, closed with them
+            if self._answer(conn, message, fds):
+                fds = []  # handed to the command's streams, closed with them
         except OSError:
             pass
         finally:
             for fd in fds:
                 os.close(fd)
 
-    def _answer(self, conn: socket.socket, message: dict[str, Any] | None, fds: list[int]) -> None:
+    def _answer(self, conn: socket.socket, message: dict[str, Any] | None, fds: list[int]) -> bool:
+        """Answers one request; True when `fds` went to a command (else the caller closes them)."""
         if message is None:
-            return
+            return False
         op = message.get("op")
         if op == "status":
             send(conn, self.status())
-            return
+            return False
         if op == "stop":
             self.stop("asked to (daemon stop)")
             send(conn, {"stopped": True})
-            return
+            return False
         if op == "audit":
             send(conn, self.audit_now())
-            return
-        if op != "run" or message.get("protocol") != PROTOCOL or len(fds) != 3:
-            send(conn, {"started": False})
-            return
+            return False
         fresh_code = code_stamp()
-        if message.get("code") != self.code or fresh_code != self.code:
-            send(conn, {"started": False, "reason": "the daemon runs other code"})
+        refused = refusal(message, len(fds)) or (
+            None if message.get("code") == self.code == fresh_code else "the daemon runs other code"
+        )
+        if refused is not None:
+            send(conn, {"started": False, "reason": refused})
             if fresh_code != self.code:
                 self.stop("its code changed (an upgrade): the next command starts anew")
-            return
+            return False
         send(conn, {"started": True})
         with self.lock:
             self.state["requests"] += 1
         exit_code = self._run_for_client(message, fds, conn)
         with contextlib.suppress(OSError):
             send(conn, {"exit": exit_code})
+        return True
 
     def _run_for_client(self, message: dict[str, Any], fds: list[int], conn: socket.socket) -> int:
         """Runs the command as if in the client: its cwd, umask, environment and streams."""
@@ -594,7 +597,3 @@ def _still_ours(path: str, inode: int) -> bool:
         return os.stat(path).st_ino == inode
     except OSError:
         return False
-
-
-def _watching(pool: WorkspacePool) -> bool:
-    return any(ws.watching for ws in list(pool.workspaces.values()))

@@ -118,6 +118,35 @@ def check_path(path: str, what: str) -> str | None:
     return None
 
 
+def real_root(root: str | os.PathLike[str], *, force: bool) -> str:
+    """The real path of a workspace root, once it passed the checks every root must pass.
+
+    Raises:
+        InputError: the root is not a directory, is `/` or home without `force`, or its
+            own path is not valid UTF-8.
+    """
+    if not os.path.isdir(root):
+        raise InputError(f"root {os.fspath(root)!r} is not a directory")
+    real = os.path.realpath(root)
+    if not force and real in ("/", os.path.realpath(os.path.expanduser("~"))):
+        raise InputError(
+            f"refusing {real} as a workspace root: it is / or your home directory, "
+            "and a snapshot would take all of it (pass --force if you really mean it)"
+        )
+    try:
+        real.encode()
+    except UnicodeEncodeError:
+        # Records and caches name the root as JSON text (docs/format.md): every snapshot
+        # ended in a traceback, after its objects were written (a review). Names inside
+        # the tree are wire paths, any bytes.
+        shown_bytes = repr(os.fsencode(shown(real)))[1:]
+        raise InputError(
+            f"root {shown_bytes}: a root's own path must be valid UTF-8 "
+            "(names inside the tree need not be): rename or move the directory"
+        ) from None
+    return real
+
+
 def is_under(path: str, parent: str) -> bool:
     """True when `path` is `parent` or lies below it (both relative wire paths)."""
     return path == parent or path.startswith(parent + "/")

@@ -400,15 +400,15 @@ class StoreDir:
                     return fd
                 os.close(fd)  # swept as abandoned between create and lock: make it again
 
-    def open_shared(self, path: str) -> int:
+    def open_shared(self, path: str, *, append: bool = False) -> int:
         """Opens (creating) a store file to use in place: a lock file, the daemon's log.
 
-        The caller closes the descriptor.
+        The caller closes the descriptor. `append`: every write goes to the end.
 
         Raises:
             StoreError: something other than a regular file is there.
         """
-        return self._open_regular(path, _LOCK, create=True)
+        return self._open_regular(path, _LOCK | (os.O_APPEND if append else 0), create=True)
 
     def append(self, path: str, data: bytes) -> None:
         """Appends `data` to a store file (created if missing) in one write; not fsynced.

@@ -49,7 +49,7 @@ from worksnap.lock import Locks
 from worksnap.maintenance import GcReport, Maintenance
 from worksnap.manifest import Entry, Manifest, Summary, check_meta, check_step, one_line
 from worksnap.migration import UpgradeReport
-from worksnap.paths import fs_path, relative_to
+from worksnap.paths import fs_path, real_root, relative_to
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
@@ -139,17 +139,10 @@ class Workspace:
 
         Raises:
             InputError: the root is missing, not a directory, `/` or home without
-                `force`, or an exclusion lies outside the root.
+                `force`, its path is not valid UTF-8, or an exclusion lies outside the root.
         """
         seams = seams if seams is not None else Seams()
-        if not os.path.isdir(root):
-            raise InputError(f"root {os.fspath(root)!r} is not a directory")
-        self.root = os.path.realpath(root)
-        if not force and self.root in ("/", os.path.realpath(os.path.expanduser("~"))):
-            raise InputError(
-                f"refusing {self.root} as a workspace root: it is / or your home directory, "
-                "and a snapshot would take all of it (pass --force if you really mean it)"
-            )
+        self.root = real_root(root, force=force)
         if max_file_bytes is not None and max_file_bytes < 0:
             raise InputError("max_file_bytes must not be negative")
         self.store_dir = store_location(self.root, None if store is None else os.fspath(store))
