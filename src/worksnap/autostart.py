@@ -23,12 +23,12 @@ import ctypes
 import ctypes.util
 import json
 import os
-import re
 from dataclasses import dataclass
 
 from worksnap import fanotify
 from worksnap.client import SUPPORTED, request
 from worksnap.layout import StorePaths, store_location
+from worksnap.mounts import mounts_of, untrusted
 
 BREAK_EVEN_FILES = 2000
 """Below this many files a warm plain command costs about what its Python start-up does,
@@ -48,9 +48,6 @@ LOCAL_FILE_SYSTEMS = {
     0x2FC12FC1: "zfs",
 }
 """`statfs` f_type of the file systems where inotify sees every change made."""
-
-_LOCAL_NAMES = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "zfs"}
-_HARMLESS_MOUNTS = {"proc", "sysfs", "devpts", "mqueue", "cgroup", "cgroup2", "devtmpfs"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,44 +189,11 @@ def unsound_file_system(root: str) -> str | None:
     if kind not in LOCAL_FILE_SYSTEMS:
         what = "unknown" if kind is None else f"{kind:#x}"
         return f"the root is on a file system (type {what}) where inotify may miss changes"
-    for point, name in _mounts_below(root):
-        if name.split(".")[0] not in _LOCAL_NAMES and name not in _HARMLESS_MOUNTS:
-            return f"{point} is mounted inside the root ({name}): inotify may miss changes there"
+    if (inside := untrusted(mounts_of(root))) is not None:
+        return inside
     if not fanotify.available():
         return (
             "fanotify cannot say here which file a write went to (Linux 5.13 or later, "
             "not blocked by a seccomp filter): every write would cost a look at every file"
         )
     return None
-
-
-def _mounts_below(root: str) -> list[tuple[str, str]]:
-    """Mount points strictly inside `root`, with their file system type names."""
-    found: list[tuple[str, str]] = []
-    try:
-        with open("/proc/self/mountinfo", "rb") as f:
-            lines = f.read().decode("utf-8", "surrogateescape").splitlines()
-    except OSError:
-        return found
-    prefix = root.rstrip("/") + "/"
-    for line in lines:
-        fields = line.split(" ")
-        if "-" not in fields:
-            continue
-        point = _unmangle(fields[4])
-        name = fields[fields.index("-") + 1]
-        if point.startswith(prefix):
-            found.append((point, name))
-    return found
-
-
-_MANGLED = re.compile(r"\\([0-3][0-7][0-7])")
-
-
-def _unmangle(field: str) -> str:
-    r"""A mountinfo path as it is: the kernel writes space, tab, newline and backslash as `\ooo`.
-
-    (`mangle` in the kernel's fs/proc_namespace.c. Decoding only `\040` missed a mount
-    inside a root whose path holds a tab or a backslash: a review.)
-    """
-    return _MANGLED.sub(lambda found: chr(int(found.group(1), 8)), field)
