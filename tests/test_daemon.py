@@ -245,6 +245,24 @@ def test_a_daemon_started_meanwhile_leaves_the_serving_ones_log_whole(
     assert status(served)["running"] is True
 
 
+def test_the_log_is_kept_to_its_newest_lines_when_a_daemon_starts(
+    served: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appended to by every daemon and never truncated, the log grew for ever, and past
+    1 MiB a failed start could no longer read its last line to say why. A start keeps
+    its newest 64 KiB (whole lines) once it has grown past 256 KiB."""
+    monkeypatch.setenv("PYTHONPATH", SRC)
+    log = Path(StorePaths(str(served / ".worksnap")).daemon_log)
+    log.write_bytes(b"".join(b"old line %07d\n" % i for i in range(100_000)))  # 1.6 MB
+    pid = daemon.spawn(str(served), str(served / ".worksnap"), idle=60, force=False)
+    assert os.waitpid(pid, 0)[1] != 0  # it found one serving, and gave up
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("old line ") and lines[0] != "old line 0000000"
+    assert "old line 0099999" in lines and "a daemon is already running" in lines[-1]
+    assert 60 * 1024 < log.stat().st_size < 70 * 1024
+    assert log.stat().st_mode & 0o777 == 0o600
+
+
 def test_sigterm_stops_it_cleanly(served: Path) -> None:
     pid = _pid_or_none(served)
     assert pid is not None

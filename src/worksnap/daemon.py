@@ -126,6 +126,7 @@ def spawn(root: str, store_dir: str, *, idle: float, force: bool, why: str = "")
     # at the same time (the one that wins the socket) may be writing to it (a review).
     files = StoreDir(store_dir)
     try:
+        files.trim(files.paths.daemon_log, keep=64 * 1024)  # (else it grows for ever)
         log = files.open_shared(files.paths.daemon_log, append=True)
     finally:
         files.close()

@@ -410,6 +410,18 @@ class StoreDir:
         """
         return self._open_regular(path, _LOCK | (os.O_APPEND if append else 0), create=True)
 
+    def trim(self, path: str, *, keep: int) -> None:
+        """Keeps a log's last `keep` bytes once past 4x that (a line added meanwhile may go)."""
+        st = self.lstat(path)
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_size <= 4 * keep:
+            return
+        fd = self.open_file(path)
+        try:
+            tail = os.pread(fd, keep, st.st_size - keep)
+        finally:
+            os.close(fd)
+        self.write(path, tail[tail.find(b"\n") + 1 :], durable=False)
+
     def append(self, path: str, data: bytes) -> None:
         """Appends `data` to a store file (created if missing) in one write; not fsynced.
 
