@@ -21,6 +21,7 @@ from worksnap.output import (
     printable,
     say,
     styled,
+    warn,
     write_bytes,
 )
 
@@ -38,6 +39,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         state, changes = status_state(
             ws, found=args.location.found, session=args.session, daemon=lambda: _daemon_state(args)
         )
+    for problem in state["unreadable"]:  # (as `list` says them; in the JSON too)
+        warn(f"warning: {problem}")
     if args.json:
         emit_json(state)
         return 0
@@ -63,14 +66,16 @@ def status_state(
         # (Else "1 snapshot" and "no snapshot yet" at once: its snapshots are another root's.)
         raise InputError(f"store {ws.store_dir} {belongs_elsewhere(bound, ws.root)}")
     everyone = ws.list(all_sessions=True) if exists else []
+    unreadable = list(ws.problems) if exists else []
     mine = [s for s in everyone if s.session == session]
     size = ws.store_size()
     current = ws.capture(store_objects=False)
     large = ws.large_files(current)
     try:
         latest: Manifest | None = ws.load("latest") if mine else None
-    except ManifestError:
-        raise  # the newest is damaged: never "no snapshot yet" (a review)
+    except ManifestError as exc:  # never "no snapshot yet" when the newest is damaged
+        latest = None
+        unreadable.append(str(exc))
     except InputError:
         latest = None  # only automatic snapshots so far
     # (A checkpoint: against the tree with its before-images put back, as `diff` compares.)
@@ -92,7 +97,7 @@ def status_state(
         latest=latest, changes=changes, large=large, max_file_bytes=cap,
         daemon=daemon(), daemon_configured=config.daemon,
         daemon_start=(decision.mode, decision.start, decision.reason), recovery_pending=pending,
-        restore_running=running,
+        restore_running=running, unreadable=unreadable,
     )  # fmt: skip
     return state, changes
 
@@ -135,7 +140,9 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
         lines.append(f"large     {display(item['path'])} ({size}) is over the {cap} cap: "
                      "not protected")  # fmt: skip
     lines.append("")
-    if latest is None:
+    if latest is None and state["unreadable"]:
+        lines.append("no readable snapshot to compare with (see the warnings: worksnap verify)")
+    elif latest is None:
         lines.append("no snapshot yet: nothing here is protected (take one: worksnap snapshot)")
     elif not changes:
         lines.append(f"nothing changed since latest ({latest})")

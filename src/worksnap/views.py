@@ -248,11 +248,13 @@ def status_view(
     daemon_start: tuple[str, bool, str],
     recovery_pending: bool,
     restore_running: bool = False,
+    unreadable: list[str] | None = None,
 ) -> View:
     """`status`: where worksnap works from here, and what changed since `latest`.
 
     `restore_running`: the journal is there because its restore still runs in another
-    process (then `recovery_pending` is False: nothing was interrupted).
+    process (then `recovery_pending` is False: nothing was interrupted). `unreadable`:
+    a line for each snapshot that could not be read (added later).
     """
     return {
         "root": root,
@@ -276,6 +278,7 @@ def status_view(
         "recovery_pending": recovery_pending,
         "restore_running": restore_running,
         "changes": [{"op": c.op, "path": c.path, "from": c.old_path} for c in changes],
+        "unreadable": unreadable or [],
     }
 
 
