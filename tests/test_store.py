@@ -657,3 +657,19 @@ def test_the_note_of_dropped_snapshots_keeps_its_newest_ids_within_a_bound(tmp_p
     (tmp_path / "store" / "dropped").write_bytes(b"garbage\n" + ids[-1].encode() + b"\nab")
     assert store.dropped() == {ids[-1]}  # lines that are no id (a cut last line) are not
     store.close()
+
+
+def test_a_gc_refused_by_its_note_of_dropped_snapshots_changes_nothing(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dropped` a FIFO: `gc --drop ID` of a pinned snapshot refused it in one line, exit 2,
+    having unpinned the snapshot already (a review). The note is written first."""
+    write(root, "a.txt", "a\n")
+    snap = run_cli(capsys, root, "snapshot")[1].strip()
+    write(root, "a.txt", "b\n")
+    assert run_cli(capsys, root, "snapshot")[0] == 0
+    assert run_cli(capsys, root, "pin", snap)[0] == 0
+    os.mkfifo(root / ".worksnap" / "dropped")
+    code, _, err = run_cli(capsys, root, "gc", "--drop", snap)
+    assert code == 2 and err.count("\n") == 1 and "dropped" in err, err
+    assert msgspec.json.decode((root / ".worksnap" / "pins.json").read_bytes()) == [snap]

@@ -192,12 +192,12 @@ class Maintenance:
             dropped.sort(key=lambda i: order.get(i, ("", i)), reverse=True)
             # Before anything is removed: an unreadable snapshot that stays stops the sweep.
             live, damaged = self.live_objects(set(self._store.ids()) - set(dropped))
+            if not dry_run:  # first: it refuses a `dropped` that is no file, changing nothing
+                self._store.note_dropped(dropped)  # (and a pull must not bring them back)
             if drop_session is not None and not dry_run:
                 self._sessions.save(check_session_name(drop_session), SessionState())
             if drop & pins and not dry_run:
                 self._store.set_pins(pins - drop)
-            if not dry_run:
-                self._store.note_dropped(dropped)  # first: a pull must not bring them back
             for snapshot_id in dropped if not dry_run else ():
                 self._store.delete_snapshot(snapshot_id)
             unswept = self._unswept(damaged) if damaged else None

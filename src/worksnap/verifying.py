@@ -132,16 +132,23 @@ def _check(
             loaded.append(catalog.load(snapshot_id, session))
         except ManifestError as exc:
             cause = exc.__cause__
-            if isinstance(cause, ObjectError) and cause.reason.startswith("damaged"):
+            if _repairable(store, cause):
                 # A damaged copy of one of its trees: `--repair`, not a drop, is the way.
+                assert isinstance(cause, ObjectError)
                 damaged_trees.append(cause.digest)
                 found.append((snapshot_id, str(exc)))
-            else:
+            else:  # (a copy repair took as not stored already: nothing on disk had it since)
                 unreadable[snapshot_id] = str(exc)
         except InputError:
             if ref is not None or snapshot_id in store.ids():
                 raise  # else a gc removed it since it was listed
     needed = list(dict.fromkeys(e.hash for m in loaded for e in m.entries if e.hash))
+    if damaged_trees:
+        # Nothing below a damaged tree was read: every other object is checked, so that a
+        # damaged tree or file there is found too (a review: repaired one level at a time,
+        # the next snapshot named a damaged subtree again, exit 0).
+        known = {*needed, *damaged_trees}
+        needed += [d for d in store.digests() if d not in known]
     checked: dict[str, str | None] = {}
     sizes: dict[str, int] = {}
     for done, digest in enumerate(needed, 1):
@@ -168,6 +175,21 @@ def _check(
     if found and ref is None:  # a gc may have removed a snapshot (and its objects) since
         stored = set(store.ids())
         found = [(i, line) for i, line in found if not i or i in stored]  # ("": advice)
-    damaged = [d for d, reason in checked.items() if reason and reason.startswith("damaged")]
+    found_damaged = [d for d, why in checked.items() if why and why.startswith("damaged")]
+    damaged = [d for d in found_damaged if store.has(d)]  # (else taken as not stored already)
+    if lost := len(found_damaged) - len(damaged):
+        found.append(("", (
+            f"{_objects(lost)} taken as not stored already: no file on disk had their bytes "
+            "since, so the snapshots named lack them for good (drop those you do not need)"
+        )))  # fmt: skip
     damaged += [d for d in dict.fromkeys(damaged_trees) if d not in checked]
     return problems + [line for _, line in found], damaged
+
+
+def _repairable(store: Store, cause: BaseException | None) -> bool:
+    """Whether a snapshot failed to load on a damaged copy `--repair` has not taken yet."""
+    return (
+        isinstance(cause, ObjectError)
+        and cause.reason.startswith("damaged")
+        and store.has(cause.digest)
+    )
