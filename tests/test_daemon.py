@@ -21,7 +21,7 @@ import pytest
 
 from tests.compat.gitrun import GIT, init_repo
 from tests.conftest import terminal_output, tree_state, write
-from worksnap import client, daemon
+from worksnap import autostart, client, daemon
 from worksnap.layout import StorePaths
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
@@ -1027,3 +1027,11 @@ def test_a_client_gone_mid_restore_rolls_back_all_the_way(tmp_path: Path) -> Non
     finally:
         mine.close()
         pool.drop_all()
+
+
+def test_a_store_not_made_yet_is_not_called_unwritable(tmp_path: Path) -> None:
+    """The check for a store this process cannot write (a read-only file system) took a
+    store not made yet for one: `status` in a new project said no daemon could serve it."""
+    (tmp_path / "p").mkdir()
+    decision = autostart.decide(str(tmp_path / "p"), str(tmp_path / "p" / ".worksnap"))
+    assert "not writable" not in decision.reason, decision

@@ -84,7 +84,7 @@ def decide(root: str, store_dir: str) -> Decision:
             store.close()
     if configured is False:
         return Decision("off", False, 'config.json says "daemon": false')
-    if not os.access(store_dir, os.W_OK):
+    if os.path.isdir(store_dir) and not os.access(store_dir, os.W_OK):
         # A daemon's socket and log are in the store: on a read-only file system every
         # command failed trying to start one (a review).
         unwritable = f"no daemon can serve it: {store_dir} is not writable here"
