@@ -179,18 +179,23 @@ class Catalog:
         """
         return self.load_id(self.resolve(ref, session))
 
-    def load_id(self, snapshot_id: str) -> Manifest:
-        """Loads and checks the snapshot of a full id (see `load`)."""
+    def load_id(self, snapshot_id: str, *, from_store: bool = False) -> Manifest:
+        """Loads and checks the snapshot of a full id (see `load`).
+
+        `from_store`: every tree read from the store, none taken from memory (the last
+        capture's, the last loads'): what `verify` checks (a review: the daemon's verify
+        read no tree its watched capture shared, and passed a damaged one).
+        """
         # Remember the last few checked ones, keyed by what the store says changes with
         # the stored snapshot, so an edited file is checked again.
-        stamp = self._store.manifest_stamp(snapshot_id)
+        stamp = None if from_store else self._store.manifest_stamp(snapshot_id)
         identity = None if stamp is None else (snapshot_id, stamp)
         checked = self._checked.get(identity) if identity is not None else None
         if checked is not None:
             return checked
         record = self._store.load_record(snapshot_id)
         if record is not None:
-            manifest = self._flatten(record, snapshot_id)
+            manifest = self._flatten(record, snapshot_id, known=None if from_store else self.known)
         else:
             manifest = self._store.load_manifest(snapshot_id)
         if manifest.id != snapshot_id:
@@ -272,14 +277,14 @@ class Catalog:
             check_record(record, root=self._root.wire, source=snapshot_id)
         return record
 
-    def _flatten(self, record: Record, snapshot_id: str) -> Manifest:
+    def _flatten(self, record: Record, snapshot_id: str, *, known: Subtrees | None) -> Manifest:
         """The flat view of a format 2 snapshot, every tree object checked as it is read."""
         if record.id != snapshot_id:
             raise ManifestError(snapshot_id, f"file holds snapshot {record.id!r}")
         check_record(record, root=self._root.wire, source=snapshot_id)
         try:
             flat = flatten(
-                Digest(record.tree), self._store.read, loose=loose_of(record), known=self.known
+                Digest(record.tree), self._store.read, loose=loose_of(record), known=known
             )
         except ObjectError as exc:
             # (the cause kept: `verify --repair` takes a damaged copy as not stored)

@@ -27,8 +27,8 @@ class Snapshots(Protocol):
         """The snapshot id a ref names."""
         ...
 
-    def load(self, ref: str, session: str) -> Manifest:
-        """A snapshot, loaded and checked."""
+    def load_id(self, snapshot_id: str, *, from_store: bool = False) -> Manifest:
+        """A snapshot, loaded and checked (`from_store`: every tree read from the store)."""
         ...
 
 
@@ -127,25 +127,31 @@ def _check(
     found: builtins.list[tuple[str, str]] = []  # (snapshot, problem)
     unreadable: dict[str, str] = {}
     damaged_trees: builtins.list[str] = []
+    partly_read = False  # a snapshot's tree could not be read: nothing below it was
     for snapshot_id in ids:
         try:
-            loaded.append(catalog.load(snapshot_id, session))
+            loaded.append(catalog.load_id(snapshot_id, from_store=True))
         except ManifestError as exc:
             cause = exc.__cause__
-            if _repairable(store, cause):
+            partly_read |= isinstance(cause, ObjectError)
+            if not isinstance(cause, ObjectError) or not cause.reason.startswith("damaged"):
+                unreadable[snapshot_id] = str(exc)
+            elif store.has(cause.digest):
                 # A damaged copy of one of its trees: `--repair`, not a drop, is the way.
-                assert isinstance(cause, ObjectError)
                 damaged_trees.append(cause.digest)
                 found.append((snapshot_id, str(exc)))
-            else:  # (a copy repair took as not stored already: nothing on disk had it since)
-                unreadable[snapshot_id] = str(exc)
+            else:  # `--repair` took it as not stored: a snapshot may store it again
+                at = where(snapshot_id) if where is not None else None
+                found.append(
+                    (snapshot_id, f"{exc}; {_AFTER_REPAIR}, else {drop_advice(snapshot_id, at)}")
+                )
         except InputError:
             if ref is not None or snapshot_id in store.ids():
                 raise  # else a gc removed it since it was listed
     needed = list(dict.fromkeys(e.hash for m in loaded for e in m.entries if e.hash))
-    if damaged_trees:
-        # Nothing below a damaged tree was read: every other object is checked, so that a
-        # damaged tree or file there is found too (a review: repaired one level at a time,
+    if partly_read:
+        # Nothing below an unreadable tree was read: every other object is checked, so that
+        # a damaged tree or file there is found too (a review: repaired one level at a time,
         # the next snapshot named a damaged subtree again, exit 0).
         known = {*needed, *damaged_trees}
         needed += [d for d in store.digests() if d not in known]
@@ -178,18 +184,16 @@ def _check(
     found_damaged = [d for d, why in checked.items() if why and why.startswith("damaged")]
     damaged = [d for d in found_damaged if store.has(d)]  # (else taken as not stored already)
     if lost := len(found_damaged) - len(damaged):
-        found.append(("", (
-            f"{_objects(lost)} taken as not stored already: no file on disk had their bytes "
-            "since, so the snapshots named lack them for good (drop those you do not need)"
-        )))  # fmt: skip
+        found.append(
+            ("", f"{_objects(lost)}: {_AFTER_REPAIR}; the snapshots named lack the others")
+        )
     damaged += [d for d in dict.fromkeys(damaged_trees) if d not in checked]
     return problems + [line for _, line in found], damaged
 
 
-def _repairable(store: Store, cause: BaseException | None) -> bool:
-    """Whether a snapshot failed to load on a damaged copy `--repair` has not taken yet."""
-    return (
-        isinstance(cause, ObjectError)
-        and cause.reason.startswith("damaged")
-        and store.has(cause.digest)
-    )
+_AFTER_REPAIR = (
+    "`verify --repair` took the damaged copy as not stored: the next snapshot stores it again "
+    "if its bytes are still on disk (run `worksnap snapshot`, then verify again)"
+)
+"""What is left to do about a copy `--repair` took (a review: a verify before the next
+snapshot advised dropping snapshots that snapshot would have healed)."""

@@ -547,9 +547,51 @@ def test_a_damaged_tree_nothing_on_disk_can_store_again_is_given_a_way_out(root:
     _rot(root, subtree)
     assert cli("--root", str(root), "verify", "--repair")[0] == 1
     write(root, "d/a.txt", "changed since\n")  # the damaged tree's bytes are gone from disk
+    assert cli("--root", str(root), "snapshot")[0] == 0  # (it cannot store that tree again)
     code, out, _ = cli("--root", str(root), "verify")
     assert code == 1 and f"worksnap gc --drop {first.strip()}" in out, out
-    assert "--repair" not in out, out
+    assert "makes the next snapshot store again" not in out, out  # (no more `--repair` to do)
     code, _, err = cli("--root", str(root), "gc", "--drop", first.strip())
     assert code == 0, err
     assert cli("--root", str(root), "verify")[0] == 0
+
+
+def test_a_verify_between_a_repair_and_the_next_snapshot_says_to_take_it(root: Path) -> None:
+    """After `--repair`, before any snapshot, verify advised `gc --drop` for the snapshot
+    (and said the file objects were lacking "for good"), though the next snapshot stores
+    both again from disk (a review). It now says to take a snapshot and verify again."""
+    write(root, "d/a.txt", "a\n")
+    data = os.urandom(3000)
+    (root / "f1").write_bytes(data)
+    code, first, err = cli("--root", str(root), "snapshot")
+    assert code == 0, err
+    (subtree,) = _trees_named(root, b"a.txt")
+    _rot(root, subtree)
+    _rot(root, hash_bytes(data))
+    assert cli("--root", str(root), "verify", "--repair")[0] == 1
+    code, out, _ = cli("--root", str(root), "verify")
+    assert code == 1 and "gc --drop" in out and out.count("run `worksnap snapshot`") == 2, out
+    assert "for good" not in out
+    assert cli("--root", str(root), "snapshot")[0] == 0
+    code, out, _ = cli("--root", str(root), "verify")
+    assert code == 0, out
+    assert first.strip() in cli("--root", str(root), "list")[1]
+
+
+def test_a_watched_workspace_verifies_the_trees_its_capture_shares(root: Path) -> None:
+    """A watched workspace (the daemon's) took the trees its last capture shared from
+    memory when it loaded a snapshot, and so did its verify: a damaged tree passed
+    ("all objects present and intact"), `--repair` took nothing, and the next snapshot
+    named it again (a review). verify reads every tree from the store."""
+    write(root, "d/a.txt", "a\n")
+    write(root, "b.txt", "b\n")
+    with Workspace(root, watch=True) as ws:
+        first = ws.snapshot()
+        (subtree,) = _trees_named(root, b"a.txt")
+        _rot(root, subtree)
+        problems = ws.verify(first.id)
+        assert any(subtree in p for p in problems), problems
+        ws.verify(repair=True)
+        write(root, "b.txt", "b, later\n")
+        second = ws.snapshot()
+        assert ws.verify(second.id) == []
