@@ -721,7 +721,7 @@ def test_each_reading_thread_is_told_the_problems_of_its_own_listing(root: Path)
     assert len(flips) > 10  # the record flipped all along
 
 
-@pytest.mark.parametrize("gc_before", ["load", "check"])
+@pytest.mark.parametrize("gc_before", ["load_id", "check"])
 def test_verify_during_a_gc_finds_no_damage_in_what_the_gc_removed(
     root: Path, gc_before: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -734,7 +734,7 @@ def test_verify_during_a_gc_finds_no_damage_in_what_the_gc_removed(
             write(root, "f", f"version {n}\n" * 150_000)
             ws.snapshot()
     with Workspace(root) as reader, Workspace(root) as other:
-        target = reader._catalog if gc_before == "load" else reader.store
+        target = reader._catalog if gc_before == "load_id" else reader.store
         original = getattr(target, gc_before)
 
         def gc_then(*args: object, **kwargs: object) -> object:

@@ -132,6 +132,8 @@ def _check(
         try:
             loaded.append(catalog.load_id(snapshot_id, from_store=True))
         except ManifestError as exc:
+            if ref is None and snapshot_id not in store.ids():
+                continue  # a gc removed it since it was listed
             cause = exc.__cause__
             partly_read |= isinstance(cause, ObjectError)
             if not isinstance(cause, ObjectError) or not cause.reason.startswith("damaged"):

@@ -105,11 +105,17 @@ def _checker_disagreements(root: Path, captured: set[bytes], ignored: list[bytes
 def subroot(tree: Tree, top: Path) -> Path | None:
     """The deepest directory below the top that git does not ignore (it lists a file in it).
 
-    Not at or below a junk `.git` file: git refuses to run there at all.
+    Not at or below a junk `.git` file: git refuses to run there at all. Not one whose
+    path is not UTF-8: worksnap refuses such a root in one line (its records name the
+    root as JSON text), which `tests/test_cli.py` holds; names below a root may be any bytes.
     """
     listed = untracked(os.fsencode(top))
     for d in sorted(tree.dirs, key=lambda d: (-d.count(b"/"), d)):
         if any(d == f or d.startswith(f + b"/") for f in tree.fake_gitfile):
+            continue
+        try:
+            d.decode()
+        except UnicodeDecodeError:
             continue
         if any(p.startswith(d + b"/") for p in listed):
             return Path(os.fsdecode(os.path.join(os.fsencode(top), d)))
