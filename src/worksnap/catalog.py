@@ -430,7 +430,7 @@ class Catalog:
             tree, loose = from_flat(Flat.of(manifest), self._store.add_tree)
         stored = manifest if manifest.tree == tree else msgspec.structs.replace(manifest, tree=tree)
         parent, changed = self._changed(stored, session)
-        total = self._total_bytes(stored)
+        total = self.total_bytes(stored)
         self._store.save_record(
             record_of(stored, tree, loose, parent=parent, changed=changed, total=total)
         )
@@ -458,7 +458,7 @@ class Catalog:
         """Forgets the last full snapshot saved (a gc may have dropped it)."""
         self._last_full = None
 
-    def _total_bytes(self, manifest: Manifest) -> int:
+    def total_bytes(self, manifest: Manifest) -> int:
         """The bytes of a snapshot's files, summed once for each root tree.
 
         A tree's digest names its files and their sizes: a snapshot of an unchanged

@@ -65,10 +65,10 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
         )
         large = ws.large_files(manifest)
         cap = manifest.max_file_bytes
-        new_objects = ws.objects_added - before
+        counts = {"total_bytes": ws.total_bytes(manifest), "new_objects": ws.objects_added - before}
         warnings = list(ws.warnings)
     if args.json:
-        emit_json(views.snapshot_view(manifest, new_objects=new_objects, large=large))
+        emit_json(views.snapshot_view(manifest, large=large, **counts))
     else:
         say(manifest.id)
         if args.location.found != "option" and os.getcwd() != args.root:

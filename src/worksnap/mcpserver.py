@@ -166,7 +166,10 @@ class Tools:
             before = ws.objects_added
             manifest = ws.snapshot(kind=kind, step=step, label=label, meta=meta)
             return views.snapshot_view(
-                manifest, new_objects=ws.objects_added - before, large=ws.large_files(manifest)
+                manifest,
+                total_bytes=ws.total_bytes(manifest),
+                new_objects=ws.objects_added - before,
+                large=ws.large_files(manifest),
             )
 
         return self.call(run)

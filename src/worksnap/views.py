@@ -23,24 +23,17 @@ if TYPE_CHECKING:  # the command line imports this module before it needs the en
 
 View = dict[str, Any]
 
-_summed: list[tuple[str, int]] = [("", 0)]
-"""The last root tree whose files' bytes `snapshot_view` summed, and the sum: a tree's
-digest names its files' sizes, and an agent's steps often snapshot one tree again (the
-sum over 47k entries was a tenth of a `--json snapshot` through the daemon)."""
-
-
-def _total_bytes(manifest: Manifest) -> int:
-    tree, total = _summed[0]
-    if not tree or tree != manifest.tree:
-        total = sum(e.size or 0 for e in manifest.entries)
-        _summed[0] = (manifest.tree, total)
-    return total
-
 
 def snapshot_view(
-    manifest: Manifest, *, new_objects: int, large: list[tuple[str, int | None]] | None = None
+    manifest: Manifest,
+    *,
+    total_bytes: int,
+    new_objects: int,
+    large: list[tuple[str, int | None]] | None = None,
 ) -> View:
     """`snapshot`: the new snapshot, counted (`new_objects`: objects it stored).
+
+    `total_bytes`: its files' bytes (`Workspace.total_bytes`: summed once per root tree).
 
     `large`: the files it left out as large, with their size (`Workspace.large_files`).
     """
@@ -52,7 +45,7 @@ def snapshot_view(
         "label": manifest.label,
         "tree": manifest.tree,
         "files": len(manifest.entries),
-        "bytes": _total_bytes(manifest),
+        "bytes": total_bytes,
         "new_objects": new_objects,
         "dirs": len(manifest.dirs),
         "ignored": len(manifest.ignored),

@@ -421,6 +421,10 @@ class Workspace:
         """Returns a snapshot's flat manifest JSON, what `show --json` prints (after `load`)."""
         return self._catalog.show_bytes(ref, self.session)
 
+    def total_bytes(self, manifest: Manifest) -> int:
+        """The bytes of a snapshot's files, summed once per root tree (`Catalog.total_bytes`)."""
+        return self._catalog.total_bytes(manifest)
+
     def pinned(self) -> set[str]:
         """Returns the ids of the pinned snapshots."""
         return self.store.pins() if self.store.exists() else set()
