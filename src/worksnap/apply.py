@@ -24,7 +24,7 @@ from worksnap.errors import ObjectError, SnapshotError, shown
 from worksnap.fsio import DirTree, FileState, file_state, write_all
 from worksnap.hash import read_file
 from worksnap.manifest import Entry, Manifest, entry_at, size_problem
-from worksnap.paths import ancestors, fs_path
+from worksnap.paths import fs_path, under_any
 from worksnap.plan import Change, Op, Plan, Unprotected
 
 
@@ -299,7 +299,7 @@ def apply_plan(
     try:
         for done, (action, change) in enumerate(steps):
             parent, _, name = change.path.rpartition("/")
-            if edited and any(p in edited for p in ancestors(change.path)):
+            if edited and under_any(change.path, edited):
                 edited[change.path] = None  # (its other step, or below what an edit holds)
                 continue
             try:

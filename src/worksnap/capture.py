@@ -153,6 +153,7 @@ class Capture:
         self._racy_margin_ns = racy_margin_ns
         self._rules: Rules | None = None
         self._tracked: _IndexRead | None = None
+        self._used: tuple[Rules, Tracked | None] | None = None  # the last look's (`decided_by`)
         self._watcher = watcher
         if watcher is not None:
             watcher.bind(root.path)  # what inotify cannot hear: the root moved, mounts
@@ -177,22 +178,20 @@ class Capture:
         return self._watcher is not None
 
     def rules(self) -> Rules:
-        """The ignore rules in force at the root before its own `.gitignore`.
-
-        Read again whenever one of their sources changed (`ignore.Sources`): a
-        long-lived workspace follows edits to `info/exclude` and the global file.
-        """
+        """The rules at the root before its `.gitignore`; read again when a source changed."""
         rules = self._rules
         if rules is None or rules.sources is None or not rules.sources.unchanged():
             rules = self._rules = base_rules(Path(self._root.path))
         return rules
 
-    def tracked(self, rules: Rules | None = None) -> Tracked | None:
-        """What git tracks below the root (None outside a repository); read again when it changes.
+    def decided_by(self) -> tuple[Rules, Tracked | None]:
+        """The rules and git's index the last capture classified by: a plan of it decides as it."""
+        return self._used or (rules := self.rules(), self.tracked(rules))
 
-        Args:
-            rules: what `rules()` just returned (None: ask it); a repository appearing
-                or going changes those first.
+    def tracked(self, rules: Rules | None = None) -> Tracked | None:
+        """What git tracks below the root (None outside one), read again when it changed.
+
+        `rules`: what `rules()` just returned (None: ask), as a repository changes those.
         """
         rules = self.rules() if rules is None else rules
         known = self._tracked
@@ -315,6 +314,7 @@ class Capture:
         swept = self._store.sync() if store_objects else False
         rules = self.rules()
         tracked = self.tracked(rules)
+        self._used = (rules, tracked)
         watcher = self._watcher
         changes = watcher.take() if watcher is not None else None
         if changes is not None:

@@ -18,7 +18,7 @@ from worksnap.errors import InputError, StoreError
 from worksnap.exclusion import compile_rules
 from worksnap.layout import SESSION_NAME, is_snapshot_id
 from worksnap.manifest import Entry, Manifest, Summary, entry_at, tree_digest
-from worksnap.paths import ancestors
+from worksnap.paths import ancestors, under_any
 from worksnap.plan import Change, Op
 from worksnap.storedir import MIB, StoreDir
 
@@ -353,7 +353,7 @@ def checkpoint_changes(
 
             def counts(path: str) -> bool:
                 was, will = _state(now, path), _state(target, path)
-                if was == will or any(a in left_out for a in ancestors(path)):
+                if was == will or under_any(path, left_out):
                     return False
                 if was == DIRECTORY and isinstance(will, Entry):
                     # A file where a directory holds what is left out: a `B` change.
@@ -462,7 +462,7 @@ def checkpoint_rewind(
             entries = {p: e for p, e in entries.items() if not p.startswith(prefix)}
         if image is None:
             entries.pop(path, None)
-        elif any(d in left_out for d in ancestors(path.rpartition("/")[0])):
+        elif under_any(path.rpartition("/")[0], left_out):
             left.append(Change(Op.BLOCKED, path, image, was_dir=False))  # in no snapshot
         else:
             entries[path] = image

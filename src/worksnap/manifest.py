@@ -7,6 +7,7 @@ written and parsed here and nowhere else.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import operator
 import re
@@ -125,8 +126,13 @@ def now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime(_TIME_FORMAT)
 
 
+@functools.lru_cache(maxsize=256)
 def parse_time(text: str) -> datetime:
-    """Returns the (timezone-aware, UTC) time a manifest or summary records."""
+    """Returns the (timezone-aware, UTC) time a manifest or summary records.
+
+    Remembered: `strptime` takes longer than a plan's own look at a change, and a
+    long-lived workspace reads the same snapshots' times at every plan and list.
+    """
     return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=timezone.utc)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import NewType
 
@@ -157,6 +157,18 @@ def ancestors(path: str) -> Iterable[str]:
     while path:
         yield path
         path = path.rpartition("/")[0]
+
+
+def under_any(path: str, paths: Container[str]) -> bool:
+    """True when `path` is one of `paths` or lies below one (`ancestors`, without a generator).
+
+    A plan asks it of every path that differs: the loop costs half of `any` over `ancestors`.
+    """
+    while path:
+        if path in paths:
+            return True
+        path = path.rpartition("/")[0]
+    return False
 
 
 def relative_to(root: str, path: str) -> str | None:

@@ -14,7 +14,7 @@ from worksnap.differences import Differences, flat_differences
 from worksnap.errors import ConflictError, InputError
 from worksnap.ignore import Rules, ignore_checker
 from worksnap.manifest import Entry, Manifest, entry_at, parse_time, tree_digest
-from worksnap.paths import ancestors, is_under
+from worksnap.paths import ancestors, is_under, under_any
 from worksnap.sources import Tracked
 
 
@@ -133,21 +133,6 @@ def plan_restore(
         *target.ignored, *target.large, *target.excluded,
     }  # fmt: skip
 
-    known: dict[str, bool] = {"": False}  # each directory met: protected, or below one
-
-    def is_protected(path: str) -> bool:
-        walked = []
-        while path not in known:
-            if path in protected:
-                answer = True
-                break
-            walked.append(path)
-            path = path.rpartition("/")[0]
-        else:
-            answer = known[path]
-        known.update(dict.fromkeys(walked, answer))
-        return answer
-
     # Only what differs matters: an unchanged path is never touched, and nothing
     # unchanged can lie below a directory the target lacks.
     found = differences or flat_differences(current, target)
@@ -158,7 +143,7 @@ def plan_restore(
 
     # What the workspace has and the target lacks goes, unless the target's rules
     # ignore it (restoring a `.gitignore` never turns files into deletions).
-    leaving = {p: now[p] is None for p in now if p not in then and not is_protected(p)}
+    leaving = {p: now[p] is None for p in now if p not in then and not under_any(p, protected)}
     removed = {p for p, is_dir in leaving.items() if not ignored_by_target(p, is_dir)}
     # Sorted on first use, to ask what lies below a directory: most plans never ask.
     # (Each manifest's lists are sorted: concatenated, they sort in linear time.)
@@ -172,7 +157,7 @@ def plan_restore(
     changes: list[Change] = []
     excluded_now = set(current.excluded)
     for path, entry in then.items():
-        if is_protected(path):
+        if under_any(path, protected):
             if path in excluded_now and special(path):  # (what the target has below: too)
                 changes.append(Change(Op.BLOCKED, path, entry, was_dir=False))
             continue
@@ -394,7 +379,7 @@ def unprotected(
         rows.append(Unprotected(path, "too-large" if path in held else "added", size))
     ignored_now = set(current.ignored)
     for entry in changed:
-        if not any(a in ignored_now for a in ancestors(entry.path)):
+        if not under_any(entry.path, ignored_now):
             continue
         found = probe(entry.path)
         if found is None:
@@ -402,7 +387,7 @@ def unprotected(
         elif found[1] >= since or (entry.type == "file" and found[0] != entry.size):
             rows.append(Unprotected(entry.path, "ignored", found[0]))
     for path in target.absent:  # (a checkpoint's: nothing was there)
-        if any(a in ignored_now for a in ancestors(path)) and (found := probe(path)):
+        if under_any(path, ignored_now) and (found := probe(path)):
             rows.append(Unprotected(path, "ignored", found[0]))
     rows.sort(key=lambda row: row.path)
     return rows
@@ -441,7 +426,7 @@ def check_unchanged(plan: Plan, now: Manifest) -> None:
     above = {a for path in touched for a in ancestors(path.rpartition("/")[0])}
     for path in sorted(seen.keys() | present.keys()):
         if (path in seen, seen.get(path)) != (path in present, present.get(path)) and (
-            path in above or any(a in touched for a in ancestors(path))
+            path in above or under_any(path, touched)
         ):
             raise ConflictError(path)
 

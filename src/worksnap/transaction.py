@@ -157,8 +157,8 @@ class Restorer:
         known: frozenset[str] | None = None,
         selected: builtins.list[str] | None = None,
     ) -> Plan:
-        rules, capture = self._capture.rules(), self._capture
-        ignored = target_ignores(target, rules, capture.tracked(rules), capture.read_now)
+        rules, tracked = self._capture.decided_by()  # as `current` was: no source read again
+        ignored = target_ignores(target, rules, tracked, self._capture.read_now)
         # Never touched: what the target's exclusions (paths appeared since) or today's (paths
         # gone since) exclude; what is excluded now was never captured: the planner leaves it.
         then, now = compile_rules(frozenset(target.exclude)), compile_rules(self._root.exclude)
