@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.trees import Spec, tree
-from worksnap.paths import ancestors
+from worksnap.paths import ancestors, under_any
 from worksnap.plan import Op, Plan, _Sorted, plan_restore, rollback_target, select_paths
 
 Changes = list[tuple[str, str, bool]]
@@ -242,3 +242,13 @@ def test_whether_a_path_lies_below_a_directory_is_found_by_bisection(
     path's parents."""
     parents = {a for p in paths for a in ancestors(p.rpartition("/")[0])}
     assert _Sorted(lambda: paths).any_below(directory) == (directory in parents)
+
+
+@given(st.sets(st.lists(_NAMES, min_size=1, max_size=4).map("/".join)),
+       st.lists(_NAMES, min_size=1, max_size=5).map("/".join))  # fmt: skip
+def test_whether_a_path_is_at_or_below_one_of_some_paths_agrees_with_its_ancestors(
+    paths: set[str], path: str
+) -> None:
+    """`under_any`, the planner's loop, says what `any` over `ancestors` says (names that
+    sort between a directory and its children included: `a-b`, `a.b`, `a!`)."""
+    assert under_any(path, paths) == any(a in paths for a in ancestors(path))
