@@ -310,3 +310,87 @@ def test_verify_names_a_damaged_file_escaped_and_json_exactly(
     assert advice.startswith("1 damaged object: `worksnap verify --repair`")
     code, out, _ = run(capsys, root, "--json", "verify")
     assert code == 1 and f": {name}: object " in json.loads(out)["problems"][0]
+
+
+def _git_apply_reverse(root: Path, patch: str) -> None:
+    """`worksnap diff | git apply -R`, as `diff --help` suggests to take changes back."""
+    import subprocess
+
+    done = subprocess.run(["git", "apply", "-R", "-"], input=patch, cwd=root, text=True,
+                          capture_output=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def _compared(capsys: pytest.CaptureFixture[str], root: Path) -> tuple[list[object], str]:
+    """`status --json`'s changes, and `diff`'s patch (both exit 0)."""
+    state = ok_json(capsys, root, "status")
+    assert isinstance(state, dict)
+    code, patch, err = run(capsys, root, "diff")
+    assert code == 0, err
+    return state["changes"], patch
+
+
+def test_status_and_diff_leave_what_the_snapshots_exclude_rules_leave_out(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After `snapshot --exclude notes`, status and diff called notes/ added since, and
+    `diff | git apply -R` deleted it, though it is in no snapshot and `plan` rightly had
+    nothing to restore (stop 43's review). They now say what a restore takes back."""
+    write(root, "notes/a.md", "keep\n")
+    write(root, "main.py", "src\n")
+    assert run(capsys, root, "snapshot", "--exclude", "notes")[0] == 0
+    write(root, "notes/new.md", "came since, under the same rule\n")
+    assert _compared(capsys, root) == ([], "")
+    write(root, "main.py", "edited\n")
+    changes, patch = _compared(capsys, root)
+    assert changes == [{"op": "M", "path": "main.py", "from": None}]
+    _git_apply_reverse(root, patch)
+    assert (root / "main.py").read_text() == "src\n"
+    assert (root / "notes/a.md").read_text() == "keep\n" and (root / "notes/new.md").exists()
+
+
+def test_status_and_diff_leave_what_todays_exclude_rules_leave_out(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's `config exclude add agent-trajectory.db` right after a snapshot: status
+    and diff said the file (still there) was deleted; `plan` had nothing to restore."""
+    write(root, "main.py", "code\n")
+    write(root, "agent-trajectory.db", "traj\n")
+    assert run(capsys, root, "snapshot")[0] == 0
+    assert run(capsys, root, "config", "exclude", "add", "agent-trajectory.db")[0] == 0
+    assert _compared(capsys, root) == ([], "")
+    code, out, _ = run(capsys, root, "status")
+    assert code == 0 and "nothing changed since latest" in out, out
+
+
+def test_status_and_diff_leave_a_file_ignored_or_over_the_cap_now(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file the snapshot holds, on disk but ignored now or over the cap now: status and
+    diff called it deleted (`D`), while `plan` shows it `!`, left as it is. A file over
+    today's cap but within the snapshot's is restored, so it is a change (`M`)."""
+    write(root, "keep.txt", "a\n")
+    write(root, "secret.env", "s\n")
+    write(root, "data.bin", "small\n")
+    write(root, "grown.bin", "small\n")
+    assert run(capsys, root, "config", "max-file-bytes", "1K")[0] == 0
+    assert run(capsys, root, "snapshot")[0] == 0
+    write(root, ".gitignore", "secret.env\n")
+    write(root, "secret.env", "s2\n")
+    write(root, "data.bin", "x" * 2048)
+    changes, patch = _compared(capsys, root)
+    assert changes == [{"op": "A", "path": ".gitignore", "from": None}], changes
+    _git_apply_reverse(root, patch)
+    assert (root / "secret.env").read_text() == "s2\n" and (root / "data.bin").exists()
+    assert not (root / ".gitignore").exists()
+    write(root, ".gitignore", "secret.env\n")
+    assert run(capsys, root, "config", "max-file-bytes", "100")[0] == 0
+    write(root, "grown.bin", "y" * 500)  # over today's cap, within the snapshot's
+    changes, _ = _compared(capsys, root)
+    assert changes == [
+        {"op": "A", "path": ".gitignore", "from": None},
+        {"op": "M", "path": "grown.bin", "from": None},
+    ], changes
+    code, out, _ = run(capsys, root, "plan", "latest")
+    assert code == 0 and "M  grown.bin" in out, out
+

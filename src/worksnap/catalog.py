@@ -20,7 +20,7 @@ from worksnap.differences import differing
 from worksnap.errors import ChangedError, InputError, ManifestError, ObjectError
 from worksnap.flatbuild import from_flat
 from worksnap.hash import hash_bytes
-from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, checkpoint_target, is_automatic
+from worksnap.history import CHECKPOINT, UNDO_KINDS, Sessions, is_automatic
 from worksnap.layout import is_snapshot_id
 from worksnap.lock import Locks
 from worksnap.manifest import (
@@ -229,23 +229,16 @@ class Catalog:
             raise InputError(_PARTIAL)
         return Digest(first.tree), Digest(second.tree)
 
-    def whole(
-        self, old: Manifest, new: Manifest, session: str, *, tree: bool
-    ) -> tuple[Manifest, Manifest]:
-        """`old` and `new` as whole trees, to compare (`tree`: `new` is the tree now).
+    def whole(self, old: Manifest, new: Manifest) -> tuple[Manifest, Manifest]:
+        """Two snapshots to compare, both whole: a checkpoint holds only what it captured.
 
-        A checkpoint holds only the files captured in it: against the tree now it stands
-        for that tree with their before-images put back (what rewinding it restores), so
-        the files it never captured are not taken for added. Against another snapshot it
-        is refused.
+        (Against the tree now, one stands for what rewinding it restores: `Restorer.plan`.)
 
         Raises:
             InputError: a checkpoint compared with a snapshot.
         """
-        if new.kind == CHECKPOINT or (old.kind == CHECKPOINT and not tree):
+        if CHECKPOINT in (old.kind, new.kind):
             raise InputError(_PARTIAL)
-        if old.kind == CHECKPOINT:
-            old = checkpoint_target(new, self.later_checkpoints(old, session))
         return old, new
 
     def still_stored(self, target: Manifest) -> Manifest:

@@ -11,11 +11,12 @@ import base64
 import difflib
 import hashlib
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest, fs_path, is_under
+from worksnap.plan import Op, Plan
 from worksnap.tree import Dir, Read
 from worksnap.treewalk import diff_trees, entry_of
 
@@ -33,11 +34,25 @@ class FileChange:
     old_path: str | None = None
 
 
-def compare(old: Manifest, new: Manifest) -> list[FileChange]:
-    """Lists the files and symlinks that differ from `old` to `new`, sorted by path."""
-    before = {e.path: e for e in old.entries}
-    after = {e.path: e for e in new.entries}
+def compare(
+    old: Manifest, new: Manifest, *, only: Container[str] | None = None
+) -> list[FileChange]:
+    """Lists the files and symlinks that differ from `old` to `new` (`only`: at those paths)."""
+    before = {e.path: e for e in old.entries if only is None or e.path in only}
+    after = {e.path: e for e in new.entries if only is None or e.path in only}
     return _compare(before, after, set(new.dirs))
+
+
+def restored(plan: Plan) -> list[FileChange]:
+    """The changes since `plan.target` that restoring it takes back, sorted by path.
+
+    What the restore leaves as it is is no change: a path either side leaves out (ignored,
+    large, excluded by the target's recorded rules or by today's), or that is blocked. So
+    `diff` and `status` say what `plan` does, and `diff | git apply -R` never removes a
+    file that is in no snapshot.
+    """
+    touched = {c.path for c in plan.changes if c.op is not Op.BLOCKED}
+    return compare(plan.target, plan.current, only=touched)
 
 
 def compare_trees(old: Digest, new: Digest, read: Read) -> list[FileChange]:

@@ -64,8 +64,7 @@ PRE_RECOVER = "pre-recover"
 
 
 def _purpose(kind: str) -> str:
-    """What a restore of `kind` says it is doing to a process waiting for the store."""
-    return "restore" if kind == "pre-restore" else kind
+    return "restore" if kind == "pre-restore" else kind  # (to a process waiting for the store)
 
 
 class Restorer:
@@ -121,16 +120,20 @@ class Restorer:
         *,
         paths: Sequence[str | os.PathLike[str]] | None,
         session: str,
+        current: Manifest | None = None,
     ) -> Plan:
         """Previews what restoring `target` would change; writes nothing but the stat cache.
 
+        `current`: the tree now, to compare with (`diff`, `status`: never refused).
+
         Raises:
-            RecoveryPending: a restore was interrupted: the tree may be half-restored,
-                and a preview must neither show that nor change it.
+            RecoveryPending: a restore was interrupted: never preview a half-restored tree.
         """
-        refuse_preview(self._files)
+        if current is None:
+            refuse_preview(self._files)
         selected = self._root.selection(paths)  # the root named: the whole tree, as no paths
-        current = self._capture.capture(store_objects=False, max_file_bytes=self._cap(target))
+        if current is None or current.max_file_bytes != self._cap(target):
+            current = self._capture.capture(store_objects=False, max_file_bytes=self._cap(target))
         return self._plan(current, *self._full_target(current, target, session), selected)
 
     def _cap(self, target: Manifest) -> int:
@@ -513,9 +516,8 @@ class Restorer:
             InputError: there is nothing to undo.
         """
         refuse_preview(self._files)
-        return self._choose_and_plan(
-            self._undo_choice(session), store_objects=False, session=session
-        )
+        choose = self._undo_choice(session)
+        return self._choose_and_plan(choose, store_objects=False, session=session)
 
     def undo(self, session: str, *, expected: Plan | None = None) -> Result:
         """Restores the newest snapshot of the session whose state differs from the current one.
@@ -574,9 +576,8 @@ class Restorer:
             InputError: nothing was undone, or a new snapshot cleared the redo stack.
         """
         refuse_preview(self._files)
-        return self._choose_and_plan(
-            self._redo_choice(session, []), store_objects=False, session=session
-        )
+        choose = self._redo_choice(session, [])
+        return self._choose_and_plan(choose, store_objects=False, session=session)
 
     def redo(self, session: str, *, expected: Plan | None = None) -> Result:
         """Re-applies what the last `undo` undid (the state it left).

@@ -452,8 +452,8 @@ class Workspace:
     def diff(
         self, ref: str = "latest", ref2: str | None = None, *, now: Manifest | None = None
     ) -> tuple[builtins.list[FileChange], Reader]:
-        """The changes from `ref` to `ref2` (default: the tree now, or `now`), and a reader."""
-        from worksnap.diff import compare, compare_trees  # difflib: only `diff` needs it
+        """Changes from `ref` to `ref2`, or to the tree now (`now`) that restoring `ref` undoes."""
+        from worksnap.diff import compare, compare_trees, restored  # difflib: only `diff`'s
 
         def read(entry: Entry) -> bytes:
             if entry.hash is None:
@@ -468,9 +468,11 @@ class Workspace:
 
         if (trees := self._catalog.root_trees(ref, ref2, self.session)) is not None:
             return compare_trees(*trees, self.store.read), read  # skips equal subtrees
-        old = self.load(ref)
-        new = self.load(ref2) if ref2 is not None else now or self.capture(store_objects=False)
-        return compare(*self._catalog.whole(old, new, self.session, tree=ref2 is None)), read
+        if ref2 is None:
+            now = now or self.capture(store_objects=False)
+            return restored(self._restorer.plan(self.load(ref), paths=None, session=self.session,
+                                                current=now)), read  # fmt: skip
+        return compare(*self._catalog.whole(self.load(ref), self.load(ref2))), read
 
     # -- restore -------------------------------------------------------------
 
