@@ -394,3 +394,25 @@ def test_status_and_diff_leave_a_file_ignored_or_over_the_cap_now(
     code, out, _ = run(capsys, root, "plan", "latest")
     assert code == 0 and "M  grown.bin" in out, out
 
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_status_names_a_sessions_automatic_snapshots_never_no_snapshot_yet(
+    root: Path, capsys: pytest.CaptureFixture[str], json_output: bool
+) -> None:
+    """After `worksnap run -- CMD` (no --snapshots), the session holds only automatic
+    snapshots, which `list` shows and undo goes to; `status` said "no snapshot yet:
+    nothing here is protected" (stop 43's review). It names the newest, and how to compare."""
+    write(root, "f.txt", "a\n")
+    code, _, err = run(capsys, root, "run", "--", "sh", "-c", "echo b > f.txt")
+    assert code == 0, err
+    listed = ok_json(capsys, root, "list")
+    assert isinstance(listed, list)
+    newest = listed[0]["id"]
+    code, out, err = run(capsys, root, *(["--json"] if json_output else []), "status")
+    assert code == 0, err
+    if json_output:
+        state = json.loads(out)
+        assert state["latest"] is None and state["newest"] == {"id": newest, "kind": "run-after"}
+    else:
+        assert "no snapshot yet" not in out and "only automatic snapshots" in out, out
+        assert f"worksnap diff {newest}" in out, out

@@ -142,6 +142,10 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
     lines.append("")
     if latest is None and state["unreadable"]:
         lines.append("no readable snapshot to compare with (see the warnings: worksnap verify)")
+    elif latest is None and (newest := state["newest"]) is not None:  # no `latest` to compare
+        lines.append(f"only automatic snapshots in this session, so no `latest` to compare with "
+                     f"(newest {newest['id']}, {printable(newest['kind'])}: "
+                     f"worksnap diff {newest['id']})")  # fmt: skip
     elif latest is None:
         lines.append("no snapshot yet: nothing here is protected (take one: worksnap snapshot)")
     elif not changes:

@@ -247,7 +247,8 @@ def status_view(
 
     `restore_running`: the journal is there because its restore still runs in another
     process (then `recovery_pending` is False: nothing was interrupted). `unreadable`:
-    a line for each snapshot that could not be read (added later).
+    a line for each snapshot that could not be read (added later). `newest`: the session's
+    newest snapshot, automatic ones too (`latest` is the newest of the others; added later).
     """
     return {
         "root": root,
@@ -259,6 +260,7 @@ def status_view(
         "snapshots_total": len(everyone),
         "store_bytes": store_bytes,
         "latest": latest.id if latest is not None else None,
+        "newest": {"id": mine[0].id, "kind": mine[0].kind} if mine else None,
         "max_file_bytes": max_file_bytes,
         "large": [{"path": path, "size": size} for path, size in large],
         "daemon": {
