@@ -397,14 +397,18 @@ def test_status_and_diff_leave_a_file_ignored_or_over_the_cap_now(
 
 @pytest.mark.parametrize("json_output", [False, True])
 def test_status_names_a_sessions_automatic_snapshots_never_no_snapshot_yet(
-    root: Path, capsys: pytest.CaptureFixture[str], json_output: bool
+    root: Path,
+    capsys: pytest.CaptureFixture[str],
+    json_output: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """After `worksnap run -- CMD` (no --snapshots), the session holds only automatic
     snapshots, which `list` shows and undo goes to; `status` said "no snapshot yet:
     nothing here is protected" (stop 43's review). It names the newest, and how to compare."""
     write(root, "f.txt", "a\n")
+    monkeypatch.chdir(root)  # (the command runs here)
     code, _, err = run(capsys, root, "run", "--", "sh", "-c", "echo b > f.txt")
-    assert code == 0, err
+    assert code == 0 and (root / "f.txt").read_text() == "b\n", err
     listed = ok_json(capsys, root, "list")
     assert isinstance(listed, list)
     newest = listed[0]["id"]
