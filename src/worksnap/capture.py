@@ -332,7 +332,7 @@ class Capture:
             # the tree is as last captured.
             assert watcher is not None
             watcher.commit()
-            return msgspec.structs.replace(last, id=new_id(), time=now_rfc3339())
+            return msgspec.structs.replace(last, id=new_id(), time=now_rfc3339(scan_start))
         listings = self._caches.listings()
         listed = listings.dirs
         remember: dict[str, DirScan] | None = {} if watcher is not None else None
@@ -447,7 +447,7 @@ class Capture:
             root=self._root.wire,
             kind="current",
             step=None,
-            time=now_rfc3339(),
+            time=now_rfc3339(scan_start),  # begun later, newer: saw what ended before
             max_file_bytes=cap,
             tree=self.trees.build(
                 flat, store_objects, swept, clean=clean, changed=(made + links, whole_dirs)

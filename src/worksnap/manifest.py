@@ -121,9 +121,12 @@ def new_id() -> str:
     return secrets.token_hex(6)
 
 
-def now_rfc3339() -> str:
-    """Returns the current UTC time in RFC 3339 form with microseconds."""
-    return datetime.now(timezone.utc).strftime(_TIME_FORMAT)
+def now_rfc3339(ns: int | None = None) -> str:
+    """Returns the current UTC time (or `ns` since the epoch) in RFC 3339 form, to the us."""
+    if ns is None:
+        return datetime.now(timezone.utc).strftime(_TIME_FORMAT)
+    at = datetime.fromtimestamp(ns // 1_000_000_000, timezone.utc)
+    return at.replace(microsecond=ns // 1000 % 1_000_000).strftime(_TIME_FORMAT)
 
 
 @functools.lru_cache(maxsize=256)

@@ -221,3 +221,30 @@ def test_a_file_gone_under_every_look_is_left_out_by_the_last(root: Path, watch:
             assert ws.file_bytes(snap.id, "sub/saved.txt")[1] == f"saved {3 * n}".encode()
     with Workspace(root) as ws:  # a plain look, the tree still: it holds what was captured
         assert not ws.plan_restore(ws.load(snap.id)).changes
+
+
+def test_of_two_snapshots_taken_at_once_the_one_begun_later_is_the_newest(root: Path) -> None:
+    """Parallel tool calls of an agent run their hooks at once: one hook's capture read a
+    file, then another tool's edit of it landed and that tool's hook took a snapshot whole,
+    then the first hook's snapshot was saved. It was stamped when it ended, so it became
+    `latest` (and what `step:N` and `rewind N` restore) with the file as it was before the
+    edit (review W 02). A snapshot is stamped when its look at the tree began: one begun
+    after an edit ended is newer than one begun before it."""
+    write(root, "edited.txt", "old\n")
+    later: list[str] = []
+
+    def read_then_edit(path: str | bytes, rel: str, **kwargs: Any) -> Any:
+        found = read_file(path, rel, **kwargs)
+        if rel == "edited.txt" and not later:
+            write(root, "edited.txt", "new, longer\n")  # the parallel tool's edit, its hook
+            with Workspace(root) as parallel:
+                later.append(parallel.snapshot(step=1).id)
+        return found
+
+    with Workspace(root, seams=Seams(read_file=read_then_edit)) as ws:
+        first = ws.snapshot(step=1)
+        assert ws.file_bytes(first.id, "edited.txt")[1] == b"old\n"  # as it was read
+        for ref in ("latest", "step:1"):
+            assert ws.load(ref).id == later[0], ref
+        assert ws.file_bytes("step:1", "edited.txt")[1] == b"new, longer\n"
+        assert not ws.plan_restore(ws.load("latest")).changes  # the tree is as the newest
