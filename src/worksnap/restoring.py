@@ -362,24 +362,29 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
 
 
 def _restore_to(args: argparse.Namespace) -> int:
-    """`restore REF --to DIR`: the snapshot written elsewhere; the workspace untouched."""
+    """`restore REF --to DIR`: the snapshot written elsewhere; the workspace untouched.
+
+    DIR is said absolute (in `--json` too): as typed, `../out` from a subdirectory was
+    neither where it was written from the root nor from anywhere a reader knows (a review).
+    """
+    to = os.path.abspath(args.to) if args.to else args.to  # (an empty one: refused as such)
     if args.dry_run:  # the run's own plan: what it writes, refused where the run refuses
         with open_workspace(args) as ws:
-            plan = ws.plan_restore(ws.load(args.ref), paths=_paths(args), to=args.to)
+            plan = ws.plan_restore(ws.load(args.ref), paths=_paths(args), to=to)
         if args.json:
-            emit_json(views.extract_plan_view(plan, to=args.to))
+            emit_json(views.extract_plan_view(plan, to=to))
             return 0
         rows = [f"  {display(c.path)}{'/' if c.entry is None else ''}" for c in plan.changes]
         say(*rows, f"would write {plural(len(plan.changes), 'path')} of snapshot "
-                   f"{plan.target.id} into {display(args.to)}")  # fmt: skip
+                   f"{plan.target.id} into {display(to)}")  # fmt: skip
         return 0
     with open_workspace(args) as ws:
-        result = ws.restore_to(args.ref, args.to, paths=_paths(args))
+        result = ws.restore_to(args.ref, to, paths=_paths(args))
     if args.json:
-        emit_json(views.extract_view(result, to=args.to))
+        emit_json(views.extract_view(result, to=to))
     elif result.ok:
         say(f"wrote {plural(len(result.restored), 'path')} of snapshot {result.target} "
-            f"into {display(args.to)}")  # fmt: skip
+            f"into {display(to)}")  # fmt: skip
     else:
-        warn(f"error: writing into {args.to} failed at {result.error}; nothing was left there")
+        warn(f"error: writing into {display(to)} failed at {result.error}; nothing was left there")
     return 0 if result.ok else 1

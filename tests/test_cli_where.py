@@ -1,0 +1,68 @@
+"""What a command prints reaches the same place from where the user stands.
+
+A hint ("undo it with: ...") is followed as printed, in the same shell: it must name the
+session, store and root the command was run with (stop 43's review followed
+"worksnap undo" after `--session agent rewind` and undid the default session). A
+directory it names is absolute, not as typed relative to some other directory. And a
+restore that removed the directory the user stands in leaves commands that work.
+Real processes, run in a real current directory, as a shell runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def worksnap(*args: str, session: str | None = None) -> tuple[int, str, str]:
+    """`worksnap ARGS` in a fresh process, in this process's current directory.
+
+    `session`: `$WORKSNAP_SESSION` (else none is set).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSNAP_")}
+    env.update(PYTHONPATH=SRC, WORKSNAP_NO_DAEMON="1", NO_COLOR="1")
+    if session is not None:
+        env["WORKSNAP_SESSION"] = session
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", *args],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
+def hinted(out: str, verb: str) -> list[str]:
+    """The command a "VERB it with: worksnap ..." hint names, as a shell splits it."""
+    found = re.search(rf"\({verb} it with: worksnap (.*)\)$", out.strip())
+    assert found is not None, out
+    return shlex.split(found.group(1))
+
+
+def test_restore_to_from_a_subdirectory_says_the_directory_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "proj"
+    write(root, "sub/a.txt", "a")
+    monkeypatch.chdir(root)
+    assert worksnap("snapshot")[0] == 0
+    monkeypatch.chdir(root / "sub")
+    code, out, err = worksnap("--json", "restore", "latest", "--to", "../../out", "--dry-run")
+    assert code == 0, err
+    assert json.loads(out)["to"] == str(tmp_path / "out")
+    code, out, err = worksnap("--json", "restore", "latest", "--to", "../../out")
+    assert code == 0, err
+    assert json.loads(out)["to"] == str(tmp_path / "out")  # (was "../../out", as typed)
+    assert (tmp_path / "out" / "sub" / "a.txt").read_text() == "a"
+    code, out, err = worksnap("restore", "latest", "--to", "../../text")
+    assert code == 0, err
+    assert out.endswith(f" into {tmp_path / 'text'}\n")
