@@ -48,6 +48,57 @@ def hinted(out: str, verb: str) -> list[str]:
     return shlex.split(found.group(1))
 
 
+def test_the_undo_and_redo_hints_reach_the_session_and_store_they_were_run_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    store = tmp_path / "my store"  # a space: the hint quotes it for a shell
+    write(root, "f.txt", "a")
+    monkeypatch.chdir(root)
+    named = ["--store", str(store)]
+    assert worksnap(*named, "snapshot")[0] == 0
+    write(root, "f.txt", "b")
+    assert worksnap(*named, "restore", "latest", "--yes")[0] == 0  # default: an undo target
+    assert worksnap(*named, "--session", "agent", "snapshot", "--step", "1")[0] == 0
+    write(root, "f.txt", "c")
+    code, out, err = worksnap(*named, "--session", "agent", "rewind", "1", "--yes")
+    assert code == 0, err
+    undo = hinted(out, "undo")
+    assert undo == ["--store", str(store), "--session", "agent", "undo"]
+    code, out, err = worksnap(*undo, "--yes")  # as the hint says, from the same directory
+    assert code == 0, err
+    assert (root / "f.txt").read_text() == "c"  # the agent's rewind undone, not the default's
+    redo = hinted(out, "redo")
+    assert redo == ["--store", str(store), "--session", "agent", "redo"]
+    assert worksnap(*redo, "--yes")[0] == 0
+    assert (root / "f.txt").read_text() == "a"
+    # The default session's hint names none; `list` and `status` of an empty session too.
+    write(root, "f.txt", "d")
+    assert hinted(worksnap(*named, "restore", "latest", "--yes")[1], "undo")[-1:] == ["undo"]
+    code, out, _ = worksnap(*named, "--session", "new", "list")
+    assert (
+        code == 0
+        and f"(take one with `worksnap {shlex.join(named)} --session new snapshot`)" in out
+    )
+    code, out, _ = worksnap("--store", str(tmp_path / "none"), "status")
+    assert f"(take one: worksnap --store {tmp_path / 'none'} snapshot)" in out
+
+
+def test_a_session_from_the_environment_is_named_in_the_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hint is read in another shell too (an agent's log): a session the environment
+    # chose is named; the default one is named when the environment would choose another.
+    write(tmp_path, "f.txt", "a")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = worksnap("--session", "default", "list", session="agent")
+    assert code == 0 and "`worksnap --session default snapshot`" in out
+    code, out, _ = worksnap("list", session="agent")
+    assert code == 0 and "`worksnap --session agent snapshot`" in out
+    code, out, _ = worksnap("list", session="default")
+    assert code == 0 and "`worksnap snapshot`" in out
+
+
 def test_restore_to_from_a_subdirectory_says_the_directory_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -129,7 +129,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     kind = f" of kind {printable(args.kind)}" if args.kind is not None else ""
     if not found:
         say(f"no snapshots{kind} yet in {display(args.root)}, {scope} "
-            "(take one with `worksnap snapshot`)")  # fmt: skip
+            f"(take one with `worksnap {option_prefix(args)}snapshot`)")  # fmt: skip
         return 0
     if not summaries:
         say(f"{plural(found, 'snapshot')}{kind} in {display(args.root)}, {scope}; "

@@ -81,10 +81,26 @@ def command_paths(args: argparse.Namespace, paths: Sequence[str]) -> list[str]:
 
 
 def option_prefix(args: argparse.Namespace) -> str:
-    """`--root R --store S ` when the command line named them (for commands we suggest)."""
+    """`--root R --store S --session N `: what a command we suggest needs to reach the same.
+
+    `--root` when the command line named it, or the current directory is gone (a restore
+    removed it: nothing is found from there); `--store` when named; `--session` unless
+    the default one, which the environment names too. (A review followed "undo it
+    with: worksnap undo" after `--session agent rewind`, and undid the default session.)
+    """
     words = []
-    if args.location is not None and args.location.found == "option":
+    if args.location is not None and (args.location.found == "option" or not _cwd_exists()):
         words += ["--root", args.root]
     if args.given_store:
         words += ["--store", args.store]
+    if args.session != "default" or os.environ.get("WORKSNAP_SESSION") not in (None, "", "default"):
+        words += ["--session", args.session]
     return "".join(f"{shlex.quote(w)} " for w in words)
+
+
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
