@@ -117,3 +117,28 @@ def test_restore_to_from_a_subdirectory_says_the_directory_absolute(
     code, out, err = worksnap("restore", "latest", "--to", "../../text")
     assert code == 0, err
     assert out.endswith(f" into {tmp_path / 'text'}\n")
+
+
+def test_after_a_restore_removed_the_current_directory_the_root_still_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    monkeypatch.chdir(root)
+    assert worksnap("snapshot")[0] == 0
+    write(root, "new/sub/x.txt", "x")
+    monkeypatch.chdir(root / "new" / "sub")
+    code, out, err = worksnap("restore", "latest", "--yes")
+    assert code == 0, err
+    assert not (root / "new").exists()  # where this process stands is gone
+    undo = hinted(out, "undo")
+    assert undo == ["--root", str(root), "undo"]  # nothing is found from here: the root named
+    code, out, err = worksnap("undo", "--yes")
+    assert (code, out) == (2, "")
+    assert err == (
+        "worksnap: error: the current directory no longer exists: cd to the project "
+        "(its root), or name it with --root DIR\n"
+    )
+    code, out, err = worksnap(*undo, "--yes")  # (was: "No such file or directory")
+    assert code == 0, err
+    assert (root / "new" / "sub" / "x.txt").read_text() == "x"

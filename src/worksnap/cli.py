@@ -484,8 +484,9 @@ def main(
     args.seams = seams
     try:
         return _quietly_on_broken_pipe(lambda: _main(argv, args, tried_daemon=tried_daemon))
-    except FileNotFoundError as exc:  # the current directory is gone
-        print(f"worksnap: error: {exc.strerror}: the current directory", file=sys.stderr)
+    except FileNotFoundError:  # the current directory is gone (a restore may have removed it)
+        where = "cd to the project (its root), or name it with --root DIR"
+        print(f"worksnap: error: the current directory no longer exists: {where}", file=sys.stderr)
         return 2
 
 
