@@ -420,3 +420,24 @@ def test_status_names_a_sessions_automatic_snapshots_never_no_snapshot_yet(
     else:
         assert "no snapshot yet" not in out and "only automatic snapshots" in out, out
         assert f"worksnap diff {newest}" in out, out
+
+
+@pytest.mark.parametrize("where", ["a mistyped --store", "a root never snapshotted"])
+@pytest.mark.parametrize("json_output", [False, True])
+def test_verify_where_there_is_no_store_says_so_and_fails(
+    root: Path, capsys: pytest.CaptureFixture[str], where: str, json_output: bool
+) -> None:
+    """`verify` of a store that does not exist said "all objects present and intact",
+    exit 0 (`{"ok": true}`): a typo in `--store` passed every check (stop 43's review).
+    It is bad input now, as a mistyped ref is: exit 2, one line, nothing on stdout."""
+    write(root, "a.txt", "a")
+    store = root / ".worksnap"
+    if where == "a mistyped --store":
+        assert run(capsys, root, "snapshot")[0] == 0
+        store = root / ".worksnapp"
+    options = ["--store", str(store)] * (where == "a mistyped --store")
+    options += ["--json"] * json_output
+    code, out, err = run(capsys, root, *options, "verify")
+    assert (code, out) == (2, "")
+    assert err == (f"worksnap: error: no store at {store}: nothing to verify (none made yet)\n")
+    assert not store.exists()  # looked at, not made

@@ -202,7 +202,9 @@ def test_yes_at_the_prompt_does_it_and_says_so_in_one_line(
     if command == "recover":
         # The tree as the recovery found it is kept first (issue 11: nothing lost).
         kept = f"rolled back an interrupted restore: 1 path put back in {root}; the tree as it "
-        assert last.startswith(kept + "was: snapshot ") and last.endswith(" (worksnap undo)")
+        assert last.startswith(kept + "was: snapshot ") and last.endswith(
+            f" (worksnap --root {root} undo)"
+        )
     else:
         assert last.startswith(f"restored 1 path in {root} from snapshot "), last
     assert (root / "a.txt").read_text() == ("edited" if command in ("redo", "recover") else "first")

@@ -139,6 +139,34 @@ def test_restore_through_the_daemon_is_byte_exact(served: Path) -> None:
     assert requests(root) == 3
 
 
+def test_after_a_restore_in_the_daemon_removed_the_clients_directory_the_root_works(
+    served: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore run from a directory added since removes it; the daemon's hint names the
+    root, and `--root ROOT undo` from the removed directory works: the client, which has
+    no directory to send, runs it itself (it failed: "No such file or directory: the
+    current directory", with or without `--root`; stop 43's review)."""
+    root = served
+    assert cli(root, "snapshot")[0] == 0
+    write(root, "new/sub/x.txt", "x\n")
+    before = requests(root)
+    monkeypatch.chdir(root / "new" / "sub")
+    env = {k: v for k, v in os.environ.items() if k != "WORKSNAP_NO_DAEMON"}
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", "restore", "latest", "--yes"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**env, "PYTHONPATH": SRC},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (root / "new").exists()
+    assert requests(root) == before + 1  # the daemon ran it
+    assert done.stdout.endswith(f"(undo it with: worksnap --root {root} undo)\n")
+    code, _, err = cli(root, "undo", "--yes")  # from the removed directory
+    assert code == 0, err
+    assert (root / "new" / "sub" / "x.txt").read_text() == "x\n"
+    assert requests(root) == before + 1  # run by the client itself
+
+
 def test_errors_exit_codes_and_session_come_from_the_client(served: Path) -> None:
     root = served
     code, out, err = cli(root, "show", "nope")

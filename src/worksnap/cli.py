@@ -129,7 +129,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     kind = f" of kind {printable(args.kind)}" if args.kind is not None else ""
     if not found:
         say(f"no snapshots{kind} yet in {display(args.root)}, {scope} "
-            "(take one with `worksnap snapshot`)")  # fmt: skip
+            f"(take one with `worksnap {option_prefix(args)}snapshot`)")  # fmt: skip
         return 0
     if not summaries:
         say(f"{plural(found, 'snapshot')}{kind} in {display(args.root)}, {scope}; "
@@ -484,8 +484,9 @@ def main(
     args.seams = seams
     try:
         return _quietly_on_broken_pipe(lambda: _main(argv, args, tried_daemon=tried_daemon))
-    except FileNotFoundError as exc:  # the current directory is gone
-        print(f"worksnap: error: {exc.strerror}: the current directory", file=sys.stderr)
+    except FileNotFoundError:  # the current directory is gone (a restore may have removed it)
+        where = "cd to the project (its root), or name it with --root DIR"
+        print(f"worksnap: error: the current directory no longer exists: {where}", file=sys.stderr)
         return 2
 
 

@@ -215,6 +215,7 @@ def forward(
     try:
         for fd in fds:
             os.fstat(fd)  # a closed standard descriptor cannot be handed over
+        cwd = os.getcwd()  # gone (a restore removed it): run here, where `--root` still works
     except OSError:
         return None
     sock = connect(store_location(os.path.realpath(root), store), owner)
@@ -227,7 +228,7 @@ def forward(
             "protocol": PROTOCOL,
             "code": code_stamp(),
             "argv": argv,
-            "cwd": os.getcwd(),
+            "cwd": cwd,
             "env": dict(os.environ),
             "umask": _umask(),
             "view": file_system_view(),

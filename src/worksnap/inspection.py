@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from worksnap import views
-from worksnap.invocation import command_paths, open_workspace
+from worksnap.invocation import command_paths, open_workspace, option_prefix
 from worksnap.output import (
     age,
     display,
@@ -111,6 +111,7 @@ _FOUND = {
 
 
 def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list[Any]) -> None:
+    snapshot = f"worksnap {option_prefix(args)}snapshot"
     lines = [f"root      {display(state['root'])} ({_FOUND[state['found']]})"]
     if state["store_exists"]:
         lines.append(
@@ -118,9 +119,7 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
             f", {human_bytes(state['store_bytes'])} on disk)"
         )
     else:
-        lines.append(
-            f"store     {display(state['store'])} (none yet: `worksnap snapshot` makes it)"
-        )
+        lines.append(f"store     {display(state['store'])} (none yet: `{snapshot}` makes it)")
     latest = state["latest"]
     where = f"; latest {latest}" if latest else ""
     lines.append(f"session   {state['session']} ({plural(state['snapshots'], 'snapshot')}{where})")
@@ -147,7 +146,7 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
                      f"(newest {newest['id']}, {printable(newest['kind'])}: "
                      f"worksnap diff {newest['id']})")  # fmt: skip
     elif latest is None:
-        lines.append("no snapshot yet: nothing here is protected (take one: worksnap snapshot)")
+        lines.append(f"no snapshot yet: nothing here is protected (take one: {snapshot})")
     elif not changes:
         lines.append(f"nothing changed since latest ({latest})")
     else:

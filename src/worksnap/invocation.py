@@ -26,7 +26,10 @@ def locate(args: argparse.Namespace) -> None:
     from worksnap.layout import locate as find
 
     if args.location is None:
-        args.location = find(os.getcwd(), root=args.root, store=args.store)
+        # An absolute `--root` needs no current directory (a restore may have removed it).
+        given = args.root is not None and os.path.isabs(args.root)
+        cwd = args.root if given and not _cwd_exists() else os.getcwd()
+        args.location = find(cwd, root=args.root, store=args.store)
         args.root = args.location.root
         args.store = args.location.store
 
@@ -73,18 +76,34 @@ def command_paths(args: argparse.Namespace, paths: Sequence[str]) -> list[str]:
     With a root found from the current directory, relative to that directory (as git
     reads them); with `--root`, relative to the root (as always).
     """
-    cwd = os.getcwd()
     found = args.location is not None and args.location.found != "option"
+    cwd = os.getcwd() if found else ""
     inside = found and (cwd == args.root or cwd.startswith(args.root.rstrip("/") + "/"))
     # An empty one stays empty, for the workspace to refuse: it is no path (an unset variable).
     return [os.path.join(cwd, p) if inside and p and not os.path.isabs(p) else p for p in paths]
 
 
 def option_prefix(args: argparse.Namespace) -> str:
-    """`--root R --store S ` when the command line named them (for commands we suggest)."""
+    """`--root R --store S --session N `: what a command we suggest needs to reach the same.
+
+    `--root` when the command line named it, or the current directory is gone (a restore
+    removed it: nothing is found from there); `--store` when named; `--session` unless
+    the default one, which the environment names too. (A review followed "undo it
+    with: worksnap undo" after `--session agent rewind`, and undid the default session.)
+    """
     words = []
-    if args.location is not None and args.location.found == "option":
+    if args.location is not None and (args.location.found == "option" or not _cwd_exists()):
         words += ["--root", args.root]
     if args.given_store:
         words += ["--store", args.store]
+    if args.session != "default" or os.environ.get("WORKSNAP_SESSION") not in (None, "", "default"):
+        words += ["--session", args.session]
     return "".join(f"{shlex.quote(w)} " for w in words)
+
+
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from worksnap import views
-from worksnap.invocation import command_paths, open_workspace
+from worksnap.invocation import command_paths, open_workspace, option_prefix
 from worksnap.output import (
     age,
     display,
@@ -72,7 +72,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         verb="restore",
         preview=lambda ws: ws.plan_restore(ws.load(args.ref), paths=paths),
         run=lambda ws, plan: ws.restore(args.ref, paths=paths) if plan is None else ws.apply(plan),
-        then="undo it with: worksnap undo",
+        then="undo",
     )
 
 
@@ -84,7 +84,7 @@ def cmd_rewind(args: argparse.Namespace) -> int:
         verb="rewind",
         preview=lambda ws: ws.plan_restore(ws.load(ref)),
         run=lambda ws, plan: ws.restore(ref) if plan is None else ws.apply(plan),
-        then="undo it with: worksnap undo",
+        then="undo",
     )
 
 
@@ -95,7 +95,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
         verb="undo",
         preview=lambda ws: ws.plan_undo(),
         run=lambda ws, plan: ws.undo(plan),
-        then="redo it with: worksnap redo",
+        then="redo",
     )
 
 
@@ -106,7 +106,7 @@ def cmd_redo(args: argparse.Namespace) -> int:
         verb="redo",
         preview=lambda ws: ws.plan_redo(),
         run=lambda ws, plan: ws.redo(plan),
-        then="undo it with: worksnap undo",
+        then="undo",
     )
 
 
@@ -122,7 +122,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         else:
             say(
                 "dropped the journal of an interrupted restore, the tree left as it is; "
-                f"kept as snapshot {result.pre_restore} (worksnap undo)"
+                f"kept as snapshot {result.pre_restore} (worksnap {option_prefix(args)}undo)"
             )
         return 0
     if args.dry_run or not (args.yes or args.json or not sys.stdin.isatty()):
@@ -144,7 +144,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(views.recover_view(result))
         return 0
-    kept = f"; the tree as it was: snapshot {result.pre_restore} (worksnap undo)"
+    kept = (
+        f"; the tree as it was: snapshot {result.pre_restore} (worksnap {option_prefix(args)}undo)"
+    )
     say(
         f"rolled back an interrupted restore: {plural(len(result.restored), 'path')} put back "
         f"in {display(args.root)}" + (kept if result.pre_restore else "")
@@ -166,7 +168,10 @@ def _paths(args: argparse.Namespace) -> list[str] | None:
 
 
 def _change(args: argparse.Namespace, *, verb: str, preview: Preview, run: Run, then: str) -> int:
-    """Previews, asks (a person at a terminal), applies what was shown, and reports."""
+    """Previews, asks (a person at a terminal), applies what was shown, and reports.
+
+    `then`: the command that reverses it (`undo`, `redo`), which the report suggests.
+    """
     asking = not (args.yes or args.json or not sys.stdin.isatty())
     with open_workspace(args) as ws:
         with _unchanged_if_interrupted():
@@ -318,7 +323,12 @@ def _report(args: argparse.Namespace, result: Result, *, then: str, previewed: b
         if result.restored or result.pre_restore or result.blocked:
             say(
                 f"restored {plural(len(result.restored), 'path')} in {display(args.root)} "
-                f"from snapshot {result.target}" + (f" ({then})" if result.pre_restore else "")
+                f"from snapshot {result.target}"
+                + (
+                    f" ({then} it with: worksnap {option_prefix(args)}{then})"
+                    if result.pre_restore
+                    else ""
+                )
             )
         else:
             say(_nothing(args, result.target, result.unprotected))
@@ -362,24 +372,29 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
 
 
 def _restore_to(args: argparse.Namespace) -> int:
-    """`restore REF --to DIR`: the snapshot written elsewhere; the workspace untouched."""
+    """`restore REF --to DIR`: the snapshot written elsewhere; the workspace untouched.
+
+    DIR is said absolute (in `--json` too): as typed, `../out` from a subdirectory was
+    neither where it was written from the root nor from anywhere a reader knows (a review).
+    """
+    to = os.path.abspath(args.to) if args.to else args.to  # (an empty one: refused as such)
     if args.dry_run:  # the run's own plan: what it writes, refused where the run refuses
         with open_workspace(args) as ws:
-            plan = ws.plan_restore(ws.load(args.ref), paths=_paths(args), to=args.to)
+            plan = ws.plan_restore(ws.load(args.ref), paths=_paths(args), to=to)
         if args.json:
-            emit_json(views.extract_plan_view(plan, to=args.to))
+            emit_json(views.extract_plan_view(plan, to=to))
             return 0
         rows = [f"  {display(c.path)}{'/' if c.entry is None else ''}" for c in plan.changes]
         say(*rows, f"would write {plural(len(plan.changes), 'path')} of snapshot "
-                   f"{plan.target.id} into {display(args.to)}")  # fmt: skip
+                   f"{plan.target.id} into {display(to)}")  # fmt: skip
         return 0
     with open_workspace(args) as ws:
-        result = ws.restore_to(args.ref, args.to, paths=_paths(args))
+        result = ws.restore_to(args.ref, to, paths=_paths(args))
     if args.json:
-        emit_json(views.extract_view(result, to=args.to))
+        emit_json(views.extract_view(result, to=to))
     elif result.ok:
         say(f"wrote {plural(len(result.restored), 'path')} of snapshot {result.target} "
-            f"into {display(args.to)}")  # fmt: skip
+            f"into {display(to)}")  # fmt: skip
     else:
-        warn(f"error: writing into {args.to} failed at {result.error}; nothing was left there")
+        warn(f"error: writing into {display(to)} failed at {result.error}; nothing was left there")
     return 0 if result.ok else 1

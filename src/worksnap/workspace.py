@@ -403,9 +403,7 @@ class Workspace:
 
         A full id, a unique id prefix of 4+ characters, `latest` (the newest snapshot not
         taken automatically), `latest~N`, or `step:N`; all but ids within this session.
-
-        Raises:
-            InputError: the ref names no snapshot, or more than one.
+        InputError: the ref names no snapshot, or more than one.
         """
         return self._catalog.resolve(ref, self.session)
 
@@ -442,6 +440,8 @@ class Workspace:
 
     def verify(self, ref: str | None = None, *, repair: bool = False) -> builtins.list[str]:
         """Checks every object (trees too) the snapshot or all need; a line per problem found."""
+        if not self.store.exists():  # never "all present and intact" (a review: `--store` typo)
+            raise InputError(f"no store at {self.store_dir}: nothing to verify (none made yet)")
         where, report = self._maintenance.record_file, self._reporter
         return self._catalog.verify(ref, self.session, report=report, repair=repair, where=where)
 

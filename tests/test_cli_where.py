@@ -1,0 +1,144 @@
+"""What a command prints reaches the same place from where the user stands.
+
+A hint ("undo it with: ...") is followed as printed, in the same shell: it must name the
+session, store and root the command was run with (stop 43's review followed
+"worksnap undo" after `--session agent rewind` and undid the default session). A
+directory it names is absolute, not as typed relative to some other directory. And a
+restore that removed the directory the user stands in leaves commands that work.
+Real processes, run in a real current directory, as a shell runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def worksnap(*args: str, session: str | None = None) -> tuple[int, str, str]:
+    """`worksnap ARGS` in a fresh process, in this process's current directory.
+
+    `session`: `$WORKSNAP_SESSION` (else none is set).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSNAP_")}
+    env.update(PYTHONPATH=SRC, WORKSNAP_NO_DAEMON="1", NO_COLOR="1")
+    if session is not None:
+        env["WORKSNAP_SESSION"] = session
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", *args],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
+def hinted(out: str, verb: str) -> list[str]:
+    """The command a "VERB it with: worksnap ..." hint names, as a shell splits it."""
+    found = re.search(rf"\({verb} it with: worksnap (.*)\)$", out.strip())
+    assert found is not None, out
+    return shlex.split(found.group(1))
+
+
+def test_the_undo_and_redo_hints_reach_the_session_and_store_they_were_run_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    store = tmp_path / "my store"  # a space: the hint quotes it for a shell
+    write(root, "f.txt", "a")
+    monkeypatch.chdir(root)
+    named = ["--store", str(store)]
+    assert worksnap(*named, "snapshot")[0] == 0
+    write(root, "f.txt", "b")
+    assert worksnap(*named, "restore", "latest", "--yes")[0] == 0  # default: an undo target
+    assert worksnap(*named, "--session", "agent", "snapshot", "--step", "1")[0] == 0
+    write(root, "f.txt", "c")
+    code, out, err = worksnap(*named, "--session", "agent", "rewind", "1", "--yes")
+    assert code == 0, err
+    undo = hinted(out, "undo")
+    assert undo == ["--store", str(store), "--session", "agent", "undo"]
+    code, out, err = worksnap(*undo, "--yes")  # as the hint says, from the same directory
+    assert code == 0, err
+    assert (root / "f.txt").read_text() == "c"  # the agent's rewind undone, not the default's
+    redo = hinted(out, "redo")
+    assert redo == ["--store", str(store), "--session", "agent", "redo"]
+    assert worksnap(*redo, "--yes")[0] == 0
+    assert (root / "f.txt").read_text() == "a"
+    # The default session's hint names none; `list` and `status` of an empty session too.
+    write(root, "f.txt", "d")
+    assert hinted(worksnap(*named, "restore", "latest", "--yes")[1], "undo")[-1:] == ["undo"]
+    code, out, _ = worksnap(*named, "--session", "new", "list")
+    assert (
+        code == 0
+        and f"(take one with `worksnap {shlex.join(named)} --session new snapshot`)" in out
+    )
+    code, out, _ = worksnap("--store", str(tmp_path / "none"), "status")
+    assert f"(take one: worksnap --store {tmp_path / 'none'} snapshot)" in out
+
+
+def test_a_session_from_the_environment_is_named_in_the_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hint is read in another shell too (an agent's log): a session the environment
+    # chose is named; the default one is named when the environment would choose another.
+    write(tmp_path, "f.txt", "a")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = worksnap("--session", "default", "list", session="agent")
+    assert code == 0 and "`worksnap --session default snapshot`" in out
+    code, out, _ = worksnap("list", session="agent")
+    assert code == 0 and "`worksnap --session agent snapshot`" in out
+    code, out, _ = worksnap("list", session="default")
+    assert code == 0 and "`worksnap snapshot`" in out
+
+
+def test_restore_to_from_a_subdirectory_says_the_directory_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "proj"
+    write(root, "sub/a.txt", "a")
+    monkeypatch.chdir(root)
+    assert worksnap("snapshot")[0] == 0
+    monkeypatch.chdir(root / "sub")
+    code, out, err = worksnap("--json", "restore", "latest", "--to", "../../out", "--dry-run")
+    assert code == 0, err
+    assert json.loads(out)["to"] == str(tmp_path / "out")
+    code, out, err = worksnap("--json", "restore", "latest", "--to", "../../out")
+    assert code == 0, err
+    assert json.loads(out)["to"] == str(tmp_path / "out")  # (was "../../out", as typed)
+    assert (tmp_path / "out" / "sub" / "a.txt").read_text() == "a"
+    code, out, err = worksnap("restore", "latest", "--to", "../../text")
+    assert code == 0, err
+    assert out.endswith(f" into {tmp_path / 'text'}\n")
+
+
+def test_after_a_restore_removed_the_current_directory_the_root_still_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    monkeypatch.chdir(root)
+    assert worksnap("snapshot")[0] == 0
+    write(root, "new/sub/x.txt", "x")
+    monkeypatch.chdir(root / "new" / "sub")
+    code, out, err = worksnap("restore", "latest", "--yes")
+    assert code == 0, err
+    assert not (root / "new").exists()  # where this process stands is gone
+    undo = hinted(out, "undo")
+    assert undo == ["--root", str(root), "undo"]  # nothing is found from here: the root named
+    code, out, err = worksnap("undo", "--yes")
+    assert (code, out) == (2, "")
+    assert err == (
+        "worksnap: error: the current directory no longer exists: cd to the project "
+        "(its root), or name it with --root DIR\n"
+    )
+    code, out, err = worksnap(*undo, "--yes")  # (was: "No such file or directory")
+    assert code == 0, err
+    assert (root / "new" / "sub" / "x.txt").read_text() == "x"
