@@ -19,9 +19,11 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.conftest import tree_state, write
+from worksnap import apply
+from worksnap.cli import main
 from worksnap.layout import locate
 from worksnap.mcpserver import Tools, build_server
-from worksnap.workspace import Workspace
+from worksnap.workspace import Seams, Workspace
 
 ENV = {**os.environ, "WORKSNAP_NO_DAEMON": "1"}
 TOOLS = {"snapshot", "list", "plan", "restore", "rewind", "undo", "redo", "diff", "show",
@@ -184,6 +186,60 @@ def test_an_error_is_a_tool_error_with_the_one_line_message_and_the_server_goes_
         assert len((await call(client, "list"))["result"]) == 1  # still serving
 
     in_server(project, body)
+
+
+def test_a_restore_that_failed_is_a_tool_error_with_the_cli_s_document(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review: a rewind that failed and was rolled back (a file edited while it ran)
+    came back as a result, not an error, as the CLI exits 1; its `restored` named 999
+    paths, none restored any more. Now an error whose structured result is the document."""
+    with Workspace(project) as ws:
+        first = ws.snapshot().id
+    write(project, "README.md", "changed\n")
+    write(project, "src/app.py", "print(2)\n")
+    before = tree_state(project)
+    failing = [True]
+
+    def apply_plan(root: str, plan: Any, read_object: Any, **kwargs: Any) -> Any:
+        if not failing:
+            return apply.apply_plan(root, plan, read_object, **kwargs)
+        failing.clear()  # the restore's second file is damaged (not its rollback's)
+        reads: list[object] = []
+
+        def rotten(digest: Any) -> Any:
+            reads.append(digest)
+            return [b"rotten", *read_object(digest)] if len(reads) == 2 else read_object(digest)
+
+        return apply.apply_plan(root, plan, rotten, **kwargs)
+
+    seams = Seams(apply_plan=apply_plan)
+    code = main(["--root", str(project), "--json", "restore", first, "--yes"], seams=seams)
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 1 and printed["rolled_back"] and printed["restored"]
+    assert tree_state(project) == before
+
+    async def main_() -> None:
+        with Workspace(project, seams=seams) as ws:
+            tools = Tools(ws, session="default", found=locate(str(project)).found)
+            async with Client(build_server(tools)) as client:
+                for name, arguments in (("restore", {"ref": first}), ("undo", {})):
+                    failing.append(True)
+                    now = tree_state(project)
+                    result = await client.call_tool(name, arguments)
+                    assert result.is_error, name
+                    said = getattr(result.content[0], "text", "")
+                    assert said.endswith("the workspace was rolled back to how it was before")
+                    document = result.structured_content or {}
+                    assert document["rolled_back"] and "do not match" in document["error"]
+                    assert json.loads(getattr(result.content[1], "text", "")) == document
+                    if name == "restore":
+                        assert document.keys() == printed.keys()
+                        assert {**document, "pre_restore": None} == {**printed, "pre_restore": None}
+                    assert tree_state(project) == now
+                    await call(client, "restore", ref=first)  # for undo to take back
+
+    asyncio.run(main_())
 
 
 def test_snapshot_refuses_the_kinds_the_cli_refuses_for_the_same_reasons(project: Path) -> None:

@@ -8,13 +8,15 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import worksnap
 from tests.conftest import write
-from worksnap import Workspace
+from worksnap import Workspace, apply
 from worksnap.cli import main
+from worksnap.workspace import Seams
 
 
 def test_session_numbers_steps_and_rewinds(tmp_path: Path) -> None:
@@ -153,6 +155,45 @@ def test_run_rewind_resumes_from_a_step_and_exits_with_the_command_s_status(
                  "true"])  # fmt: skip
     assert code == 2  # no step 7: nothing was run
     assert json.loads(capsys.readouterr().out or "null") is None
+
+
+def test_run_json_rewind_prints_one_document_that_holds_the_rewind_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review: `run --json --rewind N` printed the rewind's line ("restored 1 path ...")
+    on stdout before run's document, so stdout was not one JSON document."""
+    write(tmp_path, "a.txt", "step zero")
+    with worksnap.Session(tmp_path, name="agent") as s:
+        s.step()
+    write(tmp_path, "a.txt", "edited")
+    agent = ["--root", str(tmp_path), "--session", "agent", "--json"]
+    code = main([*agent, "run", "--rewind", "0", "--", sys.executable, "-c", "exit(3)"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 3 and document["exit_code"] == 3 and document["error"] is None
+    rewind = document["rewind"]
+    assert rewind["restored"] == ["a.txt"] and rewind["error"] is None and rewind["pre_restore"]
+    assert (tmp_path / "a.txt").read_text() == "step zero"
+    assert main([*agent, "rewind", "0"]) == 0
+    assert json.loads(capsys.readouterr().out).keys() == rewind.keys()  # what rewind prints
+    assert main([*agent, "run", "--", "true"]) == 0
+    assert json.loads(capsys.readouterr().out)["rewind"] is None
+
+    def apply_plan(root: str, plan: Any, read_object: Any, **kwargs: Any) -> Any:
+        if not failing:
+            return apply.apply_plan(root, plan, read_object, **kwargs)
+        failing.clear()  # the rewind's bytes are damaged (not its rollback's)
+        return apply.apply_plan(root, plan, lambda d: [b"rotten", *read_object(d)], **kwargs)
+
+    write(tmp_path, "a.txt", "edited again")
+    failing, marker = [True], tmp_path / "ran"
+    code = main([*agent, "run", "--rewind", "0", "--", "touch", str(marker)],
+                seams=Seams(apply_plan=apply_plan))  # fmt: skip
+    out, err = capsys.readouterr()
+    document = json.loads(out)
+    assert code == 1 and document["exit_code"] == 1 and not marker.exists()
+    assert document["error"] == "the rewind to step 0 failed, so the command was not run"
+    assert document["rewind"]["rolled_back"] and document["snapshots"] == []
+    assert "do not match" in err and (tmp_path / "a.txt").read_text() == "edited again"
 
 
 def test_run_rewind_asks_on_a_terminal_and_a_no_runs_nothing(tmp_path: Path) -> None:

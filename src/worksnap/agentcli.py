@@ -172,14 +172,21 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """`run [--snapshots] [--rewind N] -- CMD`: numbered steps, or resume from one."""
     from worksnap.errors import InputError
-    from worksnap.runwrap import run_wrapped
+    from worksnap.runwrap import Outcome, run_wrapped
     from worksnap.session import Session
 
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
         raise InputError("run needs a command after --, e.g. worksnap run -- make test")
-    if args.rewind is not None and not _rewound(args):
-        return 1
+    rewind: views.View | None = None
+    if args.rewind is not None:
+        done, rewind = _rewound(args)
+        if not done:
+            if rewind is not None:  # --json: the one document says why nothing was run
+                failed = f"the rewind to step {args.rewind} failed, so the command was not run"
+                warn(f"error: {failed}: {rewind['error']}")
+                emit_json(views.run_view(Outcome(command, 1, error=failed), rewind=rewind))
+            return 1
     with open_workspace(args) as ws:
         numbered = Session(workspace=ws, name=args.session) if args.snapshots else None
         outcome = run_wrapped(
@@ -193,20 +200,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.error is not None:
         warn(f"error: {outcome.error}")
     if args.json:
-        emit_json(views.run_view(outcome))
+        emit_json(views.run_view(outcome, rewind=rewind))
     return outcome.exit_code
 
 
-def _rewound(args: argparse.Namespace) -> bool:
-    """Rewinds to step `--rewind` as `rewind N` does (preview, ask); False: not done."""
-    from worksnap.restoring import cmd_rewind
+def _rewound(args: argparse.Namespace) -> tuple[bool, views.View | None]:
+    """Rewinds to step `--rewind` as `rewind N` does; whether it was done, and its document.
 
-    rewind = argparse.Namespace(**{**vars(args), "step": args.rewind, "dry_run": False})
-    json_output, rewind.json = args.json, False  # the one JSON document is run's
-    if json_output:
-        rewind.yes = True
-    code = cmd_rewind(rewind)
-    return code == 0
+    With `--json`, at once, and what `rewind --json` prints goes into run's document,
+    the one on stdout (a review found rewind's line printed before it). Else as `rewind N`
+    (preview, ask, its line) and no document.
+    """
+    if not args.json:
+        from worksnap.restoring import cmd_rewind
+
+        rewind = argparse.Namespace(**{**vars(args), "step": args.rewind, "dry_run": False})
+        return cmd_rewind(rewind) == 0, None
+    with open_workspace(args) as ws:
+        result = ws.restore(f"step:{args.rewind}")
+    return result.ok, views.result_view(result)
 
 
 # -- config exclude -------------------------------------------------------------

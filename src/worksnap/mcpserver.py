@@ -7,9 +7,11 @@ structured result is the document `worksnap --json` prints for the same call, bu
 by `views.py` (a JSON array, as `list` and `diff` print, comes as `{"result": [...]}`,
 the SDK's wrapping of a non-object). An error is a tool error with worksnap's one-line
 message (an argument missing or of the wrong type too, said in one line, not in
-pydantic's dump); the server goes on, and answers a line it cannot read with JSON-RPC's
-error rather than drop it as the SDK does. Nothing but protocol goes to stdout: the SDK points
-descriptor 1 at stderr while it serves, and worksnap prints no progress here.
+pydantic's dump); so is a restore, rewind, undo or redo that failed (rolled back or not,
+as the command line exits 1), its document still the structured result. The server goes
+on, and answers a line it cannot read with JSON-RPC's error rather than drop it as the SDK
+does. Nothing but protocol goes to stdout: the SDK points descriptor 1 at stderr while it
+serves, and worksnap prints no progress here.
 
 SIGTERM (how a client stops its server) or SIGHUP during a call stops the call as Ctrl-C
 stops a command (a restore rolls back: `Tools.stop`); the server says how it left the
@@ -25,7 +27,7 @@ import os
 import sys
 import threading
 from collections.abc import AsyncIterable, Awaitable, Callable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -40,6 +42,7 @@ from mcp_types import (
     ErrorData,
     InputRequiredResult,
     JSONRPCError,
+    TextContent,
     ToolAnnotations,
 )
 from pydantic import ValidationError
@@ -50,6 +53,9 @@ from worksnap.errors import InputError, Interrupted, WorksnapError
 from worksnap.inspection import status_state
 from worksnap.progress import Progress
 from worksnap.workspace import Seams, Workspace
+
+if TYPE_CHECKING:
+    from worksnap.apply import Result
 
 INSTRUCTIONS = """\
 worksnap keeps snapshots of this whole project directory (every file, including what
@@ -294,7 +300,7 @@ class Tools:
                 return views.plan_view(ws.plan_restore(ws.load(ref), paths=_named(paths)))
             # Planned under the store lock, with the tree walked once (as `restore --yes`):
             # a plan made first could be overtaken by another agent's restore meanwhile.
-            return views.result_view(ws.restore(ref, paths=_named(paths)))
+            return _done(ws.restore(ref, paths=_named(paths)))
 
         return self.call(run)
 
@@ -309,7 +315,7 @@ class Tools:
             _recovered(ws, dry_run)
             if dry_run:
                 return views.plan_view(ws.plan_undo())
-            return views.result_view(ws.undo())  # (planned under the lock, as above)
+            return _done(ws.undo())  # (planned under the lock, as above)
 
         return self.call(run)
 
@@ -320,9 +326,34 @@ class Tools:
             _recovered(ws, dry_run)
             if dry_run:
                 return views.plan_view(ws.plan_redo())
-            return views.result_view(ws.redo())  # (planned under the lock, as above)
+            return _done(ws.redo())  # (planned under the lock, as above)
 
         return self.call(run)
+
+
+class _Failed(ToolError):
+    """A restore that failed: a tool error whose structured result is still its document."""
+
+    def __init__(self, message: str, document: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.document = document
+
+
+def _done(result: Result) -> dict[str, Any]:
+    """The document of a restore, rewind, undo or redo; raises `_Failed` if it failed.
+
+    A review found a restore rolled back (a file edited while it ran) answered as a
+    result, not an error, its `restored` listing paths no longer restored.
+    """
+    document = views.result_view(result)
+    if result.ok:
+        return document
+    state = (
+        "the workspace was rolled back to how it was before"
+        if result.rolled_back
+        else "the workspace may be partly restored"
+    )
+    raise _Failed(f"restore failed at {result.error}; {state}", document)
 
 
 def _named(paths: list[str] | None) -> list[str] | None:
@@ -354,12 +385,22 @@ class _Server(MCPServer[Any]):
     ) -> CallToolResult | InputRequiredResult:
         """Calls tool `name`; arguments of the wrong type or missing: one line naming them.
 
-        The SDK says them in pydantic's dump: lines with a link to errors.pydantic.dev.
+        The SDK says them in pydantic's dump: lines with a link to errors.pydantic.dev. A
+        restore that failed (`_Failed`): a tool error that keeps its document as the
+        structured result, as the SDK's own tool errors have none.
         """
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
+            if isinstance(cause, _Failed):  # the message, and the document (JSON, structured)
+                said = json.dumps(cause.document, ensure_ascii=False, indent=2)
+                return CallToolResult(
+                    content=[TextContent(type="text", text=str(exc)),
+                             TextContent(type="text", text=said)],
+                    structured_content=cause.document,
+                    is_error=True,
+                )  # fmt: skip
             if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
             raise ToolError(f"Error executing tool {name}: {_arguments(cause)}") from cause

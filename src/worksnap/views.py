@@ -292,11 +292,15 @@ def config_view(config: Config, *, max_file_bytes: int, store: str) -> View:
     }
 
 
-def run_view(outcome: Outcome) -> View:
-    """`run`: the command's exit status and the snapshots taken around it."""
+def run_view(outcome: Outcome, *, rewind: View | None = None) -> View:
+    """`run`: the command's exit status and the snapshots taken around it.
+
+    `rewind`: with `--rewind N`, the rewind's own document (`result_view`), else None.
+    """
     return {
         "command": outcome.command,
         "exit_code": outcome.exit_code,
         "error": outcome.error,
         "snapshots": [{"id": m.id, "kind": m.kind} for m in outcome.snapshots],
+        "rewind": rewind,
     }
