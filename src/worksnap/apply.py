@@ -74,6 +74,13 @@ class Result:
         """True when every planned change was made."""
         return self.error is None
 
+    def failure(self) -> str:
+        """What a failed restore says in every front end: where it stopped, how it left the tree."""
+        left = (
+            "was rolled back to how it was before" if self.rolled_back else "may be partly restored"
+        )
+        return f"restore failed at {self.error}; the workspace {left}"
+
 
 Step = tuple[str, Change]
 """One action of a run: ("remove" | "mkdir" | "write", the change it serves)."""

@@ -348,12 +348,7 @@ def _done(result: Result) -> dict[str, Any]:
     document = views.result_view(result)
     if result.ok:
         return document
-    state = (
-        "the workspace was rolled back to how it was before"
-        if result.rolled_back
-        else "the workspace may be partly restored"
-    )
-    raise _Failed(f"restore failed at {result.error}; {state}", document)
+    raise _Failed(result.failure(), document)
 
 
 def _named(paths: list[str] | None) -> list[str] | None:

@@ -333,12 +333,7 @@ def _report(args: argparse.Namespace, result: Result, *, then: str, previewed: b
         else:
             say(_nothing(args, result.target, result.unprotected))
     else:
-        state = (
-            "the workspace was rolled back to how it was before"
-            if result.rolled_back
-            else "the workspace may be partly restored"
-        )
-        warn(f"error: restore failed at {result.error}; {state}")
+        warn(f"error: {result.failure()}")
     _warn_blocked(args, result)
     if not (args.json or previewed):  # the preview's `!` rows, for a run that showed none
         for row in result.unprotected:
