@@ -131,7 +131,7 @@ def test_recovery_keeps_later_work_and_undo_brings_it_all_back(root: Path, comma
         kinds = [s.kind for s in ws.list()]
     assert "pre-recover" in kinds
     if command == "recover":
-        assert "worksnap undo" in out
+        assert f"(worksnap --root {root} undo)" in out  # the hint reaches this root
     code, _, err = cli("--root", str(root), "undo")
     assert code == 0, err
     assert tree_state(root) == edited
@@ -180,7 +180,7 @@ def test_undo_right_after_a_killed_restore_is_its_rollback(root: Path, journal: 
     assert code == 0, err
     assert not (root / JOURNAL).exists()
     assert tree_state(root) == before
-    assert "worksnap redo" in out
+    assert f"redo it with: worksnap --root {root} redo" in out  # the hint reaches this root
     code, _, err = cli("--root", str(root), "redo", "--yes")
     assert code == 0, err
     assert tree_state(root) == half
