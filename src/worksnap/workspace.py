@@ -440,7 +440,7 @@ class Workspace:
 
     def verify(self, ref: str | None = None, *, repair: bool = False) -> builtins.list[str]:
         """Checks every object (trees too) the snapshot or all need; a line per problem found."""
-        if not self.store.exists():  # never "all present and intact" (a review: `--store` typo)
+        if not os.path.isdir(self.store_dir):  # never "intact" where none is (a `--store` typo)
             raise InputError(f"no store at {self.store_dir}: nothing to verify (none made yet)")
         where, report = self._maintenance.record_file, self._reporter
         return self._catalog.verify(ref, self.session, report=report, repair=repair, where=where)
