@@ -419,7 +419,7 @@ def test_status_names_a_sessions_automatic_snapshots_never_no_snapshot_yet(
         assert state["latest"] is None and state["newest"] == {"id": newest, "kind": "run-after"}
     else:
         assert "no snapshot yet" not in out and "only automatic snapshots" in out, out
-        assert f"worksnap diff {newest}" in out, out
+        assert f"worksnap --root {root} diff {newest}" in out, out  # reaches it from anywhere
 
 
 @pytest.mark.parametrize("where", ["a mistyped --store", "a root never snapshotted"])

@@ -194,6 +194,7 @@ def test_run_json_rewind_prints_one_document_that_holds_the_rewind_s(
     assert document["error"] == "the rewind to step 0 failed, so the command was not run"
     assert document["rewind"]["rolled_back"] and document["snapshots"] == []
     assert "do not match" in err and (tmp_path / "a.txt").read_text() == "edited again"
+    assert "the workspace was rolled back to how it was before" in err  # as `rewind` says
 
 
 def test_run_rewind_asks_on_a_terminal_and_a_no_runs_nothing(tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not done:
             if rewind is not None:  # --json: the one document says why nothing was run
                 failed = f"the rewind to step {args.rewind} failed, so the command was not run"
-                warn(f"error: {failed}: {rewind['error']}")
+                warn(f"error: {failed}")
                 emit_json(views.run_view(Outcome(command, 1, error=failed), rewind=rewind))
             return 1
     with open_workspace(args) as ws:
@@ -218,6 +218,8 @@ def _rewound(args: argparse.Namespace) -> tuple[bool, views.View | None]:
         return cmd_rewind(rewind) == 0, None
     with open_workspace(args) as ws:
         result = ws.restore(f"step:{args.rewind}")
+    if not result.ok:  # what `rewind` says of it: where it stopped, how it left the tree
+        warn(f"error: {result.failure()}")
     return result.ok, views.result_view(result)
 
 

@@ -144,7 +144,7 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
     elif latest is None and (newest := state["newest"]) is not None:  # no `latest` to compare
         lines.append(f"only automatic snapshots in this session, so no `latest` to compare with "
                      f"(newest {newest['id']}, {printable(newest['kind'])}: "
-                     f"worksnap diff {newest['id']})")  # fmt: skip
+                     f"worksnap {option_prefix(args)}diff {newest['id']})")  # fmt: skip
     elif latest is None:
         lines.append(f"no snapshot yet: nothing here is protected (take one: {snapshot})")
     elif not changes:
