@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from worksnap import views
 from worksnap.arguments import parse
 from worksnap.client import LOCAL_ONLY
-from worksnap.invocation import command_paths, locate, open_workspace, option_prefix
+from worksnap.invocation import GONE_CWD, command_paths, locate, open_workspace, option_prefix
 from worksnap.output import (
     PROGRESS,
     age,
@@ -485,8 +485,7 @@ def main(
     try:
         return _quietly_on_broken_pipe(lambda: _main(argv, args, tried_daemon=tried_daemon))
     except FileNotFoundError:  # the current directory is gone (a restore may have removed it)
-        where = "cd to the project (its root), or name it with --root DIR"
-        print(f"worksnap: error: the current directory no longer exists: {where}", file=sys.stderr)
+        print(f"worksnap: error: {GONE_CWD}", file=sys.stderr)
         return 2
 
 

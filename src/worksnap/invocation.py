@@ -21,6 +21,13 @@ if TYPE_CHECKING:
     from worksnap.workspace import Workspace
 
 
+GONE_CWD = (
+    "the current directory no longer exists: cd to the project, or name it with an absolute "
+    "--root DIR (and --store, --to, paths too)"
+)
+"""What a command says when it needs the current directory and a restore removed it."""
+
+
 def locate(args: argparse.Namespace) -> None:
     """Finds the root and store the command works on (`layout.locate`), once."""
     from worksnap.layout import locate as find

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from worksnap import views
-from worksnap.invocation import command_paths, open_workspace, option_prefix
+from worksnap.invocation import GONE_CWD, command_paths, open_workspace, option_prefix
 from worksnap.output import (
     age,
     display,
@@ -372,7 +372,12 @@ def _restore_to(args: argparse.Namespace) -> int:
     DIR is said absolute (in `--json` too): as typed, `../out` from a subdirectory was
     neither where it was written from the root nor from anywhere a reader knows (a review).
     """
-    to = os.path.abspath(args.to) if args.to else args.to  # (an empty one: refused as such)
+    try:
+        to = os.path.abspath(args.to) if args.to else args.to  # (an empty one: refused as such)
+    except FileNotFoundError:  # relative, from a directory a restore removed
+        from worksnap.errors import InputError
+
+        raise InputError(GONE_CWD) from None
     if args.dry_run:  # the run's own plan: what it writes, refused where the run refuses
         with open_workspace(args) as ws:
             plan = ws.plan_restore(ws.load(args.ref), paths=_paths(args), to=to)
