@@ -441,3 +441,28 @@ def test_verify_where_there_is_no_store_says_so_and_fails(
     assert (code, out) == (2, "")
     assert err == (f"worksnap: error: no store at {store}: nothing to verify (none made yet)\n")
     assert not store.exists()  # looked at, not made
+
+
+@pytest.mark.parametrize("selected", ["d", "e"])
+def test_diff_of_some_paths_takes_a_rename_with_one_side_outside_as_that_sides_change(
+    root: Path, capsys: pytest.CaptureFixture[str], selected: str
+) -> None:
+    """After `mv d/x e/x`, `diff -- d` was the rename, and `diff -- d | git apply -R`
+    removed e/x, which `restore latest -- d` keeps (review X 03). As git's pathspec: the
+    side named is a deletion (or an addition), and the patch takes back what the restore
+    of those paths does."""
+    write(root, "d/x", "moved\n")
+    write(root, "e/y", "stays\n")
+    assert run(capsys, root, "snapshot")[0] == 0
+    os.rename(root / "d/x", root / "e/x")
+    code, out, err = run(capsys, root, "--json", "diff", "--", selected)
+    assert code == 0, err
+    row = {"op": "D", "path": "d/x"} if selected == "d" else {"op": "A", "path": "e/x"}
+    assert [{k: r[k] for k in ("op", "path")} for r in json.loads(out)] == [row]
+    code, patch, err = run(capsys, root, "diff", "--", selected)
+    assert code == 0, err
+    _git_apply_reverse(root, patch)
+    # What `restore latest -- SELECTED` leaves: the side named back as it was, the other kept.
+    assert (root / "d/x").exists() == (selected == "d")
+    assert (root / "e/x").exists() == (selected == "d")
+    assert (root / "e/y").read_text() == "stays\n"

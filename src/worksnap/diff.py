@@ -140,12 +140,26 @@ def line_counts(change: FileChange, read: Callable[[Entry], bytes]) -> tuple[int
 
 
 def select(changes: list[FileChange], wanted: list[str]) -> list[FileChange]:
-    """The changes at or below any of `wanted` (relative wire paths), a rename by either path."""
-    return [
-        c
-        for c in changes
-        if any(is_under(c.path, w) or (c.old_path and is_under(c.old_path, w)) for w in wanted)
-    ]
+    """The changes at or below any of `wanted` (relative wire paths), as git's pathspec.
+
+    A rename with one side outside them is the change of the side inside: a deletion of
+    where it was, or an addition where it is (`diff -- d | git apply -R` after `mv d/x
+    e/x` removed e/x, which `restore -- d` keeps: a review).
+    """
+
+    def inside(path: str | None) -> bool:
+        return path is not None and any(is_under(path, w) for w in wanted)
+
+    kept = []
+    for c in changes:
+        if c.op != "R" or inside(c.path) == inside(c.old_path):
+            if inside(c.path):
+                kept.append(c)
+        elif inside(c.old_path):
+            kept.append(FileChange("D", c.old_path or "", c.old, None))
+        else:
+            kept.append(FileChange("A", c.path, None, c.new))
+    return sorted(kept, key=lambda c: c.path)
 
 
 def unified(change: FileChange, read: Callable[[Entry], bytes]) -> str:
