@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,7 +120,37 @@ def test_restore_to_from_a_subdirectory_says_the_directory_absolute(
     assert out.endswith(f" into {tmp_path / 'text'}\n")
 
 
-def test_after_a_restore_removed_the_current_directory_the_root_still_works(
+def test_a_restore_keeps_the_directory_it_runs_in_emptied_as_git_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from a directory added since, a restore removes what it holds and keeps it and
+    the one above it (it removed them: the shell stood in a removed directory, and the
+    hinted `worksnap undo` failed there; stop 43's review). The preview says so."""
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a")
+    monkeypatch.chdir(root)
+    assert worksnap("snapshot")[0] == 0
+    write(root, "new/sub/x.txt", "x")
+    monkeypatch.chdir(root / "new" / "sub")
+    code, out, _ = worksnap("--json", "plan", "latest")
+    assert code == 0
+    rows = [(c["op"], c["path"]) for c in json.loads(out)["changes"]]
+    assert rows == [("B", "new"), ("B", "new/sub"), ("A", "new/sub/x.txt")]
+    code, out, err = worksnap("restore", "latest", "--yes")
+    assert code == 0, err
+    assert sorted(p.name for p in (root / "new").rglob("*")) == ["sub"]  # x.txt went
+    kept = (
+        "left as it is: the directory you are in, or one above it: kept, emptied, as git "
+        "keeps it (cd out of it and restore again to remove it)"
+    )
+    assert err.splitlines() == [f"worksnap: warning: {d} {kept}" for d in ("new", "new/sub")]
+    assert hinted(out, "undo") == ["undo"]  # where the user stands: found from here
+    code, out, err = worksnap("undo", "--yes")
+    assert code == 0, err
+    assert (root / "new" / "sub" / "x.txt").read_text() == "x"
+
+
+def test_after_the_current_directory_was_removed_the_root_still_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "ws"
@@ -127,12 +158,9 @@ def test_after_a_restore_removed_the_current_directory_the_root_still_works(
     monkeypatch.chdir(root)
     assert worksnap("snapshot")[0] == 0
     write(root, "new/sub/x.txt", "x")
+    assert worksnap("snapshot")[0] == 0
     monkeypatch.chdir(root / "new" / "sub")
-    code, out, err = worksnap("restore", "latest", "--yes")
-    assert code == 0, err
-    assert not (root / "new").exists()  # where this process stands is gone
-    undo = hinted(out, "undo")
-    assert undo == ["--root", str(root), "undo"]  # nothing is found from here: the root named
+    shutil.rmtree(root / "new")  # (another shell, say)
     code, out, err = worksnap("undo", "--yes")
     assert (code, out) == (2, "")
     gone = "worksnap: error: the current directory no longer exists: cd to the project, or "
@@ -143,6 +171,6 @@ def test_after_a_restore_removed_the_current_directory_the_root_still_works(
         code, out, err = worksnap("--root", str(root), *relative)
         assert (code, out) == (2, ""), relative
         assert err.startswith(gone) and "absolute" in err, err
-    code, out, err = worksnap(*undo, "--yes")  # (was: "No such file or directory")
-    assert code == 0, err
+    code, out, err = worksnap("--root", str(root), "restore", "latest", "--yes")
+    assert code == 0, err  # (was: "No such file or directory")
     assert (root / "new" / "sub" / "x.txt").read_text() == "x"

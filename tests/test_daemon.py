@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -139,13 +140,13 @@ def test_restore_through_the_daemon_is_byte_exact(served: Path) -> None:
     assert requests(root) == 3
 
 
-def test_after_a_restore_in_the_daemon_removed_the_clients_directory_the_root_works(
+def test_a_restore_in_the_daemon_keeps_the_clients_directory_and_the_root_works_once_gone(
     served: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restore run from a directory added since removes it; the daemon's hint names the
-    root, and `--root ROOT undo` from the removed directory works: the client, which has
-    no directory to send, runs it itself (it failed: "No such file or directory: the
-    current directory", with or without `--root`; stop 43's review)."""
+    """A restore run through the daemon from a directory added since keeps it, emptied (the
+    daemon runs in the client's directory); once that directory is removed, `--root ROOT
+    undo` from there works: the client, which has no directory to send, runs it itself (it
+    failed: "No such file or directory: the current directory"; stop 43's review)."""
     root = served
     assert cli(root, "snapshot")[0] == 0
     write(root, "new/sub/x.txt", "x\n")
@@ -158,9 +159,11 @@ def test_after_a_restore_in_the_daemon_removed_the_clients_directory_the_root_wo
         env={**env, "PYTHONPATH": SRC},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert not (root / "new").exists()
+    assert [p.name for p in (root / "new").rglob("*")] == ["sub"]
+    assert "new/sub left as it is: the directory you are in" in done.stderr
     assert requests(root) == before + 1  # the daemon ran it
-    assert done.stdout.endswith(f"(undo it with: worksnap --root {root} undo)\n")
+    assert done.stdout.endswith("(undo it with: worksnap undo)\n")
+    shutil.rmtree(root / "new")
     code, _, err = cli(root, "undo", "--yes")  # from the removed directory
     assert code == 0, err
     assert (root / "new" / "sub" / "x.txt").read_text() == "x\n"

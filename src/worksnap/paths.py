@@ -260,6 +260,17 @@ class Root:
             raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
         return rel
 
+    def here(self) -> str | None:
+        """Where this process runs, as a relative wire path, when below the root (else None).
+
+        A restore keeps it, and the directories above it, where it would remove them
+        (`plan.keep_standing`).
+        """
+        try:
+            return relative_to(self.path, os.getcwd())
+        except OSError:
+            return None  # removed already
+
     def special(self, rel: str) -> bool:
         """True when a FIFO, socket or device is at `rel` now (never captured: excluded).
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from worksnap.differences import Differences, flat_differences
 from worksnap.errors import ConflictError, InputError
@@ -30,7 +30,8 @@ class Op(enum.Enum):
     BLOCKED = "B"
     """The snapshot has a file or symlink where a directory now holds what no restore
     touches (ignored, large or excluded files), or where a FIFO, socket or device is
-    (never captured, so never removed): left as it is, and reported."""
+    (never captured, so never removed); or a directory the command runs in, or one above
+    it (`keep_standing`): left as it is, and reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,22 @@ def plan_restore(
             changes.append(Change(Op.ADDED, path, None, was_dir=now[path] is None))
     changes.sort(key=lambda c: c.path)
     return Plan(target=target, current=current, changes=changes)
+
+
+def keep_standing(plan: Plan, here: str | None) -> Plan:
+    """`plan` with the removal of `here`, and of each directory above it, blocked.
+
+    What they hold still goes: they are left empty, as git (2.36 and later) leaves the
+    directory it runs in, so that a shell standing there is not left in a removed one.
+    """
+    standing = set(ancestors(here)) if here else set()
+    changes = [
+        Change(Op.BLOCKED, c.path, c.entry, was_dir=True)
+        if c.was_dir and c.path in standing and c.op in (Op.ADDED, Op.MODIFIED)
+        else c
+        for c in plan.changes
+    ]
+    return plan if changes == plan.changes else replace(plan, changes=changes)
 
 
 class _Sorted:

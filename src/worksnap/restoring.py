@@ -31,7 +31,7 @@ from worksnap.output import (
     styled,
     warn,
 )
-from worksnap.paths import fs_path
+from worksnap.paths import ancestors, fs_path, relative_to
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
@@ -345,6 +345,11 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
     """One line for each path a restore, rollback or recovery left as it is (`Op.BLOCKED`)."""
     if args.json:
         return  # `blocked` in the view
+    try:
+        here = relative_to(args.root, os.getcwd())
+    except OSError:
+        here = None  # (removed already)
+    standing = set(ancestors(here)) if here else set()
     for path in result.blocked:
         try:
             mode: int | None = os.lstat(os.path.join(os.fsencode(args.root), fs_path(path))).st_mode
@@ -353,6 +358,9 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
         if path in result.edited:
             note = ("it (or the directory holding it) was edited while the rollback ran, "
                     "and keeps that edit")  # fmt: skip
+        elif path in standing and mode is not None and stat.S_ISDIR(mode):
+            note = ("the directory you are in, or one above it: kept, emptied, as git keeps "
+                    "it (cd out of it and restore again to remove it)")  # fmt: skip
         elif mode is not None and stat.S_ISDIR(mode):
             note = ("a directory holding what no restore touches (ignored or excluded files, "
                     "a FIFO, socket or device; for a checkpoint, files it never named), where "

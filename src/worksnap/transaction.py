@@ -49,6 +49,7 @@ from worksnap.plan import (
     check_selected,
     check_unchanged,
     destroys_unstored,
+    keep_standing,
     plan_restore,
     rollback_target,
     select_paths,
@@ -175,9 +176,8 @@ class Restorer:
         kept = [c for c in plan.changes if (
             c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
         )]  # fmt: skip
-        if blocked:
-            kept = sorted([*kept, *blocked], key=lambda c: c.path)
-        plan = dataclasses.replace(plan, changes=kept)
+        kept = sorted([*kept, *blocked], key=lambda c: c.path) if blocked else kept
+        plan = keep_standing(dataclasses.replace(plan, changes=kept), self._root.here())
         if selected is not None:
             check_selected(selected, current, target)
             plan = select_paths(plan, selected)
