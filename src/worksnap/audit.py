@@ -12,17 +12,17 @@ again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from worksnap.errors import SnapshotError
-from worksnap.fsio import DirTree, file_state
+from worksnap.fsio import DirTree, file_state, state_fields
 from worksnap.hash import read_file
 from worksnap.ignore import base_rules
 from worksnap.manifest import Manifest
 from worksnap.paths import Root, fs_path
 from worksnap.scan import scan_tree
-from worksnap.scanparts import DirScan, Scan, Seen, differences
+from worksnap.scanparts import DirScan, Scan, Seen
 from worksnap.sources import Tracked, tracked_below
 from worksnap.watch import Watcher
 
@@ -72,7 +72,7 @@ def audit_memory(
             return
         scanned.add(rel_dir)
         mine = memory.get(rel_dir)
-        if mine is None or not (differ := list(differences(mine.found, theirs.found))):
+        if mine is None or not (differ := list(_differences(mine.found, theirs.found))):
             return
         stale = _stale_only(mine.found, theirs.found)
         found: list[tuple[str, str]] = []
@@ -171,3 +171,29 @@ def _described(watcher: Watcher, path: str, what: str) -> str:
         if directory in (parent, path)
     ][-5:]
     return f"{path}: {what}; latest events there: {', '.join(events) or 'none'}"
+
+
+def _differences(mine: Scan, theirs: Scan) -> Iterator[tuple[str, str]]:
+    """What one directory's remembered scan says that a plain scan does not."""
+    mine_files = {rel: file_state(st) for rel, st in mine.files}
+    their_files = {rel: file_state(st) for rel, st in theirs.files}
+    for rel in sorted(mine_files.keys() | their_files.keys()):
+        if mine_files.get(rel) != their_files.get(rel):
+            remembered, found = mine_files.get(rel), their_files.get(rel)
+            yield (
+                rel,
+                (
+                    f"file state {remembered and state_fields(remembered)} remembered, "
+                    f"{found and state_fields(found)} now"
+                ),
+            )
+    for name, ours, now in (
+        ("symlinks", sorted(mine.symlinks), sorted(theirs.symlinks)),
+        ("dirs", sorted(mine.dirs), sorted(theirs.dirs)),
+        ("ignored", sorted(mine.ignored), sorted(theirs.ignored)),
+        ("large", sorted(mine.large), sorted(theirs.large)),
+        ("excluded", sorted(mine.excluded), sorted(theirs.excluded)),
+    ):
+        if ours != now:
+            for item in sorted(set(map(str, ours)) ^ set(map(str, now))):
+                yield item, f"{name}: remembered {ours != now and item in map(str, ours)}"

@@ -159,6 +159,17 @@ def ancestors(path: str) -> Iterable[str]:
         path = path.rpartition("/")[0]
 
 
+def with_parents(paths: Iterable[str]) -> set[str]:
+    """`paths` and every directory above one of them, the root ("") included."""
+    out = {""}
+    for path in paths:
+        up = path
+        while up not in out:
+            out.add(up)
+            up = up.rpartition("/")[0]
+    return out
+
+
 def under_any(path: str, paths: Container[str]) -> bool:
     """True when `path` is one of `paths` or lies below one (`ancestors`, without a generator).
 

@@ -9,7 +9,7 @@ files is entered for those files only, exactly as `git status` shows them.
 
 The walk works relative to directory descriptors (`openat`, `fstatat`), so a
 tree deeper than PATH_MAX is walked like any other: a path handed to the kernel
-is never longer than `_ANCHOR_AFTER` bytes below the directory it starts from.
+is never longer than `ANCHOR_AFTER` bytes below the directory it starts from.
 
 Two ways to do less work, each only where nothing can have hidden a change:
 
@@ -23,6 +23,7 @@ Two ways to do less work, each only where nothing can have hidden a change:
   with more than one hard link is `lstat`ed at every scan (a write through its
   other name raises no event here), and a directory created or moved in, or one
   whose watch ended, is read afresh down to its deepest file (`Changes.subtrees`).
+  A directory with nothing at or below it to look at is taken whole (`looked_at`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from worksnap.ignore import Rules, repo_rules
 from worksnap.paths import fs_path
 from worksnap.scanparts import (
     DIR,
+    DIR_FLAGS,
     FILE,
     IGNORED,
     IGNORED_DIR,
@@ -47,6 +49,7 @@ from worksnap.scanparts import (
     TRACKED_FILE,
     Anchor,
     DirScan,
+    Item,
     Scan,
     Seen,
     WalkStats,
@@ -54,14 +57,17 @@ from worksnap.scanparts import (
     add_link,
     as_remembered,
     classify,
+    looked_at,
     lstat_or_none,
     merge,
     os_name,
     patched,
+    push_subdirs,
     read_ignore_file,
     refresh,
     remembered,
     special_names,
+    taken_whole,
     tracked_kind,
 )
 from worksnap.sources import Tracked
@@ -71,11 +77,6 @@ from worksnap.written import written_alone, written_unseen
 __all__ = ["DirScan", "Each", "Scan", "WalkStats", "scan_tree"]
 
 _SPECIAL = frozenset({b".gitignore", b".git"})
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_ANCHOR_AFTER = 2048
-"""Below a directory this many bytes deep (relative to the descriptor it is reached
-from), the walk opens it and goes on relative to it: PATH_MAX is 4096."""
 
 
 def _refreshed(
@@ -122,19 +123,19 @@ def scan_tree(
             among them, and patterns): what they exclude is never captured nor entered.
         max_file_bytes: larger files are listed in `large`, not captured.
         listings: the per-directory cache, read and brought up to date (None: no cache).
-        trust_before: a listing is only kept for a directory (and its `.gitignore`)
-            whose times are older than this (ns since the epoch): one changed again
-            within the same timestamp tick would otherwise look unchanged.
-        watcher: watches every directory listed (before it is listed), so that the
-            next call can be told which ones changed.
+        trust_before: a listing is only kept for a directory (and its `.gitignore`) whose
+            times are older than this (ns since the epoch): one changed again within the
+            same timestamp tick would otherwise look unchanged.
+        watcher: watches every directory listed (before it is listed), so that the next
+            call can be told which ones changed.
         memory: what each directory contributed to the last committed scan (read only).
-        changes: what may have changed since `memory` was made (from `watcher`).
-            Any directory it does not name is taken from `memory` without a single
-            system call (its multiply-linked files aside); in one with events only
-            the named children are looked at again. None: nothing is known, every
-            directory is read.
-        remember: filled with what each directory contributed to this scan (for
-            the caller to keep as the next `memory` once it commits).
+        changes: what may have changed since `memory` was made (from `watcher`). Any
+            directory it does not name is taken from `memory` without a system call (its
+            multiply-linked files aside), with all below it when none is named there; in
+            one with events only the named children are looked at again. None: nothing
+            is known, every directory is read.
+        remember: filled with what each directory contributed to this scan (the caller
+            keeps it as the next `memory` once it commits).
         tracked: the paths git tracks (captured whatever the ignore rules say).
         stats: where to record what had to be done afresh (None: nowhere).
         check: called before each directory; it may raise to abandon the walk.
@@ -213,11 +214,7 @@ class _Walk:
     """Directories whose stats (some or all) were taken from memory."""
     new_links: bool = False
     inodes: list[set[int]] = field(default_factory=list)  # (`a_remembered_file`)
-
-
-# (relative dir, anchor, path from the anchor, rules above it, rules as cached,
-#  memory usable, expected inode or None, entered for tracked files only)
-_Item = tuple[str, Anchor, str, Rules, bool, bool, "int | None", bool]
+    looked_at: set[str] | None = None  # (None: every directory is)
 
 
 def _walk(w: _Walk) -> None:
@@ -226,7 +223,7 @@ def _walk(w: _Walk) -> None:
     old = w.listings.dirs if w.listings is not None and w.listings.base == key else {}
     fresh: dict[str, Listing] = {}
     try:
-        root_fd = os.open(w.root, _DIR_FLAGS)
+        root_fd = os.open(w.root, DIR_FLAGS)
     except OSError as exc:
         raise SnapshotError(".", f"cannot read: {exc.strerror}") from None
     root_anchor = Anchor(root_fd)
@@ -236,7 +233,9 @@ def _walk(w: _Walk) -> None:
     if w.restat_all and w.stats is not None:
         w.stats.restatted = True
     unseen = written_alone(w.changes, w.root) if not w.restat_all else set()
-    pending: list[_Item] = [("", root_anchor, "", w.rules, True, True, None, False)]
+    if w.memory and not w.restat_all and not w.changes.everything and w.each is None:
+        w.looked_at = looked_at(w.memory, w.changes)
+    pending: list[Item] = [("", root_anchor, "", w.rules, True, True, None, False)]
     everything = w.changes.everything
     subtrees = w.changes.subtrees
     try:
@@ -281,11 +280,11 @@ def _walk(w: _Walk) -> None:
 
 def _one_dir(
     w: _Walk,
-    item: _Item,
+    item: Item,
     *,
     old: dict[str, Listing],
     fresh: dict[str, Listing],
-    pending: list[_Item],
+    pending: list[Item],
     everything: bool,
     subtrees: set[str],
 ) -> None:
@@ -322,13 +321,13 @@ def _one_dir(
             else:
                 memory_hints, known, named = remembered(last, events.names | names)
                 patch = None if events.unnamed else events.names
+        if part is last and w.looked_at is not None and rel_dir not in w.looked_at:
+            for rel, whole in taken_whole(w.memory, rel_dir, last):  # nothing below to look at
+                _reused(w, rel, whole, old, fresh)
+            return
         if part is not None:
-            if w.stats is not None:
-                w.stats.reused.append(rel_dir)
-            _done(w, rel_dir, part)
-            if rel_dir in old:
-                fresh[rel_dir] = old[rel_dir]
-            _push_subdirs(pending, part, anchor, path, rules_as_cached=True, memory_ok=True)
+            _reused(w, rel_dir, part, old, fresh)
+            push_subdirs(pending, part, anchor, path, rules_as_cached=True, memory_ok=True)
             return
     # A directory the watcher saw change is listed again: its cached listing may carry
     # the same stamp (a change within one timestamp tick) and is not asked.
@@ -338,7 +337,7 @@ def _one_dir(
         if w.watcher is not None:
             # Open, watch, then list: the watch is on the very directory listed, and
             # anything created after the listing raises an event.
-            dir_fd = os.open(path or ".", _DIR_FLAGS, dir_fd=anchor.fd)
+            dir_fd = os.open(path or ".", DIR_FLAGS, dir_fd=anchor.fd)
             dir_stat = os.fstat(dir_fd)
             w.watcher.watch(rel_dir, dir_fd)
         else:
@@ -370,7 +369,7 @@ def _one_dir(
 
 def _read_dir(
     w: _Walk,
-    item: _Item,
+    item: Item,
     *,
     memory_ok: bool,
     dir_fd: int,
@@ -383,7 +382,7 @@ def _read_dir(
     named: dict[str, Seen],
     patch: set[bytes] | None,
     fresh: dict[str, Listing],
-    pending: list[_Item],
+    pending: list[Item],
 ) -> None:
     rel_dir, anchor, path, above, rules_as_cached, _, _, tracked_only = item
     prefix = f"{path}/" if path else ""
@@ -448,7 +447,7 @@ def _read_dir(
         hints = dict(cached.children) if same_rules and cached is not None else {}
         if not hints and same_source:
             hints = memory_hints  # same rules as remembered
-        own_fd = dir_fd if dir_fd >= 0 else os.open(path or ".", _DIR_FLAGS, dir_fd=anchor.fd)
+        own_fd = dir_fd if dir_fd >= 0 else os.open(path or ".", DIR_FLAGS, dir_fd=anchor.fd)
         try:
             children = classify(
                 rel_dir, own_fd, dir_rules, exclude=w.exclude, stats=w.stats, hints=hints,
@@ -541,7 +540,7 @@ def _read_dir(
         and not nested_repo
         and (events is None or b".git" not in events.names)
     )
-    _push_subdirs(
+    push_subdirs(
         pending,
         part,
         anchor,
@@ -561,40 +560,13 @@ def _done(w: _Walk, rel_dir: str, part: DirScan) -> None:
     w.visited[rel_dir] = part
 
 
-def _push_subdirs(
-    pending: list[_Item],
-    part: DirScan,
-    anchor: Anchor,
-    path: str,
-    *,
-    rules_as_cached: bool,
-    memory_ok: bool,
-    inodes: dict[str, int] | None = None,
+def _reused(
+    w: _Walk, rel_dir: str, part: DirScan, old: dict[str, Listing], fresh: dict[str, Listing]
 ) -> None:
-    """Queues the subdirectories of a directory, first one last (so it is walked first)."""
-    if not part.subdirs:
-        return
-    prefix = f"{path}/" if path else ""
-    if len(prefix) > _ANCHOR_AFTER // 4 and len(os.fsencode(prefix)) > _ANCHOR_AFTER:
-        # Deep: go on from this directory's own descriptor, so no path gets long.
-        own = Anchor(os.open(path, _DIR_FLAGS, dir_fd=anchor.fd))
-        anchor, prefix = own, ""
-    inside = part.rules
-    # Below an ignored directory: git's files only, and a gitlink's directory whole,
-    # under the rules in force where the ignored directory is.
-    whole = inside.outside or inside
-    for rel, name, tracked_only in reversed(part.subdirs):
-        rules = inside.ignore_all() if tracked_only else whole
-        anchor.users += 1
-        pending.append(
-            (
-                rel,
-                anchor,
-                prefix + name,
-                rules,
-                rules_as_cached,
-                memory_ok,
-                None if inodes is None else inodes.get(rel.rpartition("/")[2]),
-                tracked_only,
-            )
-        )
+    """A directory's part as memory has it (or refreshed): its cached listing stays good."""
+    w.from_memory.add(rel_dir)
+    if w.stats is not None:
+        w.stats.reused.append(rel_dir)
+    _done(w, rel_dir, part)
+    if rel_dir in old:
+        fresh[rel_dir] = old[rel_dir]

@@ -3,7 +3,6 @@
 `Scan` is one walk's result; `DirScan` is one directory's part of it, kept in
 memory by a long-lived capture so that a directory without events is not read
 again (`refresh` and `remembered` say what of it still holds after events).
-`differences` compares two scans of a directory (the daemon's audit).
 """
 
 from __future__ import annotations
@@ -17,11 +16,11 @@ from typing import Protocol
 
 from worksnap.errors import SnapshotError, gone, unreadable
 from worksnap.exclusion import excluded_entry
-from worksnap.fsio import Stamp, file_state, state_fields
+from worksnap.fsio import Stamp, file_state
 from worksnap.ignore import Rules
-from worksnap.paths import fs_path, is_git_name, wire_name
+from worksnap.paths import fs_path, is_git_name, wire_name, with_parents
 from worksnap.sources import Tracked
-from worksnap.watch import Events
+from worksnap.watch import Changes, Events
 
 # Kinds of child in a listing (stored in the listing cache: never change one).
 DIR, FILE, LINK, IGNORED, IGNORED_DIR, EXCLUDED = "d", "f", "l", "i", "I", "x"
@@ -236,30 +235,33 @@ def merge(into: Scan, part: Scan) -> None:
     into.excluded += part.excluded
 
 
-def differences(mine: Scan, theirs: Scan) -> Iterator[tuple[str, str]]:
-    """What one directory's remembered scan says that a plain scan does not."""
-    mine_files = {rel: file_state(st) for rel, st in mine.files}
-    their_files = {rel: file_state(st) for rel, st in theirs.files}
-    for rel in sorted(mine_files.keys() | their_files.keys()):
-        if mine_files.get(rel) != their_files.get(rel):
-            remembered, found = mine_files.get(rel), their_files.get(rel)
-            yield (
-                rel,
-                (
-                    f"file state {remembered and state_fields(remembered)} remembered, "
-                    f"{found and state_fields(found)} now"
-                ),
-            )
-    for name, ours, now in (
-        ("symlinks", sorted(mine.symlinks), sorted(theirs.symlinks)),
-        ("dirs", sorted(mine.dirs), sorted(theirs.dirs)),
-        ("ignored", sorted(mine.ignored), sorted(theirs.ignored)),
-        ("large", sorted(mine.large), sorted(theirs.large)),
-        ("excluded", sorted(mine.excluded), sorted(theirs.excluded)),
-    ):
-        if ours != now:
-            for item in sorted(set(map(str, ours)) ^ set(map(str, now))):
-                yield item, f"{name}: remembered {ours != now and item in map(str, ours)}"
+def looked_at(memory: dict[str, DirScan], changes: Changes) -> set[str]:
+    """The directories a watched walk looks at itself: any other is taken whole from memory.
+
+    Each at or above one with events or read afresh (`changes.subtrees`), one whose
+    memory does not hold as it is (a file with several links, a `.gitignore` with
+    another name), or one a subdirectory of which is not remembered as entered.
+    """
+    roots = set(changes.dirs) | changes.subtrees
+    for rel_dir, part in memory.items():
+        if part.linked or not part.reusable:
+            roots.add(rel_dir)
+        for rel, _, tracked_only in part.subdirs:
+            sub = memory.get(rel)
+            if sub is None or sub.tracked_only != tracked_only:
+                roots.add(rel_dir)
+    return with_parents(roots)
+
+
+def taken_whole(
+    memory: dict[str, DirScan], rel_dir: str, part: DirScan
+) -> Iterator[tuple[str, DirScan]]:
+    """A remembered directory and every one below it, in a walk's order (first name first)."""
+    pending = [(rel_dir, part)]
+    while pending:
+        rel_dir, part = pending.pop()
+        yield rel_dir, part
+        pending += [(rel, memory[rel]) for rel, _, _ in reversed(part.subdirs)]
 
 
 def lstat_or_none(path: str, dir_fd: int) -> os.stat_result | None:
@@ -542,3 +544,53 @@ class Anchor:
         self.users -= 1
         if self.users == 0:
             os.close(self.fd)
+
+
+Item = tuple[str, Anchor, str, Rules, bool, bool, "int | None", bool]
+"""A directory the walk has yet to look at (`scan.py`): relative dir, anchor, path from the
+anchor, rules above it, rules as cached, memory usable, expected inode or None, entered for
+tracked files only."""
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+ANCHOR_AFTER = 2048
+"""Below a directory this many bytes deep (relative to the descriptor it is reached
+from), the walk opens it and goes on relative to it: PATH_MAX is 4096."""
+
+
+def push_subdirs(
+    pending: list[Item],
+    part: DirScan,
+    anchor: Anchor,
+    path: str,
+    *,
+    rules_as_cached: bool,
+    memory_ok: bool,
+    inodes: dict[str, int] | None = None,
+) -> None:
+    """Queues the subdirectories of a directory, first one last (so it is walked first)."""
+    if not part.subdirs:
+        return
+    prefix = f"{path}/" if path else ""
+    if len(prefix) > ANCHOR_AFTER // 4 and len(os.fsencode(prefix)) > ANCHOR_AFTER:
+        # Deep: go on from this directory's own descriptor, so no path gets long.
+        own = Anchor(os.open(path, DIR_FLAGS, dir_fd=anchor.fd))
+        anchor, prefix = own, ""
+    inside = part.rules
+    # Below an ignored directory: git's files only, and a gitlink's directory whole,
+    # under the rules in force where the ignored directory is.
+    whole = inside.outside or inside
+    for rel, name, tracked_only in reversed(part.subdirs):
+        rules = inside.ignore_all() if tracked_only else whole
+        anchor.users += 1
+        pending.append(
+            (
+                rel,
+                anchor,
+                prefix + name,
+                rules,
+                rules_as_cached,
+                memory_ok,
+                None if inodes is None else inodes.get(rel.rpartition("/")[2]),
+                tracked_only,
+            )
+        )

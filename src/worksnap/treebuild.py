@@ -23,7 +23,7 @@ from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
 from worksnap.errors import WorksnapError
 from worksnap.flatbuild import Places, child_of
 from worksnap.manifest import Entry, Manifest
-from worksnap.paths import Digest
+from worksnap.paths import Digest, with_parents
 from worksnap.scanparts import DirScan
 from worksnap.store import ObjectStore
 from worksnap.tree import (
@@ -228,7 +228,7 @@ class TreeMemo:
             # A clean directory with clean subtrees is as the memo has it (every object of
             # the last build is stored): only the others, and those above them, are visited.
             gone = last.keys() - leaves.keys()
-            todo = _with_parents({d for d in order if d not in reused} | gone)
+            todo = with_parents({d for d in order if d not in reused} | gone)
             memo = {d: last[d] for d in order if d not in todo}
             order = [d for d in order if d in todo]
         for d in order:
@@ -311,17 +311,6 @@ def unchanged_dirs(
     if remember is None:
         return set()
     return {d for d, part in memory.items() if remember.get(d) is part} - dirty
-
-
-def _with_parents(dirs: set[str]) -> set[str]:
-    """`dirs` and every directory above one of them, the root ("") included."""
-    out = {""}
-    for d in dirs:
-        up = d
-        while up not in out:
-            out.add(up)
-            up = up.rpartition("/")[0]
-    return out
 
 
 def _record(memo: _Memo) -> TreeRecord:
