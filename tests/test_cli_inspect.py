@@ -395,6 +395,33 @@ def test_status_and_diff_leave_a_file_ignored_or_over_the_cap_now(
     assert code == 0 and "M  grown.bin" in out, out
 
 
+def test_status_names_a_file_changed_since_latest_that_is_ignored_now(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file `latest` holds, edited since and ignored now: no snapshot keeps its edits, and
+    a restore leaves it (`plan` shows it `!`); `status` said nothing of it (stop 43's review:
+    it read "changes since latest" with only `.gitignore`)."""
+    write(root, "notes.md", "v1\n")
+    write(root, "same.md", "kept\n")
+    assert run(capsys, root, "snapshot")[0] == 0
+    write(root, ".gitignore", "notes.md\nsame.md\n")
+    write(root, "notes.md", "v2, edited since\n")
+    code, out, err = run(capsys, root, "status")
+    assert code == 0, err
+    assert (
+        "ignored   notes.md (17 B) changed since latest, and is ignored now: not protected\n" in out
+    )
+    assert "same.md" not in out  # as the snapshot has it: nothing is lost
+    state = ok_json(capsys, root, "status")
+    assert isinstance(state, dict)
+    assert state["ignored_now"] == [{"path": "notes.md", "size": 17}]
+    assert state["changes"] == [{"op": "A", "path": ".gitignore", "from": None}]
+    (root / ".gitignore").unlink()
+    state = ok_json(capsys, root, "status")
+    assert isinstance(state, dict) and state["ignored_now"] == []  # a change again: `M`
+    assert state["changes"] == [{"op": "M", "path": "notes.md", "from": None}]
+
+
 @pytest.mark.parametrize("json_output", [False, True])
 def test_status_names_a_sessions_automatic_snapshots_never_no_snapshot_yet(
     root: Path,

@@ -57,6 +57,7 @@ def status_state(
     store's daemon about itself (None: none runs).
     """
     from worksnap import autostart, journal
+    from worksnap.diff import restored
     from worksnap.errors import InputError, ManifestError
     from worksnap.layout import StorePaths, belongs_elsewhere
     from worksnap.storedir import StoreDir
@@ -79,7 +80,10 @@ def status_state(
     except InputError:
         latest = None  # only automatic snapshots so far
     # (A checkpoint: against the tree with its before-images put back, as `diff` compares.)
-    changes = ws.diff(latest.id, now=current)[0] if latest is not None else []
+    plan = ws.plan_restore(latest, now=current) if latest is not None else None
+    changes = restored(plan) if plan is not None else []
+    # Held by `latest`, changed since, ignored now: no snapshot keeps what it holds now.
+    ignored_now = [(r.path, r.size) for r in plan.unprotected if r.why == "ignored"] if plan else []
     cap = ws.max_file_bytes
     config = ws.config()
     decision = autostart.decide(ws.root, ws.store_dir)
@@ -94,7 +98,7 @@ def status_state(
     state = views.status_view(
         root=ws.root, found=found, store=ws.store_dir, store_exists=exists,
         session=session, mine=mine, everyone=everyone, store_bytes=size,
-        latest=latest, changes=changes, large=large, max_file_bytes=cap,
+        latest=latest, changes=changes, large=large, ignored_now=ignored_now, max_file_bytes=cap,
         daemon=daemon(), daemon_configured=config.daemon,
         daemon_start=(decision.mode, decision.start, decision.reason), recovery_pending=pending,
         restore_running=running, unreadable=unreadable,
@@ -138,6 +142,10 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
         size = human_bytes(item["size"]) if item["size"] is not None else "?"
         lines.append(f"large     {display(item['path'])} ({size}) is over the {cap} cap: "
                      "not protected")  # fmt: skip
+    for item in state["ignored_now"]:
+        size = f" ({human_bytes(item['size'])})" if item["size"] is not None else ""
+        lines.append(f"ignored   {display(item['path'])}{size} changed since latest, and is "
+                     "ignored now: not protected")  # fmt: skip
     lines.append("")
     if latest is None and state["unreadable"]:
         lines.append("no readable snapshot to compare with (see the warnings: worksnap verify)")

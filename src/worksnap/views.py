@@ -237,6 +237,7 @@ def status_view(
     large: list[tuple[str, int | None]],
     max_file_bytes: int,
     daemon: dict[str, Any] | None,
+    ignored_now: list[tuple[str, int | None]] | None = None,
     daemon_configured: bool | None,
     daemon_start: tuple[str, bool, str],
     recovery_pending: bool,
@@ -249,6 +250,8 @@ def status_view(
     process (then `recovery_pending` is False: nothing was interrupted). `unreadable`:
     a line for each snapshot that could not be read (added later). `newest`: the session's
     newest snapshot, automatic ones too (`latest` is the newest of the others; added later).
+    `ignored_now`: files `latest` holds, changed since, that the ignore rules leave out now
+    (a restore leaves them, no snapshot keeps them; added later).
     """
     return {
         "root": root,
@@ -263,6 +266,7 @@ def status_view(
         "newest": {"id": mine[0].id, "kind": mine[0].kind} if mine else None,
         "max_file_bytes": max_file_bytes,
         "large": [{"path": path, "size": size} for path, size in large],
+        "ignored_now": [{"path": path, "size": size} for path, size in ignored_now or []],
         "daemon": {
             **daemon_status_view(daemon),
             "configured": daemon_configured,

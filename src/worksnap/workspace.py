@@ -470,15 +470,15 @@ class Workspace:
             return compare_trees(*trees, self.store.read), read  # skips equal subtrees
         if ref2 is None:
             now = now or self.capture(store_objects=False)
-            return restored(self._restorer.plan(self.load(ref), paths=None, session=self.session,
-                                                current=now)), read  # fmt: skip
+            return restored(self.plan_restore(self.load(ref), now=now)), read
         return compare(*self._catalog.whole(self.load(ref), self.load(ref2))), read
 
     # -- restore -------------------------------------------------------------
 
     def plan_restore(
-        self, target: Manifest, *, paths: Sequence[PathArg] | None = None, to: PathArg | None = None
-    ) -> Plan:
+        self, target: Manifest, *, paths: Sequence[PathArg] | None = None,
+        to: PathArg | None = None, now: Manifest | None = None,
+    ) -> Plan:  # fmt: skip
         """Previews what restoring `target` would change; writes nothing but the stat cache.
 
         For a checkpoint, the target is every path captured in it or in a later
@@ -491,6 +491,7 @@ class Workspace:
                 it) and what lies below them.
             to: preview `restore_to(target, to)`: what it writes (every change `D`),
                 refusing what it refuses (`extract.plan_extract`).
+            now: the tree to compare with (a `capture`): then never refused, as `diff` is not.
 
         Raises:
             InputError: a path that neither the target nor the workspace has.
@@ -499,7 +500,7 @@ class Workspace:
             return plan_extract(target, os.fspath(to), root=self._root, store_dir=self.store_dir,
                                 paths=paths)[0]  # fmt: skip
         self._settings()
-        return self._restorer.plan(target, paths=paths, session=self.session)
+        return self._restorer.plan(target, paths=paths, session=self.session, current=now)
 
     def restore(self, ref: str, *, paths: Sequence[str | os.PathLike[str]] | None = None) -> Result:
         """Restores the snapshot `ref` names (only `paths` and below), as `apply` does.
