@@ -49,6 +49,13 @@ def hinted(out: str, verb: str) -> list[str]:
     return shlex.split(found.group(1))
 
 
+def snapshotted(root: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """`path` written under `root`, then a snapshot taken from `root` (the current directory)."""
+    write(root, path, "a")
+    monkeypatch.chdir(root)
+    assert worksnap("snapshot")[0] == 0
+
+
 def test_the_undo_and_redo_hints_reach_the_session_and_store_they_were_run_with(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,9 +111,7 @@ def test_restore_to_from_a_subdirectory_says_the_directory_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "proj"
-    write(root, "sub/a.txt", "a")
-    monkeypatch.chdir(root)
-    assert worksnap("snapshot")[0] == 0
+    snapshotted(root, monkeypatch, "sub/a.txt")
     monkeypatch.chdir(root / "sub")
     code, out, err = worksnap("--json", "restore", "latest", "--to", "../../out", "--dry-run")
     assert code == 0, err
@@ -127,9 +132,7 @@ def test_a_restore_keeps_the_directory_it_runs_in_emptied_as_git_does(
     the one above it (it removed them: the shell stood in a removed directory, and the
     hinted `worksnap undo` failed there; stop 43's review). The preview says so."""
     root = tmp_path / "ws"
-    write(root, "a.txt", "a")
-    monkeypatch.chdir(root)
-    assert worksnap("snapshot")[0] == 0
+    snapshotted(root, monkeypatch, "a.txt")
     write(root, "new/sub/x.txt", "x")
     monkeypatch.chdir(root / "new" / "sub")
     code, out, _ = worksnap("--json", "plan", "latest")
@@ -154,9 +157,7 @@ def test_after_the_current_directory_was_removed_the_root_still_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "ws"
-    write(root, "a.txt", "a")
-    monkeypatch.chdir(root)
-    assert worksnap("snapshot")[0] == 0
+    snapshotted(root, monkeypatch, "a.txt")
     write(root, "new/sub/x.txt", "x")
     assert worksnap("snapshot")[0] == 0
     monkeypatch.chdir(root / "new" / "sub")
