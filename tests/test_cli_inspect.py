@@ -403,8 +403,9 @@ def test_status_names_a_file_changed_since_latest_that_is_ignored_now(
     it read "changes since latest" with only `.gitignore`)."""
     write(root, "notes.md", "v1\n")
     write(root, "same.md", "kept\n")
+    write(root, "build/p", "built\n")
     assert run(capsys, root, "snapshot")[0] == 0
-    write(root, ".gitignore", "notes.md\nsame.md\n")
+    write(root, ".gitignore", "notes.md\nsame.md\nbuild/\n")
     write(root, "notes.md", "v2, edited since\n")
     code, out, err = run(capsys, root, "status")
     assert code == 0, err
@@ -416,6 +417,11 @@ def test_status_names_a_file_changed_since_latest_that_is_ignored_now(
     assert isinstance(state, dict)
     assert state["ignored_now"] == [{"path": "notes.md", "size": 17}]
     assert state["changes"] == [{"op": "A", "path": ".gitignore", "from": None}]
+    (root / "build" / "p").unlink()  # (a review: it was called changed, and not protected)
+    code, out, _ = run(capsys, root, "status")
+    gone = "ignored   build/p deleted since latest, and is ignored now: a restore leaves it "
+    assert code == 0 and gone + "deleted\n" in out, out
+    write(root, "build/p", "built\n")
     (root / ".gitignore").unlink()
     state = ok_json(capsys, root, "status")
     assert isinstance(state, dict) and state["ignored_now"] == []  # a change again: `M`

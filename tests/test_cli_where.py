@@ -144,13 +144,42 @@ def test_a_restore_keeps_the_directory_it_runs_in_emptied_as_git_does(
     assert sorted(p.name for p in (root / "new").rglob("*")) == ["sub"]  # x.txt went
     kept = (
         "left as it is: the directory you are in, or one above it: kept, emptied, as git "
-        "keeps it (cd out of it and restore again to remove it)"
+        "keeps it, so the restore is not finished here: cd out of it and restore again "
+        "(it removes the directory, or writes the snapshot's file in its place)"
     )
     assert err.splitlines() == [f"worksnap: warning: {d} {kept}" for d in ("new", "new/sub")]
     assert hinted(out, "undo") == ["undo"]  # where the user stands: found from here
     code, out, err = worksnap("undo", "--yes")
     assert code == 0, err
     assert (root / "new" / "sub" / "x.txt").read_text() == "x"
+
+
+def test_from_a_directory_where_the_snapshot_has_a_file_status_and_diff_say_it_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`latest` has a file `a`; a directory stands there now, and the user stands in it.
+    `status` and `diff` compare: they say the file went, wherever they run (a review: from
+    there they said "nothing changed", the restore's kept directory applied to them). A
+    restore from there keeps the directory, so the file is not written, and says so."""
+    root = tmp_path / "ws"
+    snapshotted(root, monkeypatch, "a")
+    (root / "a").unlink()
+    (root / "a" / "sub").mkdir(parents=True)
+    changes = [{"op": "D", "path": "a", "from": None}]
+    for here in (root, root / "a" / "sub"):
+        monkeypatch.chdir(here)
+        code, out, _ = worksnap("--json", "status")
+        assert code == 0 and json.loads(out)["changes"] == changes, here
+        code, out, _ = worksnap("diff", "latest")
+        assert code == 0 and "deleted file mode" in out, here
+    code, _, err = worksnap("restore", "latest", "--yes")
+    assert code == 0 and (root / "a" / "sub").is_dir()
+    assert "a left as it is: the directory you are in" in err and "not finished here" in err
+    code, out, _ = worksnap("--json", "status")
+    assert json.loads(out)["changes"] == changes  # not finished: still differs
+    monkeypatch.chdir(root)
+    assert worksnap("restore", "latest", "--yes")[0] == 0
+    assert (root / "a").read_text() == "a"
 
 
 def test_after_the_current_directory_was_removed_the_root_still_works(

@@ -143,9 +143,12 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
         lines.append(f"large     {display(item['path'])} ({size}) is over the {cap} cap: "
                      "not protected")  # fmt: skip
     for item in state["ignored_now"]:
-        size = f" ({human_bytes(item['size'])})" if item["size"] is not None else ""
-        lines.append(f"ignored   {display(item['path'])}{size} changed since latest, and is "
-                     "ignored now: not protected")  # fmt: skip
+        if item["size"] is None:  # (`latest` keeps it: `worksnap cat latest PATH`)
+            what = "deleted since latest, and is ignored now: a restore leaves it deleted"
+        else:
+            what = f"({human_bytes(item['size'])}) changed since latest, and is ignored now: "
+            what += "not protected"
+        lines.append(f"ignored   {display(item['path'])} {what}")
     lines.append("")
     if latest is None and state["unreadable"]:
         lines.append("no readable snapshot to compare with (see the warnings: worksnap verify)")

@@ -360,7 +360,9 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
                     "and keeps that edit")  # fmt: skip
         elif path in standing and mode is not None and stat.S_ISDIR(mode):
             note = ("the directory you are in, or one above it: kept, emptied, as git keeps "
-                    "it (cd out of it and restore again to remove it)")  # fmt: skip
+                    "it, so the restore is not finished here: cd out of it and restore again "
+                    "(it removes the directory, or writes the snapshot's file in its "
+                    "place)")  # fmt: skip
         elif mode is not None and stat.S_ISDIR(mode):
             note = ("a directory holding what no restore touches (ignored or excluded files, "
                     "a FIFO, socket or device; for a checkpoint, files it never named), where "

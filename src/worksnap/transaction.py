@@ -125,17 +125,20 @@ class Restorer:
     ) -> Plan:
         """Previews what restoring `target` would change; writes nothing but the stat cache.
 
-        `current`: the tree now, to compare with (`diff`, `status`: never refused).
+        `current`: the tree now, to compare with (`diff`, `status`: never refused, and
+        nothing kept for where it runs: `plan.keep_standing`).
 
         Raises:
             RecoveryPending: a restore was interrupted: never preview a half-restored tree.
         """
         if current is None:
             refuse_preview(self._files)
+        here = self._root.here() if current is None else None  # (a comparison: all of it)
         selected = self._root.selection(paths)  # the root named: the whole tree, as no paths
         if current is None or current.max_file_bytes != self._cap(target):
             current = self._capture.capture(store_objects=False, max_file_bytes=self._cap(target))
-        return self._plan(current, *self._full_target(current, target, session), selected)
+        plan = self._plan(current, *self._full_target(current, target, session), selected)
+        return keep_standing(plan, here)
 
     def _cap(self, target: Manifest) -> int:
         """The size cap a restore of `target` captures with: never below the target's own.
@@ -177,7 +180,7 @@ class Restorer:
             c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
         )]  # fmt: skip
         kept = sorted([*kept, *blocked], key=lambda c: c.path) if blocked else kept
-        plan = keep_standing(dataclasses.replace(plan, changes=kept), self._root.here())
+        plan = dataclasses.replace(plan, changes=kept)
         if selected is not None:
             check_selected(selected, current, target)
             plan = select_paths(plan, selected)
@@ -223,7 +226,8 @@ class Restorer:
             current = self._capture.capture(
                 store_objects=store_objects, max_file_bytes=self._cap(target)
             )
-        return self._plan(current, *self._full_target(current, target, session), selected)
+        plan = self._plan(current, *self._full_target(current, target, session), selected)
+        return keep_standing(plan, self._root.here())  # (as git keeps the directory it runs in)
 
     def _restore(
         self,
@@ -299,16 +303,10 @@ class Restorer:
         """Applies `plan` from state `pre` (the lock is held): verify, record, journal, apply."""
         unchanged = verified(plan, pre, self._store.check, self._capture.stat_record)
         pre = self._catalog.save(pre, session, built=self._capture.trees.stored(pre))
-        journal = Journal(
-            target=plan.target.id,
-            pre_restore=pre.id,
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            session=session,
-            paths=[c.path for c in plan.changes],
-            kind=pre.kind,
-            modes=dir_modes(self._root.path, plan),
-        )
+        journal = Journal(target=plan.target.id, pre_restore=pre.id, pid=os.getpid(),
+                          host=socket.gethostname(), session=session, kind=pre.kind,
+                          paths=[c.path for c in plan.changes],
+                          modes=dir_modes(self._root.path, plan))  # fmt: skip
         self._files.write(self._paths.journal, msgspec.json.encode(journal))
         try:
             result = self._apply_plan(
