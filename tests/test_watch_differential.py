@@ -282,9 +282,16 @@ def test_a_watched_workspace_matches_a_plain_capture(
         root, store=tmp_path / "store", watch=True, seams=flaky.seams, exclude=EXCLUDE
     ) as ws:
         assert ws.watching
+
+        def snapshot() -> Manifest:
+            taken = ws.snapshot()
+            # The bytes the record and the snapshot say, as the trees built add them up.
+            assert ws.total_bytes(taken) == sum(e.size or 0 for e in taken.entries)
+            return taken
+
         walk(
             root, git_dir, global_excludes, outside, STEPS * 5 // 10, SEED,
-            snapshot=ws.snapshot,
+            snapshot=snapshot,
             plain=plain,
             flaky=flaky,
             label="watched workspace",
@@ -411,6 +418,7 @@ def test_the_daemon_matches_a_plain_capture(repo: tuple[Path, Path, Path], tmp_p
             }
             last_plain[:] = [expected]
             if {k: taken[k] for k in summary} == summary:
+                assert taken["bytes"] == sum(e.size or 0 for e in expected.entries)
                 return expected  # the same tree digest: entries and directories agree
             _, shown = run("--json", "show", taken["id"])
             return decode_manifest(shown, "show --json")

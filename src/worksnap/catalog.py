@@ -401,7 +401,9 @@ class Catalog:
             stored[name] = digest
         return stored
 
-    def save(self, manifest: Manifest, session: str, *, built: Loose | None = None) -> Manifest:
+    def save(
+        self, manifest: Manifest, session: str, *, built: tuple[Loose, int] | None = None
+    ) -> Manifest:
         """Stores a new snapshot of `session`: its trees, then its record.
 
         The record holds the count of paths changed since the session's previous full
@@ -411,14 +413,16 @@ class Catalog:
         Args:
             manifest: the snapshot.
             session: the session it belongs to.
-            built: its left-out paths no tree holds, when the capture stored its trees
-                (`manifest.tree` is then the root tree's digest); None: build them here.
+            built: its left-out paths no tree holds, and its files' bytes, when the capture
+                stored its trees (`manifest.tree` is then the root tree's digest); None:
+                build them here.
 
         Returns:
             The snapshot as stored: `manifest` with `tree` its root tree's digest.
         """
         if built is not None:
-            tree, loose = Digest(manifest.tree), built
+            tree, (loose, total) = Digest(manifest.tree), built
+            self._total = (tree, total)
         else:
             tree, loose = from_flat(Flat.of(manifest), self._store.add_tree)
         stored = manifest if manifest.tree == tree else msgspec.structs.replace(manifest, tree=tree)

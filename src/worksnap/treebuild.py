@@ -134,6 +134,10 @@ class TreeMemo:
             names = self._files[parent] = {c.name: c.digest.hex() for c in files}
         return names.get(name)
 
+    def root_bytes(self) -> int:
+        """The bytes of the files of the last build (as `Manifest.entries` add up)."""
+        return self._dirs[""][1].bytes
+
     @property
     def size(self) -> int:
         """How many directories the last `build` had."""
@@ -348,7 +352,7 @@ class CaptureTrees:
         self._caches = caches
         self.memo = TreeMemo(children=children)
         self._made = nodes.add if nodes is not None and children else None
-        self._built: tuple[str, Loose] | None = None
+        self._built: tuple[str, Loose, int] | None = None
 
     def build(
         self, flat: Flat, store_objects: bool, swept: bool, *,
@@ -389,7 +393,7 @@ class CaptureTrees:
             new = {**memo.new, **latest} if memo.new else memo.new
             caches.add_trees(new, lambda: {**memo.records(), **latest}, memo.size)
         if store_objects:
-            self._built = (root, loose)
+            self._built = (root, loose, memo.root_bytes())
         return root
 
     def previous(self, rel: str) -> str | None:
@@ -399,13 +403,14 @@ class CaptureTrees:
     def _add_tree(self, digest: Digest, data: bytes) -> None:
         self._store.add_tree(digest, data, base=self.memo.bases.get(digest))
 
-    def stored(self, manifest: Manifest) -> Loose | None:
-        """What a captured manifest's stored trees leave out (None: not known to be stored).
+    def stored(self, manifest: Manifest) -> tuple[Loose, int] | None:
+        """What a captured manifest's stored trees leave out, and its files' bytes.
 
-        Given to `Catalog.save`, it spares building the trees again.
+        None: not known to be stored. Given to `Catalog.save`, it spares building the
+        trees again, and adding up every file's size.
         """
         built = self._built
-        return built[1] if built is not None and built[0] == manifest.tree else None
+        return built[1:] if built is not None and built[0] == manifest.tree else None
 
 
 LAST_ROOT = b""
