@@ -161,8 +161,9 @@ def verified(
     unchanged); anything at a path that held nothing (a directory there was removed by
     an earlier step) is a change; nothing there, or a file with another name, is not.
     """
-    touched = {c.path for c in plan.changes}
-    entries = {e.path: e for e in pre.entries if e.path in touched}
+    # Looked up, not a pass over every entry: a restore's cost grows with what it changes.
+    at = ((c.path, entry_at(pre.entries, c.path)) for c in plan.changes)
+    entries = {path: entry for path, entry in at if entry is not None}
     for entry in [*(c.entry for c in plan.changes), *entries.values()]:
         if entry is not None and entry.hash is not None:
             size = check(entry.hash)  # a piece at a time: any size (None: not checked)
