@@ -29,6 +29,7 @@ LEVELS: dict[str, int] = {
     "progress": 0,
     "gitindex": 0,
     "storedir": 0,
+    "storeplace": 0,
     "packcodec": 0,
     "objectindex": 0,
     "multipack": 0,

@@ -8,7 +8,9 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -610,7 +612,55 @@ def test_a_second_member_of_the_group_works_in_a_group_shared_store(tmp_path: Pa
     refused = subprocess.run([*member, "snapshot"], capture_output=True, text=True, env=env,
                              timeout=300, check=False)  # fmt: skip
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
-    assert refused.stderr.rstrip().endswith("lock.gate'"), refused.stderr
+    assert refused.stderr.rstrip().endswith("lock.gate: Permission denied"), refused.stderr
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temporary folder any user may reach (pytest's own are their maker's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="worksnap-open-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def test_a_new_store_lets_no_other_user_read_what_it_holds(open_tmp: Path) -> None:
+    """A store holds a copy of every file captured, a private one too: made as the umask
+    left it (0755, packs 0644), any user read a 0600 file's bytes through it, with
+    `worksnap cat` or from the packs (stop 44's review). Its folder is its maker's alone
+    (in a git work tree too); folders above it are as the umask leaves them."""
+    tmp_path = open_tmp
+    root = tmp_path / "project"
+    write(root, "creds.txt", "token=SECRET\n")
+    (root / "creds.txt").chmod(0o600)
+    init = subprocess.run(["git", "init", "-q", str(root)], capture_output=True, check=False)
+    umask = os.umask(0o022)
+    try:
+        with Workspace(root) as ws:
+            ws.snapshot()
+            git_store = Path(ws.store_dir)
+        with Workspace(root, store=tmp_path / "a" / "b" / "store") as ws:
+            ws.snapshot()
+    finally:
+        os.umask(umask)
+    if init.returncode == 0:
+        assert git_store == root / ".git" / "worksnap"
+    for store in (git_store, tmp_path / "a" / "b" / "store"):
+        assert store.stat().st_mode & 0o777 == 0o700, store
+    assert (tmp_path / "a" / "b").stat().st_mode & 0o777 == 0o755
+    other = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+             "--bounding-set", "-dac_override,-dac_read_search,-fowner"]  # fmt: skip
+    for store in (git_store, tmp_path / "a" / "b" / "store"):
+        env = {**os.environ, "WORKSNAP_NO_DAEMON": "1"}
+        done = subprocess.run(
+            [*other, sys.executable, "-m", "worksnap", "--root", str(root), "--store",
+             str(store), "cat", "latest", "creds.txt"],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode != 0 and "SECRET" not in done.stdout, done
+        assert "Permission denied" in done.stderr and done.stderr.count("\n") == 1, done.stderr
 
 
 def test_gc_on_a_full_disk_says_where_and_what_to_do(

@@ -52,6 +52,7 @@ from worksnap.client import (
 from worksnap.clientctx import ClientInput, Context, RWLock, client_output, private_fs, stopped_by
 from worksnap.layout import StorePaths, store_location
 from worksnap.stopsignals import came
+from worksnap.storeplace import make_store_dir
 
 if TYPE_CHECKING:
     from worksnap.workspace import Workspace
@@ -115,15 +116,14 @@ def spawn(root: str, store_dir: str, *, idle: float, force: bool, why: str = "")
 
     `why` goes to the daemon's status (how it came to be started).
     """
-    os.makedirs(store_dir, exist_ok=True)
+    make_store_dir(store_dir)
     argv = [sys.executable, "-c", _SERVE, "--root", root, "--store", store_dir]
     argv += ["--force"] if force else []
     argv += ["daemon", "serve", "--idle", str(idle)]
     from worksnap.storedir import StoreDir
 
-    # Opened here, through the store's descriptor: a `daemon.log` that is a link or a
-    # FIFO is refused, never followed. Appended to, never truncated: a daemon started
-    # at the same time (the one that wins the socket) may be writing to it (a review).
+    # Opened through the store's descriptor: a `daemon.log` that is a link or a FIFO is
+    # refused. Appended to: a daemon started at once (the socket's winner) may write it.
     files = StoreDir(store_dir)
     try:
         files.trim(files.paths.daemon_log, keep=64 * 1024)  # (else it grows for ever)
@@ -510,7 +510,7 @@ def serve(root: str, store_dir: str, *, idle: float, run: Runner) -> None:
     `run` runs one command line (the CLI's own entry point) with workspaces from the pool.
     Also stops when its socket is removed or replaced, or on SIGTERM.
     """
-    os.makedirs(store_dir, exist_ok=True)
+    make_store_dir(store_dir)
     path = StorePaths(store_dir).socket
     if request(store_dir, "status") is not None:
         raise OSError(f"a daemon is already running for {store_dir}")

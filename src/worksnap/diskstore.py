@@ -5,9 +5,8 @@ read checks the bytes against their digest. Each pack is written by one process
 only and published by writing its index last, so snapshots running side by side
 never see each other's half-written objects and need no lock between them.
 A snapshot (format 2) is its tree objects, stored like any object, and then its
-record (`snapshots/<id>.json`, plain JSON; diskrecords.py) once they are flushed: a
-record's presence means the snapshot is complete. An older worksnap's store holds format 1
-manifests and summaries, read until migration.py makes each trees and a record.
+record (`snapshots/<id>.json`, plain JSON; diskrecords.py) once they are flushed: a record's
+presence means the snapshot is complete. Format 1 manifests last until migration.py.
 """
 
 from __future__ import annotations
@@ -415,6 +414,8 @@ class DiskStore(SnapshotFiles):
         except FileNotFoundError:
             raise ObjectError(digest, self._missing()) from None
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # (writing out the buffer, to read)
+                raise  # a full disk, said as such: nothing read is damaged
             raise ObjectError(digest, f"unreadable: {exc.strerror}") from None
         if hasher.hexdigest() != digest:
             raise ObjectError(digest, _DAMAGED)

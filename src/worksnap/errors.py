@@ -96,6 +96,12 @@ class SnapshotError(WorksnapError):
 
     exit_code = 1
 
+    @classmethod
+    def unwritable(cls, store: str, exc: OSError) -> SnapshotError:
+        """The store could not be written: a full disk says what to do, as elsewhere."""
+        where = f"{shown(exc.filename)}: " if isinstance(exc.filename, str) else ""
+        return cls("", f"cannot write the store {store}: {where}{_reason(exc)}")
+
     def __init__(self, path: str, reason: str, *, changing: bool = False) -> None:
         super().__init__(f"{shown(path)}: {reason}" if path else reason)
         self.path = path
@@ -338,15 +344,21 @@ def _api(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except OSError as exc:
             where = exc.filename if isinstance(exc.filename, str) else ""
-            reason = exc.strerror or str(exc)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 # (the system may name no file for a full disk: a review saw the bare
                 # words; one that names a record said nothing of what to do either)
                 where = where or (str(getattr(args[0], "store_dir", "")) if args else "")
-                reason = f"{reason}: free some space, then run the command again"
-            raise FileSystemError(where, reason) from exc
+            raise FileSystemError(where, _reason(exc)) from exc
 
     return cast(_Method, call)
+
+
+def _reason(exc: OSError) -> str:
+    """Why a system call failed, in words; for a full disk, also what to do."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{reason}: free some space, then run the command again"
+    return reason
 
 
 def api_errors(cls: _Class) -> _Class:

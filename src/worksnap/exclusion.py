@@ -181,7 +181,7 @@ def exclusion_root(
             and patterns.
         configured: rules of the store's config: paths relative to the root, and patterns.
         taken: paths (wire form, never patterns) that the store takes up besides
-            `store_rel`: a link on the way to it (`storedir.resolve_store`).
+            `store_rel`: a link on the way to it (`storeplace.resolve_store`).
 
     Raises:
         InputError: a path outside the root, or a pattern worksnap does not take.

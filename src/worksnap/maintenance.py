@@ -208,7 +208,9 @@ class Maintenance:
                     # A dry run counts the same sweep's plan: its numbers are the run's.
                     removed, freed_bytes = self._store.sweep(live, merge=True, dry_run=dry_run)
             except SweepStopped as stop:
-                raise FileSystemError(self._files.path, _stopped(stop, len(dropped))) from None
+                if stop.left_bytes:  # (else only small packs stay unmerged: an economy)
+                    raise FileSystemError(self._files.path, _stopped(stop, len(dropped))) from None
+                removed, freed_bytes = stop.removed, stop.freed
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from worksnap.errors import InputError, StoreError
 from worksnap.fsio import released_with, write_all
 from worksnap.layout import TEMP_MARK, StorePaths
-from worksnap.paths import relative_to
+from worksnap.storeplace import make_store_dir
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -41,7 +41,8 @@ _LOCK = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | o
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # What the umask leaves, as git does: 0644 and 0755 under the usual 022; under a team's
 # 002 in a setgid folder, every member of the group works in the store (a review found
-# the second member refused at the store lock, `lock.gate`).
+# the second member refused at the store lock, `lock.gate`). Elsewhere the store's own
+# folder lets no one else in (`storeplace.make_store_dir`).
 FILE_MODE = 0o666
 DIR_MODE = 0o777
 
@@ -170,7 +171,7 @@ class StoreDir:
         opened: list[int] = []
         try:
             if create and not os.path.isdir(self.path):
-                os.makedirs(self.path, exist_ok=True)
+                make_store_dir(self.path)
             held = self._root()
             fd = held.fd
             for depth, name in enumerate(parts[:-1]):
@@ -547,52 +548,3 @@ class _Held:
     def __init__(self, fd: int, identity: tuple[int, int]) -> None:
         self.fd, self.identity = fd, identity
         released_with(self, os.close, fd)
-
-
-def resolve_store(root: str, store: str) -> tuple[str, set[str]]:
-    """Resolves a store path once; returns it and the paths of the root it takes up.
-
-    A store may be reached through a symlink (`.worksnap -> /elsewhere/store`): the
-    link is part of the store's path, so it is never captured, restored or removed,
-    like the store itself. A link inside the root that a restore could change (one
-    on the way to the store, or one that leads back into the root) is refused: the
-    next command would find another store, or none, and strand its journal.
-
-    Args:
-        root: the workspace root (absolute, resolved).
-        store: the store path as given (absolute).
-
-    Returns:
-        The resolved store directory, and the relative wire paths of the root that
-        are the store's (the directory itself, the link that leads to it).
-
-    Raises:
-        InputError: the store is, or holds, the root, or a restore could move it.
-    """
-    real = os.path.realpath(store)
-    if real == root or root.startswith(real.rstrip("/") + "/"):
-        # A restore would treat the store's own files as workspace files.
-        raise InputError(f"store {store} must not be the root or contain it")
-    taken: set[str] = set()
-    parts = [part for part in store.split("/") if part]
-    current = "/"
-    for depth, part in enumerate(parts):
-        candidate = os.path.join(current, part)
-        if not os.path.islink(candidate):
-            current = candidate
-            continue
-        current = os.path.realpath(candidate)
-        link = relative_to(root, candidate)
-        if link is None:
-            continue  # a link outside the root: no restore changes it
-        if depth < len(parts) - 1 or current == root or relative_to(root, current) is not None:
-            raise InputError(
-                f"store {store} is reached through the link {link} inside the root, which "
-                f"a restore could change (or remove): name the store by its real path "
-                f"({real}) or keep it outside the root"
-            )
-        taken.add(link)  # the last link, leading out of the root: it stands for the store
-    inside = relative_to(root, real)
-    if inside is not None:
-        taken.add(inside)
-    return real, taken

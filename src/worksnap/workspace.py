@@ -53,7 +53,7 @@ from worksnap.paths import fs_path, real_root, relative_to
 from worksnap.plan import Plan
 from worksnap.progress import Progress, Reporter
 from worksnap.scan import scan_tree
-from worksnap.storedir import resolve_store
+from worksnap.storeplace import resolve_store
 from worksnap.transaction import Restorer
 from worksnap.watch import Watcher
 
@@ -359,7 +359,7 @@ class Workspace:
                     raise
                 self.store.sweep_abandoned()  # packs of snapshots killed before publishing
         except OSError as exc:
-            raise SnapshotError("", f"cannot write the store {self.store_dir}: {exc}") from None
+            raise SnapshotError.unwritable(self.store_dir, exc) from None
         try:
             self._maintenance.apply_configured_retention(config.retention, self.warnings.append)
         except (WorksnapError, OSError) as exc:
