@@ -190,6 +190,14 @@ def relative_to(root: str, path: str) -> str | None:
     return wire_name(rel)
 
 
+def cwd_below(root: str) -> str | None:
+    """The current directory relative to `root` (wire form), when below it; else None."""
+    try:
+        return relative_to(root, os.getcwd())
+    except OSError:
+        return None  # removed already
+
+
 @dataclass(frozen=True, slots=True)
 class Root:
     """A workspace root and what is never captured nor touched in it.
@@ -277,10 +285,7 @@ class Root:
         A restore keeps it, and the directories above it, where it would remove them
         (`plan.keep_standing`).
         """
-        try:
-            return relative_to(self.path, os.getcwd())
-        except OSError:
-            return None  # removed already
+        return cwd_below(self.path)
 
     def special(self, rel: str) -> bool:
         """True when a FIFO, socket or device is at `rel` now (never captured: excluded).

@@ -31,7 +31,7 @@ from worksnap.output import (
     styled,
     warn,
 )
-from worksnap.paths import ancestors, fs_path, relative_to
+from worksnap.paths import ancestors, cwd_below, fs_path
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
@@ -345,10 +345,7 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
     """One line for each path a restore, rollback or recovery left as it is (`Op.BLOCKED`)."""
     if args.json:
         return  # `blocked` in the view
-    try:
-        here = relative_to(args.root, os.getcwd())
-    except OSError:
-        here = None  # (removed already)
+    here = cwd_below(args.root)
     standing = set(ancestors(here)) if here else set()
     for path in result.blocked:
         try:
