@@ -191,10 +191,9 @@ def keep_standing(plan: Plan, here: str | None) -> Plan:
     What they hold still goes: they are left empty, as git (2.36 and later) leaves the
     directory it runs in, so that a shell standing there is not left in a removed one.
     """
-    standing = set(ancestors(here)) if here else set()
     changes = [
         Change(Op.BLOCKED, c.path, c.entry, was_dir=True)
-        if c.was_dir and c.path in standing and c.op in (Op.ADDED, Op.MODIFIED)
+        if c.was_dir and here and is_under(here, c.path) and c.op in (Op.ADDED, Op.MODIFIED)
         else c
         for c in plan.changes
     ]

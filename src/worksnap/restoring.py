@@ -31,7 +31,7 @@ from worksnap.output import (
     styled,
     warn,
 )
-from worksnap.paths import ancestors, cwd_below, fs_path
+from worksnap.paths import cwd_below, fs_path, is_under
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
@@ -346,7 +346,6 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
     if args.json:
         return  # `blocked` in the view
     here = cwd_below(args.root)
-    standing = set(ancestors(here)) if here else set()
     for path in result.blocked:
         try:
             mode: int | None = os.lstat(os.path.join(os.fsencode(args.root), fs_path(path))).st_mode
@@ -355,7 +354,7 @@ def _warn_blocked(args: argparse.Namespace, result: Result) -> None:
         if path in result.edited:
             note = ("it (or the directory holding it) was edited while the rollback ran, "
                     "and keeps that edit")  # fmt: skip
-        elif path in standing and mode is not None and stat.S_ISDIR(mode):
+        elif here and is_under(here, path) and mode is not None and stat.S_ISDIR(mode):
             note = ("the directory you are in, or one above it: kept, emptied, as git keeps "
                     "it, so the restore is not finished here: cd out of it and restore again "
                     "(it removes the directory, or writes the snapshot's file in its "
