@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from worksnap.errors import InputError, StoreError
 from worksnap.fsio import released_with, write_all
 from worksnap.layout import TEMP_MARK, StorePaths
-from worksnap.storeplace import make_store_dir
+from worksnap.storeplace import DIR_MODE, make_store_dir
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -44,7 +44,6 @@ _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # the second member refused at the store lock, `lock.gate`). Elsewhere the store's own
 # folder lets no one else in (`storeplace.make_store_dir`).
 FILE_MODE = 0o666
-DIR_MODE = 0o777
 
 KIB = 1 << 10
 MIB = 1 << 20

@@ -13,6 +13,9 @@ import stat
 from worksnap.errors import InputError
 from worksnap.paths import relative_to
 
+DIR_MODE = 0o777
+"""A store's folders: what the umask leaves (`storedir.FILE_MODE` says why)."""
+
 
 def make_store_dir(path: str) -> None:
     """Makes the store's own folder, if missing: only its maker may enter it.
@@ -27,7 +30,7 @@ def make_store_dir(path: str) -> None:
     os.makedirs(parent, exist_ok=True)
     shared = os.stat(parent).st_mode & stat.S_ISGID
     with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o777 if shared else 0o700)  # (0o777: as `storedir.DIR_MODE`)
+        os.mkdir(path, DIR_MODE if shared else 0o700)
 
 
 def resolve_store(root: str, store: str) -> tuple[str, set[str]]:

@@ -57,7 +57,8 @@ from worksnap.remote.transport import (
     is_key,
     probe_transport,
 )
-from worksnap.storedir import DIR_MODE, FILE_MODE, kind_of
+from worksnap.storedir import FILE_MODE, kind_of
+from worksnap.storeplace import DIR_MODE
 
 _LOCK_STRIPES = 256
 _LOCK_TIMEOUT = 30.0
@@ -67,7 +68,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # A team's shared folder (setgid, umask 002) is written by every member, as git's
 # core.sharedRepository and restic allow: new files and folders take what the umask
-# leaves (`storedir.FILE_MODE`, `DIR_MODE`, as the store's), and a lock is opened for
+# leaves (`storedir.FILE_MODE`, `storeplace.DIR_MODE`, as the store's), and a lock is opened for
 # reading (flock needs no more), so a member may lock another's stripe file.
 _LOCK_FLAGS = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _LOCKS = ".locks"
