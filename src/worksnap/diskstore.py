@@ -36,6 +36,7 @@ from worksnap.packcodec import (
     PackWriter,
     Recent,
     Slot,
+    base_bytes,
     compress,
     decode_rows,
     format_problem,
@@ -199,7 +200,6 @@ class DiskStore(SnapshotFiles):
                 index.add(digest, self._writer)
                 self._find.added(digest)
         self._index, self._damaged = index, damaged
-        self._recent.clear()
         return index
 
     def reading_few(self) -> None:
@@ -285,8 +285,7 @@ class DiskStore(SnapshotFiles):
 
     def add_tree(self, digest: Digest, data: bytes, *, base: str | None = None) -> bool:
         """Stores a tree object as `add` does, without counting it in `added`."""
-        # A small object is never stored loose: the index alone answers for it.
-        index = self._load_index()
+        index = self._load_index()  # (a small object is never loose: the index answers)
         if digest in index.present() or (len(data) >= SMALL and self.has(digest)):
             return False
         if len(data) >= SMALL:
@@ -294,8 +293,7 @@ class DiskStore(SnapshotFiles):
             return True
         base, base_data = self._base_for(digest, base)
         frame, used = compress(data, base_data)
-        if self._writer is None:
-            self._writer = PackWriter(self.files)
+        self._writer = self._writer or PackWriter(self.files)
         self._writer.append(digest, frame, len(data), base if used else None)
         index.add(digest, self._writer)
         self._find.added(digest)
@@ -308,8 +306,10 @@ class DiskStore(SnapshotFiles):
         links = sound_chain(base, self._find) if base is not None and base != digest else []
         if not links:
             return None, None  # not packed, or its chain is damaged (verify's to report)
-        base = links[len(links) // 2][0] if len(links) > MAX_CHAIN else links[-1][0]
-        return base, self._readable(base)
+        links = links[: len(links) // 2 + 1] if len(links) > MAX_CHAIN else links
+        with self._lock:  # (as `read` does, from the chain just walked)
+            data = base_bytes(links, self._find, self._stored, self._recent)
+        return (links[-1][0], data) if data is not None else (None, None)
 
     def add_file(self, digest: Digest, path: str | bytes, rel: str, *, dir_fd: int | None) -> bool:
         """Stores a large file by streaming it; True when it was new.

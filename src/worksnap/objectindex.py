@@ -52,7 +52,10 @@ class Finder:
             self._found = _holding(self._index.keys(), wanted)
         if (held := self._found.get(key)) is None:
             held = self._found[key] = [d for d in self._index if d.startswith(key)]
-        found = {*held, *self._added.get(key, ())}
+        added = self._added.get(key)
+        if added is None and len(held) == 1:  # (asked at every link of every chain)
+            return held[0], self._index[held[0]]
+        found = {*held, *(added or ())}
         if len(found) > 1:
             raise ValueError(f"its base prefix {key} names more than one object")
         return (digest := found.pop(), self._index[digest]) if found else None
