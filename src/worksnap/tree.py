@@ -19,6 +19,7 @@ nothing here knows about packs. `treewalk.py` reads trees back.
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -368,13 +369,15 @@ def _encodable(text: str) -> bool:
 # -- splitting ----------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 15)
 def _boundary(name: str, level: int, mask: int = BOUNDARY_MASK) -> bool:
     """True when a node may end after `name`: a hash of the name hits the mask.
 
     BLAKE3 of the name's UTF-8 bytes (behind one byte `level` above level 0, so each
     index level cuts independently); bits clear in the first byte. Not crc32: it is
     linear, and `icon-00001.svg`, `icon-00002.svg`, ... hit it in long periodic runs
-    (gaps of 600 names where 16 are expected). 0.5 us a name, only in split directories.
+    (gaps of 600 names where 16 are expected). 2.5 us a name, only in split directories;
+    remembered, so a split directory encoded again pays it only for its new names.
     """
     data = name.encode("utf-8")
     if level:
