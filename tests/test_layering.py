@@ -66,6 +66,7 @@ LEVELS: dict[str, int] = {
     "watch": 2,
     "scan": 2,
     "scanparts": 2,
+    "carry": 2,
     "written": 2,
     "audit": 2,
     "differences": 2,

@@ -39,7 +39,7 @@ import pytest
 
 from tests.coarse_fs import coarse_fs, coarse_tmp  # noqa: F401
 from tests.compat.gitrun import GIT, clean_git_env, init_repo
-from tests.watchops import Ops
+from tests.watchops import Ops, records_hold
 from worksnap import Workspace, client, daemon
 from worksnap.apply import Result, apply_plan
 from worksnap.errors import SnapshotError
@@ -287,6 +287,7 @@ def test_a_watched_workspace_matches_a_plain_capture(
             taken = ws.snapshot()
             # The bytes the record and the snapshot say, as the trees built add them up.
             assert ws.total_bytes(taken) == sum(e.size or 0 for e in taken.entries)
+            records_hold(ws, root, taken)  # the stat records carried over are the tree's
             return taken
 
         walk(

@@ -8,6 +8,7 @@ every ignore-rule source (`.gitignore` anywhere, `info/exclude`, the global
 excludes file), `git add -f` of an ignored file, `git rm -r --cached` of a directory, a
 directory made a nested repository and made none again, and whole-second mtimes set with
 `os.utime`. Each op returns a short description, so a failure can say what led to it.
+`records_hold` checks a watched capture's stat records against the tree.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+from worksnap import Workspace
+from worksnap.fsio import file_state
+from worksnap.manifest import Manifest
 
 NAMES = ["a", "b", "src", "lib", "build", "docs", "x y", "n\u00e9", "deep", "keep"]
 FILES = ["main.py", "util.py", "a.log", "keep.log", "b.o", "README", "data.bin", "z", ".hidden"]
@@ -497,3 +502,21 @@ class Ops:
         second = st.st_mtime_ns // 10**9 * 10**9
         os.utime(path, ns=(second, second))
         return f"utime whole second {path}"
+
+
+def records_hold(ws: Workspace, root: Path, taken: Manifest) -> tuple[int, int]:
+    """Asserts each stat record is of a file `taken` holds, with its digest if it is as then.
+
+    A record may be older than its file's state (a hard link made elsewhere moves the
+    ctime with no event where the file is): then it vouches for nothing. Returns how
+    many records are of files as they are now, and how many there are.
+    """
+    table = ws._capture._caches.stat_table()
+    files = {e.path: e.hash for e in taken.entries if e.type == "file"}
+    assert table.keys() <= files.keys(), sorted(table.keys() - files.keys())
+    now = 0
+    for rel, (state, digest) in table.items():
+        if state == file_state(os.lstat(root / rel)):
+            assert digest == files[rel], rel
+            now += 1
+    return now, len(table)

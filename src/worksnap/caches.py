@@ -404,9 +404,13 @@ class Caches:
         self._trees_new.update(new)
         self._unsaved = True
 
-    def replace_stat_table(self, table: StatTable) -> None:
-        """Takes `table` as the stat cache (what the last capture could vouch for)."""
-        self._unsaved |= table != self._stat
+    def replace_stat_table(self, table: StatTable, *, changed: bool | None = None) -> None:
+        """Takes `table` as the stat cache (what the last capture could vouch for).
+
+        `changed`: whether it differs from the one it replaces, when the caller knows
+        (else it is compared, record by record).
+        """
+        self._unsaved |= table != self._stat if changed is None else changed
         read, self._stat_read = self._stat_read, None
         if read is not None and self._stat_saved is read and not stat_changes(read, table):
             # Nothing for a log record: what is stored but the records of paths gone, and

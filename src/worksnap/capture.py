@@ -19,7 +19,7 @@ import gc as cyclic_gc
 import itertools
 import os
 import time
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -29,6 +29,7 @@ import msgspec
 
 from worksnap.audit import audit_memory
 from worksnap.caches import Caches, Listings, StatRecord, StatTable
+from worksnap.carry import Kept, carried_stats, records, renewed, resorted
 from worksnap.errors import ConflictError, SnapshotError, Vanished
 from worksnap.fsio import (
     COARSE_TICK_NS,
@@ -164,6 +165,10 @@ class Capture:
         self._memory_tracked: Tracked | None = None
         self._has_links = False
         self._kept: dict[str, Kept] = {}  # per directory: its files' entries, as last made
+        self._carried: StatTable | None = None  # the stat table made of them all, if one is
+        self._links: list[str] = []  # the paths of the last capture's symlinks
+        self.carried_over = (False, False)
+        """Whether the last look carried over the stat table, and the entries' order."""
         self._last_capture: Manifest | None = None
         self._last_stored = False
         self._subtrees: Subtrees = lambda path, digest: None  # the last committed capture's
@@ -355,15 +360,26 @@ class Capture:
             if not tick and any(is_coarse_stamp(stamp) for stamp in fresh_stamps):
                 self._caches.record_tick(COARSE_TICK_NS)  # the caller captures again
         cache = self._caches.stat_table()
-        fresh: StatTable = {}
         packed = self._store.indexed()
         entries, total, before = list[Entry](), len(found.files), self._kept
         # A directory the scan took whole from memory keeps its entries and stat records,
         # unless a sweep may have taken their objects (or the last capture stored none).
         whole = not swept and (self._last_stored or not store_objects)
+        # Their records are carried in the last table, the others' taken out (and made
+        # below, as without it), when the table is the one their `Kept`s were made with.
+        carried = (
+            carried_stats(cache, before, remember)
+            if whole and remember is not None and cache is self._carried
+            else None
+        )
+        fresh: StatTable = carried if carried is not None else {}
         kept: dict[str, Kept] = {}
         parts = remember.items() if remember is not None else ()
         groups = [(d, part.found.files) for d, part in parts] or [("", found.files)]
+        # The entries made anew, when every path is one of the last capture's (`resorted`).
+        renewals: list[Entry] | None = (
+            [] if carried is not None and len(groups) == len(before) else None
+        )
         dirty, made, whole_dirs = set[str](), list[Entry](), set[str]()
         # (where entries were made again, and those; the directories taken whole)
         done = misses = 0
@@ -373,7 +389,8 @@ class Capture:
                 was = before.get(d)
                 if remember is not None and was is not None and was.part is remember[d] and whole:
                     entries += was.entries
-                    fresh.update(was.stats)
+                    if carried is None:
+                        fresh.update(was.stats)
                     kept[d] = was
                     whole_dirs.add(d)
                     done += len(files)
@@ -430,17 +447,30 @@ class Capture:
                         self._report("hash", done, total)
                 entries += mine
                 made += mine
+                if renewals is not None:
+                    renewals = renewed(mine, was, renewals)
                 if remember is not None and len(mine) == len(files):  # (Kept: one per file)
-                    kept[d] = Kept(remember[d], mine, _records(files, fresh, was))
+                    kept[d] = Kept(remember[d], mine, records(files, fresh, was))
         links = [Entry(path=rel, type="symlink", mode=mode, target=target)
                  for rel, target, mode in found.symlinks]  # fmt: skip
         entries += links
-        entries.sort(key=attrgetter("path"))
+        again = (
+            resorted(self._last_capture.entries, renewals + links)
+            if renewals is not None
+            and self._last_capture is not None
+            and [e.path for e in links] == self._links
+            else None
+        )
+        if again is None:
+            entries.sort(key=attrgetter("path"))
+        entries = again or entries
+        self.carried_over = (carried is not None, again is not None)
         found.files.clear()  # its stats are done with (a group may hold it): memory at 200k
         flat = Flat(entries, sorted(found.dirs), sorted(found.ignored), sorted(found.large),
                     sorted(found.excluded))  # fmt: skip
         clean = unchanged_dirs(self._memory, remember, dirty)  # for the trees: see there
-        self._caches.replace_stat_table(fresh)
+        same = carried is not None and len(whole_dirs) == len(groups) == len(before)
+        self._caches.replace_stat_table(fresh, changed=None if carried is None else not same)
         current = Manifest(
             version=VERSION,
             id=new_id(),
@@ -467,6 +497,8 @@ class Capture:
             self._memory_tracked = tracked
             self._has_links = any(part.linked for part in remember.values())
             self._kept = kept
+            self._links = [e.path for e in links]
+            self._carried = fresh if len(kept) == len(groups) else None  # (all its records)
             self._last_capture = current
             self._last_stored = store_objects  # a preview's digests may have no objects
             self._subtrees = subtrees_of(current, self.trees.memo.digests())
@@ -541,41 +573,6 @@ class Capture:
         elif store_objects and st.st_size >= SMALL:
             self._store.add_file(digest, raw, rel, dir_fd=dir_fd)
         return digest, st
-
-
-@dataclass(frozen=True, slots=True)
-class Kept:
-    """What a watched capture made of one directory's files, taken whole while its scan is."""
-
-    part: DirScan
-    """The directory's scan they were made from: the very object while nothing changed there."""
-    entries: list[Entry]
-    """One per file of `part.found.files`, in that order."""
-    stats: list[tuple[str, StatRecord]]  # the stat cache records of those that had one
-
-    def reusable(self, stored: Container[str] | None) -> dict[str, tuple[Seen, Entry]]:
-        """Each file's stat and entry by path (with `stored`: those whose object it holds)."""
-        return {
-            rel: (seen, entry)
-            for (rel, seen), entry in zip(self.part.found.files, self.entries, strict=True)
-            if stored is None or entry.hash in stored
-        }
-
-
-def _records(
-    files: list[tuple[str, Seen]], fresh: StatTable, was: Kept | None
-) -> list[tuple[str, StatRecord]]:
-    """The stat records of `files` in `fresh`: a pair `was` holds (in that order) is kept."""
-    olds, i = was.stats if was is not None else [], 0
-    found: list[tuple[str, StatRecord]] = []
-    for rel, _ in files:
-        if (record := fresh.get(rel)) is None:
-            continue
-        while i < len(olds) and olds[i][0] < rel:
-            i += 1
-        same = i < len(olds) and olds[i][0] == rel and olds[i][1] is record
-        found.append(olds[i] if same else (rel, record))
-    return found
 
 
 @dataclass(frozen=True, slots=True)
