@@ -377,9 +377,8 @@ class Capture:
         parts = remember.items() if remember is not None else ()
         groups = [(d, part.found.files) for d, part in parts] or [("", found.files)]
         # The entries made anew, when every path is one of the last capture's (`resorted`).
-        renewals: list[Entry] | None = (
-            [] if carried is not None and len(groups) == len(before) else None
-        )
+        same_dirs = carried is not None and len(groups) == len(before)
+        renewals: list[Entry] | None = [] if same_dirs else None
         dirty, made, whole_dirs = set[str](), list[Entry](), set[str]()
         # (where entries were made again, and those; the directories taken whole)
         done = misses = 0
@@ -395,12 +394,16 @@ class Capture:
                     whole_dirs.add(d)
                     done += len(files)
                     continue
-                reusable = was.reusable(packed if store_objects else None) if was else {}
+                reusable = was.reusable() if was else {}
                 mine: list[Entry] = []
                 for i, (rel, seen) in enumerate(files):
                     done += 1
                     prev = reusable.get(rel)
-                    if prev is not None and prev[0] is seen:
+                    if (
+                        prev is not None
+                        and prev[0] is seen
+                        and (not store_objects or prev[1].hash in packed)
+                    ):
                         # The very stat of the last capture: a watched, quiet file.
                         mine.append(prev[1])
                         if (hit := cache.get(rel)) is not None:
@@ -450,7 +453,7 @@ class Capture:
                 if renewals is not None:
                     renewals = renewed(mine, was, renewals)
                 if remember is not None and len(mine) == len(files):  # (Kept: one per file)
-                    kept[d] = Kept(remember[d], mine, records(files, fresh, was))
+                    kept[d] = Kept(remember[d], mine, records(files, fresh))
         links = [Entry(path=rel, type="symlink", mode=mode, target=target)
                  for rel, target, mode in found.symlinks]  # fmt: skip
         entries += links

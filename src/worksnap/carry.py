@@ -12,7 +12,7 @@ the entries in path order from the last capture's when the paths are the same (s
 from __future__ import annotations
 
 import bisect
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -31,29 +31,17 @@ class Kept:
     """One per file of `part.found.files`, in that order."""
     stats: list[tuple[str, StatRecord]]  # the stat cache records of those that had one
 
-    def reusable(self, stored: Container[str] | None) -> dict[str, tuple[Seen, Entry]]:
-        """Each file's stat and entry by path (with `stored`: those whose object it holds)."""
+    def reusable(self) -> dict[str, tuple[Seen, Entry]]:
+        """Each file's stat and entry by path."""
         return {
             rel: (seen, entry)
             for (rel, seen), entry in zip(self.part.found.files, self.entries, strict=True)
-            if stored is None or entry.hash in stored
         }
 
 
-def records(
-    files: list[tuple[str, Seen]], fresh: StatTable, was: Kept | None
-) -> list[tuple[str, StatRecord]]:
-    """The stat records of `files` in `fresh`: a pair `was` holds (in that order) is kept."""
-    olds, i = was.stats if was is not None else [], 0
-    found: list[tuple[str, StatRecord]] = []
-    for rel, _ in files:
-        if (record := fresh.get(rel)) is None:
-            continue
-        while i < len(olds) and olds[i][0] < rel:
-            i += 1
-        same = i < len(olds) and olds[i][0] == rel and olds[i][1] is record
-        found.append(olds[i] if same else (rel, record))
-    return found
+def records(files: list[tuple[str, Seen]], fresh: StatTable) -> list[tuple[str, StatRecord]]:
+    """The stat records of `files` in `fresh`, in their order."""
+    return [(rel, record) for rel, _ in files if (record := fresh.get(rel)) is not None]
 
 
 def carried_stats(
