@@ -158,3 +158,14 @@ def child_of(name: str, entry: Entry) -> Child:
     except ValueError:
         raise ManifestError("flat manifest", f"file {entry.path!r} has a bad hash") from None
     return File(name=name, mode=entry.mode, size=entry.size, digest=digest)
+
+
+def same_file(child: Child, entry: Entry) -> bool:
+    """True when `child` is a file and `child_of(child.name, entry)` would equal it."""
+    return (
+        type(child) is File
+        and entry.type == "file"
+        and entry.size == child.size
+        and entry.mode == child.mode
+        and entry.hash == child.digest.hex()
+    )

@@ -21,7 +21,7 @@ from blake3 import blake3
 
 from worksnap.caches import TREE_CACHE_VERSION, Caches, TreeRecord, TreeTable
 from worksnap.errors import WorksnapError
-from worksnap.flatbuild import Places, child_of
+from worksnap.flatbuild import Places, child_of, same_file
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest, with_parents
 from worksnap.scanparts import DirScan
@@ -215,11 +215,14 @@ class TreeMemo:
                 hit = last.get(parent)
                 kids = hit[0][0] if hit is not None and hit[0] is not None else ()
                 old = olds[parent] = {c.name: c for c in kids}
-            child = child_of(name, entry)
             was = old.get(name)
             # The same child as last built: that object (a directory's unchanged files are
-            # not held twice while its new tree is built, nor after).
-            leaves[parent].append(was if was == child else child)
+            # not held twice while its new tree is built, nor after; a file's is known
+            # without making the new one).
+            if was is None or not same_file(was, entry):
+                child = child_of(name, entry)
+                was = was if was == child else child
+            leaves[parent].append(was)
         loose = places.left_outs(flat, skip=reused)
         memo: dict[str, _Memo] = {}
         built: dict[str, Built] = {}
