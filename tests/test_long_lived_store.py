@@ -12,7 +12,9 @@ import pytest
 import worksnap
 from tests.conftest import tick, write
 from worksnap import Workspace
+from worksnap.diskstore import DiskStore
 from worksnap.flatbuild import from_flat
+from worksnap.hash import hash_bytes
 from worksnap.manifest import Manifest
 from worksnap.treewalk import Flat
 from worksnap.workspace import Seams
@@ -113,6 +115,42 @@ def test_watched_preview_then_gc_then_snapshot(root: Path, tmp_path: Path) -> No
         same(taken, root, tmp_path)
     r = cli(root, store, "verify")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def rot(store: Path, digest: str) -> None:
+    """Flips a byte in the middle of a packed object's frame (bit rot on disk)."""
+    disk = DiskStore(str(store))
+    try:
+        slot = disk._load_index()[digest]
+    finally:
+        disk.close()
+    pack = store / "packs" / f"{slot.pack}.pack"
+    data = bytearray(pack.read_bytes())
+    data[slot.offset + slot.stored // 2] ^= 0xFF
+    pack.write_bytes(bytes(data))
+
+
+def test_after_a_repair_a_long_lived_workspace_stores_alone(root: Path, tmp_path: Path) -> None:
+    """A new version is never stored against a chain through a copy `verify --repair` took out.
+
+    The workspace checked the bytes of the version that rots while it ran; the repair (in
+    another process, as `verify` advises) makes it read the indexes again and drop them,
+    so the next version's base is read from disk, found damaged, and it is stored alone.
+    """
+    store = tmp_path / "store"
+    text = "".join(f"line {i} of a file two agents edit\n" for i in range(400))
+    versions = [(text + f"edit {k}\n" * (k + 1)).encode() for k in range(4)]
+    with Workspace(root, store=store, watch=True) as ws:
+        for data in versions[:3]:  # each stored against the one before
+            (root / "a.txt").write_bytes(data)
+            ws.snapshot()
+        rot(store, hash_bytes(versions[1]))
+        repaired = cli(root, store, "verify", "--repair")
+        assert "taken as not stored" in repaired.stdout, repaired.stdout + repaired.stderr
+        (root / "a.txt").write_bytes(versions[3])
+        newest = ws.snapshot().id
+    found = cli(root, store, "verify", newest)
+    assert found.returncode == 0, found.stdout + found.stderr
 
 
 _LOOP = """

@@ -200,6 +200,7 @@ class DiskStore(SnapshotFiles):
                 index.add(digest, self._writer)
                 self._find.added(digest)
         self._index, self._damaged = index, damaged
+        self._recent.clear()  # a copy checked before may be found damaged since (a repair)
         return index
 
     def reading_few(self) -> None:
@@ -225,10 +226,9 @@ class DiskStore(SnapshotFiles):
 
     def _readable(self, digest: str) -> bytes | None:
         """An object's checked bytes, or None if it cannot be read."""
-        try:
+        with contextlib.suppress(ObjectError):
             return self.read(digest)
-        except ObjectError:
-            return None
+        return None
 
     def problems(self) -> list[str]:
         """A line for each pack index that does not decode (snapshots store again its objects)."""
