@@ -16,6 +16,7 @@ to back, index [[hex digest, offset, size], ...]) are read as they are.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from array import array
@@ -364,8 +365,10 @@ def base_bytes(
     """
     try:
         data = rebuild(links[-1][0], lookup, stored, recent, links)
-    except (ValueError, OSError):
-        return None  # damaged, or moved by a merge since (the new object is stored alone)
+    except (ValueError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # a full disk (writing out the pack to read from it), said as such
+        return None  # damaged, unreadable, or moved by a merge since: stored alone
     return data if blake3(data).hexdigest() == links[-1][0] else None
 
 
