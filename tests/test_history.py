@@ -604,15 +604,13 @@ def test_undo_goes_past_a_checkpoint_whose_file_would_replace_a_directory_it_can
         assert ws.undo().restored == ["a"]
 
 
-@pytest.mark.xfail(strict=True, reason="the planner reads the .gitignore it cannot restore")
 def test_undo_after_a_turn_made_the_gitignore_larger_than_the_cap(root: Path) -> None:
-    """Found for the undo differential walk, and left: the turn made `.gitignore` larger
-    than the cap and then `new.log`, which only its before-image ignores. The rewind
-    leaves `.gitignore` as it is (large now), yet the planner decides by that
-    before-image what the rewind removes, so `new.log` stays; `checkpoint_changes`
-    counts it, and undo goes to the checkpoint to restore nothing, every time. Either
-    the planner should decide by the rules the rewind leaves in force (`new.log` goes)
-    or the fast path should skip the checkpoint (nothing to undo)."""
+    """Found for the undo differential walk: the turn made `.gitignore` larger than the
+    cap and then `new.log`, which only its before-image ignores. The rewind leaves
+    `.gitignore` as it is (large now, in no snapshot), so `new.log` is not ignored after
+    it: the planner decided by the before-image, kept `new.log`, and undo went to the
+    checkpoint to restore nothing, every time. It decides by the rules the rewind
+    leaves in force: `new.log` goes."""
     write(root, ".gitignore", "*.log\n")
     with Workspace(root, max_file_bytes=64) as ws:
         ws.begin()
@@ -620,11 +618,50 @@ def test_undo_after_a_turn_made_the_gitignore_larger_than_the_cap(root: Path) ->
         write(root, ".gitignore", "# " + "x" * 98 + "\n")  # over the cap: large now
         ws.capture_before(["new.log"])
         write(root, "new.log", "made by the turn\n")
-        try:
-            plan = ws.plan_undo()
-        except InputError:
-            return  # nothing to undo: fine
-        assert plan.applies, [(c.op.value, c.path) for c in plan.changes]
+        plan = ws.plan_undo()
+        assert [(c.op.value, c.path) for c in plan.changes] == [("A", "new.log")]
+        assert ws.undo().restored == ["new.log"]
+        assert not (root / "new.log").exists()
+        assert (root / ".gitignore").read_text().startswith("# xx")  # in no snapshot: left
+        with pytest.raises(InputError):
+            ws.plan_undo()  # nothing left to undo
+
+
+def test_a_restore_decides_by_the_gitignore_it_leaves_in_force(root: Path) -> None:
+    """A `.gitignore` over the cap now is in no snapshot, so a restore leaves it: what its
+    rules do not ignore, and the target lacks, goes, though the target's `.gitignore`
+    ignored it. One the target holds that ignores itself now is left too: its rules,
+    read from the tree, keep what they ignore."""
+    write(root, ".gitignore", "*.log\n")
+    write(root, "sub/.gitignore", "*.tmp\n")
+    with Workspace(root, max_file_bytes=64) as ws:
+        first = ws.snapshot()
+        write(root, ".gitignore", "# " + "x" * 98 + "\n")  # over the cap: left as it is
+        write(root, "new.log", "no rule ignores me now\n")
+        write(root, "sub/.gitignore", "/.gitignore\n*.tmp\n*.keep\n")  # ignores itself
+        write(root, "sub/a.keep", "ignored by the rules left in force\n")
+        write(root, "sub/b.tmp", "ignored either way\n")
+        plan = ws.plan_restore(first)
+        assert [(c.op.value, c.path) for c in plan.changes] == [("A", "new.log")]
+        assert ws.restore(first.id).restored == ["new.log"]
+        assert (root / "sub/a.keep").exists() and (root / "sub/b.tmp").exists()
+        assert ws.plan_restore(first).changes == []
+
+
+def test_a_restore_waits_on_no_fifo_left_where_a_gitignore_was(root: Path) -> None:
+    """A FIFO where a `.gitignore` was (never captured, so left as it is) is no rule file,
+    as git reads none there: the plan does not wait on it, and removes what the target
+    lacks that its `.gitignore` ignored."""
+    write(root, "f/.gitignore", "*.log\n")
+    with Workspace(root) as ws:
+        first = ws.snapshot()
+        (root / "f/.gitignore").unlink()
+        os.mkfifo(root / "f/.gitignore")
+        write(root, "f/new.log", "no rule ignores me now\n")
+        plan = ws.plan_restore(first)
+        assert [(c.op.value, c.path) for c in plan.changes] == [
+            ("B", "f/.gitignore"), ("A", "f/new.log")  # (a FIFO is never replaced)
+        ]  # fmt: skip
 
 
 def test_a_capture_after_an_undo_is_undone_as_the_turn_s_not_past_it(root: Path) -> None:

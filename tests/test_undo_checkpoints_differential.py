@@ -5,10 +5,10 @@ rewind to it changes something now, without planning it: it compares the paths t
 checkpoints know, leaves out what the capture now leaves out, and memoizes answers by
 the later checkpoints that captured something. The slow and obvious answer plans the
 rewind as `restore` does (`Workspace.plan_restore`: `checkpoint_rewind`, then the planner
-with the target's ignore rules, its size cap and the protections) and asks whether the
-plan holds a change a restore makes. A `B` (blocked) change is listed and never made: a
-plan of only those restores nothing (`restore` runs no apply for it, keeps no
-pre-restore snapshot, pushes no redo frame), so an undo that went there would say
+with the ignore rules the rewind leaves in force, its size cap and the protections) and
+asks whether the plan holds a change a restore makes. A `B` (blocked) change is listed
+and never made: a plan of only those restores nothing (`restore` runs no apply for it,
+keeps no pre-restore snapshot, pushes no redo frame), so an undo that went there would say
 "restored 0 paths" and go there again next time. README: undo goes back to "the newest
 [snapshot] whose files or directories differ from the tree now (ignored, large and
 excluded paths do not count, since no restore changes them); a checkpoint counts as
@@ -27,13 +27,9 @@ session, the fast answer is compared with the slow one, and what `plan_undo` tar
 with the newest snapshot or checkpoint (older than the last undo's target, undo and redo
 snapshots never) whose planned rewind changes something.
 
-Left out: a `.gitignore` over the size cap. A checkpoint's rewind target has the
-before-image of a `.gitignore` the turn made larger than the cap, which the rewind leaves
-as it is (large now); the planner still decides by that before-image what the rewind
-removes, so a file the turn made that it ignores stays, and undo goes to the checkpoint
-to restore nothing. tests/test_history.py holds it as a strict xfail
-(`test_undo_after_a_turn_made_the_gitignore_larger_than_the_cap`) until one of the two
-is decided to be wrong.
+A `.gitignore` over the size cap is in no snapshot, so a rewind leaves it as it is: the
+planner decides by the rules the rewind leaves in force (`plan.target_ignores`; found by
+this walk, `test_undo_after_a_turn_made_the_gitignore_larger_than_the_cap`).
 
 Derandomized: `WORKSNAP_UNDO_STEPS` (default 400) and `WORKSNAP_UNDO_SEED` (default 1)
 choose the walk; every `EPISODE` steps it goes on in a new session (and a new
@@ -185,7 +181,7 @@ class Walk:
         full = self.root / path
         try:
             if op in ("write", "large"):
-                _write(full, rng.randbytes(_size(op, path, rng)))
+                _write(full, _content(op, path, rng))
             elif op == "gitignore":
                 _write(full, _rules(rng))
             elif op == "delete":
@@ -218,7 +214,7 @@ class Walk:
         full = self.root / path
         try:
             if op in ("write", "large", "ignored"):
-                _write(full, rng.randbytes(_size(op, path, rng)))
+                _write(full, _content(op, path, rng))
             elif op == "gitignore":
                 if rng.random() < 0.2 and full.is_file():
                     full.unlink()
@@ -364,9 +360,11 @@ def _rows(plan: Plan) -> str:
     return "[" + ", ".join(f"{c.op.value} {c.path}" for c in plan.changes) + "]"
 
 
-def _size(op: str, path: str, rng: random.Random) -> int:
-    """Over the smallest cap for a large write; never for a `.gitignore` (see the top)."""
-    return 100 if op == "large" and not path.endswith(".gitignore") else rng.randrange(0, 8)
+def _content(op: str, path: str, rng: random.Random) -> bytes:
+    """Over the smallest cap for a large write: a `.gitignore`'s rules, then a long comment."""
+    if op == "large" and path.endswith(".gitignore"):
+        return _rules(rng) + b"# " + b"x" * 98 + b"\n"
+    return rng.randbytes(100 if op == "large" else rng.randrange(0, 8))
 
 
 def _rules(rng: random.Random) -> bytes:

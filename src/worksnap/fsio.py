@@ -303,15 +303,19 @@ class DirTree:
         os.close(self._root)
 
 
-def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
-    """Up to `limit` bytes of a regular file (links followed); None if there is none.
+def read_regular(
+    path: str | os.PathLike[str] | bytes, limit: int, *, dir_fd: int | None = None
+) -> bytes | None:
+    """Up to `limit` bytes of a regular file; None if there is none.
 
     For the files git reads that a tree can hold or name (`.git` files, `commondir`,
     `info/exclude`, `.gitignore`): opened without blocking and checked, so that a FIFO
     there never hangs a command and a link to `/dev/zero` is never read without end.
+    Links are followed, but for a name in `dir_fd`: a symlink there is no file.
     """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(path, flags if dir_fd is None else flags | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -326,3 +330,13 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def read_in_tree(root: str, rel: str, limit: int) -> bytes | None:
+    """`read_regular` of the file at `rel` (wire path) below `root`, reached without a symlink."""
+    parent, _, name = rel.rpartition("/")
+    try:
+        with DirTree(root) as tree:
+            return read_regular(fs_path(name), limit, dir_fd=tree.dir_fd(parent))
+    except OSError:
+        return None

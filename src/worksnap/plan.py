@@ -12,10 +12,11 @@ from dataclasses import dataclass, field, replace
 
 from worksnap.differences import Differences, flat_differences
 from worksnap.errors import ConflictError, InputError
+from worksnap.fsio import read_in_tree
 from worksnap.ignore import Rules, ignore_checker
 from worksnap.manifest import Entry, Manifest, entry_at, parse_time, tree_digest
 from worksnap.paths import ancestors, is_under, under_any
-from worksnap.sources import Tracked
+from worksnap.sources import MAX_RULE_BYTES, Tracked
 
 
 class Op(enum.Enum):
@@ -317,23 +318,38 @@ Probe = Callable[[str], "tuple[int, int] | None"]
 
 
 def target_ignores(
-    target: Manifest, rules: Rules, tracked: Tracked | None, read: Callable[[Entry], bytes]
+    target: Manifest,
+    rules: Rules,
+    tracked: Tracked | None,
+    read: Callable[[Entry], bytes],
+    *,
+    current: Manifest,
+    root: str,
 ) -> Callable[[str, bool], bool]:
-    """`ignored(path, is_dir)` under the target's ignore rules (`plan_restore`'s, less exclusions).
+    """`ignored(path, is_dir)` under the rules a restore of `target` leaves in force.
 
-    The target's `.gitignore` files over the rules read now (`rules`), and git's index now
-    (`tracked`): a directory git tracks whole (a gitlink) that the target captured is
-    entered as the scan entered it, so the target holds everything that was in it and what
-    is there now and not in the target came since. What the target lists as ignored is
-    ignored (entered for git's files only when it was taken, such a directory's other
-    children are there). `read` returns a file's bytes: a target made from the tree now
-    (a checkpoint's rewind, a rollback's) has its files, which a preview did not store.
+    (`plan_restore`'s, less exclusions.) The `.gitignore` files the tree will have over
+    the rules read now (`rules`): the target's, but where the restore leaves a
+    `.gitignore` as it is now (left out on either side: over the size cap, ignored,
+    excluded), that one: `current`'s entry, or else the file below `root` now. And git's
+    index now (`tracked`): a directory git tracks whole (a gitlink) that the target
+    captured is entered as the scan entered it, so the target holds everything that was
+    in it and what is there now and not in the target came since. What the target lists
+    as ignored is ignored (entered for git's files only when it was taken, such a
+    directory's other children are there). `read` returns a file's bytes: a target made
+    from the tree now (a checkpoint's rewind, a rollback's) has its files, which a
+    preview did not store.
     """
     entries = target.entries
+    left_out = (current.large, current.ignored, current.excluded,
+                target.large, target.ignored, target.excluded)  # fmt: skip
 
     def gitignore(directory: str) -> bytes | None:
         path = f"{directory}/.gitignore" if directory else ".gitignore"
-        entry = entry_at(entries, path)
+        stays = any(_listed(paths, path) for paths in left_out)
+        entry = entry_at(current.entries if stays else entries, path)
+        if entry is None and stays:
+            return read_in_tree(root, path, MAX_RULE_BYTES)  # left out now: read where it is
         if entry is None or entry.type != "file" or not entry.hash:
             return None
         return read(entry)
@@ -354,6 +370,12 @@ def target_ignores(
     ignored = ignore_checker(rules, gitignore, whole, nested)
     listed = frozenset(target.ignored)
     return lambda path, is_dir: path in listed or ignored(path, is_dir)
+
+
+def _listed(paths: list[str], path: str) -> bool:
+    """Whether the sorted `paths` hold `path`."""
+    at = bisect_left(paths, path)
+    return at < len(paths) and paths[at] == path
 
 
 def unprotected(
