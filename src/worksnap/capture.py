@@ -409,7 +409,7 @@ class Capture:
                         if (hit := cache.get(rel)) is not None:
                             fresh[rel] = hit
                         continue
-                    dirty.add(rel.rpartition("/")[0])  # its directory's tree is built again
+                    dirty.add(d)  # its tree is built again (a group is one directory, if watched)
                     st: StatLike = seen
                     hit = cache.get(rel)
                     if (
