@@ -664,6 +664,94 @@ def test_a_restore_waits_on_no_fifo_left_where_a_gitignore_was(root: Path) -> No
         ]  # fmt: skip
 
 
+def test_undo_decides_by_no_gitignore_where_an_exclusion_keeps_the_rewind_from_one(
+    root: Path,
+) -> None:
+    """A review (stop 46): the turn removed `.gitignore`, then made `x.log`; the workspace
+    was opened again excluding `.gitignore`, so the rewind does not bring it back. The
+    planner decided by the checkpoint's copy (`*.log`) and kept `x.log`: every undo went
+    to the checkpoint and restored nothing. No rules are in force there: `x.log` goes."""
+    write(root, ".gitignore", "*.log\n")
+    with Workspace(root) as ws:
+        ws.begin()
+        ws.capture_before([".gitignore"])
+        (root / ".gitignore").unlink()
+        ws.capture_before(["x.log"])
+        write(root, "x.log", "made by the turn\n")
+    with Workspace(root, exclude=(".gitignore",)) as ws:
+        assert [(c.op.value, c.path) for c in ws.plan_undo().changes] == [("A", "x.log")]
+        assert ws.undo().restored == ["x.log"]
+        assert not (root / ".gitignore").exists()
+        with pytest.raises(InputError):
+            ws.plan_undo()
+
+
+def test_a_restore_reads_a_gitignore_the_target_s_exclusions_leave(root: Path) -> None:
+    """A review (stop 46): `sub/.gitignore` appeared since a snapshot that excluded it, so
+    the restore leaves it, and its `!x.log` keeps `x.log` from the root's `*.log`, which
+    the restore brings back: `x.log` is not ignored after it and goes."""
+    write(root, ".gitignore", "*.log\n")
+    write(root, "sub/a.txt", "a\n")
+    with Workspace(root, exclude=("sub/.gitignore",)) as ws:
+        first = ws.snapshot()
+    write(root, ".gitignore", "\n")
+    write(root, "sub/.gitignore", "!x.log\n")
+    write(root, "sub/x.log", "made since\n")
+    with Workspace(root) as ws:
+        plan = ws.plan_restore(first)
+        assert [(c.op.value, c.path) for c in plan.changes] == [
+            ("M", ".gitignore"), ("A", "sub/x.log")
+        ]  # fmt: skip
+        ws.restore(first.id)
+        assert not (root / "sub/x.log").exists()
+        assert ws.plan_restore(first).changes == []
+
+
+@pytest.mark.parametrize("now_ignores", [True, False])
+def test_a_restore_of_some_paths_decides_by_the_gitignore_it_leaves_outside(
+    root: Path, now_ignores: bool
+) -> None:
+    """A review (stop 46): `restore REF sub` leaves the root's `.gitignore` as it is now,
+    yet the planner decided by the target's copy: it removed `sub/deep/x.log`, ignored
+    after the restore (the root's `*.log` now, `sub/deep/.gitignore`'s `!x.log` gone), or
+    kept `sub/x.log`, not ignored after it (the target's root had `*.log`)."""
+    write(root, ".gitignore", "\n" if now_ignores else "*.log\n")
+    write(root, "sub/a.txt", "a\n")
+    with Workspace(root) as ws:
+        first = ws.snapshot()
+        write(root, ".gitignore", "*.log\n" if now_ignores else "\n")
+        if now_ignores:
+            write(root, "sub/deep/.gitignore", "!x.log\n")
+            write(root, "sub/deep/x.log", "work\n")
+        else:
+            write(root, "sub/x.log", "work\n")
+        plan = ws.plan_restore(first, paths=["sub"])
+        ws.restore(first.id, paths=["sub"])
+        if now_ignores:  # x.log stays, and so does its directory
+            assert [(c.op.value, c.path) for c in plan.changes] == [("A", "sub/deep/.gitignore")]
+            assert (root / "sub/deep/x.log").exists()
+        else:
+            assert [(c.op.value, c.path) for c in plan.changes] == [("A", "sub/x.log")]
+            assert not (root / "sub/x.log").exists()
+        assert ws.plan_restore(first, paths=["sub"]).changes == []
+
+
+def test_a_restore_reads_a_large_gitignore_whole_as_the_scan_does(root: Path) -> None:
+    """A review (stop 46): the planner read a `.gitignore` left as it is only up to 64 MiB,
+    the scan all of it: its last rule (`*.log`) was lost and the restore removed what it
+    ignores after the restore."""
+    write(root, ".gitignore", ("#" + "x" * 1023 + "\n") * (65 * 1024) + "*.log\n")
+    write(root, "sub/a.txt", "a\n")
+    with Workspace(root, max_file_bytes=1 << 20) as ws:
+        first = ws.snapshot()
+        write(root, "sub/.gitignore", "!x.log\n")
+        write(root, "sub/x.log", "work\n")
+        plan = ws.plan_restore(first)
+        assert [(c.op.value, c.path) for c in plan.changes] == [("A", "sub/.gitignore")]
+        ws.restore(first.id)
+        assert (root / "sub/x.log").exists()
+
+
 def test_a_capture_after_an_undo_is_undone_as_the_turn_s_not_past_it(root: Path) -> None:
     """A review: after an undo, the turn went on (capture b, edit it); the next undo went
     to the full snapshot, reverting an edit no turn made (u). A capture clears redo, as a

@@ -72,7 +72,7 @@ RULES = ["*.log", "x/y", "a", "big", "x/", "!d.log", "n/", "y", "w", "/s"]
 """Lines of the `.gitignore` files written: captured paths become ignored, and not."""
 CAPS = ["64", "128", "4096"]
 """Size caps: a 100-byte file is large under the first only."""
-EXCLUDE = [(), (), ("u",), ("a",), ("x/z", "u"), ("x/y",), ("big",)]
+EXCLUDE = [(), (), ("u",), ("a",), ("x/z", "u"), ("x/y",), ("big",), ("x/.gitignore",)]
 """Exclusion rules the workspace is opened with: captured paths become excluded, and not."""
 DIRS = ["x", "x/y", "big", "n"]
 

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 from worksnap.differences import Differences, flat_differences
 from worksnap.errors import ConflictError, InputError
+from worksnap.exclusion import Exclusions
 from worksnap.fsio import read_in_tree
 from worksnap.ignore import Rules, ignore_checker
 from worksnap.manifest import Entry, Manifest, entry_at, parse_time, tree_digest
 from worksnap.paths import ancestors, is_under, under_any
-from worksnap.sources import MAX_RULE_BYTES, Tracked
+from worksnap.sources import Tracked
 
 
 class Op(enum.Enum):
@@ -115,7 +116,7 @@ def plan_restore(
     """Lists what restoring `target` changes in a workspace whose state is `current`.
 
     Never touched: what either manifest left out (ignored, large, excluded, and
-    anything below those), and anything the target's own `.gitignore` files
+    anything below those), and anything the ignore rules the restore leaves in force
     would ignore (so restoring a `.gitignore` never turns files into deletions).
     Where the target has a file or symlink and the workspace a directory holding
     such untouchable paths, or a FIFO, socket or device (`special`: excluded, never
@@ -124,7 +125,8 @@ def plan_restore(
     Args:
         current: the workspace's state now (a capture with the same options).
         target: the snapshot to restore.
-        ignored_by_target: `ignored(path, is_dir)` under the target's ignore rules.
+        ignored_by_target: `ignored(path, is_dir)` under the rules the restore leaves in
+            force (`target_ignores`: the target's `.gitignore` files, or those it leaves).
         differences: what differs between the two (default: `flat_differences`).
         special: whether a FIFO, socket or device is at a path now (`Root.special`).
     """
@@ -143,8 +145,8 @@ def plan_restore(
     then: dict[str, Entry | None] = dict.fromkeys(found.dirs_then)
     then.update((e.path, e) for e in found.only_then)
 
-    # What the workspace has and the target lacks goes, unless the target's rules
-    # ignore it (restoring a `.gitignore` never turns files into deletions).
+    # What the workspace has and the target lacks goes, unless the rules in force after
+    # the restore ignore it (restoring a `.gitignore` never turns files into deletions).
     leaving = {p: now[p] is None for p in now if p not in then and not under_any(p, protected)}
     removed = {p for p, is_dir in leaving.items() if not ignored_by_target(p, is_dir)}
     # Sorted on first use, to ask what lies below a directory: most plans never ask.
@@ -325,31 +327,43 @@ def target_ignores(
     *,
     current: Manifest,
     root: str,
+    left: Iterable[Exclusions] = (),
+    selected: Collection[str] | None = None,
 ) -> Callable[[str, bool], bool]:
     """`ignored(path, is_dir)` under the rules a restore of `target` leaves in force.
 
     (`plan_restore`'s, less exclusions.) The `.gitignore` files the tree will have over
     the rules read now (`rules`): the target's, but where the restore leaves a
-    `.gitignore` as it is now (left out on either side: over the size cap, ignored,
-    excluded), that one: `current`'s entry, or else the file below `root` now. And git's
-    index now (`tracked`): a directory git tracks whole (a gitlink) that the target
-    captured is entered as the scan entered it, so the target holds everything that was
-    in it and what is there now and not in the target came since. What the target lists
-    as ignored is ignored (entered for git's files only when it was taken, such a
-    directory's other children are there). `read` returns a file's bytes: a target made
-    from the tree now (a checkpoint's rewind, a rollback's) has its files, which a
+    `.gitignore` as it is now, that one: `current`'s entry, or else the file below `root`
+    now, read whole as a scan reads it (none: no rules there). A restore leaves what
+    either manifest left out (over the size cap, ignored, excluded), what the exclusion
+    rules `left` cover (the target's and today's), and what lies outside the `selected`
+    paths. And git's index now (`tracked`): a directory git tracks whole (a gitlink) that
+    the target captured is entered as the scan entered it, so the target holds everything
+    that was in it and what is there now and not in the target came since. What the
+    target lists as ignored is ignored (entered for git's files only when it was taken,
+    such a directory's other children are there). `read` returns a file's bytes: a target
+    made from the tree now (a checkpoint's rewind, a rollback's) has its files, which a
     preview did not store.
     """
     entries = target.entries
     left_out = (current.large, current.ignored, current.excluded,
                 target.large, target.ignored, target.excluded)  # fmt: skip
+    rules_left = tuple(left)
+
+    def stays(path: str) -> bool:
+        return (
+            any(_listed(paths, path) for paths in left_out)
+            or any(exclusions.covers(path, is_dir=False) for exclusions in rules_left)
+            or (selected is not None and not any(is_under(path, p) for p in selected))
+        )
 
     def gitignore(directory: str) -> bytes | None:
         path = f"{directory}/.gitignore" if directory else ".gitignore"
-        stays = any(_listed(paths, path) for paths in left_out)
-        entry = entry_at(current.entries if stays else entries, path)
-        if entry is None and stays:
-            return read_in_tree(root, path, MAX_RULE_BYTES)  # left out now: read where it is
+        left_as_is = stays(path)
+        entry = entry_at(current.entries if left_as_is else entries, path)
+        if entry is None and left_as_is:
+            return read_in_tree(root, path, _WHOLE)  # left out now: read where it is
         if entry is None or entry.type != "file" or not entry.hash:
             return None
         return read(entry)
@@ -370,6 +384,10 @@ def target_ignores(
     ignored = ignore_checker(rules, gitignore, whole, nested)
     listed = frozenset(target.ignored)
     return lambda path, is_dir: path in listed or ignored(path, is_dir)
+
+
+_WHOLE = 1 << 62
+"""No bound but the file's: a regular file, never a FIFO nor a link (`read_in_tree`)."""
 
 
 def _listed(paths: list[str], path: str) -> bool:

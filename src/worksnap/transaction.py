@@ -165,12 +165,12 @@ class Restorer:
         selected: builtins.list[str] | None = None,
     ) -> Plan:
         rules, tracked = self._capture.decided_by()  # as `current` was: no source read again
-        ignored = target_ignores(
-            target, rules, tracked, self._capture.read_now, current=current, root=self._root.path
-        )
         # Never touched: what the target's exclusions (paths appeared since) or today's (paths
         # gone since) exclude; what is excluded now was never captured: the planner leaves it.
         then, now = compile_rules(frozenset(target.exclude)), compile_rules(self._root.exclude)
+        ignored = target_ignores(target, rules, tracked, self._capture.read_now, current=current,
+                                 root=self._root.path, left=(then, now),
+                                 selected=selected)  # fmt: skip
         plan = plan_restore(
             current,
             target,
