@@ -752,6 +752,25 @@ def test_a_restore_reads_a_large_gitignore_whole_as_the_scan_does(root: Path) ->
         assert (root / "sub/x.log").exists()
 
 
+def test_a_plan_reads_from_the_tree_only_a_gitignore_the_capture_left_out(root: Path) -> None:
+    """A review (stop 46): where a restore leaves a `.gitignore` (here the target's
+    exclusions cover it), the planner read the tree for it whether the capture found one
+    or not: in every directory asked, walking down from the root each time (a chain
+    1,900 deep: 2.7 s to 35.7 s). It decides as its capture found the tree: a
+    `.gitignore` made after the capture is not read; one it left out is."""
+    write(root, "keep/a.txt", "a\n")
+    with Workspace(root, exclude=("d/.gitignore",)) as ws:
+        first = ws.snapshot()
+    with Workspace(root, exclude=("e/.gitignore",)) as ws:
+        write(root, "d/new.txt", "made since\n")
+        write(root, "e/.gitignore", "*.tmp\n")  # excluded now: left out, and left as it is
+        write(root, "e/x.tmp", "ignored now, and after\n")
+        now = ws.capture(store_objects=False)
+        write(root, "d/.gitignore", "*.txt\n")  # after the capture: not what it saw
+        changes = [(c.op.value, c.path) for c in ws.plan_restore(first, now=now).changes]
+        assert changes == [("A", "d"), ("A", "d/new.txt")]
+
+
 def test_a_capture_after_an_undo_is_undone_as_the_turn_s_not_past_it(root: Path) -> None:
     """A review: after an undo, the turn went on (capture b, edit it); the next undo went
     to the full snapshot, reverting an edit no turn made (u). A capture clears redo, as a

@@ -347,13 +347,13 @@ def target_ignores(
     preview did not store.
     """
     entries = target.entries
-    left_out = (current.large, current.ignored, current.excluded,
-                target.large, target.ignored, target.excluded)  # fmt: skip
+    left_now = (current.large, current.ignored, current.excluded)
+    left_then = (target.large, target.ignored, target.excluded)
     rules_left = tuple(left)
 
     def stays(path: str) -> bool:
         return (
-            any(_listed(paths, path) for paths in left_out)
+            any(_listed(paths, path) for paths in (*left_now, *left_then))
             or any(exclusions.covers(path, is_dir=False) for exclusions in rules_left)
             or (selected is not None and not any(is_under(path, p) for p in selected))
         )
@@ -363,7 +363,9 @@ def target_ignores(
         left_as_is = stays(path)
         entry = entry_at(current.entries if left_as_is else entries, path)
         if entry is None and left_as_is:
-            return read_in_tree(root, path, _WHOLE)  # left out now: read where it is
+            # Left out now, it is read where it is; else the scan found none there.
+            listed = any(_listed(paths, path) for paths in left_now)
+            return read_in_tree(root, path, _WHOLE) if listed else None
         if entry is None or entry.type != "file" or not entry.hash:
             return None
         return read(entry)
