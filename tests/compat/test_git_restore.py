@@ -40,7 +40,8 @@ pytestmark = [
 TREES = int(os.environ.get("WORKSNAP_RESTORE_TREES", "200"))
 DIRS = ["", "a", "a/b", "c"]
 NAMES = ["x.log", "y.txt", "z.tmp", "keep.log", "w"]
-RULES = ["*.log", "!keep.log", "*.tmp", "b/", "y.txt", "/x.log", "w", "!w", "# a note"]
+RULES = ["*.log", "!keep.log", "*.tmp", "b/", "y.txt", "/x.log", "w", "!w", "# a note", "b/*.log",
+         "**/w", "c/", "!c/", "!b/"]  # fmt: skip
 EXCLUDES = [(), (), ("c/.gitignore",), ("a/z.tmp",), (".gitignore",), ("a/*.txt",)]
 SELECTIONS = [None, None, None, ["a"], ["c"], ["a/b"], ["a/b", "c"]]
 CAP = 64  # bytes: a `.gitignore` with the long note below is over it
