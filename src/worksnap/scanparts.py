@@ -35,12 +35,16 @@ class Seen:
     __slots__ = ("st_ctime_ns", "st_ino", "st_mode", "st_mtime_ns", "st_nlink", "st_size")
 
     def __init__(self, st: os.stat_result) -> None:
+        mode, mtime, ctime = st.st_mode, st.st_mtime_ns, st.st_ctime_ns
         self.st_ino = st.st_ino
         self.st_size = st.st_size
-        self.st_mtime_ns = st.st_mtime_ns
-        self.st_ctime_ns = st.st_ctime_ns
-        self.st_mode = st.st_mode
+        self.st_mtime_ns = mtime
+        self.st_ctime_ns = mtime if ctime == mtime else ctime  # one int where they are equal
+        self.st_mode = _MODES.setdefault(mode, mode)  # one int a mode, not one a file (3 MB)
         self.st_nlink = st.st_nlink
+
+
+_MODES: dict[int, int] = {}
 
 
 @dataclass(slots=True)
