@@ -358,14 +358,19 @@ def target_ignores(
             or (selected is not None and not any(is_under(path, p) for p in selected))
         )
 
+    found_left: set[str] | None = None  # the `.gitignore` files left out now
+
     def gitignore(directory: str) -> bytes | None:
+        nonlocal found_left
         path = f"{directory}/.gitignore" if directory else ".gitignore"
-        left_as_is = stays(path)
-        entry = entry_at(current.entries if left_as_is else entries, path)
-        if entry is None and left_as_is:
+        entry, now = entry_at(entries, path), entry_at(current.entries, path)
+        left_as_is = entry == now or stays(path)  # (the same either way: whether is moot)
+        if left_as_is and now is None:
             # Left out now, it is read where it is; else the scan found none there.
-            listed = any(_listed(paths, path) for paths in left_now)
-            return read_in_tree(root, path, _WHOLE) if listed else None
+            if found_left is None:
+                found_left = {p for paths in left_now for p in paths if p.endswith(".gitignore")}
+            return read_in_tree(root, path, _WHOLE) if path in found_left else None
+        entry = now if left_as_is else entry
         if entry is None or entry.type != "file" or not entry.hash:
             return None
         return read(entry)
