@@ -364,7 +364,7 @@ def target_ignores(
         nonlocal found_left
         path = f"{directory}/.gitignore" if directory else ".gitignore"
         entry, now = entry_at(entries, path), entry_at(current.entries, path)
-        left_as_is = entry == now or stays(path)  # (the same either way: whether is moot)
+        left_as_is = entry == now or stays(path)  # (equal: the same either way)
         if left_as_is and now is None:
             # Left out now, it is read where it is; else the scan found none there.
             if found_left is None:
