@@ -6,6 +6,7 @@ Pure: it reads two manifests and writes nothing. `apply` carries a plan out.
 from __future__ import annotations
 
 import enum
+import functools
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
@@ -347,29 +348,29 @@ def target_ignores(
     preview did not store.
     """
     entries = target.entries
-    left_now = (current.large, current.ignored, current.excluded)
-    left_then = (target.large, target.ignored, target.excluded)
     rules_left = tuple(left)
+
+    @functools.cache
+    def left_out(now: bool) -> frozenset[str]:  # the `.gitignore` files a side left out
+        side = current if now else target
+        lists = (side.large, side.ignored, side.excluded)
+        return frozenset(p for paths in lists for p in paths if p.endswith(".gitignore"))
 
     def stays(path: str) -> bool:
         return (
-            any(_listed(paths, path) for paths in (*left_now, *left_then))
+            path in left_out(True)
+            or path in left_out(False)
             or any(exclusions.covers(path, is_dir=False) for exclusions in rules_left)
             or (selected is not None and not any(is_under(path, p) for p in selected))
         )
 
-    found_left: set[str] | None = None  # the `.gitignore` files left out now
-
     def gitignore(directory: str) -> bytes | None:
-        nonlocal found_left
         path = f"{directory}/.gitignore" if directory else ".gitignore"
         entry, now = entry_at(entries, path), entry_at(current.entries, path)
         left_as_is = entry == now or stays(path)  # (equal: the same either way)
         if left_as_is and now is None:
             # Left out now, it is read where it is; else the scan found none there.
-            if found_left is None:
-                found_left = {p for paths in left_now for p in paths if p.endswith(".gitignore")}
-            return read_in_tree(root, path, _WHOLE) if path in found_left else None
+            return read_in_tree(root, path, _WHOLE) if path in left_out(True) else None
         entry = now if left_as_is else entry
         if entry is None or entry.type != "file" or not entry.hash:
             return None
@@ -395,12 +396,6 @@ def target_ignores(
 
 _WHOLE = 1 << 62
 """No bound but the file's: a regular file, never a FIFO nor a link (`read_in_tree`)."""
-
-
-def _listed(paths: list[str], path: str) -> bool:
-    """Whether the sorted `paths` hold `path`."""
-    at = bisect_left(paths, path)
-    return at < len(paths) and paths[at] == path
 
 
 def unprotected(
