@@ -355,6 +355,7 @@ class Caches:
         self._trees_bytes = (0, 0)  # of the stored base and log
         self._unsaved = False  # changed since they were last stored
         self._saved_at = time.monotonic()
+        self._finer = False  # the stat and listing caches trusted times under a finer tick
 
     def stat_table(self) -> StatTable:
         """The stat cache (read from the store the first time)."""
@@ -428,6 +429,7 @@ class Caches:
         self._stat = {}
         self._stat_saved = None  # the next save writes a new base
         self._listings = Listings()
+        self._finer = False  # what is rebuilt now is trusted under the tick recorded
         self._unsaved = True  # (the tree cache stays: it is keyed on content, not on times)
 
     def forget_stat_table(self) -> None:
@@ -447,9 +449,9 @@ class Caches:
         if not force and now - self._saved_at < SAVE_EVERY_SECONDS:
             return
         try:
-            if self._stat is not None:
+            if self._stat is not None and not self._finer:
                 self._save_stat(self._stat)
-            if self._listings is not None:
+            if self._listings is not None and not self._finer:
                 save_listings(self._store, self._root, self._listings)
             if self._trees_new:
                 self._save_trees()
@@ -486,11 +488,22 @@ class Caches:
         return self._tick
 
     def record_tick(self, tick_ns: int) -> None:
-        """Notes that the file system keeps times only to `tick_ns` (kept in the store)."""
+        """Notes that the file system keeps times only to `tick_ns` (kept in the store).
+
+        What the stat and listing caches hold was trusted under a finer tick: they are
+        deleted from the store before the tick is recorded there, and not stored again
+        until `forget_all` (a process killed in between leaves none that the next one
+        would trust), while the tree cache, keyed on content, stays.
+        """
         if tick_ns <= self.tick():
             return
         self._tick = tick_ns
+        self._finer = True
         if self._store_exists():
+            paths = self._store.paths
+            for path in (paths.stat_cache, paths.stat_cache_log, paths.listing_cache):
+                self._store.unlink(path)
+            self._stat_saved, self._stat_bytes = None, (0, 0)  # (the next base is whole)
             save_tick(self._store, tick_ns)
 
     def drop(self) -> None:
@@ -503,6 +516,7 @@ class Caches:
         self._stat_saved = None
         self._stat_bytes = (0, 0)
         self._listings = None
+        self._finer = False
         self._trees = None
         self._trees_new = {}
         self._trees_current = None

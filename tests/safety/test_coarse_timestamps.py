@@ -167,3 +167,66 @@ def test_a_coarse_file_system_mounted_below_a_fine_root(
         assert timestamps.read_bytes() == b"1000000000\n"
     finally:
         subprocess.run(["umount", str(root / "sub")], check=True)
+
+
+KILLED_IN_THE_SECOND_LOOK = """
+import os, signal, sys
+from worksnap.scan import scan_tree
+from worksnap.workspace import Seams, Workspace
+
+looks = []
+
+def scan(*args, **kwargs):
+    looks.append(1)
+    if len(looks) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return scan_tree(*args, **kwargs)
+
+Workspace(sys.argv[1], seams=Seams(scan_tree=scan)).snapshot()
+"""
+"""A snapshot killed (-9) as its second look begins: after its first saved the caches."""
+
+
+def test_a_capture_killed_after_it_learnt_the_tick_leaves_no_record_it_trusted_before(
+    coarse_tmp: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Killed in its second look, a capture that learnt the tick mid-way must leave no
+    cache record that its first look trusted under the fine margin.
+
+    Else the next process, which knows the tick, trusts them: a same-size rewrite in
+    that second keeps the old digest, and a file created there is never seen.
+    """
+    import subprocess
+    import sys
+
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "top.txt").write_bytes(b"fine\n")
+    with Workspace(root) as ws:
+        ws.snapshot()  # the tick is not known yet: the root's times are fine
+    subprocess.run(["mount", "--bind", str(coarse_tmp), str(root / "sub")], check=True)
+    try:
+        path, created = root / "sub" / "a.txt", root / "sub" / "b.txt"
+        killed: list[int] = []
+
+        def scenario() -> None:
+            path.unlink(missing_ok=True)
+            created.unlink(missing_ok=True)
+            Path(StorePaths(str(root / ".worksnap")).timestamps).unlink(missing_ok=True)
+            path.write_bytes(b"one\n")
+            run = subprocess.run([sys.executable, "-c", KILLED_IN_THE_SECOND_LOOK, str(root)],
+                                 check=False, capture_output=True)  # fmt: skip
+            killed.append(run.returncode)
+            path.write_bytes(b"two\n")  # same size, same second: the same stat
+            created.write_bytes(b"new\n")
+
+        in_one_second(scenario)
+        assert killed[-1] == -9, killed  # the tick was learnt in the first look
+        time.sleep(1.2)  # all of it older than a tick now
+        with Workspace(root) as ws:
+            later = ws.snapshot()
+        assert _digest(later, "sub/a.txt") == hash_bytes(b"two\n")
+        assert _digest(later, "sub/b.txt") == hash_bytes(b"new\n")
+    finally:
+        subprocess.run(["umount", str(root / "sub")], check=True)
