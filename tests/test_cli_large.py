@@ -313,6 +313,35 @@ def test_plan_shows_a_file_the_snapshot_holds_that_todays_rules_ignore(
     assert (root / "a.log").read_text() == "v2 work"
 
 
+def test_plan_shows_a_file_the_snapshot_holds_that_todays_exclusions_leave_out(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review found `config exclude add cache` then an edit of cache/x: plan, restore
+    and status said the tree matched the snapshot, and no snapshot held the edit."""
+    write(root, "cache/x", "v1")
+    write(root, "cache/gone", "deleted since")
+    write(root, "keep", "k")
+    snap = ok_json(capsys, root, "snapshot")
+    assert isinstance(snap, dict)
+    assert run(capsys, root, "config", "exclude", "add", "cache")[0] == 0
+    write(root, "cache/x", "precious")
+    (root / "cache" / "gone").unlink()  # excluded: the restore does not bring it back
+    rows = [
+        {"path": "cache/gone", "why": "excluded", "size": None},
+        {"path": "cache/x", "why": "excluded", "size": 8},
+    ]
+    plan = ok_json(capsys, root, "plan", snap["id"])
+    assert plan == {"target": snap["id"], "changes": [], "unprotected": rows}
+    code, out, _ = run(capsys, root, "plan", snap["id"])
+    assert code == 0 and "  !  cache/x  (not protected, 8 B: excluded now" in out
+    assert "2 files excluded now left as they are" in out
+    assert "matches" not in out and "large file" not in out
+    result = ok_json(capsys, root, "restore", snap["id"], "--yes")
+    assert isinstance(result, dict) and (result["restored"], result["unprotected"]) == ([], rows)
+    assert (root / "cache" / "x").read_text() == "precious"
+    assert not (root / "cache" / "gone").exists()
+
+
 def test_a_restore_never_says_a_file_ignored_now_matches_and_names_it_without_a_preview(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -57,7 +57,7 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class Unprotected:
-    """A file in no snapshot (large, or ignored now) that a restore leaves as it is.
+    """A file in no snapshot (large, or ignored or excluded now) that a restore leaves as it is.
 
     Attributes:
         path: relative wire-form path.
@@ -66,7 +66,8 @@ class Unprotected:
             holds it, but it is over the cap now), "added" (new since, over the cap),
             "ignored" (added later: the target holds it, or has nothing there (`absent`,
             a checkpoint's), but today's ignore rules leave it out, and it changed since;
-            never captured, so the restore leaves it).
+            never captured, so the restore leaves it), "excluded" (added later: the same,
+            left out by today's exclusion rules).
         size: its size now (None when it is gone).
     """
 
@@ -399,16 +400,18 @@ _WHOLE = 1 << 62
 
 
 def unprotected(
-    current: Manifest, target: Manifest, probe: Probe, changed: Iterable[Entry]
-) -> list[Unprotected]:
+    current: Manifest, target: Manifest, probe: Probe, changed: Iterable[Entry],
+    excluded: Exclusions,
+) -> list[Unprotected]:  # fmt: skip
     """Lists the large files a restore of `target` leaves as they are, sorted by path.
 
     A large file is in no snapshot, so the planner never touches it: one the target
     left out cannot be brought back if it is gone or changed since (changed: its mtime
     or ctime is newer than the target), and one over the cap now is neither restored
     nor removed. A person previewing a restore must see them, and each file the target
-    holds that today's ignore rules leave out (never captured now, so never touched),
-    unless it is as the target has it (the same size, and older than the target).
+    holds that today's ignore or `excluded` rules leave out (never captured now, so
+    never touched), unless it is as the target has it (the same size, and older than
+    the target).
 
     Args:
         current: the state the plan was made from.
@@ -417,6 +420,7 @@ def unprotected(
         changed: the target's entries that are not so now (`Differences.only_then`).
             Those below what is ignored now are among them: a scan captures nothing at
             or below a path it lists as ignored.
+        excluded: today's exclusion rules (the configured ones and the command's).
     """
     since = int(parse_time(target.time).timestamp() * 1_000_000_000)
     held: set[str] | None = None  # the target's paths: made only if a large file asks
@@ -436,17 +440,24 @@ def unprotected(
         held = {e.path for e in target.entries} if held is None else held
         rows.append(Unprotected(path, "too-large" if path in held else "added", size))
     ignored_now = set(current.ignored)
+
+    def left_now(path: str) -> str | None:
+        """Why today's capture leaves `path` out, if it does: "ignored" or "excluded"."""
+        if under_any(path, ignored_now):
+            return "ignored"
+        return "excluded" if excluded.covers(path, is_dir=False) else None
+
     for entry in changed:
-        if not under_any(entry.path, ignored_now):
+        if (why := left_now(entry.path)) is None:
             continue
         found = probe(entry.path)
         if found is None:
-            rows.append(Unprotected(entry.path, "ignored", None))
+            rows.append(Unprotected(entry.path, why, None))
         elif found[1] >= since or (entry.type == "file" and found[0] != entry.size):
-            rows.append(Unprotected(entry.path, "ignored", found[0]))
+            rows.append(Unprotected(entry.path, why, found[0]))
     for path in target.absent:  # (a checkpoint's: nothing was there)
-        if under_any(path, ignored_now) and (found := probe(path)):
-            rows.append(Unprotected(path, "ignored", found[0]))
+        if (why := left_now(path)) is not None and (found := probe(path)):
+            rows.append(Unprotected(path, why, found[0]))
     rows.sort(key=lambda row: row.path)
     return rows
 

@@ -51,6 +51,7 @@ _WHY = {
     "too-large": "over the size cap now: left as it is (raise the cap to restore it)",
     "added": "added since, over the size cap: left as it is",
     "ignored": "ignored now, so in no snapshot: left as it is, not as the snapshot has it",
+    "excluded": "excluded now, so in no snapshot: left as it is, not as the snapshot has it",
 }
 
 
@@ -266,17 +267,19 @@ def _show_plan(
             f"{counts['A']} added since (removed), {counts['D']} deleted since (recreated)"
             + blocked
         )
-    if large := sum(row.why != "ignored" for row in plan.unprotected):
+    left_out = {"ignored": "the ignore rules", "excluded": "the exclusion rules"}
+    if large := sum(row.why not in left_out for row in plan.unprotected):
         lines.append(
             f"{plural(large, 'large file')} not protected (see `!` above): "
             "`worksnap config max-file-bytes SIZE` raises the cap of later snapshots"
         )
-    if ignored := len(plan.unprotected) - large:
-        left = "it is" if ignored == 1 else "they are"
-        lines.append(
-            f"{plural(ignored, 'file')} ignored now left as {left} (see `!` above): "
-            "no snapshot keeps what the ignore rules leave out"
-        )
+    for why, rules in left_out.items():
+        if count := sum(row.why == why for row in plan.unprotected):
+            left = "it is" if count == 1 else "they are"
+            lines.append(
+                f"{plural(count, 'file')} {why} now left as {left} (see `!` above): "
+                f"no snapshot keeps what {rules} leave out"
+            )
     say(*lines)
     if asking and not sys.stdout.isatty():
         print(*lines, sep="\n", file=sys.stderr)

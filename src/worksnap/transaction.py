@@ -186,7 +186,7 @@ class Restorer:
         if selected is not None:
             check_selected(selected, current, target)
             plan = select_paths(plan, selected)
-        rows = [r for r in unprotected(current, target, self._root.probe, found.only_then) if (
+        rows = [r for r in unprotected(current, target, self._root.probe, found.only_then, now) if (
             (known is None or r.path in known)  # a checkpoint's: only what it knows
             and (selected is None or any(is_under(r.path, p) for p in selected))
         )]  # fmt: skip
