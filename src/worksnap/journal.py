@@ -180,3 +180,11 @@ def refuse_preview(files: StoreDir) -> None:
             "`worksnap recover` first (`worksnap recover --dry-run` shows what it does; "
             "it keeps the tree as it is in a snapshot first, for `worksnap undo`)"
         )
+
+
+def rolled_back_first(put_back: int, kept: str) -> str:
+    """The notice of a command that rolled back an interrupted restore before its own work."""
+    return (
+        f"an interrupted restore was rolled back first ({put_back} put back); the tree as "
+        f"it was is kept as snapshot {kept}, which `undo` brings back"
+    )

@@ -139,6 +139,8 @@ class Tools:
         raised: list[bool] = []
 
         def report(progress: Progress) -> None:
+            if progress.note:  # (an interrupted restore rolled back first, who holds the store)
+                print(f"worksnap: {progress.note}", file=sys.stderr, flush=True)
             if self._stopping is not None and not raised:
                 raised.append(True)
                 raise stopsignals.Stopped(self._stopping)
@@ -295,7 +297,6 @@ class Tools:
         """
 
         def run(ws: Workspace) -> dict[str, Any]:
-            _recovered(ws, dry_run)
             if dry_run:
                 return views.plan_view(ws.plan_restore(ws.load(ref), paths=_named(paths)))
             # Planned under the store lock, with the tree walked once (as `restore --yes`):
@@ -312,7 +313,6 @@ class Tools:
         """Takes back the last restore (or, with none, the edits since the last snapshot)."""
 
         def run(ws: Workspace) -> dict[str, Any]:
-            _recovered(ws, dry_run)
             if dry_run:
                 return views.plan_view(ws.plan_undo())
             return _done(ws.undo())  # (planned under the lock, as above)
@@ -323,7 +323,6 @@ class Tools:
         """Re-applies what the last undo took back."""
 
         def run(ws: Workspace) -> dict[str, Any]:
-            _recovered(ws, dry_run)
             if dry_run:
                 return views.plan_view(ws.plan_redo())
             return _done(ws.redo())  # (planned under the lock, as above)
@@ -360,16 +359,6 @@ def _named(paths: list[str] | None) -> list[str] | None:
     if paths is not None and not paths:
         raise InputError("paths: name at least one path, or leave paths out for the whole tree")
     return paths
-
-
-def _recovered(ws: Workspace, dry_run: bool) -> None:
-    """Rolls back a restore that was killed, before a change is planned.
-
-    As the command line and the API do; a preview of a half-restored tree is refused, and
-    no tool recovers.
-    """
-    if not dry_run and ws.recovery_pending() is not None:
-        ws.recover()
 
 
 class _Server(MCPServer[Any]):

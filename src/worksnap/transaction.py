@@ -38,6 +38,7 @@ from worksnap.journal import (
     refuse_preview,
     remove_journal,
     rollback_snapshot,
+    rolled_back_first,
 )
 from worksnap.lock import Locks
 from worksnap.manifest import Manifest
@@ -100,8 +101,7 @@ class Restorer:
         self._store = store
         self._nodes = catalog.nodes  # the trees plans compare, read once
         self._differences = LastDifferences(self._nodes)
-        self._files = files
-        self._paths = files.paths
+        self._files, self._paths = files, files.paths
         self._locks = locks
         self._capture = capture
         self._catalog = catalog
@@ -141,11 +141,7 @@ class Restorer:
         return keep_standing(plan, here)
 
     def _cap(self, target: Manifest) -> int:
-        """The size cap a restore of `target` captures with: never below the target's own.
-
-        Else a file the target holds, over the engine's cap now, would be neither
-        compared nor restored, nor kept by the pre-restore snapshot for undo.
-        """
+        """The cap a restore of `target` captures with: at least its own (all it holds kept)."""
         return max(self._capture.max_file_bytes, target.max_file_bytes)
 
     def _full_target(
@@ -408,17 +404,22 @@ class Restorer:
         """One line saying that a restore was interrupted and what to run (or runs), or None."""
         return pending(self._files)
 
-    def recover_if_interrupted(self, session: str) -> Result | None:
-        """Before a write, finishes what killed processes left: a migration, a restore."""
+    def recover_if_interrupted(self, session: str, *, say: bool = True) -> Result | None:
+        """Before a write, finishes what killed processes left (a migration, a restore).
+
+        A rollback is told (`Reporter.notice`, unless not `say`): no one asked for it.
+        """
         self._catalog.upgrade_if_needed()  # a format 1 store (or a migration killed part-way)
-        return None if self._files.lstat(self._paths.journal) is None else self.recover(session)
+        back = None if self._files.lstat(self._paths.journal) is None else self.recover(session)
+        if say and back is not None and back.pre_restore:
+            self._report.notice("recover", rolled_back_first(len(back.restored), back.pre_restore))
+        return back
 
     def recover(self, session: str, *, discard: bool = False) -> Result | None:
         """Rolls back an interrupted restore; the tree as it was is kept as a snapshot first.
 
         Args:
-            session: the session to record the kept snapshot in, if the journal
-                does not name the restore's own.
+            session: the session of the kept snapshot, if the journal names none.
             discard: roll nothing back: keep the tree as it is (stored as a snapshot)
                 and drop the journal. For a journal that cannot be acted on.
 
@@ -430,8 +431,7 @@ class Restorer:
             RecoveryError: the journal is damaged, or names a snapshot that is gone:
                 the message says how to clear it (`--discard`).
         """
-        journal = self._paths.journal
-        if self._files.lstat(journal) is None:
+        if self._files.lstat(self._paths.journal) is None:
             return None  # checked again under the lock: this only spares a missing store
         with self._interrupts(), self._locks.exclusive("recover"):
             try:
@@ -465,8 +465,7 @@ class Restorer:
         kept = msgspec.structs.replace(current, kind=PRE_RECOVER, session=session)
         self._catalog.save(kept, session)
         remove_journal(self._files)
-        target = record.target if record is not None else ""
-        return Result(target=target, pre_restore=kept.id)
+        return Result(target=record.target if record is not None else "", pre_restore=kept.id)
 
     def plan_recover(self, session: str) -> Plan | None:
         """Previews what `recover` would change (None: no restore was interrupted).
@@ -529,9 +528,10 @@ class Restorer:
             ConflictError: a path `expected` touches changed since.
         """
         killed = read_journal(self._files) if expected is None else None
-        recovered = self.recover_if_interrupted(session) if killed is not None else None
+        undone = killed is not None and killed.kind in ("pre-restore", None)
+        recovered = self.recover_if_interrupted(session, say=not undone) if killed else None
         kept = recovered.pre_restore if recovered is not None else None
-        if killed and killed.kind in ("pre-restore", None) and recovered and kept:
+        if killed and undone and recovered and kept:
             # A killed restore rolled back is the undo; a redo brings its tree back.
             self._sessions.push_redo(killed.session or session, Frame(recovered.target, kept))
             return recovered

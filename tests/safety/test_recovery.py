@@ -181,6 +181,7 @@ def test_undo_right_after_a_killed_restore_is_its_rollback(root: Path, journal: 
     assert not (root / JOURNAL).exists()
     assert tree_state(root) == before
     assert f"redo it with: worksnap --root {root} redo" in out  # the hint reaches this root
+    assert "rolled back first" not in err  # the rollback is what was asked for: the undo
     code, _, err = cli("--root", str(root), "redo", "--yes")
     assert code == 0, err
     assert tree_state(root) == half
@@ -203,6 +204,35 @@ def test_undo_right_after_a_killed_undo_undoes(root: Path) -> None:
     assert code == 0, err
     assert not (root / JOURNAL).exists()
     assert tree_state(root) == wanted
+    assert "an interrupted restore was rolled back first" in err  # not the undo asked for
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["snapshot"],
+        ["--json", "snapshot"],
+        ["restore", "latest", "--yes"],
+        ["restore", "latest", "--yes", "--", "no-such-path"],
+    ],
+)
+def test_a_command_that_recovers_first_says_so_and_names_the_snapshot_it_kept(
+    root: Path, command: list[str]
+) -> None:
+    """A review found `snapshot` after a killed restore rolling the tree back without a
+    word (the edits made since only in a `pre-recover` snapshot nothing named), and
+    `restore REF no-such-path` doing so before it refused the path (exit 2)."""
+    _killed_restore(root)
+    _edit_after_the_kill(root)
+    code, _, err = cli("--root", str(root), *command)
+    assert code == (2 if "no-such-path" in command else 0), err
+    with Workspace(root) as ws:
+        kept = [s.id for s in ws.list() if s.kind == "pre-recover"]
+    assert len(kept) == 1
+    said = [line for line in err.splitlines() if "rolled back first" in line]
+    assert len(said) == 1, err
+    assert said[0].startswith("worksnap: an interrupted restore was rolled back first (")
+    assert f"snapshot {kept[0]}, which `undo` brings back" in said[0]
 
 
 def test_a_killed_recovery_is_recovered_without_losing_later_work(root: Path) -> None:
@@ -414,7 +444,9 @@ def test_a_numbered_step_waiting_for_another_says_so(root: Path) -> None:
 def test_the_mcp_server_recovers_before_it_changes_the_tree(tmp_path: Path, tool: str) -> None:
     """docs/agents.md: a killed restore is rolled back by the next snapshot, restore, rewind,
     undo or redo. The MCP tools planned first, and a plan of a half-restored tree is
-    refused ("run `worksnap recover`", which no tool does): a review found the agent stuck."""
+    refused ("run `worksnap recover`", which no tool does): a review found the agent stuck.
+    Then they recovered before the call, so an undo took the half-restored tree the
+    recovery kept for the newest that differs and put it back (stop 47's review)."""
     from worksnap.mcpserver import ToolError, Tools
 
     root = tmp_path / "ws"
@@ -422,15 +454,20 @@ def test_the_mcp_server_recovers_before_it_changes_the_tree(tmp_path: Path, tool
     with Workspace(root) as ws:
         tools = Tools(ws, session="default")
         target = next(s.id for s in ws.list() if s.label == "target")
-        if tool == "redo":  # the recovery runs, then there is nothing to redo
+        if tool == "redo":  # nothing to redo: refused before anything changes, as `redo`
+            half = tree_state(root)
             with pytest.raises(ToolError, match="redo"):
                 tools.redo()
-            assert tree_state(root) == before
+            assert tree_state(root) == half and (root / JOURNAL).exists()
+            tools.snapshot()  # the next change recovers
+            assert _without_leftovers(tree_state(root)) == before
         else:
             result = tools.restore(target) if tool == "restore" else tools.undo()
             assert result["error"] is None, result
             if tool == "restore":
                 assert ws.plan_restore(ws.load(target)).changes == []
+            else:  # the rollback is the undo, as on the command line (not the half-done tree)
+                assert tree_state(root) == before
         assert not (root / JOURNAL).exists()
 
 
