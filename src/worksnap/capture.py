@@ -145,13 +145,9 @@ class Capture:
         nodes: Nodes | None = None,
     ) -> None:
         self._root, self._store, self._caches = root, store, caches
-        self.max_file_bytes = max_file_bytes
-        self._report = report
-        self._read_file = read_file
-        self._scan_tree = scan_tree
-        self._prefetch = prefetch
-        self._slow_read_seconds = slow_read_seconds
-        self._racy_margin_ns = racy_margin_ns
+        self.max_file_bytes, self._report = max_file_bytes, report
+        self._read_file, self._scan_tree, self._prefetch = read_file, scan_tree, prefetch
+        self._slow_read_seconds, self._racy_margin_ns = slow_read_seconds, racy_margin_ns
         self._rules: Rules | None = None
         self._tracked: _IndexRead | None = None
         self._used: tuple[Rules, Tracked | None] | None = None  # the last look's (`decided_by`)
@@ -299,10 +295,14 @@ class Capture:
         if not tick and is_coarse(os.stat(self._root.path)):
             tick = self._learn_tick()  # the root's own times: known before anything is trusted
         look = functools.partial(self._look, store_objects=store_objects, cap=cap, final=final)
-        current = look(tick=tick)
-        # Coarse times below the root (another file system mounted there) after this
-        # capture trusted stamps within a tick: forget them, and capture again.
-        return current if self._caches.tick() == tick else look(tick=self._learn_tick())
+        try:
+            current = look(tick=tick)
+        finally:
+            # Coarse times below the root (another file system mounted there) found by a
+            # look that trusted stamps within a tick: forget them (even if it raised).
+            learnt = self._caches.tick() != tick
+            tick = self._learn_tick() if learnt else tick
+        return look(tick=tick) if learnt else current  # (having learnt: capture again)
 
     def _learn_tick(self) -> int:
         """Records that the tree ticks in seconds; trusts no cache, nor watched memory, before."""

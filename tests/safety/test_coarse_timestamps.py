@@ -230,3 +230,55 @@ def test_a_capture_killed_after_it_learnt_the_tick_leaves_no_record_it_trusted_b
         assert _digest(later, "sub/b.txt") == hash_bytes(b"new\n")
     finally:
         subprocess.run(["umount", str(root / "sub")], check=True)
+
+
+def test_a_look_that_learnt_the_tick_and_failed_is_not_trusted_by_the_next(
+    coarse_tmp: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A review found a look that learnt the tick, then met a file gone since its
+    listing (a temp file), retried with the listings it had made under the finer tick:
+    a file created in that second was missing from the snapshot. And the process never
+    stored its stat and listing caches again."""
+    import subprocess
+
+    from worksnap.scan import scan_tree
+    from worksnap.workspace import Seams
+
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "top.txt").write_bytes(b"fine\n")
+    with Workspace(root) as ws:
+        ws.snapshot()  # the tick is not known yet: the root's times are fine
+    subprocess.run(["mount", "--bind", str(coarse_tmp), str(root / "sub")], check=True)
+    try:
+        sub, looks, taken = root / "sub", [], []
+
+        def scan(*args: object, **kwargs: object) -> object:
+            found = scan_tree(*args, **kwargs)  # type: ignore[arg-type]
+            looks.append(1)
+            if len(looks) == 1:  # listed: a temp file goes, a file comes, in that second
+                (sub / "tmp.txt").unlink()
+                (sub / "new.txt").write_bytes(b"new\n")
+            return found
+
+        def scenario() -> None:
+            looks.clear()
+            taken.clear()
+            for name in ("a.txt", "tmp.txt", "new.txt"):
+                (sub / name).unlink(missing_ok=True)
+            Path(StorePaths(str(root / ".worksnap")).timestamps).unlink(missing_ok=True)
+            (sub / "a.txt").write_bytes(b"a\n")
+            (sub / "tmp.txt").write_bytes(b"t\n")
+            with Workspace(root, seams=Seams(scan_tree=scan)) as ws:
+                taken.append(ws.snapshot())
+                time.sleep(0.2)
+                taken.append(ws.snapshot())  # the same process: its caches are stored again
+
+        in_one_second(scenario)
+        assert len(looks) >= 2
+        assert _digest(taken[0], "sub/new.txt") == hash_bytes(b"new\n")
+        cache = Path(StorePaths(str(root / ".worksnap")).stat_cache)
+        assert cache.exists() and Path(StorePaths(str(root / ".worksnap")).listing_cache).exists()
+    finally:
+        subprocess.run(["umount", str(root / "sub")], check=True)
