@@ -96,10 +96,13 @@ def cmd_hook(args: argparse.Namespace) -> int:
 
 
 def _no_notices(progress: Callable[[Progress], None]) -> Callable[[Progress], None]:
-    """`progress` without its notices (who holds the store: the hook's error says it)."""
+    """`progress` without its wait notices (who holds the store: the hook's error says it).
+
+    A recovery's is said: the hook's snapshot rolled back a killed restore first.
+    """
 
     def report(done: Progress) -> None:
-        if not done.note:
+        if not done.note or done.what == "recover":
             progress(done)
 
     return report

@@ -73,7 +73,7 @@ def _noting_recovery(args: argparse.Namespace, ws: Workspace) -> Workspace:
     return ws
 
 
-_RECOVERING = {"snapshot", "restore", "rewind", "undo", "redo", "recover", "plan", "run"}
+_RECOVERING = {"snapshot", "restore", "rewind", "undo", "redo", "recover", "plan", "run", "hook"}
 """Commands that recover first, or refuse to preview a half-restored tree."""
 
 

@@ -186,5 +186,5 @@ def rolled_back_first(put_back: int, kept: str) -> str:
     """The notice of a command that rolled back an interrupted restore before its own work."""
     return (
         f"an interrupted restore was rolled back first ({put_back} put back); the tree as "
-        f"it was is kept as snapshot {kept}, which `undo` brings back"
+        f"it was is kept as snapshot {kept} (`worksnap restore {kept}` brings it back)"
     )

@@ -97,20 +97,25 @@ class Tools:
         self._stopping: int | None = None  # the signal that came during a call
 
     def call(self, work: Callable[[Workspace], _T], session: str | None = None) -> _T:
-        """Runs `work` on the workspace in `session`; a worksnap error is a tool error."""
+        """Runs `work` on the workspace in `session`; a worksnap error is a tool error.
+
+        The notices of the call (a killed restore rolled back first, a wait for the store)
+        go with its answer: `notices` in its document, or before its error.
+        """
+        notes: list[str] = []
         with self._lock:
             with self._guard:
                 if self._stopping is not None:  # came during the call before this one
                     self._exit(self._stopping, "")
                 self._busy = True
             try:
-                self.ws.use(session=session or self.session, progress=self._stoppable())
+                self.ws.use(session=session or self.session, progress=self._stoppable(notes))
                 result = work(self.ws)
             except KeyboardInterrupt as exc:  # `stop`: a restore says how it left the tree
                 state = exc.state if isinstance(exc, Interrupted) else ""
                 self._exit(self._stopping or stopsignals.SIGINT, state)
             except WorksnapError as exc:
-                raise ToolError(str(exc)) from None
+                raise ToolError("; ".join([*notes, str(exc)])) from None
             except OSError as exc:
                 raise ToolError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
             finally:
@@ -119,6 +124,8 @@ class Tools:
                     stopping = self._stopping
             if stopping is not None:  # too late to stop it: it is done
                 self._exit(stopping, "the call had finished (its answer is not sent)")
+            if notes and isinstance(result, dict):
+                result["notices"] = notes
             return result
 
     def stop(self, signum: int, frame: Any) -> None:
@@ -134,12 +141,16 @@ class Tools:
             self._stopping = signum
         stopsignals.default(signum)
 
-    def _stoppable(self) -> Callable[[Progress], None]:
-        """The progress callback of a call: raises `Stopped` once a signal came (only once)."""
+    def _stoppable(self, notes: list[str]) -> Callable[[Progress], None]:
+        """The progress callback of a call: raises `Stopped` once a signal came (only once).
+
+        Each notice goes to `notes`, and to stderr (the server's log).
+        """
         raised: list[bool] = []
 
         def report(progress: Progress) -> None:
-            if progress.note:  # (an interrupted restore rolled back first, who holds the store)
+            if progress.note:
+                notes.append(progress.note)
                 print(f"worksnap: {progress.note}", file=sys.stderr, flush=True)
             if self._stopping is not None and not raised:
                 raised.append(True)

@@ -276,7 +276,9 @@ class Root:
             or (self.covered is not None and self.covered(rel))
             or any(is_git_name(part) for part in rel.split("/"))
         ):
-            raise InputError(f"{shown(rel)!r} is excluded (the store, .git, or --exclude)")
+            raise InputError(
+                f"{shown(rel)!r} is excluded (the store, .git, --exclude or `config exclude`)"
+            )
         return rel
 
     def here(self) -> str | None:

@@ -232,7 +232,29 @@ def test_a_command_that_recovers_first_says_so_and_names_the_snapshot_it_kept(
     said = [line for line in err.splitlines() if "rolled back first" in line]
     assert len(said) == 1, err
     assert said[0].startswith("worksnap: an interrupted restore was rolled back first (")
-    assert f"snapshot {kept[0]}, which `undo` brings back" in said[0]
+    assert f"snapshot {kept[0]} (`worksnap restore {kept[0]}` brings it back)" in said[0]
+    # What it says brings the tree back does (`undo` would not, after a restore: a review).
+    assert cli("--root", str(root), "restore", kept[0], "--yes")[0] == 0
+    assert (root / "newdir" / "new.txt").read_text() == "created after the kill\n"
+    assert (root / "mod.txt").read_text() == "edited after the kill: the restore touched it\n"
+
+
+def test_a_hook_that_recovers_first_says_so_and_not_to_run_recover(root: Path) -> None:
+    """A review found the hook's snapshot rolling back a killed restore silently, its one
+    line saying a restore was interrupted and to run `worksnap recover`: no longer true."""
+    _killed_restore(root)
+    _edit_after_the_kill(root)
+    event = {"hook_event_name": "UserPromptSubmit", "session_id": "s1", "cwd": str(root),
+             "prompt": "go on", "transcript_path": ""}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "worksnap", "hook", "claude-code"], input=json.dumps(event),
+        capture_output=True, text=True, cwd=root, check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CLAUDE")}
+        | {"WORKSNAP_NO_DAEMON": "1", "PYTHONPATH": SRC},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (root / JOURNAL).exists()
+    assert "rolled back first" in done.stderr and "worksnap recover" not in done.stderr
 
 
 def test_a_killed_recovery_is_recovered_without_losing_later_work(root: Path) -> None:
@@ -466,8 +488,11 @@ def test_the_mcp_server_recovers_before_it_changes_the_tree(tmp_path: Path, tool
             assert result["error"] is None, result
             if tool == "restore":
                 assert ws.plan_restore(ws.load(target)).changes == []
+                # The agent is told (a review found it only in the server's log).
+                [notice] = result["notices"]
+                assert notice.startswith("an interrupted restore was rolled back first (")
             else:  # the rollback is the undo, as on the command line (not the half-done tree)
-                assert tree_state(root) == before
+                assert tree_state(root) == before and "notices" not in result
         assert not (root / JOURNAL).exists()
 
 
