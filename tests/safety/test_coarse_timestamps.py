@@ -14,9 +14,12 @@ ctime still moves in nanoseconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -142,8 +145,6 @@ def test_a_coarse_file_system_mounted_below_a_fine_root(
     watch: bool,
 ) -> None:
     """The root's own times are fine: the tick is learnt from what is below, mid-capture."""
-    import subprocess
-
     root = tmp_path / "ws"
     (root / "sub").mkdir(parents=True)
     (root / "top.txt").write_bytes(b"fine\n")
@@ -165,6 +166,22 @@ def test_a_coarse_file_system_mounted_below_a_fine_root(
         assert _digest(taken[1], "sub/a.txt") == hash_bytes(b"two\n")
         timestamps = Path(StorePaths(str(root / ".worksnap")).timestamps)
         assert timestamps.read_bytes() == b"1000000000\n"
+    finally:
+        subprocess.run(["umount", str(root / "sub")], check=True)
+
+
+@contextlib.contextmanager
+def coarse_below_a_fine_root(coarse: Path, tmp_path: Path) -> Iterator[Path]:
+    """A root on a fine file system, snapshotted once (no tick known yet), with `sub` a
+    whole-second file system bind-mounted there since."""
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "top.txt").write_bytes(b"fine\n")
+    with Workspace(root) as ws:
+        ws.snapshot()
+    subprocess.run(["mount", "--bind", str(coarse), str(root / "sub")], check=True)
+    try:
+        yield root
     finally:
         subprocess.run(["umount", str(root / "sub")], check=True)
 
@@ -197,16 +214,7 @@ def test_a_capture_killed_after_it_learnt_the_tick_leaves_no_record_it_trusted_b
     Else the next process, which knows the tick, trusts them: a same-size rewrite in
     that second keeps the old digest, and a file created there is never seen.
     """
-    import subprocess
-    import sys
-
-    root = tmp_path / "ws"
-    (root / "sub").mkdir(parents=True)
-    (root / "top.txt").write_bytes(b"fine\n")
-    with Workspace(root) as ws:
-        ws.snapshot()  # the tick is not known yet: the root's times are fine
-    subprocess.run(["mount", "--bind", str(coarse_tmp), str(root / "sub")], check=True)
-    try:
+    with coarse_below_a_fine_root(coarse_tmp, tmp_path) as root:
         path, created = root / "sub" / "a.txt", root / "sub" / "b.txt"
         killed: list[int] = []
 
@@ -228,8 +236,6 @@ def test_a_capture_killed_after_it_learnt_the_tick_leaves_no_record_it_trusted_b
             later = ws.snapshot()
         assert _digest(later, "sub/a.txt") == hash_bytes(b"two\n")
         assert _digest(later, "sub/b.txt") == hash_bytes(b"new\n")
-    finally:
-        subprocess.run(["umount", str(root / "sub")], check=True)
 
 
 def test_a_look_that_learnt_the_tick_and_failed_is_not_trusted_by_the_next(
@@ -240,18 +246,10 @@ def test_a_look_that_learnt_the_tick_and_failed_is_not_trusted_by_the_next(
     listing (a temp file), retried with the listings it had made under the finer tick:
     a file created in that second was missing from the snapshot. And the process never
     stored its stat and listing caches again."""
-    import subprocess
-
     from worksnap.scan import scan_tree
     from worksnap.workspace import Seams
 
-    root = tmp_path / "ws"
-    (root / "sub").mkdir(parents=True)
-    (root / "top.txt").write_bytes(b"fine\n")
-    with Workspace(root) as ws:
-        ws.snapshot()  # the tick is not known yet: the root's times are fine
-    subprocess.run(["mount", "--bind", str(coarse_tmp), str(root / "sub")], check=True)
-    try:
+    with coarse_below_a_fine_root(coarse_tmp, tmp_path) as root:
         sub, looks, taken = root / "sub", [], []
 
         def scan(*args: object, **kwargs: object) -> object:
@@ -280,5 +278,3 @@ def test_a_look_that_learnt_the_tick_and_failed_is_not_trusted_by_the_next(
         assert _digest(taken[0], "sub/new.txt") == hash_bytes(b"new\n")
         cache = Path(StorePaths(str(root / ".worksnap")).stat_cache)
         assert cache.exists() and Path(StorePaths(str(root / ".worksnap")).listing_cache).exists()
-    finally:
-        subprocess.run(["umount", str(root / "sub")], check=True)
