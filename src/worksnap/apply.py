@@ -20,7 +20,7 @@ from typing import Protocol
 
 from blake3 import blake3
 
-from worksnap.errors import ObjectError, SnapshotError, shown
+from worksnap.errors import ObjectError, SnapshotError, rolled_back_words, shown
 from worksnap.fsio import DirTree, FileState, file_state, write_all
 from worksnap.hash import read_file
 from worksnap.manifest import Entry, Manifest, entry_at, size_problem
@@ -47,6 +47,8 @@ class Result:
             meanwhile, stays.
         edited: a rollback's (`keep_edits`): the paths it found changed while it ran and
             left as they are, the edit kept (what is below them too); also in `blocked`.
+        left: after a rollback (`rolled_back`), the paths it left as they are (its own
+            `blocked`, `edited` among them): the workspace is as before but for them.
         unprotected: the plan's files in no snapshot (large, or ignored now), left as they
             are although they may differ from the target (`Plan.unprotected`).
     """
@@ -61,6 +63,7 @@ class Result:
     changed: list[str] = field(default_factory=list)
     conflict: bool = False
     edited: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
     unprotected: list[Unprotected] = field(default_factory=list)
 
     @classmethod
@@ -76,10 +79,8 @@ class Result:
 
     def failure(self) -> str:
         """What a failed restore says in every front end: where it stopped, how it left the tree."""
-        left = (
-            "was rolled back to how it was before" if self.rolled_back else "may be partly restored"
-        )
-        return f"restore failed at {self.error}; the workspace {left}"
+        left = rolled_back_words(self.left) if self.rolled_back else ""
+        return f"restore failed at {self.error}; {left or 'the workspace may be partly restored'}"
 
 
 Step = tuple[str, Change]

@@ -250,14 +250,23 @@ class Interrupted(KeyboardInterrupt):
         first; `blocked`: the paths it left as they are (something in no snapshot in
         the way), so the tree is not all as before.
         """
-        state = "the workspace was rolled back to how it was before"
-        if blocked:
-            shown_paths = ", ".join(shown(p) for p in blocked[:3])
-            more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
-            state += f", but for {shown_paths}{more} (left as they are: in no snapshot)"
+        state = rolled_back_words(blocked)
         if kept is not None:
             state += f"; the tree as it was when interrupted is kept in snapshot {kept}"
         return cls(state)
+
+
+def rolled_back_words(left: list[str]) -> str:
+    """How a rollback left the workspace: as before, but for the paths it `left` as they are.
+
+    (Something in no snapshot was in their way, or they were edited while it ran.)
+    """
+    state = "the workspace was rolled back to how it was before"
+    if left:
+        shown_paths = ", ".join(shown(p) for p in left[:3])
+        more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+        state += f", but for {shown_paths}{more} (left as they are: in no snapshot)"
+    return state
 
 
 class RemoteError(WorksnapError):

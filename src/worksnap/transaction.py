@@ -395,7 +395,7 @@ class Restorer:
                 "(run `worksnap recover` to try again)"
             )
         result.rolled_back, result.blocked = True, sorted({*result.blocked, *back.blocked})
-        result.edited = back.edited  # left with an edit made while the rollback ran
+        result.edited, result.left = back.edited, back.blocked  # (edits made while it ran)
         return back
 
     # -- recovery -------------------------------------------------------------

@@ -679,6 +679,11 @@ def test_an_edit_made_while_a_rollback_runs_is_never_overwritten(
     if stopped_by == "a conflict":
         assert "f1" in result.blocked and result.edited == ["f1"]
         assert (root / "f4").read_text() == "edited meanwhile\n"
+        # Not all as before, and said so (a review found "rolled back to how it was before").
+        assert result.failure().endswith(
+            "; the workspace was rolled back to how it was before, but for f1 (left as they "
+            "are: in no snapshot)"
+        ), result.failure()
 
 
 def test_a_directory_a_rollback_removes_keeps_a_file_saved_into_it_meanwhile(root: Path) -> None:
