@@ -49,8 +49,8 @@ class Result:
             left as they are, the edit kept (what is below them too); also in `blocked`.
         left: after a rollback (`rolled_back`), the paths it left as they are (its own
             `blocked`, `edited` among them): the workspace is as before but for them.
-        unprotected: the plan's files in no snapshot (large, or ignored now), left as they
-            are although they may differ from the target (`Plan.unprotected`).
+        unprotected: the plan's files in no snapshot (large, or ignored or excluded now),
+            left as they are although they may differ from the target (`Plan.unprotected`).
     """
 
     target: str
