@@ -15,9 +15,9 @@ import re
 import secrets
 import stat
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
 from blake3 import blake3
 
 from worksnap.errors import ObjectError, SnapshotError, rolled_back_words, shown
@@ -28,8 +28,7 @@ from worksnap.paths import fs_path, under_any
 from worksnap.plan import Change, Op, Plan, Unprotected
 
 
-@dataclass(slots=True)
-class Result:
+class Result(msgspec.Struct):
     """What a restore did.
 
     Attributes:
@@ -54,17 +53,17 @@ class Result:
     """
 
     target: str
-    restored: list[str] = field(default_factory=list)
-    not_restored: list[str] = field(default_factory=list)
-    blocked: list[str] = field(default_factory=list)
+    restored: list[str] = msgspec.field(default_factory=list)
+    not_restored: list[str] = msgspec.field(default_factory=list)
+    blocked: list[str] = msgspec.field(default_factory=list)
     error: str | None = None
     rolled_back: bool = False
     pre_restore: str | None = None
-    changed: list[str] = field(default_factory=list)
+    changed: list[str] = msgspec.field(default_factory=list)
     conflict: bool = False
-    edited: list[str] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)
-    unprotected: list[Unprotected] = field(default_factory=list)
+    edited: list[str] = msgspec.field(default_factory=list)
+    left: list[str] = msgspec.field(default_factory=list)
+    unprotected: list[Unprotected] = msgspec.field(default_factory=list)
 
     @classmethod
     def of(cls, plan: Plan) -> Result:

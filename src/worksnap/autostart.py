@@ -23,7 +23,8 @@ import ctypes
 import ctypes.util
 import json
 import os
-from dataclasses import dataclass
+
+import msgspec
 
 from worksnap import fanotify
 from worksnap.client import SUPPORTED, request
@@ -50,8 +51,7 @@ LOCAL_FILE_SYSTEMS = {
 """`statfs` f_type of the file systems where inotify sees every change made."""
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     """Whether the daemon is used for a store, and why."""
 
     mode: str

@@ -20,7 +20,6 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import Protocol
@@ -578,8 +577,7 @@ class Capture:
         return digest, st
 
 
-@dataclass(frozen=True, slots=True)
-class _IndexRead:
+class _IndexRead(msgspec.Struct, frozen=True):
     """What git's index said, and what tells that it still says so."""
 
     tracked: Tracked | None

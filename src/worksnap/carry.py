@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from dataclasses import dataclass
 from operator import attrgetter
+
+import msgspec
 
 from worksnap.caches import StatRecord, StatTable
 from worksnap.manifest import Entry
 from worksnap.scanparts import DirScan, Seen
 
 
-@dataclass(frozen=True, slots=True)
-class Kept:
+class Kept(msgspec.Struct, frozen=True):
     """What a watched capture made of one directory's files, taken whole while its scan is."""
 
     part: DirScan

@@ -12,7 +12,8 @@ import difflib
 import hashlib
 import zlib
 from collections.abc import Callable, Container
-from dataclasses import dataclass
+
+import msgspec
 
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest, fs_path, is_under
@@ -23,8 +24,7 @@ from worksnap.treewalk import diff_trees, entry_of
 _BINARY_SNIFF = 8000  # as git: a NUL in the first 8000 bytes means binary
 
 
-@dataclass(frozen=True, slots=True)
-class FileChange:
+class FileChange(msgspec.Struct, frozen=True):
     """One path that differs. `op` is M, A, D or R (renamed from `old_path`)."""
 
     op: str

@@ -8,7 +8,7 @@ short answer. `plan.plan_restore` plans from these; `catalog` counts changes wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from worksnap.errors import ObjectError
 from worksnap.manifest import Entry, Manifest
@@ -57,8 +57,7 @@ def differing(old: list[Entry], new: list[Entry]) -> tuple[list[Entry], list[Ent
     return only_old, only_new
 
 
-@dataclass(frozen=True, slots=True)
-class Differences:
+class Differences(msgspec.Struct, frozen=True):
     """All a plan looks at: what differs between the workspace's state and a target."""
 
     only_now: tuple[Entry, ...]

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from worksnap.errors import InputError
 from worksnap.ignore import Matcher, compile_ignore_file
@@ -69,8 +70,7 @@ def describe(rule: str) -> str:
     return rule[len(PATTERN) :] if rule.startswith(PATTERN) else rule
 
 
-@dataclass(frozen=True, slots=True)
-class Exclusions:
+class Exclusions(msgspec.Struct, frozen=True):
     """A rule set, compiled: exact paths (side files included) and one pattern matcher."""
 
     exact: frozenset[str]

@@ -25,8 +25,9 @@ import shlex
 import shutil
 import stat
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from worksnap.errors import InputError
 
@@ -59,8 +60,7 @@ TOOL = "tool"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(msgspec.Struct, frozen=True):
     """One hook event, as the agent sent it (missing fields are empty)."""
 
     name: str

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import msgspec
@@ -52,8 +51,7 @@ _NAMED = 10
 """How many sessions the error for a session that does not exist names."""
 
 
-@dataclass(frozen=True, slots=True)
-class GcReport:
+class GcReport(msgspec.Struct, frozen=True):
     """What a garbage collection removed (or, for a dry run, would remove).
 
     Attributes:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
+
+import msgspec
 
 from worksnap.errors import InputError, ManifestError
 from worksnap.flatbuild import from_flat
@@ -40,8 +41,7 @@ STOP_POINTS = ("trees", "flushed", "record")
 flushed), after they were flushed, after the record was written (format 1 files kept)."""
 
 
-@dataclass(frozen=True, slots=True)
-class UpgradeReport:
+class UpgradeReport(msgspec.Struct, frozen=True):
     """What a migration did (or, for a dry run, would do).
 
     Attributes:

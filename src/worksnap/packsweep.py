@@ -17,7 +17,8 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from worksnap.errors import SweepStopped
 from worksnap.objectindex import Finder, used_copy
@@ -28,8 +29,7 @@ Records = list[tuple[str, Slot]]
 """A pack's objects and their slots, in the order of its index."""
 
 
-@dataclass(frozen=True, slots=True)
-class SweptPack:
+class SweptPack(msgspec.Struct, frozen=True):
     """A pack a sweep removes.
 
     Attributes:
@@ -43,8 +43,7 @@ class SweptPack:
     dead: list[int]
 
 
-@dataclass(slots=True)
-class Tally:
+class Tally(msgspec.Struct):
     """What a sweep has removed so far.
 
     Attributes:
@@ -55,7 +54,7 @@ class Tally:
 
     removed: int = 0
     freed: int = 0
-    indexes: set[str] = field(default_factory=set)
+    indexes: set[str] = msgspec.field(default_factory=set)
 
     def add(self, removed: int, freed: int) -> None:
         """Counts `removed` more objects and `freed` more bytes."""
@@ -63,8 +62,7 @@ class Tally:
         self.freed += freed
 
 
-@dataclass(frozen=True, slots=True)
-class SweepPlan:
+class SweepPlan(msgspec.Struct, frozen=True):
     """What a sweep does, pack by pack (packs it leaves as they are are in neither list).
 
     Attributes:

@@ -16,8 +16,9 @@ import os
 import re
 import stat
 from collections.abc import Callable, Container, Iterable
-from dataclasses import dataclass
 from typing import NewType
+
+import msgspec
 
 from worksnap.errors import InputError, shown
 
@@ -198,8 +199,7 @@ def cwd_below(root: str) -> str | None:
         return None  # removed already
 
 
-@dataclass(frozen=True, slots=True)
-class Root:
+class Root(msgspec.Struct, frozen=True):
     """A workspace root and what is never captured nor touched in it.
 
     Attributes:

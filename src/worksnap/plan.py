@@ -9,7 +9,8 @@ import enum
 import functools
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field, replace
+
+import msgspec
 
 from worksnap.differences import Differences, flat_differences
 from worksnap.errors import ConflictError, InputError
@@ -37,8 +38,7 @@ class Op(enum.Enum):
     it (`keep_standing`): left as it is, and reported."""
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     """One path a restore will change.
 
     Attributes:
@@ -55,8 +55,7 @@ class Change:
     was_dir: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Unprotected:
+class Unprotected(msgspec.Struct, frozen=True):
     """A file in no snapshot (large, or ignored or excluded now) that a restore leaves as it is.
 
     Attributes:
@@ -76,8 +75,7 @@ class Unprotected:
     size: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """What restoring `target` would change, sorted by path, and the state it was made from.
 
     `unprotected` lists the large files the restore leaves as they are although they
@@ -87,7 +85,7 @@ class Plan:
     target: Manifest
     current: Manifest
     changes: list[Change]
-    unprotected: list[Unprotected] = field(default_factory=list)
+    unprotected: list[Unprotected] = msgspec.field(default_factory=list)
 
     @property
     def blocked(self) -> list[Change]:
@@ -202,7 +200,7 @@ def keep_standing(plan: Plan, here: str | None) -> Plan:
         else c
         for c in plan.changes
     ]
-    return plan if changes == plan.changes else replace(plan, changes=changes)
+    return plan if changes == plan.changes else msgspec.structs.replace(plan, changes=changes)
 
 
 class _Sorted:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
+class Progress(msgspec.Struct, frozen=True):
     """A report on long work: `done` of `total` units of `what` ("hash", "apply").
 
     A report with a `note` is a one-line notice instead, to show as it is: `what`

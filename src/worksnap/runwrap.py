@@ -11,7 +11,8 @@ import shutil
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from worksnap.errors import InputError
 from worksnap.manifest import Manifest, tree_digest
@@ -25,8 +26,7 @@ NOT_EXECUTABLE = 126
 """The exit status of a command that exists but cannot be run, as a shell reports it."""
 
 
-@dataclass
-class Outcome:
+class Outcome(msgspec.Struct):
     """How a wrapped command ended.
 
     Attributes:
@@ -39,7 +39,7 @@ class Outcome:
 
     command: list[str]
     exit_code: int
-    snapshots: list[Manifest] = field(default_factory=list)
+    snapshots: list[Manifest] = msgspec.field(default_factory=list)
     error: str | None = None
 
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from worksnap.caches import Listing, Listings, listing_key
 from worksnap.errors import SnapshotError, unreadable
@@ -190,8 +191,7 @@ Each = Callable[[str, "DirScan | None"], None]
 """`scan_tree`'s `each`: a directory's part as it is done, or ("", None) at a restart."""
 
 
-@dataclass(slots=True)
-class _Walk:
+class _Walk(msgspec.Struct):
     """One walk's inputs and outputs."""
 
     root: str
@@ -210,10 +210,10 @@ class _Walk:
     found: Scan
     visited: dict[str, DirScan]
     each: Each | None = None
-    from_memory: set[str] = field(default_factory=set)
+    from_memory: set[str] = msgspec.field(default_factory=set)
     """Directories whose stats (some or all) were taken from memory."""
     new_links: bool = False
-    inodes: list[set[int]] = field(default_factory=list)  # (`a_remembered_file`)
+    inodes: list[set[int]] = msgspec.field(default_factory=list)  # (`a_remembered_file`)
     looked_at: set[str] | None = None  # (None: every directory is)
 
 

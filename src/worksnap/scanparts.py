@@ -11,8 +11,9 @@ import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from worksnap.errors import SnapshotError, gone, unreadable
 from worksnap.exclusion import excluded_entry
@@ -47,36 +48,33 @@ class Seen:
 _MODES: dict[int, int] = {}
 
 
-@dataclass(slots=True)
-class Scan:
+class Scan(msgspec.Struct):
     """What one walk found. Paths are relative wire-form paths, in walk order."""
 
-    files: list[tuple[str, Seen]] = field(default_factory=list)
-    symlinks: list[tuple[str, str, int]] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)
-    large: list[str] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)
+    files: list[tuple[str, Seen]] = msgspec.field(default_factory=list)
+    symlinks: list[tuple[str, str, int]] = msgspec.field(default_factory=list)
+    dirs: list[str] = msgspec.field(default_factory=list)
+    ignored: list[str] = msgspec.field(default_factory=list)
+    large: list[str] = msgspec.field(default_factory=list)
+    excluded: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass(slots=True)
-class WalkStats:
+class WalkStats(msgspec.Struct):
     """What a walk had to do afresh (for tests and benchmarks; pass one to `scan_tree`)."""
 
-    listed: list[str] = field(default_factory=list)
+    listed: list[str] = msgspec.field(default_factory=list)
     """Directories whose entries were read from the file system and classified."""
-    matched: list[str] = field(default_factory=list)
+    matched: list[str] = msgspec.field(default_factory=list)
     """Paths the ignore rules were asked about (not taken from an earlier decision)."""
-    reused: list[str] = field(default_factory=list)
+    reused: list[str] = msgspec.field(default_factory=list)
     """Directories taken from the watched memory (with or without files stat-ed again)."""
-    patched: list[str] = field(default_factory=list)
+    patched: list[str] = msgspec.field(default_factory=list)
     """Directories with events whose memory was patched at the names they named, not listed."""
     restatted: bool = False
     """Every file taken from memory was stat-ed again (a file written may have been one)."""
 
 
-@dataclass(slots=True)
-class DirScan:
+class DirScan(msgspec.Struct):
     """What one directory contributed to a scan, kept in memory for a watched workspace."""
 
     ino: int
@@ -91,7 +89,7 @@ class DirScan:
     """(relative path, name on disk, entered for tracked files only) of each subdirectory."""
     children: list[tuple[str, str]]
     """The classification it was made from: (wire name, kind) in name order."""
-    linked: dict[str, int] = field(default_factory=dict)
+    linked: dict[str, int] = msgspec.field(default_factory=dict)
     """Names of its files with more than one hard link, and the inode at each: stat-ed
     again at every scan (one that holds another inode now is a new link)."""
     tracked_only: bool = False

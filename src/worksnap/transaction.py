@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -178,7 +177,7 @@ class Restorer:
             c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)
         )]  # fmt: skip
         kept = sorted([*kept, *blocked], key=lambda c: c.path) if blocked else kept
-        plan = dataclasses.replace(plan, changes=kept)
+        plan = msgspec.structs.replace(plan, changes=kept)
         if selected is not None:
             check_selected(selected, current, target)
             plan = select_paths(plan, selected)
@@ -186,7 +185,7 @@ class Restorer:
             (known is None or r.path in known)  # a checkpoint's: only what it knows
             and (selected is None or any(is_under(r.path, p) for p in selected))
         )]  # fmt: skip
-        return dataclasses.replace(plan, unprotected=rows)
+        return msgspec.structs.replace(plan, unprotected=rows)
 
     # -- restoring ------------------------------------------------------------
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from itertools import islice, pairwise
 from typing import TypeVar
 
@@ -63,8 +62,7 @@ begins its part, not on where the part began: adding or removing a name rewrites
 part, or two when it or the next part's first name ends one (docs/format.md)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Split:
+class Split(msgspec.Struct, frozen=True):
     """Where a writer cuts a large directory (the three settings above).
 
     The cut is the writer's choice alone: readers and walks take any valid split. Tests
@@ -424,8 +422,7 @@ def cut(names: Sequence[str], sizes: Sequence[int], level: int, split: Split = S
     return ends
 
 
-@dataclass(frozen=True, slots=True)
-class Encoded:
+class Encoded(msgspec.Struct, frozen=True):
     """A directory's tree objects.
 
     `digest` is what its parent's `Dir` holds; `objects` are every object, the top one last,
@@ -508,8 +505,7 @@ def _spans(
 # -- building a snapshot's trees ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Built:
+class Built(msgspec.Struct, frozen=True):
     """A directory as built: its digest, and the files (and symlinks) and bytes below it."""
 
     digest: Digest

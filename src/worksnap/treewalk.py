@@ -19,9 +19,10 @@ import heapq
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import pairwise
 from operator import attrgetter
+
+import msgspec
 
 from worksnap.errors import ManifestError
 from worksnap.manifest import Entry, Manifest
@@ -49,21 +50,19 @@ MAX_PATHS = 10_000_000
 """Paths one walk yields at most (a format 1 manifest of 1 GiB, the cap, holds fewer)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Loose:
+class Loose(msgspec.Struct, frozen=True):
     """Left-out paths that cannot sit in a tree, kept in the snapshot record instead.
 
     Their parent is not a captured directory (a checkpoint's `large`), or their name is
     taken there already.
     """
 
-    ignored: list[str] = field(default_factory=list)
-    large: list[str] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)
+    ignored: list[str] = msgspec.field(default_factory=list)
+    large: list[str] = msgspec.field(default_factory=list)
+    excluded: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class Flat:
+class Flat(msgspec.Struct, frozen=True):
     """The flat view of a snapshot: exactly the path fields of a format 1 manifest."""
 
     entries: list[Entry]
@@ -80,8 +79,7 @@ class Flat:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Difference:
+class Difference(msgspec.Struct, frozen=True):
     """A path whose child differs between two trees (None: nothing there on that side).
 
     A directory on both sides is never a difference itself; what differs below it is.
@@ -183,8 +181,7 @@ def _hex(raw: bytes) -> Digest:
     return Digest(raw.hex())
 
 
-@dataclass(frozen=True, slots=True)
-class _Spot:
+class _Spot(msgspec.Struct, frozen=True):
     """A node of a directory still to read: the range of names it must hold, and what it is."""
 
     lo: str | None  # its first name (None: the directory's top node)
