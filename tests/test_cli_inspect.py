@@ -499,3 +499,32 @@ def test_diff_of_some_paths_takes_a_rename_with_one_side_outside_as_that_sides_c
     assert (root / "d/x").exists() == (selected == "d")
     assert (root / "e/x").exists() == (selected == "d")
     assert (root / "e/y").read_text() == "stays\n"
+
+
+def test_status_names_directories_a_restore_adds_back_or_removes_as_plan_does(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review removed an empty directory and made another after a snapshot: `status`
+    said "nothing changed since latest" and its JSON `changes` was empty, while `plan`
+    and `undo` showed `D keep/` and `A newempty/`; an agent trusting `changes == []` would
+    run an undo that removes a directory it was told had not changed."""
+    write(root, "a.txt", "a")
+    (root / "keep").mkdir()
+    (root / "full").mkdir()
+    assert run(capsys, root, "snapshot")[0] == 0
+    (root / "keep").rmdir()
+    (root / "newempty").mkdir()
+    write(root, "full/new.txt", "n")
+    code, out, err = run(capsys, root, "status")
+    assert code == 0, err
+    assert out.splitlines()[-3:] == [" A full/new.txt", " D keep/", " A newempty/"]
+    state = ok_json(capsys, root, "status")
+    assert state["changes"] == [
+        {"op": "A", "path": "full/new.txt", "from": None},
+        {"op": "D", "path": "keep", "from": None},
+        {"op": "A", "path": "newempty", "from": None},
+    ]
+    planned = ok_json(capsys, root, "plan", "latest")["changes"]
+    assert [(c["op"], c["path"]) for c in planned] == [
+        (c["op"], c["path"]) for c in state["changes"]
+    ]

@@ -165,7 +165,10 @@ def test_from_a_directory_where_the_snapshot_has_a_file_status_and_diff_say_it_a
     snapshotted(root, monkeypatch, "a")
     (root / "a").unlink()
     (root / "a" / "sub").mkdir(parents=True)
-    changes = [{"op": "D", "path": "a", "from": None}]
+    changes = [
+        {"op": "D", "path": "a", "from": None},
+        {"op": "A", "path": "a/sub", "from": None},  # (a directory too, as `plan` lists it)
+    ]
     for here in (root, root / "a" / "sub"):
         monkeypatch.chdir(here)
         code, out, _ = worksnap("--json", "status")

@@ -32,6 +32,9 @@ class FileChange(msgspec.Struct, frozen=True):
     old: Entry | None
     new: Entry | None
     old_path: str | None = None
+    directory: bool = False
+    """A directory a restore adds back (D) or removes (A), empty ones too
+    (`restored_directories`): no content to show."""
 
 
 def compare(
@@ -53,6 +56,19 @@ def restored(plan: Plan) -> list[FileChange]:
     """
     touched = {c.path for c in plan.changes if c.op is not Op.BLOCKED}
     return compare(plan.target, plan.current, only=touched)
+
+
+def restored_directories(plan: Plan) -> list[FileChange]:
+    """The directories restoring `plan.target` adds back or removes, as `plan` lists them.
+
+    A directory deleted since (D: the snapshot has one there, nothing else is) or added
+    since (A), empty or not: what `restored` leaves out, since a patch cannot say it.
+    """
+    return [
+        FileChange(c.op.value, c.path, None, None, directory=True)
+        for c in plan.changes
+        if (c.op is Op.DELETED and c.entry is None) or (c.op is Op.ADDED and c.was_dir)
+    ]
 
 
 def compare_trees(old: Digest, new: Digest, read: Read) -> list[FileChange]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from worksnap import views
@@ -57,7 +58,7 @@ def status_state(
     store's daemon about itself (None: none runs).
     """
     from worksnap import autostart, journal
-    from worksnap.diff import restored
+    from worksnap.diff import restored, restored_directories
     from worksnap.errors import InputError, ManifestError
     from worksnap.layout import StorePaths, belongs_elsewhere
     from worksnap.storedir import StoreDir
@@ -81,7 +82,9 @@ def status_state(
         latest = None  # only automatic snapshots so far
     # (A checkpoint: against the tree with its before-images put back, as `diff` compares.)
     plan = ws.plan_restore(latest, now=current) if latest is not None else None
-    changes = restored(plan) if plan is not None else []
+    # (Directories too, as `plan` lists them: an undo that removes an empty one is a change.)
+    both = restored(plan) + restored_directories(plan) if plan is not None else []
+    changes = sorted(both, key=attrgetter("path"))
     # Held by `latest`, changed since, ignored now: no snapshot keeps what it holds now.
     ignored_now = [(r.path, r.size) for r in plan.unprotected if r.why == "ignored"] if plan else []
     cap = ws.max_file_bytes
@@ -163,7 +166,7 @@ def _print_status(args: argparse.Namespace, state: dict[str, Any], changes: list
     else:
         lines.append(f"changes since latest ({latest}):")
         for change in changes:
-            name = display(change.path)
+            name = display(change.path) + ("/" if change.directory else "")
             if change.op == "R":
                 name = f"{display(change.old_path)} -> {name}"
             lines.append(f" {styled(change.op, _STATUS_COLOURS[change.op])} {name}")
