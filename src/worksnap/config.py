@@ -12,7 +12,7 @@ import re
 
 import msgspec
 
-from worksnap.errors import InputError, StoreError
+from worksnap.errors import ForeignStoreError, InputError, StoreError
 from worksnap.storedir import MIB, StoreDir
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z")
@@ -137,6 +137,8 @@ def load_config(store: StoreDir) -> Config:
             return Config()
         config = msgspec.json.decode(data, type=Config)
         config.check()
+    except ForeignStoreError:
+        raise  # about the store, not its config
     except (OSError, msgspec.DecodeError, InputError) as exc:
         raise InputError(f"config {path} is not valid ({exc})") from None
     return config

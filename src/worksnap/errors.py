@@ -172,6 +172,14 @@ class StoreError(InputError):
         self.reason = reason
 
 
+class ForeignStoreError(InputError):
+    """The store's folder is not one worksnap made for this user (`storeplace.check_own`).
+
+    Another user's, one others may enter that holds something already, or one that
+    holds what no store does: refused before anything is read or written there.
+    """
+
+
 class RecoveryError(WorksnapError):
     """An interrupted restore is pending and this command cannot go on until it is settled.
 

@@ -30,10 +30,10 @@ import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 
-from worksnap.errors import InputError, StoreError
+from worksnap.errors import ForeignStoreError, StoreError
 from worksnap.fsio import released_with, write_all
 from worksnap.layout import TEMP_MARK, StorePaths
-from worksnap.storeplace import DIR_MODE, make_store_dir
+from worksnap.storeplace import DIR_MODE, check_own, make_store_dir, not_a_store
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -118,7 +118,11 @@ class StoreDir:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise self._wrong(self.path, "a directory") from None
                 raise
-            st = os.fstat(fd)
+            try:
+                st = check_own(self.path, fd)
+            except (ForeignStoreError, OSError):
+                os.close(fd)
+                raise
             held = self._held = _Held(fd, (st.st_dev, st.st_ino))
         return held
 
@@ -315,10 +319,7 @@ class StoreDir:
             InputError: names the first names found that are not a store's.
         """
         if strange := self.paths.foreign(self.listdir(self.path)):
-            shown = ", ".join(strange[:3]) + (", ..." if len(strange) > 3 else "")
-            raise InputError(f"refusing to make a store in {self.path}: it holds {shown}, "
-                             "which no worksnap store does (name a new or empty directory, "
-                             "or an existing store)")  # fmt: skip
+            raise not_a_store(self.path, strange)
 
     def listdir(self, path: str) -> list[str]:
         """The names in a folder of the store ([] when it does not exist)."""

@@ -10,7 +10,8 @@ import contextlib
 import os
 import stat
 
-from worksnap.errors import InputError
+from worksnap.errors import ForeignStoreError, InputError, shown
+from worksnap.layout import StorePaths
 from worksnap.paths import relative_to
 
 DIR_MODE = 0o777
@@ -31,6 +32,57 @@ def make_store_dir(path: str) -> None:
     shared = os.stat(parent).st_mode & stat.S_ISGID
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, DIR_MODE if shared else 0o700)
+
+
+def check_own(path: str, fd: int) -> os.stat_result:
+    """Refuses a store folder that is not one worksnap made for its user; returns its stat.
+
+    A store holds a copy of every file captured, a private one too. A `.worksnap` link
+    (git commits it, so it comes with a clone) or a `.git` file naming another git
+    directory can lead to a folder of another user, who would read those copies and
+    could plant records a restore acts on; or to a folder of one's own that others may
+    enter, where the packs are as readable as it. `make_store_dir` makes a store's
+    folder its maker's alone, or, in a setgid folder of one of the user's groups, the
+    group's. A folder of one's own that others may enter is made so when it holds
+    nothing but what a store does (made by hand for a store, or a store made before
+    stop 44); one that holds anything else is refused, its mode left as it is, and so
+    is another user's (as git refuses a repository of another owner).
+
+    Args:
+        path: the store folder (for the message).
+        fd: the store folder, opened.
+
+    Raises:
+        ForeignStoreError: the folder is another user's, or others may enter it and it
+            holds what no store does.
+    """
+    st = os.fstat(fd)
+    ours = st.st_uid == os.geteuid()
+    if st.st_mode & stat.S_ISGID and (
+        ours or st.st_gid == os.getegid() or st.st_gid in os.getgroups()
+    ):
+        return st  # a group's store (docs/safety.md): its members share what it holds
+    if not ours:
+        raise ForeignStoreError(
+            f"store {shown(path)} belongs to another user (uid {st.st_uid}): worksnap keeps "
+            f"its copies of your files only in a folder of your own (or your group's, a "
+            f"setgid folder); name another with --store, or remove what leads there"
+        )
+    if st.st_mode & 0o077:
+        if strange := StorePaths(path).foreign(os.listdir(fd)):
+            raise not_a_store(path, strange)  # (a home folder a link leads to, say)
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)  # as `make_store_dir` makes one
+        return os.fstat(fd)
+    return st
+
+
+def not_a_store(path: str, strange: list[str]) -> ForeignStoreError:
+    """The refusal of a folder that holds what no store does (`strange`, sorted)."""
+    shown_names = ", ".join(strange[:3]) + (", ..." if len(strange) > 3 else "")
+    return ForeignStoreError(
+        f"refusing to make a store in {path}: it holds {shown_names}, which no worksnap "
+        "store does (name a new or empty directory, or an existing store)"
+    )
 
 
 def resolve_store(root: str, store: str) -> tuple[str, set[str]]:

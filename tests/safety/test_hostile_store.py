@@ -87,10 +87,14 @@ def _snapshot(root: Path) -> str:
 def test_a_shipped_store_with_a_linked_folder_touches_nothing_outside(
     root: Path, victim: Path, folder: str
 ) -> None:
-    """A cloned `.worksnap/<folder> -> ../../victim` with a retention config: nothing outside."""
+    """A cloned `.worksnap/<folder> -> ../../victim` with a retention config: nothing outside.
+
+    (Made private, as a store of one's own is: one as git clones it, 0755, is refused
+    before anything in it is read, `test_a_store_folder_others_may_enter_is_refused`.)
+    """
     write(root, "a.txt", "alpha\n")
     store = root / STORE
-    store.mkdir()
+    store.mkdir(mode=0o700)
     write(store, "config.json", '{"retention": {"keep_last": 1}}')
     os.symlink(os.path.relpath(victim, store), store / folder)
     before = tree_state(victim, skip=())
@@ -362,3 +366,85 @@ def test_a_store_that_a_restore_could_move_is_refused(root: Path, how: str) -> N
     assert code == 2, err
     one_error_line(err, named, "a restore could change")
     assert tree_state(root, skip=()) == before
+
+
+# -- a store folder that is not one's own ------------------------------------------
+
+OTHER_UID = 54321
+"""Another user: a number only, no account needed."""
+
+
+def _nothing_written(folder: Path, before: set[str]) -> None:
+    assert {str(p.relative_to(folder)) for p in folder.rglob("*")} == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
+@pytest.mark.parametrize("how", ["link", "gitdir"])
+def test_a_store_folder_of_another_user_is_refused(root: Path, tmp_path: Path, how: str) -> None:
+    """A review pointed a project's store at another user's folder: a `.worksnap` link
+    (which git commits, so it comes with a clone) or a `.git` file naming another git
+    directory. The folder was used as it was, the store's files made 0644 in it, and that
+    user read a 0600 file's bytes from the packs. It is refused before anything is written
+    there, as git refuses a repository of another owner."""
+    write(root, "creds.txt", "token=SECRET\n")
+    (root / "creds.txt").chmod(0o600)
+    theirs = tmp_path / "theirs"
+    if how == "link":
+        (theirs / "snapshots").mkdir(parents=True)
+        (root / STORE).symlink_to(theirs)
+    else:
+        (theirs / "worksnap" / "snapshots").mkdir(parents=True)
+        (theirs / "HEAD").write_text("ref: refs/heads/main\n")
+        (theirs / "objects").mkdir()
+        (theirs / "refs").mkdir()
+        (root / ".git").write_text(f"gitdir: {theirs}\n")
+    for path in [theirs, *theirs.rglob("*")]:
+        os.chown(path, OTHER_UID, OTHER_UID)
+        path.chmod(0o777)
+    before = {str(p.relative_to(theirs)) for p in theirs.rglob("*")}
+    code, _, err = worksnap("--root", str(root), "snapshot")
+    assert code == 2, err
+    one_error_line(err, "belongs to another user (uid 54321)")
+    _nothing_written(theirs, before)
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o701])
+@pytest.mark.parametrize("folder", ["empty", "store", "config"])
+def test_a_store_folder_others_may_enter_is_made_private(
+    root: Path, tmp_path: Path, mode: int, folder: str
+) -> None:
+    """The same review's `.worksnap` link to an empty folder of one's own that others may
+    enter: packs made there were 0644, so any user read a private file's bytes. A folder
+    of one's own that holds nothing but what a store does (empty, made by hand with a
+    `config.json`, or a store made before stop 44, 0755) is made its maker's alone, as
+    worksnap makes a store's folder, before anything is written there."""
+    write(root, "creds.txt", "token=SECRET\n")
+    (root / "creds.txt").chmod(0o600)
+    made = tmp_path / "made"
+    made.mkdir()
+    if folder == "store":
+        with Workspace(root, store=made) as ws:
+            ws.snapshot()
+    elif folder == "config":
+        write(made, "config.json", '{"retention": {"keep_last": 5}}')
+    made.chmod(mode)
+    (root / STORE).symlink_to(made)
+    code, _, err = worksnap("--root", str(root), "snapshot")
+    assert code == 0, err
+    assert stat.S_IMODE(made.stat().st_mode) == mode & 0o700
+    assert (made / "snapshots").is_dir()
+
+
+def test_a_folder_of_other_things_is_never_made_a_store(root: Path, tmp_path: Path) -> None:
+    """A `.worksnap` link to a folder that holds other things (a home folder, 0755) is
+    refused, nothing written there, its mode left as it is."""
+    write(root, "creds.txt", "token=SECRET\n")
+    home = tmp_path / "home"
+    write(home, ".profile", "export A=1\n")
+    home.chmod(0o755)
+    (root / STORE).symlink_to(home)
+    code, _, err = worksnap("--root", str(root), "snapshot")
+    assert code == 2, err
+    one_error_line(err, "refusing to make a store in", "it holds .profile")
+    _nothing_written(home, {".profile"})
+    assert stat.S_IMODE(home.stat().st_mode) == 0o755
