@@ -27,7 +27,7 @@ import msgspec
 
 from worksnap.errors import InputError
 from worksnap.ignore import Matcher, compile_ignore_file
-from worksnap.paths import Root, ancestors, fs_path, wire_name
+from worksnap.paths import Root, ancestors, fs_path, is_git_name, wire_name
 
 SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 """What SQLite keeps beside a database `x.db`: `x.db-wal`, `x.db-shm`, `x.db-journal`."""
@@ -91,6 +91,17 @@ class Exclusions(msgspec.Struct, frozen=True):
         if not self.exact and self.matcher is None:
             return False  # no rules: most workspaces, asked for every change a plan makes
         return any(self.excludes(path, is_dir=is_dir or path != rel) for path in ancestors(rel))
+
+
+def by_rule(rel: str, *rule_sets: Exclusions) -> bool:
+    """True when a listing left `rel` out by a rule, not for its type (a FIFO, socket, device).
+
+    One of `rule_sets` covers it, as a file or a directory, or it is a `.git` name or
+    below one (`plan.plan_restore`'s `ruled_out`).
+    """
+    if any(map(is_git_name, rel.split("/"))):
+        return True
+    return any(rules.covers(rel, is_dir=d) for rules in rule_sets for d in (False, True))
 
 
 _COMPILED: dict[frozenset[str], Exclusions] = {}

@@ -112,6 +112,7 @@ def plan_restore(
     ignored_by_target: Callable[[str, bool], bool],
     differences: Differences | None = None,
     special: Callable[[str], bool] = lambda path: False,
+    ruled_out: Callable[[str], bool] = lambda path: True,
 ) -> Plan:
     """Lists what restoring `target` changes in a workspace whose state is `current`.
 
@@ -129,12 +130,18 @@ def plan_restore(
             force (`target_ignores`: the target's `.gitignore` files, or those it leaves).
         differences: what differs between the two (default: `flat_differences`).
         special: whether a FIFO, socket or device is at a path now (`Root.special`).
+        ruled_out: whether a path the target lists as excluded was left out by a rule
+            (the target's, today's, a `.git` name) rather than for its type (a FIFO,
+            socket or device then): what is at the latter now is no more protected than
+            anything else the target lacks, since it is in no snapshot (default: every
+            one by a rule).
     """
     if current.tree == target.tree:
         return Plan(target=target, current=current, changes=[])  # same entries and dirs
+    kept_out = [p for p in target.excluded if ruled_out(p)]
     protected = {
         *current.ignored, *current.large, *current.excluded,
-        *target.ignored, *target.large, *target.excluded,
+        *target.ignored, *target.large, *kept_out,
     }  # fmt: skip
 
     # Only what differs matters: an unchanged path is never touched, and nothing
@@ -153,7 +160,7 @@ def plan_restore(
     # (Each manifest's lists are sorted: concatenated, they sort in linear time.)
     protected_paths = _Sorted(lambda: [
         *current.ignored, *current.large, *current.excluded,
-        *target.ignored, *target.large, *target.excluded,
+        *target.ignored, *target.large, *kept_out,
     ])  # fmt: skip
     left = _Sorted(lambda: (p for p in leaving if p not in removed))
     staying = _Sorted(lambda: (p for p in now if p not in removed))

@@ -27,7 +27,7 @@ from worksnap.capture import Capture
 from worksnap.catalog import Catalog
 from worksnap.differences import LastDifferences
 from worksnap.errors import InputError, Interrupted, RecoveryError, RestoreError, WorksnapError
-from worksnap.exclusion import compile_rules
+from worksnap.exclusion import by_rule, compile_rules
 from worksnap.history import CHECKPOINT, Frame, Sessions, checkpoint_rewind, undo_target
 from worksnap.journal import (
     Journal,
@@ -172,6 +172,7 @@ class Restorer:
             ignored_by_target=lambda p, d: then.covers(p, is_dir=d) or ignored(p, d),
             differences=(found := self._differences(current, target)),
             special=lambda p: self._root.special(p) and not now.covers(p, is_dir=False),
+            ruled_out=lambda p: by_rule(p, then, now),
         )
         kept = [c for c in plan.changes if (
             c.op is not Op.DELETED or not now.covers(c.path, is_dir=c.entry is None)

@@ -205,3 +205,39 @@ with Workspace(root, seams=Seams(apply_plan=killed)) as ws:
     assert "p left as it is: a FIFO, socket or device" in err
     assert (root / "a.txt").read_text() == "b\n"
     assert stat.S_ISFIFO(os.lstat(root / "p").st_mode)  # never removed
+
+
+@pytest.mark.parametrize("now", ["directory", "file"])
+def test_what_came_where_the_snapshot_had_a_fifo_is_added_since(root: Path, now: str) -> None:
+    """A review's snapshot held a FIFO at `p` (never captured: listed as excluded, like a
+    path a rule excludes); then `p` became a directory of new files, or a file. `plan`
+    said the tree matched, `status` named nothing, and a restore kept them in silence,
+    though they are in no snapshot. A FIFO is left out for its type, not by a rule: what
+    is at its path now is added since, removed by a restore and kept by the pre-restore
+    snapshot. A path a rule excluded (the snapshot's, today's) and `.git` stay untouched."""
+    write(root, "a.txt", "alpha\n")
+    os.mkfifo(root / "p")
+    write(root, "ruled/kept.txt", "excluded by the snapshot's rule\n")
+    with Workspace(root, exclude=["ruled"]) as ws:
+        target = ws.snapshot().id
+        assert "p" in ws.load(target).excluded
+    (root / "p").unlink()
+    write(root, "p/file.txt" if now == "directory" else "p", "came since\n")
+    write(root, "ruled/new.txt", "came since, under the snapshot's rule\n")
+    code, out, err = cli("--root", str(root), "--json", "plan", target)
+    assert code == 0, err
+    added = [{"op": "A", "path": "p"}]
+    if now == "directory":
+        added = [{"op": "A", "path": "p"}, {"op": "A", "path": "p/file.txt"}]
+    assert msgspec.json.decode(out)["changes"] == added
+    code, out, err = cli("--root", str(root), "--json", "status")
+    assert code == 0, err
+    assert [c["path"] for c in msgspec.json.decode(out)["changes"]] == [a["path"] for a in added]
+    code, out, err = cli("--root", str(root), "--json", "restore", "--yes", target)
+    assert code == 0, err
+    pre = msgspec.json.decode(out)["pre_restore"]
+    assert not os.path.lexists(root / "p")
+    assert (root / "ruled/new.txt").exists()  # the snapshot's rule: never touched
+    with Workspace(root) as ws:
+        kept = {e.path for e in ws.load(pre).entries}
+    assert ("p/file.txt" if now == "directory" else "p") in kept
