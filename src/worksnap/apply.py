@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import stat
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
@@ -422,7 +421,7 @@ def _write(
     """
     entry = change.entry
     assert entry is not None
-    tmp = b".worksnap-" + secrets.token_hex(6).encode() + b".tmp"
+    tmp = b".worksnap-" + os.urandom(6).hex().encode() + b".tmp"
     if entry.type == "symlink":
         assert entry.target is not None
         os.symlink(fs_path(entry.target), tmp, dir_fd=fd)

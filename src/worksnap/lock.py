@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
@@ -182,7 +181,7 @@ class StoreLock:
         with contextlib.suppress(OSError):
             self._files.write(
                 self._holder,
-                f"pid {os.getpid()} on {socket.gethostname()}{doing}\n".encode(),
+                f"pid {os.getpid()} on {os.uname().nodename}{doing}\n".encode(),
                 durable=False,
             )
 

@@ -10,8 +10,8 @@ import contextlib
 import functools
 import json
 import operator
+import os
 import re
-import secrets
 from bisect import bisect_left
 from datetime import datetime, timezone
 from itertools import islice
@@ -118,7 +118,7 @@ def tree_digest(entries: list[Entry], dirs: list[str]) -> str:
 
 def new_id() -> str:
     """Returns a fresh snapshot id: 12 random lowercase hex characters."""
-    return secrets.token_hex(6)
+    return os.urandom(6).hex()
 
 
 def now_rfc3339(ns: int | None = None) -> str:

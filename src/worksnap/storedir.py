@@ -26,7 +26,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 
@@ -380,7 +379,7 @@ class StoreDir:
     def _new_temp(self, parent: int, name: str) -> tuple[str, int]:
         """Creates and locks a temp file beside `name`; returns its name and descriptor."""
         while True:
-            tmp = f"{name}{TEMP_MARK}{secrets.token_hex(6)}"
+            tmp = f"{name}{TEMP_MARK}{os.urandom(6).hex()}"
             fd = os.open(tmp, _NEW, FILE_MODE, dir_fd=parent)
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_nlink:
@@ -537,7 +536,7 @@ class StoreDir:
 
     def new_name(self) -> str:
         """A fresh random name for a file this process alone writes (a pack)."""
-        return secrets.token_hex(8)
+        return os.urandom(8).hex()
 
 
 class _Held:

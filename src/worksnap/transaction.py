@@ -17,7 +17,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import socket
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -302,7 +301,7 @@ class Restorer:
         unchanged = verified(plan, pre, self._store.check, self._capture.stat_record)
         pre = self._catalog.save(pre, session, built=self._capture.trees.stored(pre))
         journal = Journal(target=plan.target.id, pre_restore=pre.id, pid=os.getpid(),
-                          host=socket.gethostname(), session=session, kind=pre.kind,
+                          host=os.uname().nodename, session=session, kind=pre.kind,
                           paths=[c.path for c in plan.changes],
                           modes=dir_modes(self._root.path, plan))  # fmt: skip
         self._files.write(self._paths.journal, msgspec.json.encode(journal))
