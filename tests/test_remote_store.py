@@ -368,13 +368,11 @@ def test_a_symlinked_folder_in_a_file_remote_never_carries_a_write_or_a_delete_o
     write(root, "f.txt", "two\n")
     ws.snapshot()
     later = time.time() + 4 * GRACE  # every file out there is old enough to delete
-    if planted != "data/pack":
-        with pytest.raises(RemoteError, match=r"is a symlink, not a folder"):
-            push(side(ws), Repository.open(open_transport(f"file://{remote}")), "default")
-    else:  # its new pack goes elsewhere (a listing passes over a link deeper down)
+    # (A link deeper down was passed over by a listing: a gc that does not see a pack,
+    # an index or a ref deletes what only it kept. It is refused as the others are.)
+    with pytest.raises(RemoteError, match=r"is a symlink, not a (regular file or a )?folder"):
         push(side(ws), Repository.open(open_transport(f"file://{remote}")), "default")
-    # (a pack the listing does not see is lost: the snapshot needing it stops the gc)
-    with pytest.raises(RemoteError, match=r"is a symlink, not a folder|missing or cut short"):
+    with pytest.raises(RemoteError, match=r"is a symlink, not a (regular file or a )?folder"):
         collect(Repository.open(open_transport(f"file://{remote}")), now=lambda: later)
     transport = open_transport(f"file://{remote}")
     key = pack_key(pack) if planted.startswith("data") else f"{planted}/{next(iter(victims))}"
@@ -412,3 +410,92 @@ def test_gc_sweeps_temp_files_only_in_the_remote_s_own_folders(tmp_path: Path) -
     assert collect(repo, dry_run=True).deleted_leftovers == len(ours)
     assert collect(repo).deleted_leftovers == len(ours)
     assert all(p.exists() for p in foreign) and not any(p.exists() for p in ours)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_ref_that_is_not_a_file_stops_gc_and_verify_and_loses_nothing(
+    tmp_path: Path, kind: str
+) -> None:
+    """A review turned a remote's ref into a symlink (or a FIFO): the listing passed over
+    it, `verify --remote` said "0 snapshots ... all present and intact", and `remote gc`
+    took the session for gone and deleted its record (its pack at the next gc): the
+    snapshot was lost. A listing refuses what is neither a folder nor a file."""
+    import time
+
+    from worksnap.errors import RemoteError
+    from worksnap.remote.gc import collect
+    from worksnap.remote.repository import GRACE
+
+    root, remote, elsewhere = tmp_path / "a", tmp_path / "remote", tmp_path / "elsewhere"
+    for folder in (remote, elsewhere):
+        folder.mkdir()
+    write(root, "f.txt", "one\n")
+    ws = Workspace(root)
+    ws.snapshot()
+    url = f"file://{remote}"
+    push(side(ws), Repository.open(open_transport(url), create=True), "default")
+    ref = remote / "refs" / "default"
+    (elsewhere / "default").write_bytes(ref.read_bytes())
+    ref.unlink()
+    if kind == "symlink":
+        ref.symlink_to(elsewhere / "default")
+    else:
+        os.mkfifo(ref)
+
+    def state() -> dict[str, bytes | None]:  # (a FIFO is never opened: it would wait)
+        found = {}
+        for path in remote.rglob("*"):
+            if not path.is_symlink() and path.is_file():
+                found[str(path.relative_to(remote))] = path.read_bytes()
+        return found
+
+    before = state()
+    later = time.time() + 4 * GRACE  # every file there is old enough to delete
+    for attempt in (
+        lambda: collect(Repository.open(open_transport(url)), now=lambda: later),
+        lambda: verify(Repository.open(open_transport(url))),
+    ):
+        with pytest.raises(RemoteError, match=f"refs/default: is a {kind.replace('fifo', 'FIFO')}"):
+            attempt()
+    after = state()  # (a gc's lease and lock files may have been made; nothing else)
+    assert {k: v for k, v in after.items() if k in before} == before
+
+
+def test_gc_deletes_no_pack_while_a_listed_snapshot_needs_objects_no_index_places(
+    tmp_path: Path,
+) -> None:
+    """A review moved away the index of the pack holding a snapshot's files: `verify
+    --remote` named every object as in no pack, then `remote gc` deleted that pack as a
+    killed push's (no index lists it): the only copy. While a listed snapshot needs an
+    object no index places, no unindexed pack is deleted."""
+    import time
+
+    from worksnap.remote.gc import collect
+    from worksnap.remote.repository import GRACE, index_key
+
+    root, remote, elsewhere = tmp_path / "a", tmp_path / "remote", tmp_path / "elsewhere"
+    for folder in (remote, elsewhere):
+        folder.mkdir()
+    for i in range(5):
+        write(root, f"f{i}.bin", os.urandom(20_000))
+    ws = Workspace(root)
+    ws.snapshot()
+    url = f"file://{remote}"
+    repo = Repository.open(open_transport(url), create=True)
+    push(side(ws), repo, "default", pack_bytes=50_000)  # (a small push's files go with its trees)
+    data = [d for d, index in repo.load_indexes().items() if not index.trees]
+    assert data
+    moved = remote / index_key(data[0])  # (one of them)
+    moved.rename(elsewhere / data[0])
+    packs = sorted(str(p.relative_to(remote)) for p in (remote / "data").rglob("*") if p.is_file())
+    later = time.time() + 4 * GRACE
+    collect(Repository.open(open_transport(url)), now=lambda: later)
+    kept = sorted(str(p.relative_to(remote)) for p in (remote / "data").rglob("*") if p.is_file())
+    assert kept == packs
+    (elsewhere / data[0]).rename(moved)
+    other = tmp_path / "b"
+    other.mkdir()
+    ws_b = Workspace(other)
+    pull(StoreSide(ws_b.store, ws_b.root), Repository.open(open_transport(url)), "default")
+    assert ws_b.restore("latest").ok
+    assert tree_state(other) == tree_state(root)

@@ -169,7 +169,7 @@ class DirectoryTransport:
             os.close(fd)
 
     def list_keys(self, prefix: str = "") -> Iterator[ListEntry]:
-        """Walks the directory `prefix`; skips dot-names, symlinks and invalid names.
+        """Walks the directory `prefix`; skips dot-names and invalid names, refuses the rest.
 
         Each folder is opened again from the root, one component at a time with
         `O_NOFOLLOW` (the remote is three levels deep): a folder swapped for a symlink
@@ -203,11 +203,18 @@ class DirectoryTransport:
                         if entry.is_dir(follow_symlinks=False):
                             found.append([*names, entry.name])
                             continue
-                        if not entry.is_file(follow_symlinks=False):
-                            continue
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue  # deleted while listed
+                    if not stat_mode.S_ISREG(st.st_mode):
+                        # Never passed over: a gc that did not see a ref deleted the
+                        # records it names, and one that did not see an index its pack.
+                        raise RemoteError(
+                            self.url,
+                            f"is {kind_of(st.st_mode)}, not a regular file or a folder: a "
+                            f"remote's entries are never followed nor passed over (remove it)",
+                            key=key,
+                        )
                     modified = datetime.fromtimestamp(st.st_mtime_ns / 1e9, timezone.utc)
                     found.append(ListEntry(key, st.st_size, modified))
         except OSError as exc:

@@ -254,6 +254,10 @@ def _collect(
     packs = repo.pack_listing()
     indexes = repo.whole(repo.load_indexes(index_times), packs)
     marked = _mark(repo, indexes, listed, young)
+    # What a listed snapshot needs and no index places (an index lost, or moved away by
+    # hand): a pack no index lists may be the only copy, so none is deleted.
+    located = {e.digest.hex() for index in indexes.values() for e in index.entries}
+    unplaced = not marked <= located
     # Of no use to anyone, and every gc failed on the pack; past the grace period, as
     # a pack is written before its index (a listing a moment apart may see the index only).
     lost = [d for d in sorted(repo.lost) if index_times[d].modified.timestamp() <= started - grace]
@@ -283,6 +287,7 @@ def _collect(
         and e.modified.timestamp() <= started - grace
         # A damaged index names no pack: each pack it might be the index of is kept.
         and not repo.damaged
+        and not unplaced
     ]
     unlisted = [
         k
