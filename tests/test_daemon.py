@@ -1066,3 +1066,69 @@ def test_a_store_not_made_yet_is_not_called_unwritable(tmp_path: Path) -> None:
     (tmp_path / "p").mkdir()
     decision = autostart.decide(str(tmp_path / "p"), str(tmp_path / "p" / ".worksnap"))
     assert "not writable" not in decision.reason, decision
+
+
+class _DyingDaemon:
+    """A daemon that takes one command and dies before it answers (as at kill -9)."""
+
+    def __init__(self, store: Path) -> None:
+        import threading
+
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(StorePaths(str(store)).socket)
+        self._listener.listen(1)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self._listener.accept()
+        _, fds = client.receive(conn, max_fds=3)
+        for fd in fds:
+            os.close(fd)
+        client.send(conn, {"started": True})
+        conn.close()
+
+    def close(self) -> None:
+        self._thread.join(timeout=60)
+        self._listener.close()
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_a_hook_the_daemon_died_running_says_one_hook_line_and_exits_as_configured(
+    tmp_path: Path, block: bool
+) -> None:
+    """A review killed the daemon while it ran a Claude Code hook: the hook said
+    "worksnap: error: the daemon stopped ..." and exited 1, which Claude Code shows as an
+    error, against the promise (one `hook:` line, exit 0, or 2 with `hooks-block`)."""
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a\n")
+    assert direct(root, "snapshot")[0] == 0
+    if block:
+        assert direct(root, "config", "hooks-block", "true")[0] == 0
+    dying = _DyingDaemon(root / ".worksnap")
+    event = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "x"})
+    code, out, err = cli(root, "hook", "claude-code", stdin=event,
+                         env={"CLAUDE_PROJECT_DIR": str(root)})  # fmt: skip
+    dying.close()
+    assert (code, out) == (2 if block else 0, ""), err
+    assert err.count("\n") == 1 and "hook: error: the daemon stopped" in err, err
+
+
+def test_a_command_the_daemon_died_running_a_restore_of_says_to_recover(tmp_path: Path) -> None:
+    """The same review: the daemon killed during a restore left it half done, and the line
+    said to run `worksnap list`. With a restore's journal left, it says how it is rolled back."""
+    root = tmp_path / "ws"
+    write(root, "a.txt", "a\n")
+    assert direct(root, "snapshot")[0] == 0
+    store = root / ".worksnap"
+    dying = _DyingDaemon(store)
+    code, _, err = cli(root, "snapshot")
+    dying.close()
+    assert code == 1 and "run `worksnap list` to see what was done" in err, err
+    Path(StorePaths(str(store)).socket).unlink()
+    (Path(StorePaths(str(store)).journal)).write_text("{}")  # as a restore under way left it
+    dying = _DyingDaemon(store)
+    code, _, err = cli(root, "list")
+    dying.close()
+    assert code == 1 and err.count("\n") == 1, err
+    assert "left a restore unfinished" in err and "worksnap recover" in err, err

@@ -108,6 +108,23 @@ def _no_notices(progress: Callable[[Progress], None]) -> Callable[[Progress], No
     return report
 
 
+def hook_lost(args: argparse.Namespace) -> int:
+    """The daemon stopped while it ran the hook: one line, and the exit `hooks-block` asks.
+
+    (It said "worksnap: error: ..." and exited 1, which Claude Code shows as an error of
+    its own: a review.)
+    """
+    from worksnap.errors import WorksnapError
+
+    warn("hook: error: the daemon stopped while running the hook (`worksnap list` shows "
+         "what it did; the next command rolls back a restore it left unfinished)")  # fmt: skip
+    try:
+        with open_workspace(args) as ws:
+            return BLOCK_EXIT if ws.config().hooks_block else 0
+    except (WorksnapError, OSError):
+        return 0
+
+
 def hook_failed(exc: Exception) -> int:
     """A hook that failed before it ran: one line, exit 0 (the config cannot be read)."""
     warn(f"hook: error: {exc}")

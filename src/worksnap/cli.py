@@ -515,12 +515,11 @@ def _main(argv: list[str], args: argparse.Namespace, *, tried_daemon: bool) -> i
         try:
             code = client.forward(argv, args.root, args.store)
         except client.DaemonLost:
-            print(
-                "worksnap: error: the daemon stopped while running the command "
-                "(run `worksnap list` to see what was done)",
-                file=sys.stderr,
-            )
-            return 1
+            if args.command == "hook":
+                from worksnap import agentcli
+
+                return agentcli.hook_lost(args)  # one line, exit as `hooks-block` says
+            return client.lost(args.root, args.store)
         except client.Stopped as exc:
             # Before the daemon took the command, or a second time while it was stopping
             # it (a first one it is told of, and it says how it left the tree).

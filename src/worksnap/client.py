@@ -118,12 +118,7 @@ def run(argv: list[str]) -> tuple[int | None, bool]:
     try:
         return forward(argv, *target), True
     except DaemonLost:
-        print(
-            "worksnap: error: the daemon stopped while running the command "
-            "(run `worksnap list` to see what was done)",
-            file=sys.stderr,
-        )
-        return 1, True
+        return lost(*target), True
     except Stopped as exc:
         # Before the daemon took the command, or a second time while it was stopping it
         # (a first one it is told of, and it says how it left the tree).
@@ -131,6 +126,24 @@ def run(argv: list[str]) -> tuple[int | None, bool]:
     except KeyboardInterrupt:  # outside the relay's window (connecting): claims nothing
         print("worksnap: interrupted", file=sys.stderr)
         return 130, True
+
+
+def lost(root: str, store: str | None) -> int:
+    """Says that the daemon stopped while it ran the command, and what to do; returns 1.
+
+    A restore it ran is left unfinished (its journal is there): the next command rolls
+    it back first, `recover` at once (a review was sent to `list`).
+    """
+    journal = StorePaths(store_location(os.path.realpath(root), store)).journal
+    advice = (
+        "it left a restore unfinished: the next command rolls it back first, or run "
+        "`worksnap recover` now"
+        if os.path.lexists(journal)
+        else "run `worksnap list` to see what was done"
+    )
+    print(f"worksnap: error: the daemon stopped while running the command ({advice})",
+          file=sys.stderr)  # fmt: skip
+    return 1
 
 
 def forwardable(argv: list[str]) -> tuple[str, str] | None:
