@@ -32,7 +32,13 @@ from collections.abc import Callable, Iterable, Iterator
 from worksnap.errors import ForeignStoreError, StoreError
 from worksnap.fsio import released_with, write_all
 from worksnap.layout import TEMP_MARK, StorePaths
-from worksnap.storeplace import DIR_MODE, check_own, make_store_dir, not_a_store
+from worksnap.storeplace import (
+    DIR_MODE,
+    check_own,
+    check_owner,
+    make_store_dir,
+    not_a_store,
+)
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -116,6 +122,8 @@ class StoreDir:
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise self._wrong(self.path, "a directory") from None
+                if exc.errno == errno.EACCES:
+                    check_owner(self.path, os.stat(self.path, follow_symlinks=False))
                 raise
             try:
                 st = check_own(self.path, fd)

@@ -57,23 +57,37 @@ def check_own(path: str, fd: int) -> os.stat_result:
             holds what no store does.
     """
     st = os.fstat(fd)
-    ours = st.st_uid == os.geteuid()
-    if st.st_mode & stat.S_ISGID and (
-        ours or st.st_gid == os.getegid() or st.st_gid in os.getgroups()
-    ):
+    if check_owner(path, st):
         return st  # a group's store (docs/safety.md): its members share what it holds
-    if not ours:
-        raise ForeignStoreError(
-            f"store {shown(path)} belongs to another user (uid {st.st_uid}): worksnap keeps "
-            f"its copies of your files only in a folder of your own (or your group's, a "
-            f"setgid folder); name another with --store, or remove what leads there"
-        )
     if st.st_mode & 0o077:
         if strange := StorePaths(path).foreign(os.listdir(fd)):
             raise not_a_store(path, strange)  # (a home folder a link leads to, say)
         os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)  # as `make_store_dir` makes one
         return os.fstat(fd)
     return st
+
+
+def check_owner(path: str, st: os.stat_result) -> bool:
+    """Refuses a store folder of another user but a group's; True for a group's (`check_own`).
+
+    Also asked when the folder cannot be entered, so that the refusal names its owner
+    (it said "config.json is not valid (Permission denied)": a review).
+
+    Raises:
+        ForeignStoreError: another user's folder, not a setgid one of the user's groups.
+    """
+    ours = st.st_uid == os.geteuid()
+    if st.st_mode & stat.S_ISGID and (
+        ours or st.st_gid == os.getegid() or st.st_gid in os.getgroups()
+    ):
+        return True
+    if not ours:
+        raise ForeignStoreError(
+            f"store {shown(path)} belongs to another user (uid {st.st_uid}): worksnap keeps "
+            f"its copies of your files only in a folder of your own (or your group's, a "
+            f"setgid folder); name another with --store, or remove what leads there"
+        )
+    return False
 
 
 def not_a_store(path: str, strange: list[str]) -> ForeignStoreError:

@@ -448,3 +448,23 @@ def test_a_folder_of_other_things_is_never_made_a_store(root: Path, tmp_path: Pa
     one_error_line(err, "refusing to make a store in", "it holds .profile")
     _nothing_written(home, {".profile"})
     assert stat.S_IMODE(home.stat().st_mode) == 0o755
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_a_store_of_another_user_that_cannot_be_entered_names_its_owner(root: Path) -> None:
+    """A review ran worksnap where another user's store (0700) could not be entered: it
+    said "config ... is not valid (Permission denied)", not whose store it is."""
+    write(root, "a.txt", "alpha\n")
+    with Workspace(root) as ws:
+        ws.snapshot()
+    store = root / STORE
+    for path in [store, *store.rglob("*")]:
+        os.chown(path, OTHER_UID, OTHER_UID, follow_symlinks=False)
+    done = subprocess.run(
+        ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--",
+         sys.executable, "-m", "worksnap", "--root", str(root), "snapshot"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    one_error_line(done.stderr, f"belongs to another user (uid {OTHER_UID})")
