@@ -47,6 +47,7 @@ LEVELS: dict[str, int] = {
     "config": 1,
     "tree": 1,
     "treewalk": 1,
+    "treeshape": 1,
     "flatbuild": 1,
     "treebuild": 2,
     "record": 1,

@@ -1351,3 +1351,76 @@ def test_a_pack_verify_finds_damaged_is_not_relied_on_by_later_pushes(
     push(m.local, remote.repo(), "default", ids=[first.id, second.id])  # what it held
     collect(remote.repo())
     assert not any("." in k for k in keys(remote, "data"))
+
+
+def _plant(repo: Repository, objects: list[bytes], root: bytes) -> str:
+    """Lists a crafted snapshot of the trees `objects` (root tree `root`) on the remote."""
+    import msgspec
+
+    from worksnap.hash import hash_bytes
+    from worksnap.remote.packs import PackBuilder
+
+    builder = PackBuilder(trees=True)
+    for data in objects:
+        builder.add(hash_bytes(data), data)
+    repo.put_pack(builder)
+    ref, _ = repo.get_ref("default")
+    assert ref is not None
+    template = repo.get_record(ref.snapshots[0])
+    record = msgspec.structs.replace(
+        template, id=secrets.token_hex(6), tree=hash_bytes(root), parent=None, changed=None
+    )
+    repo.add_to_ref("default", [repo.put_record(record)])
+    return record.id
+
+
+def _crafted(kind: str) -> tuple[list[bytes], bytes]:
+    """Trees each object of which passes its codec, but no checked load does."""
+    from worksnap.hash import hash_bytes
+    from worksnap.tree import FORMAT, File, Part, Span, Symlink, encode_node
+
+    def digest(data: bytes) -> bytes:
+        return bytes.fromhex(hash_bytes(data))
+
+    content = b"pwned\n"
+    if kind == "range":  # a split directory whose parts hold names outside their spans
+        sub = encode_node(Tree(FORMAT, [File("pwn", 0o644, len(content), digest(content))]))
+        one = encode_node(Part(FORMAT, [Symlink("a", 0o777, "/tmp/escape")]))
+        two = encode_node(Part(FORMAT, [Dir("a", digest(sub))]))
+        top = encode_node(Index(FORMAT, 1, [Span("a", digest(one)), Span("b", digest(two))]))
+        return [content, sub, one, two, top], top
+    if kind == "size":  # a file whose size is not its contents'
+        top = encode_node(Tree(FORMAT, [File("f", 0o644, 5, digest(b"x" * 1000))]))
+        return [b"x" * 1000, top], top
+    objects, top = [], encode_node(Tree(FORMAT, []))
+    for _ in range(2100 if kind == "deep" else 40):  # deep: a chain; bomb: 2^40 paths
+        objects.append(top)
+        below = digest(top)
+        kids = [Dir("d", below)] if kind == "deep" else [Dir("a", below), Dir("b", below)]
+        top = encode_node(Tree(FORMAT, kids))
+    return [*objects, top], top
+
+
+@pytest.mark.parametrize("kind", ["range", "deep", "bomb", "size"])
+def test_a_pull_refuses_trees_a_checked_load_refuses(tmp_path: Path, kind: str) -> None:
+    """A review pulled crafted snapshots: a split directory whose parts held names
+    outside their index's spans (a symlink `a` and a directory `a`), a chain 2100
+    directories deep, files whose size was not their contents', and 44 objects naming
+    one subtree twice at each of 40 levels (2^40 paths: `show` ran for minutes and took
+    GBs). Each object passed its codec, so `pull` stored them and `verify --remote` said
+    "all present and intact", while the local `verify` named them and `restore` refused.
+    A pull refuses them before anything is stored, and `verify --remote` names them."""
+    (tmp_path / "remote").mkdir()
+    remote = Remote(f"file://{tmp_path}/remote", {})
+    a = machine(tmp_path, "a")
+    a.snap()
+    push(a.local, remote.repo(), "default")
+    crafted = _plant(remote.repo(), *_crafted(kind))
+    b = empty_local(tmp_path, "b")
+    before = local_state(b)
+    with pytest.raises(RemoteError, match="refused: ") as caught:
+        pull(b, remote.repo(), "default")
+    assert str(caught.value).count("\n") == 0
+    assert local_state(b) == before
+    problems = " ".join(verify(remote.repo()).problems)
+    assert (f"snapshot {crafted}" if kind != "size" else "where a tree names 5") in problems

@@ -56,6 +56,7 @@ from worksnap.remote.repository import (
 )
 from worksnap.remote.treereader import TreeReader
 from worksnap.retention import select_expired
+from worksnap.treeshape import check_shape, size_problem
 from worksnap.treewalk import reachable
 
 LEASE_SECONDS = 900.0
@@ -408,10 +409,14 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
         needed.update(attached[snapshot.id])
     reader = TreeReader(repo, places)
     try:
+        sizes = check_shape(roots.values(), reader)  # as a pull checks them
         needed.update(reachable(roots.values(), reader))
     except (ManifestError, ObjectError, RemoteError):
+        sizes = {}
         for snapshot_id, root in roots.items():  # each on its own: every broken one named
             try:
+                for digest, given in check_shape([root], reader).items():
+                    sizes.setdefault(digest, set()).update(given)
                 needed.update(reachable([root], reader))
             except (ManifestError, ObjectError, RemoteError) as exc:
                 report.problems.append(f"snapshot {snapshot_id}: {exc}")
@@ -421,7 +426,7 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
         for digest, index in sorted(indexes.items()):
             report.packs += 1
             try:
-                damaged.update(_check_pack(repo, digest, index, report))
+                damaged.update(_check_pack(repo, digest, index, report, sizes))
             except RemoteError as exc:
                 report.problems.append(str(exc))
         # A damaged object another pack holds whole is not lost.
@@ -442,9 +447,16 @@ def verify(repo: Repository, *, read_data: bool = True) -> VerifyReport:
 
 
 def _check_pack(
-    repo: Repository, digest: str, index: formats.PackIndex, report: VerifyReport
+    repo: Repository,
+    digest: str,
+    index: formats.PackIndex,
+    report: VerifyReport,
+    sizes: dict[str, set[int]],
 ) -> set[str]:
     """Reads a pack whole and checks each of its objects; returns those that fail.
+
+    An object whose size is not the one a tree gives it is named too (the tree lies,
+    not the object: a pull refuses that snapshot, `restore` would).
 
     Each one failing is marked damaged (`Repository.mark_damaged`): readers leave it
     out, so the next push that needs it sends it again. Only the pack's digest was
@@ -456,10 +468,15 @@ def _check_pack(
     failed = set()
     for here, where in locations({digest: index}).items():
         try:
-            unpack_object(data[where.offset : where.offset + where.length], where, here, repo.url)
+            found = unpack_object(
+                data[where.offset : where.offset + where.length], where, here, repo.url
+            )
         except RemoteError as exc:
             report.problems.append(str(exc))
             failed.add(here)
+            continue
+        if (problem := size_problem(here, found, sizes)) is not None:
+            report.problems.append(problem)
     if not whole and not failed and pack not in repo.rotten:  # damage in no object: its salt
         report.problems.append(f"pack {pack} does not match its digest")
     for here in sorted(failed):

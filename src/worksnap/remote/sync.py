@@ -45,6 +45,7 @@ from worksnap.remote.repository import (
     ref_key,
 )
 from worksnap.remote.treereader import TreeReader
+from worksnap.treeshape import check_shape, size_problem
 from worksnap.treewalk import flatten, reachable
 
 _UPLOADS = 3
@@ -430,23 +431,34 @@ def pull(
         progress(read_remote.bytes, 0)
         return data
 
-    # Every tree is read and checked (by the codec) before anything is stored.
+    # Every tree is read and checked (by the codec, then as a checked load would: split
+    # directories' ranges, depth, paths) before anything is stored.
     try:
+        sizes = check_shape([Digest(r.tree) for r in records], read)
         needed: list[str] = list(reachable([Digest(r.tree) for r in records], read))
     except ManifestError as exc:
         raise RemoteError(repo.url, f"refused: {exc}") from None
+
+    def checked(digest: str, data: bytes) -> bytes:
+        if (problem := size_problem(digest, data, sizes)) is not None:
+            raise RemoteError(repo.url, f"refused: {problem}")
+        return data
+
     needed.extend(d for r in records for d in r.attachments.values())
     missing = [d for d in dict.fromkeys(needed) if not local.has(d)]
     fetched = read_remote.fetched
     data_places = {d: read_remote.place(d) for d in missing if d not in fetched}
     result.bytes = read_remote.bytes
+    for digest in missing:  # (checked first: nothing is stored if one is refused)
+        if digest in fetched:
+            checked(digest, fetched[digest])
     for digest in missing:
         if digest in fetched:
             local.add(Digest(digest), fetched[digest])
             result.objects += 1
     progress(result.bytes, result.objects)
     for digest, data in repo.read_objects(data_places.items()):
-        local.add(Digest(digest), data)
+        local.add(Digest(digest), checked(digest, data))
         result.objects += 1
         result.bytes += data_places[digest].length
         progress(result.bytes, result.objects)
