@@ -1424,3 +1424,36 @@ def test_a_pull_refuses_trees_a_checked_load_refuses(tmp_path: Path, kind: str) 
     assert local_state(b) == before
     problems = " ".join(verify(remote.repo()).problems)
     assert (f"snapshot {crafted}" if kind != "size" else "where a tree names 5") in problems
+
+
+def test_a_pull_reads_a_few_ranges_ahead_not_all(tmp_path: Path) -> None:
+    """A review pulled 725 MiB into a fresh store: the pull peaked at 775 MB, since every
+    range was asked for at once (`map`) and held until read. Only a few are ahead."""
+    import time
+
+    from worksnap.remote.repository import _FETCHERS, locations
+
+    (tmp_path / "remote").mkdir()
+    remote = Remote(f"file://{tmp_path}/remote", {})
+    a = machine(tmp_path, "a")
+    for i in range(60):
+        write(a.root, f"data/{i}.bin", os.urandom(3000))
+    a.snap()
+    push(a.local, remote.repo(), "default")
+    repo = remote.repo()
+    places = sorted(locations(repo.load_indexes()).items())
+    assert len(places) > 4 * _FETCHERS
+    fetched: list[int] = []
+    read_range = repo.transport.get_range
+
+    def counted(key: str, offset: int, length: int) -> bytes:
+        fetched.append(offset)
+        return read_range(key, offset, length)
+
+    repo.transport.get_range = counted  # type: ignore[method-assign]
+    objects = repo.read_objects(places, gap=0, span=1)  # each object a range of its own
+    next(objects)
+    time.sleep(0.3)  # the fetchers would have run far ahead by now
+    assert len(fetched) <= 2 * _FETCHERS + 1
+    assert len(list(objects)) == len(places) - 1
+    assert len(fetched) == len(places)
