@@ -718,3 +718,25 @@ def test_a_plain_pull_leaves_out_what_a_local_gc_dropped(tmp_path: Path, how: st
     assert doc(b, "pull", gone[0])["snapshots"] == [gone[0]]
     assert doc(b, "pull", "--with-dropped")["snapshots"] == gone[1:]
     assert {s["id"] for s in json.loads(run(b, "--json", "list").stdout)} >= set(ids)
+
+
+@pytest.mark.parametrize("holds", ["file", "tmp"])
+def test_remote_add_makes_no_repository_where_something_else_is(tmp_path: Path, holds: str) -> None:
+    """A review added another tool's folder as a remote: a repository was made in it, and
+    `remote gc` later deleted that tool's old `.tmp-*` files below it. A folder that holds
+    something, and no repository, is refused, nothing written there; an empty one, or a
+    repository, is taken."""
+    a = tmp_path / "a"
+    write(a, "f.txt", "x")
+    theirs = tmp_path / "theirs"
+    write(theirs, "data/sub/.tmp-cache" if holds == "tmp" else "notes.txt", "theirs\n")
+    before = tree_state(theirs)
+    done = run(a, "remote", "add", "origin", f"file://{theirs}", code=2)
+    assert "holds " in one_line_error(done) and "no worksnap repository" in done.stderr
+    assert tree_state(theirs) == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run(a, "remote", "add", "origin", f"file://{empty}")
+    b = tmp_path / "b"
+    write(b, "g.txt", "y")
+    run(b, "remote", "add", "origin", f"file://{empty}")  # a repository there: taken

@@ -16,6 +16,7 @@ local. A pulled snapshot is restored with `restore` or `rewind` after the pull:
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -161,6 +162,41 @@ def _open(ws: Workspace, url: str, *, create: bool) -> Repository:
     return Repository.open(transport, cache=paths.remote_cache, trusted=paths.dir, create=create)
 
 
+def check_empty(transport: Transport) -> None:
+    """Refuses to make a repository where something else is (a repository there is used).
+
+    A review added a folder of another tool's as a remote: a repository was made in it,
+    and `remote gc` later deleted that tool's old `.tmp-*` files below it. The folder (or
+    bucket prefix) must hold nothing, but what a probe left (`probe/`, `.locks/`).
+
+    Raises:
+        InputError: it holds something, and no repository.
+    """
+    from worksnap.errors import InputError, RemoteError
+    from worksnap.remote.directory import DirectoryTransport
+    from worksnap.remote.repository import CONFIG_KEY
+    from worksnap.remote.transport import PROBE
+
+    try:
+        transport.get(CONFIG_KEY, max_bytes=1 << 20)
+        return  # a repository: `Repository.open` checks it
+    except RemoteError as exc:
+        if exc.reason != "missing":
+            raise
+    if isinstance(transport, DirectoryTransport):
+        try:
+            names = sorted(set(os.listdir(transport.directory)) - {PROBE, ".locks"})
+        except OSError:
+            return  # none there: the transport says so in its own words
+    else:
+        names = [entry.key for entry in itertools.islice(transport.list_keys(), 1)]
+    if names:
+        raise InputError(
+            f"remote {transport.url} holds {names[0]}, and no worksnap repository: name an "
+            "empty folder (or bucket prefix) for a new one"
+        )
+
+
 def check_place(ws: Workspace, transport: Transport) -> None:
     """Refuses a `file://` remote inside the root or the store, or holding either.
 
@@ -258,6 +294,7 @@ def _add(args: argparse.Namespace) -> int:
             raise InputError(f"remote {name} exists already ({ws.config().remotes[name].url})")
         transport = open_transport(url)  # refuses a URL with a credential in it
         check_place(ws, transport)
+        check_empty(transport)
         paths = ws.store.paths
         repo = Repository.add(transport, cache=paths.remote_cache, trusted=paths.dir)
         ws.change_config(lambda config: with_remote(config, name, transport.url))
