@@ -274,8 +274,16 @@ def test_an_argument_of_the_wrong_type_or_missing_is_one_line_naming_it(project:
     async def body(client: Client) -> None:
         for name, arguments, said in (
             ("cat", {"ref": "latest"}, "path: missing (required)"),
-            ("rewind", {"step": 1.5}, "step: input should be a valid integer, got a number "
-             "with a fractional part, not 1.5"),
+            ("rewind", {"step": 1.5}, "step: input should be a valid integer, not 1.5"),
+            # A review's: taken as 1, and "off" as false (a restore made, not previewed).
+            ("rewind", {"step": True}, "step: input should be a valid integer, not true"),
+            ("rewind", {"step": "1"}, 'step: input should be a valid integer, not "1"'),
+            ("rewind", {"step": 1.0}, "step: input should be a valid integer, not 1.0"),
+            ("rewind", {"step": 1, "dry_run": "off"},
+             'dry_run: input should be a valid boolean, not "off"'),
+            ("restore", {"ref": "latest", "dry_run": 1},
+             "dry_run: input should be a valid boolean, not 1"),
+            ("list", {"limit": "2"}, 'limit: input should be a valid integer, not "2"'),
             ("plan", {"ref": "latest", "paths": "a"},
              'paths: input should be a valid list, not "a"'),
             ("snapshot", {"meta": {"k": 1}}, "meta.k: input should be a valid string, not 1"),

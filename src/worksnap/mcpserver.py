@@ -45,7 +45,7 @@ from mcp_types import (
     TextContent,
     ToolAnnotations,
 )
-from pydantic import ValidationError
+from pydantic import StrictBool, StrictInt, ValidationError
 
 from worksnap import stopsignals, views
 from worksnap.arguments import VERSION
@@ -170,7 +170,7 @@ class Tools:
 
     def snapshot(
         self,
-        step: int | None = None,
+        step: StrictInt | None = None,
         label: str | None = None,
         meta: dict[str, str] | None = None,
         kind: str = "manual",
@@ -194,7 +194,7 @@ class Tools:
         return self.call(run)
 
     def list_snapshots(
-        self, limit: int | None = None, session: str | None = None
+        self, limit: StrictInt | None = None, session: str | None = None
     ) -> list[dict[str, Any]]:
         """Lists the session's snapshots, newest first: id, step, kind, time, label, counts.
 
@@ -252,7 +252,7 @@ class Tools:
         ref: str | None = None,
         ref2: str | None = None,
         paths: list[str] | None = None,
-        stat: bool = False,
+        stat: StrictBool = False,
     ) -> dict[str, Any]:
         """What changed from snapshot `ref` (default latest) to `ref2` (default: now).
 
@@ -299,7 +299,7 @@ class Tools:
     # -- changing the tree ---------------------------------------------------
 
     def restore(
-        self, ref: str, paths: list[str] | None = None, dry_run: bool = False
+        self, ref: str, paths: list[str] | None = None, dry_run: StrictBool = False
     ) -> dict[str, Any]:
         """Restores the project (or only `paths`) to snapshot `ref`.
 
@@ -316,11 +316,11 @@ class Tools:
 
         return self.call(run)
 
-    def rewind(self, step: int, dry_run: bool = False) -> dict[str, Any]:
+    def rewind(self, step: StrictInt, dry_run: StrictBool = False) -> dict[str, Any]:
         """Restores the newest snapshot of step `step` of this session."""
         return self.restore(f"step:{step}", dry_run=dry_run)
 
-    def undo(self, dry_run: bool = False) -> dict[str, Any]:
+    def undo(self, dry_run: StrictBool = False) -> dict[str, Any]:
         """Takes back the last restore (or, with none, the edits since the last snapshot)."""
 
         def run(ws: Workspace) -> dict[str, Any]:
@@ -330,7 +330,7 @@ class Tools:
 
         return self.call(run)
 
-    def redo(self, dry_run: bool = False) -> dict[str, Any]:
+    def redo(self, dry_run: StrictBool = False) -> dict[str, Any]:
         """Re-applies what the last undo took back."""
 
         def run(ws: Workspace) -> dict[str, Any]:
