@@ -178,3 +178,71 @@ def test_run_every_snapshots_once_the_tree_settles(
     assert isinstance(listed, list)
     assert [s["kind"] for s in listed] == ["run-after", "run-settled", "run-before"]
     assert [s["changed"] for s in listed] == [None, None, None]  # no deliberate one before
+
+
+TRAPS = """
+import signal, sys, time
+def stop(signum, frame):
+    open(sys.argv[1], "a").write(signal.Signals(signum).name + "\\n")
+    sys.exit(7)
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, stop)
+open(sys.argv[1], "a").write("ready\\n")
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("to", ["wrapper", "group"])
+@pytest.mark.parametrize("every", [None, "0.01"])
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_run_passes_a_stopping_signal_on_to_its_command(
+    root: Path, signum: str, every: str | None, to: str
+) -> None:
+    """A review sent SIGTERM (or SIGHUP) to `worksnap run`: the wrapper died of it, the
+    command ran on unseen with no after snapshot and no document; a SIGINT sent to the
+    wrapper alone never reached the command, nor one that came while `--every` looked
+    at the tree. The signal goes to the command, once (a second review: sent to the
+    wrapper's process group, as `timeout` sends it, the command got it twice), which
+    decides; `run` waits for it, takes the after snapshot and exits with its status."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.safety.test_kill import SRC
+
+    write(root, "a.txt", "a\n")
+    said = root.parent / "said.txt"
+    script = root.parent / "traps.py"
+    script.write_text(TRAPS)
+    env = {**os.environ, "PYTHONPATH": SRC, "WORKSNAP_NO_DAEMON": "1"}
+    often = ["--every", every] if every else []
+    # As at a shell's prompt: a CI job in the background of `nohup` ignores SIGHUP and
+    # SIGINT, and what is ignored is never passed on (`stopsignals.on_stop`).
+    defaults = ("import os, signal, sys\n"
+                "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):\n"
+                "    signal.signal(s, signal.SIG_DFL)\n"
+                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")  # fmt: skip
+    wrapper = subprocess.Popen(
+        [sys.executable, "-c", defaults, "-m", "worksnap", "--root", str(root), "--json",
+         "run", *often, "--", sys.executable, str(script), str(said)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,  # no terminal: a signal reaches the wrapper alone
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (said.exists() and said.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if to == "wrapper":
+        wrapper.send_signal(getattr(signal, signum))
+    else:
+        os.killpg(wrapper.pid, getattr(signal, signum))  # its group (its own session's)
+    out, err = wrapper.communicate(timeout=120)
+    time.sleep(0.2)  # a second signal would have come by now
+    assert said.read_text() == f"ready\n{signum}\n"
+    assert wrapper.returncode == 7, err
+    document = json.loads(out)
+    assert document["exit_code"] == 7
+    assert [s["kind"] for s in document["snapshots"]][:: len(document["snapshots"]) - 1] == [
+        "run-before",
+        "run-after",
+    ]  # (and any the tree settled at: `--every`)

@@ -5,11 +5,13 @@ What `worksnap run` does, as a function any front end can call.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
+import signal
 import subprocess
-import time
+import sys
 from collections.abc import Sequence
 
 import msgspec
@@ -17,9 +19,9 @@ import msgspec
 from worksnap.errors import InputError
 from worksnap.manifest import Manifest, tree_digest
 from worksnap.session import STEP, Session
+from worksnap.stopsignals import on_stop
 from worksnap.workspace import Workspace
 
-_INTERRUPTED_GRACE_SECONDS = 0.1
 NOT_FOUND = 127
 """The exit status of a command that does not exist, as a shell reports it."""
 NOT_EXECUTABLE = 126
@@ -87,29 +89,67 @@ def run_wrapped(
         return ws.snapshot(kind=f"run-{when}", step=step, label=label, automatic=True)
 
     taken = [snapshot("before")]
+    # In front at a terminal, the command shares our process group, so the terminal's
+    # Ctrl-C and hangup reach it as they reach us. Anywhere else it gets a group of its
+    # own: a signal to our group (`timeout`, `kill -- -PGID`) or to us alone then reaches
+    # it once, through us (a review: SIGTERM ended the wrapper, the command ran on
+    # unseen; forwarded always, a group's signal came to the command twice).
+    in_front = _in_front()
     try:
-        child = subprocess.Popen(argv, stdout=stdout)
+        if in_front:
+            child = subprocess.Popen(argv, stdout=stdout)
+        elif sys.version_info >= (3, 11):
+            child = subprocess.Popen(argv, stdout=stdout, process_group=0)
+        else:  # (3.10 has no process_group: a session is a group of its own too)
+            child = subprocess.Popen(argv, stdout=stdout, start_new_session=True)
     except OSError as exc:
         ws.drop(taken[0].id)  # it never ran: nothing to take back
         code = NOT_FOUND if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE
         return Outcome(argv, code, error=f"cannot run {argv[0]!r}: {exc.strerror}")
+
+    def pass_on(signum: int) -> None:
+        if in_front and signum != signal.SIGTERM:
+            return  # the terminal sent it to the command too
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signum) if in_front else os.killpg(child.pid, signum)
+
     last = seen = _content(taken[0])
-    while True:
-        try:
-            code = child.wait(timeout=every)
-            break
-        except subprocess.TimeoutExpired:
-            # Snapshot only once the tree has stopped changing for a whole interval.
-            now = _content(ws.capture(store_objects=False))
-            if now == seen and now != last:
-                taken.append(snapshot("settled"))
-                last = _content(taken[-1])
-            seen = now
-        except KeyboardInterrupt:
-            time.sleep(_INTERRUPTED_GRACE_SECONDS)  # the child got the same SIGINT
+    with on_stop(lambda signum, frame: pass_on(signum)):  # we wait, then snapshot
+        while True:
+            try:
+                code = child.wait(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            except KeyboardInterrupt:
+                pass_on(signal.SIGINT)
+                continue
+            try:
+                # Snapshot only once the tree has stopped changing for a whole interval.
+                now = _content(ws.capture(store_objects=False))
+                if now == seen and now != last:
+                    taken.append(snapshot("settled"))
+                    last = _content(taken[-1])
+                seen = now
+            except KeyboardInterrupt:  # (while looking: the command is still waited for)
+                pass_on(signal.SIGINT)
     taken.append(snapshot("after"))
     # Killed by signal N: 128 + N, as a shell says it (a review found 256 - N as the exit).
     return Outcome(argv, 128 - code if code < 0 else code, taken)
+
+
+def _in_front() -> bool:
+    """Whether our process group is the one in front at our controlling terminal."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False  # no controlling terminal
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _content(manifest: Manifest) -> str:
