@@ -235,6 +235,8 @@ def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
         st = os.lstat(final)
     except FileNotFoundError:
         st = None
+    except OSError as exc:  # a folder above it that cannot be searched: as not writable
+        raise InputError(f"cannot restore into {destination}: {exc.strerror}") from None
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise InputError(f"cannot restore into {destination}: it exists and is not a directory")
     if st is not None and (names := os.listdir(final)):
