@@ -582,3 +582,20 @@ def test_a_hook_the_daemon_serves_gives_up_in_time_on_a_workspace_it_has_lent(
     )
     assert snapshots(project) == []
     assert (project / "edited.txt").read_text() == "the user's\n"
+
+
+@pytest.mark.parametrize("given", ["env", "cwd"])
+def test_a_relative_project_dir_takes_no_snapshot_elsewhere(project: Path, given: str) -> None:
+    """A review gave the hook `CLAUDE_PROJECT_DIR=..` (or an event `cwd` of `..`) from a
+    folder of the project: read against the hook's own directory, it snapshotted the
+    folder above the project (82 MiB) into a store of its own and started a daemon
+    there. Claude Code gives absolute paths: a relative one is said, nothing is taken."""
+    below = project / "src"
+    text = event("user_prompt_submit", project).replace(str(project), "..")
+    env = {"CLAUDE_PROJECT_DIR": ".."} if given == "env" else {}
+    result = hook(project, "user_prompt_submit", cwd=below,
+                  text=text if given == "cwd" else None, env=env)  # fmt: skip
+    assert (result.returncode, result.stdout) == (0, ""), result.stderr
+    assert result.stderr.count("\n") == 1 and "is not an absolute path (..)" in result.stderr
+    assert not (project.parent / ".worksnap").exists()
+    assert not (project / ".worksnap").exists()

@@ -56,6 +56,12 @@ def prepare_hook(args: argparse.Namespace, argv: list[str]) -> list[str] | None:
         return None
     project = os.environ.get("CLAUDE_PROJECT_DIR", "")
     start = project if project and os.path.isdir(project) else event.cwd
+    if args.root is None and start and not os.path.isabs(start):
+        # Read against the hook's own directory, `..` snapshotted the folder above the
+        # project into a store of its own (a review); Claude Code gives absolute paths.
+        what = "CLAUDE_PROJECT_DIR" if start == project else "the event's cwd"
+        warn(f"hook: {what} is not an absolute path ({start}): no snapshot")
+        return None
     if args.root is None and start and os.path.isdir(start):
         try:
             os.chdir(start)
