@@ -234,6 +234,9 @@ def git_patch(change: FileChange, read: Callable[[Entry], bytes], *, binary: boo
         return b"\n".join(head) + b"\n" + _binary_hunk(after) + _binary_hunk(before)
     if not before and not after:
         return b"\n".join(head) + b"\n"
+    # As git: a name with a space ends with a tab, so that GNU patch takes all of it.
+    a_file += b"\t" if old is not None and " " in old_path else b""
+    b_file += b"\t" if new is not None and " " in change.path else b""
     head += [b"--- " + a_file, b"+++ " + b_file]
     return b"\n".join(head) + b"\n" + _hunks(before, after)
 

@@ -287,3 +287,26 @@ def test_random_changes_patch_applies_with_git(
     if patch:
         apply_in(copy, patch)
     assert _seen_by_git(copy) == _seen_by_git(root), patch.decode(errors="replace")
+
+
+def test_a_name_with_a_space_ends_its_file_lines_with_a_tab_as_git_s_do(
+    env: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """git ends a `---` or `+++` line naming a path with a space with a tab, so that GNU
+    patch takes the whole name (a review: worksnap's had none); never after /dev/null."""
+    root = env / "ws"
+    root.mkdir()
+    init_repo(root)
+    write(root, "x y.txt", "a\n")
+    git(root, "add", "x y.txt")  # (git's diff compares with its index)
+    assert worksnap(capfdbinary, "--root", str(root), "snapshot")[0] == 0
+    write(root, "x y.txt", "a\nb\n")
+    write(root, "new f", "n\n")
+    code, patch = worksnap(capfdbinary, "--root", str(root), "diff", "latest")
+    assert code == 0
+    git(root, "add", "-N", "new f")
+    ours = [line for line in patch.splitlines() if line.startswith((b"--- ", b"+++ "))]
+    theirs = [line for line in git(root, "diff").splitlines()
+              if line.startswith((b"--- ", b"+++ "))]  # fmt: skip
+    assert ours == theirs == [b"--- /dev/null", b"+++ b/new f\t", b"--- a/x y.txt\t",
+                              b"+++ b/x y.txt\t"]  # fmt: skip
