@@ -43,10 +43,11 @@ def check_own(path: str, fd: int) -> os.stat_result:
     could plant records a restore acts on; or to a folder of one's own that others may
     enter, where the packs are as readable as it. `make_store_dir` makes a store's
     folder its maker's alone, or, in a setgid folder of one of the user's groups, the
-    group's. A folder of one's own that others may enter is made so when it holds
-    nothing but what a store does (made by hand for a store, or a store made before
-    stop 44); one that holds anything else is refused, its mode left as it is, and so
-    is another user's (as git refuses a repository of another owner).
+    group's. A folder of one's own that others may enter (anyone, or a group's: anyone
+    but the group) is made so when it holds nothing but what a store does (made by hand
+    for a store, a store made before stop 44); one that holds anything else is refused,
+    its mode left as it is, and so is another user's (as git refuses a repository of
+    another owner). A file system that keeps no modes, or is read-only, is used as it is.
 
     Args:
         path: the store folder (for the message).
@@ -57,37 +58,40 @@ def check_own(path: str, fd: int) -> os.stat_result:
             holds what no store does.
     """
     st = os.fstat(fd)
-    if check_owner(path, st):
-        return st  # a group's store (docs/safety.md): its members share what it holds
-    if st.st_mode & 0o077:
-        if strange := StorePaths(path).foreign(os.listdir(fd)):
-            raise not_a_store(path, strange)  # (a home folder a link leads to, say)
-        os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)  # as `make_store_dir` makes one
-        return os.fstat(fd)
-    return st
+    grouped = check_owner(path, st)
+    loose = stat.S_IMODE(st.st_mode) & (0o007 if grouped else 0o077)
+    if not loose:
+        return st
+    if strange := StorePaths(path).foreign(os.listdir(fd)):
+        raise not_a_store(path, strange)  # (a home folder a link leads to, say)
+    if st.st_uid == os.geteuid():
+        with contextlib.suppress(OSError):  # read-only, or no modes (vfat): as it is
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & (~0o007 if grouped else 0o700))
+            return os.fstat(fd)
+    return st  # a member's of the group, older: its maker makes it so at its next command
 
 
 def check_owner(path: str, st: os.stat_result) -> bool:
     """Refuses a store folder of another user but a group's; True for a group's (`check_own`).
 
-    Also asked when the folder cannot be entered, so that the refusal names its owner
-    (it said "config.json is not valid (Permission denied)": a review).
+    A group's: setgid, of one of the user's groups. (One of a group the user is not in is
+    the user's own: its maker's alone, not shared with strangers.) Also asked when the
+    folder cannot be entered, so that the refusal names its owner (it said "config.json
+    is not valid (Permission denied)": a review).
 
     Raises:
         ForeignStoreError: another user's folder, not a setgid one of the user's groups.
     """
-    ours = st.st_uid == os.geteuid()
-    if st.st_mode & stat.S_ISGID and (
-        ours or st.st_gid == os.getegid() or st.st_gid in os.getgroups()
-    ):
-        return True
-    if not ours:
+    grouped = bool(st.st_mode & stat.S_ISGID) and (
+        st.st_gid == os.getegid() or st.st_gid in os.getgroups()
+    )
+    if st.st_uid != os.geteuid() and not grouped:
         raise ForeignStoreError(
             f"store {shown(path)} belongs to another user (uid {st.st_uid}): worksnap keeps "
             f"its copies of your files only in a folder of your own (or your group's, a "
             f"setgid folder); name another with --store, or remove what leads there"
         )
-    return False
+    return grouped
 
 
 def not_a_store(path: str, strange: list[str]) -> ForeignStoreError:

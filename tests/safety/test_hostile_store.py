@@ -468,3 +468,50 @@ def test_a_store_of_another_user_that_cannot_be_entered_names_its_owner(root: Pa
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     one_error_line(done.stderr, f"belongs to another user (uid {OTHER_UID})")
+
+
+TEAM_GID = 54322
+"""A group the test process is not in."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to a group")
+def test_a_store_in_a_setgid_folder_of_a_group_one_is_not_in_is_one_s_own(
+    root: Path, tmp_path: Path
+) -> None:
+    """A review made a store in a setgid folder (2777) of a group its user was not in: the
+    store was made 2755 for that group, its packs 0644, and anyone read a private file's
+    bytes. Only a setgid folder of one of the user's groups is a group's store; this one
+    is its maker's alone."""
+    write(root, "creds.txt", "token=SECRET\n")
+    (root / "creds.txt").chmod(0o600)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, 0, TEAM_GID)
+    shared.chmod(0o2777)
+    store = shared / "store"
+    code, _, err = worksnap("--root", str(root), "--store", str(store), "snapshot")
+    assert code == 0, err
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="needs root")
+def test_a_store_others_may_enter_on_a_read_only_mount_is_read_as_it_is(
+    root: Path, tmp_path: Path
+) -> None:
+    """A review mounted a 0755 store read-only: every command, `list` too, failed at the
+    chmod that makes such a store private, naming another file ("journal.json: Read-only
+    file system"). A folder that cannot be made private is used as it is: nothing new can
+    be written there anyway."""
+    write(root, "a.txt", "alpha\n")
+    store = tmp_path / "store"
+    with Workspace(root, store=store) as ws:
+        ws.snapshot()
+    store.chmod(0o755)
+    subprocess.run(["mount", "--bind", str(store), str(store)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(store)], check=True)
+        code, out, err = worksnap("--root", str(root), "--store", str(store), "list")
+        assert code == 0 and "manual" in out, err
+        assert stat.S_IMODE(store.stat().st_mode) == 0o755
+    finally:
+        subprocess.run(["umount", str(store)], check=True)
