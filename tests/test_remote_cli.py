@@ -735,8 +735,21 @@ def test_remote_add_makes_no_repository_where_something_else_is(tmp_path: Path, 
     assert "holds " in one_line_error(done) and "no worksnap repository" in done.stderr
     assert tree_state(theirs) == before
     empty = tmp_path / "empty"
-    empty.mkdir()
+    (empty / "lost+found").mkdir(parents=True)  # (a new file system's root: as empty)
     run(a, "remote", "add", "origin", f"file://{empty}")
     b = tmp_path / "b"
     write(b, "g.txt", "y")
     run(b, "remote", "add", "origin", f"file://{empty}")  # a repository there: taken
+
+
+def test_remote_add_takes_a_place_that_holds_only_a_killed_probe_s_key(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """A probe killed part-way leaves `probe/KEY`: a folder holding it was taken, an S3
+    prefix holding it refused as holding something else (a second review)."""
+    open_transport(remote.url, environ=remote.env).put_if_absent(
+        "probe/0123456789abcdef.object", b"left"
+    )
+    a = tmp_path / "a"
+    write(a, "f.txt", "x")
+    run(a, "remote", "add", "origin", remote.url, env=remote.env)

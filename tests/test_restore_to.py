@@ -275,10 +275,12 @@ def test_a_destination_it_may_not_write_is_named_not_a_temp_path(
     (read_only / "empty").mkdir()
     closed = tmp_path / "closed"  # (not searchable: a review's exit 1, "error: PATH: ...")
     closed.mkdir(mode=0o000)
+    locked = tmp_path / "locked"  # (there, but not readable: the same, a second review)
+    locked.mkdir(mode=0o000)
     os.chmod(read_only / "empty", 0o555)
     os.chmod(read_only, 0o555)
     try:
-        for dest in (read_only / "out", read_only / "empty", closed / "d"):
+        for dest in (read_only / "out", read_only / "empty", closed / "d", locked):
             for option in ("--yes", "--dry-run"):  # the preview refuses it alike
                 done = _unprivileged("--root", str(root), "restore", "latest", option, "--to",
                                      str(dest))  # fmt: skip
@@ -291,6 +293,7 @@ def test_a_destination_it_may_not_write_is_named_not_a_temp_path(
         os.chmod(read_only / "empty", 0o755)
         os.chmod(read_only, 0o755)
         closed.chmod(0o755)
+        locked.chmod(0o755)
 
 
 # -- a run killed with SIGKILL leaves its temp directory: named, never removed ------

@@ -239,7 +239,11 @@ def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
         raise InputError(f"cannot restore into {destination}: {exc.strerror}") from None
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise InputError(f"cannot restore into {destination}: it exists and is not a directory")
-    if st is not None and (names := os.listdir(final)):
+    try:
+        names = os.listdir(final) if st is not None else []
+    except OSError as exc:  # one that cannot be read: as one that cannot be written
+        raise InputError(f"cannot restore into {destination}: {exc.strerror}") from None
+    if names:
         left = sorted(name for name in names if name.startswith(_TEMP_PREFIX))
         raise InputError(
             f"cannot restore into {destination}: it is not empty"

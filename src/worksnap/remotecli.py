@@ -184,12 +184,13 @@ def check_empty(transport: Transport) -> None:
         if exc.reason != "missing":
             raise
     if isinstance(transport, DirectoryTransport):
-        try:
-            names = sorted(set(os.listdir(transport.directory)) - {PROBE, ".locks"})
+        try:  # (`lost+found`: a freshly made file system's root)
+            names = sorted(set(os.listdir(transport.directory)) - {PROBE, ".locks", "lost+found"})
         except OSError:
             return  # none there: the transport says so in its own words
     else:
-        names = [entry.key for entry in itertools.islice(transport.list_keys(), 1)]
+        others = (e.key for e in transport.list_keys() if not e.key.startswith(PROBE + "/"))
+        names = list(itertools.islice(others, 1))
     if names:
         raise InputError(
             f"remote {transport.url} holds {names[0]}, and no worksnap repository: name an "
