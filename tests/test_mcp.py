@@ -184,6 +184,8 @@ def test_an_error_is_a_tool_error_with_the_one_line_message_and_the_server_goes_
             if name == "plan":
                 assert message.endswith(expected)
         assert len((await call(client, "list"))["result"]) == 1  # still serving
+        # JSON Schema's integer: 1.0 is one (a second review: refused when strict).
+        assert len((await call(client, "list", limit=1.0))["result"]) == 1
 
     in_server(project, body)
 
@@ -274,11 +276,11 @@ def test_an_argument_of_the_wrong_type_or_missing_is_one_line_naming_it(project:
     async def body(client: Client) -> None:
         for name, arguments, said in (
             ("cat", {"ref": "latest"}, "path: missing (required)"),
-            ("rewind", {"step": 1.5}, "step: input should be a valid integer, not 1.5"),
+            ("rewind", {"step": 1.5}, "step: input should be a valid integer, got a number "
+             "with a fractional part, not 1.5"),
             # A review's: taken as 1, and "off" as false (a restore made, not previewed).
             ("rewind", {"step": True}, "step: input should be a valid integer, not true"),
             ("rewind", {"step": "1"}, 'step: input should be a valid integer, not "1"'),
-            ("rewind", {"step": 1.0}, "step: input should be a valid integer, not 1.0"),
             ("rewind", {"step": 1, "dry_run": "off"},
              'dry_run: input should be a valid boolean, not "off"'),
             ("restore", {"ref": "latest", "dry_run": 1},
@@ -294,6 +296,8 @@ def test_an_argument_of_the_wrong_type_or_missing_is_one_line_naming_it(project:
             [content] = result.content
             assert getattr(content, "text", "") == f"Error executing tool {name}: {said}"
         assert len((await call(client, "list"))["result"]) == 1  # still serving
+        # JSON Schema's integer: 1.0 is one (a second review: refused when strict).
+        assert len((await call(client, "list", limit=1.0))["result"]) == 1
 
     in_server(project, body)
 

@@ -27,7 +27,7 @@ import os
 import sys
 import threading
 from collections.abc import AsyncIterable, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -45,7 +45,8 @@ from mcp_types import (
     TextContent,
     ToolAnnotations,
 )
-from pydantic import StrictBool, StrictInt, ValidationError
+from pydantic import BeforeValidator, StrictBool, ValidationError
+from pydantic_core import PydanticCustomError
 
 from worksnap import stopsignals, views
 from worksnap.arguments import VERSION
@@ -56,6 +57,21 @@ from worksnap.workspace import Seams, Workspace
 
 if TYPE_CHECKING:
     from worksnap.apply import Result
+
+
+def _whole(value: object) -> object:
+    """An integer as JSON Schema's `integer` has it (`1.0` too), never `true` nor `"1"`.
+
+    pydantic's lax int took `true` and `"1"` for 1 (a review's `rewind` with `dry_run`
+    `"off"` made a real restore); its strict one refused `1.0`, which the schema allows.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+Whole = Annotated[int, BeforeValidator(_whole)]
+"""A tool's integer argument (`_whole`)."""
 
 INSTRUCTIONS = """\
 worksnap keeps snapshots of this whole project directory (every file, including what
@@ -170,7 +186,7 @@ class Tools:
 
     def snapshot(
         self,
-        step: StrictInt | None = None,
+        step: Whole | None = None,
         label: str | None = None,
         meta: dict[str, str] | None = None,
         kind: str = "manual",
@@ -194,7 +210,7 @@ class Tools:
         return self.call(run)
 
     def list_snapshots(
-        self, limit: StrictInt | None = None, session: str | None = None
+        self, limit: Whole | None = None, session: str | None = None
     ) -> list[dict[str, Any]]:
         """Lists the session's snapshots, newest first: id, step, kind, time, label, counts.
 
@@ -316,7 +332,7 @@ class Tools:
 
         return self.call(run)
 
-    def rewind(self, step: StrictInt, dry_run: StrictBool = False) -> dict[str, Any]:
+    def rewind(self, step: Whole, dry_run: StrictBool = False) -> dict[str, Any]:
         """Restores the newest snapshot of step `step` of this session."""
         return self.restore(f"step:{step}", dry_run=dry_run)
 
