@@ -13,6 +13,7 @@ Derandomized: `WORKSNAP_TREEBUILD_SEED` (default 1) and `WORKSNAP_TREEBUILD_STEP
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -285,3 +286,34 @@ def test_a_capture_adds_its_new_nodes_only_when_it_keeps_children(keep: bool) ->
     # Kept children: the nodes were added as built. Without, they are read (4: the two
     # roots and the two versions of `b`), so that a cold capture holds no more memory.
     assert len(reads) == (0 if keep else 4)
+
+
+def test_a_new_process_builds_a_tree_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
+    """A review's second snapshot of a tree 1,000 directories deep raised RecursionError
+    where a new process looks for each directory's earlier objects (the walks allow
+    2,048 levels). Built with a new workspace each time, as a command does."""
+    root = tmp_path / "ws"
+    deep = str(root)
+    os.mkdir(deep)
+    for _ in range(1500):  # (os.makedirs recurses on its parents)
+        deep = os.path.join(deep, "d")
+        os.mkdir(deep)
+    try:
+        with open(os.path.join(deep, "f.txt"), "w") as f:
+            f.write("one\n")
+        with Workspace(root) as ws:
+            first = ws.snapshot()
+        with open(os.path.join(deep, "f.txt"), "w") as f:
+            f.write("two\n")
+        with Workspace(root) as ws:
+            second = ws.snapshot()
+            assert second.tree != first.tree
+            assert ws.load(second.id).entries[-1].path.endswith("/d/f.txt")
+    finally:
+        # Bottom up, without recursion: pytest's removal of old temp folders (shutil.rmtree)
+        # recurses, and a tree this deep left behind failed every later session at its exit.
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(deep, "f.txt"))
+        while deep != str(root):
+            os.rmdir(deep)
+            deep = os.path.dirname(deep)

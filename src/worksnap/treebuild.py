@@ -455,23 +455,28 @@ class _OlderTrees:
         return tuple(digest for layer in reversed(layers) for digest in layer)
 
     def _top(self, d: str) -> str | None:
-        if d in self._tops:
-            return self._tops[d]
-        parent, _, name = d.rpartition("/")
-        above = self._top(parent)
-        found = None
-        if above is not None and above in self._packed:
-            subdirs = self._subdirs.get(above)
-            if subdirs is None:
-                try:
-                    kids = list(children(Digest(above), self._read))
-                except WorksnapError:
-                    kids = []
-                subdirs = {c.name: c.tree.hex() for c in kids if type(c) is Dir}
-                self._subdirs[above] = subdirs
-            found = subdirs.get(name)
-        self._tops[d] = found
-        return found
+        # Down from the nearest directory known, without recursion: a tree 1,000 deep
+        # raised RecursionError here at its second snapshot (a review; the walks allow
+        # 2,048, `treewalk.MAX_DEPTH`).
+        below = []
+        while d not in self._tops:
+            below.append(d)
+            d = d.rpartition("/")[0]
+        for path in reversed(below):
+            parent, _, name = path.rpartition("/")
+            above, found = self._tops[parent], None
+            if above is not None and above in self._packed:
+                subdirs = self._subdirs.get(above)
+                if subdirs is None:
+                    try:
+                        kids = list(children(Digest(above), self._read))
+                    except WorksnapError:
+                        kids = []
+                    subdirs = {c.name: c.tree.hex() for c in kids if type(c) is Dir}
+                    self._subdirs[above] = subdirs
+                found = subdirs.get(name)
+            self._tops[path] = found
+        return self._tops[below[0]] if below else self._tops[d]
 
 
 def _discard(digest: Digest, data: bytes) -> None:
