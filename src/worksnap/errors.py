@@ -175,8 +175,8 @@ class StoreError(InputError):
 class ForeignStoreError(InputError):
     """The store's folder is not one worksnap made for this user (`storeplace.check_own`).
 
-    Another user's, one others may enter that holds something already, or one that
-    holds what no store does: refused before anything is read or written there.
+    Another user's (not a setgid one of the user's groups), or one that others may enter
+    and that holds what no store does: refused before anything is read or written there.
     """
 
 
