@@ -27,7 +27,7 @@ import msgspec
 
 from worksnap.errors import InputError
 from worksnap.ignore import Matcher, compile_ignore_file
-from worksnap.paths import Root, ancestors, fs_path, is_git_name, wire_name
+from worksnap.paths import Root, ancestors, fs_path, in_git, wire_name
 
 SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 """What SQLite keeps beside a database `x.db`: `x.db-wal`, `x.db-shm`, `x.db-journal`."""
@@ -99,9 +99,9 @@ def by_rule(rel: str, *rule_sets: Exclusions) -> bool:
     One of `rule_sets` covers it, as a file or a directory, or it is a `.git` name or
     below one (`plan.plan_restore`'s `ruled_out`).
     """
-    if any(map(is_git_name, rel.split("/"))):
-        return True
-    return any(rules.covers(rel, is_dir=d) for rules in rule_sets for d in (False, True))
+    return in_git(rel) or any(
+        rules.covers(rel, is_dir=d) for rules in rule_sets for d in (False, True)
+    )
 
 
 _COMPILED: dict[frozenset[str], Exclusions] = {}

@@ -24,11 +24,10 @@ from worksnap.errors import InputError, ManifestError, shown
 from worksnap.layout import belongs_elsewhere
 from worksnap.paths import (
     check_path,
+    in_git,
     is_canonical,
     is_digest,
-    is_git_name,
     is_under,
-    may_hold_git_name,
 )
 
 VERSION = 1
@@ -247,12 +246,7 @@ def _why_not_canonical(data: bytes) -> str:
 
 def _check_relpath(path: str, what: str, source: str, *, allow_git: bool = False) -> None:
     reason = check_path(path, what)
-    if (
-        reason is None
-        and not allow_git
-        and may_hold_git_name(path)
-        and any(is_git_name(c) for c in path.split("/"))
-    ):
+    if reason is None and not allow_git and in_git(path):
         reason = f"{what} {shown(path)!r} is inside a .git directory"
     if reason is not None:
         raise ManifestError(source, reason)

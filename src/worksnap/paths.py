@@ -103,6 +103,11 @@ def may_hold_git_name(path: str) -> bool:
     return ".git" in lowered or "git~1" in lowered
 
 
+def in_git(path: str) -> bool:
+    """True when a component of `path` is a spelling of `.git` (`is_git_name`)."""
+    return may_hold_git_name(path) and any(is_git_name(part) for part in path.split("/"))
+
+
 def check_path(path: str, what: str) -> str | None:
     """Returns why `path` is not a safe, normal wire-form relative path, or None when it is."""
     if not path:
@@ -274,7 +279,7 @@ class Root(msgspec.Struct, frozen=True):
         if (
             any(is_under(rel, excluded) for excluded in self.exclude)
             or (self.covered is not None and self.covered(rel))
-            or any(is_git_name(part) for part in rel.split("/"))
+            or in_git(rel)
         ):
             raise InputError(
                 f"{shown(rel)!r} is excluded (the store, .git, --exclude or `config exclude`)"

@@ -20,7 +20,7 @@ from worksnap.errors import ManifestError
 from worksnap.layout import belongs_elsewhere
 from worksnap.manifest import VERSION as FLAT_VERSION
 from worksnap.manifest import Manifest, Summary, parse_time
-from worksnap.paths import check_path, is_digest, is_git_name, may_hold_git_name
+from worksnap.paths import check_path, in_git, is_digest
 from worksnap.treewalk import Flat, Loose
 
 VERSION = 2
@@ -136,12 +136,7 @@ def check_record(record: Record, *, root: str, source: str) -> None:
             raise ManifestError(source, f"{name} are not sorted by path (or repeat one)")
         for path in paths:
             reason = check_path(path, name)
-            if (
-                reason is None
-                and name != "excluded"
-                and may_hold_git_name(path)
-                and any(is_git_name(c) for c in path.split("/"))
-            ):
+            if reason is None and name != "excluded" and in_git(path):
                 reason = f"{name} {path!r} is inside a .git directory"
             if reason is not None:
                 raise ManifestError(source, reason)
