@@ -232,17 +232,16 @@ def _check_destination(destination: str, *, root: str, store_dir: str) -> str:
                 f"above it; --to takes a directory outside the workspace"
             )
     try:
-        st = os.lstat(final)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:  # a folder above it that cannot be searched: as not writable
+        try:
+            st: os.stat_result | None = os.lstat(final)
+        except FileNotFoundError:
+            st = None
+        folder = st is not None and stat.S_ISDIR(st.st_mode)
+        names = os.listdir(final) if folder else []
+    except OSError as exc:  # above it, one that cannot be searched; or it cannot be read
         raise InputError(f"cannot restore into {destination}: {exc.strerror}") from None
-    if st is not None and not stat.S_ISDIR(st.st_mode):
+    if st is not None and not folder:
         raise InputError(f"cannot restore into {destination}: it exists and is not a directory")
-    try:
-        names = os.listdir(final) if st is not None else []
-    except OSError as exc:  # one that cannot be read: as one that cannot be written
-        raise InputError(f"cannot restore into {destination}: {exc.strerror}") from None
     if names:
         left = sorted(name for name in names if name.startswith(_TEMP_PREFIX))
         raise InputError(
