@@ -147,9 +147,8 @@ class DiskStore(SnapshotFiles):
     def discard(self) -> None:
         """Removes what this instance wrote and has not published: its pack, if any.
 
-        A snapshot that failed (a full disk) calls it, so that its half-written pack
-        does not keep the disk full until a gc. Published objects stay: another
-        process may already rely on them. The next `sync` says True, as after a sweep.
+        A failed snapshot (a full disk) calls it: its half-written pack must not fill the disk
+        until a gc. Published objects stay (others may use them); the next `sync` says True.
         """
         writer, self._writer = self._writer, None
         if writer is None:
@@ -251,10 +250,7 @@ class DiskStore(SnapshotFiles):
         return count
 
     def sync(self) -> bool:
-        """True, and the remembered index forgotten, if objects may be gone since it was read.
-
-        (A sweep or `discard` wrote `generation`, or an index read is gone.) Under the lock.
-        """
+        """True (the index forgotten) if objects may be gone since it was read; under the lock."""
         generation = self.files.read_optional(self.paths.generation, limit=256)
         gone = self._indexes.difference(self.files.listdir(self.paths.packs))
         if generation == self._generation and not gone:
@@ -264,6 +260,10 @@ class DiskStore(SnapshotFiles):
             self._quick.drop()
             self._read_fds.close()  # swept packs' space is freed only once no one holds them
         return True
+
+    def witness(self) -> bytes:
+        """`generation`, the published packs' indexes and the loose objects' folders."""
+        return self.files.objects_witness(self._listed())
 
     def indexed(self) -> Container[str]:
         """Packed digests known to be stored, without a system call: a live view (`present`)."""
@@ -586,9 +586,8 @@ class DiskStore(SnapshotFiles):
             raise
 
     def pack_count(self) -> int:
-        """How many published packs the index was read from (see `sweep`'s `merge`)."""
-        self._load_index()
-        return len(self._indexes)
+        """How many packs are published (see `sweep`'s `merge`): listed, no index is read."""
+        return len(self._listed())
 
     def _small_packs(self) -> set[str]:
         """The packs to merge (`packcodec.geometric`), of those under `MERGE_BELOW`."""

@@ -39,6 +39,7 @@ class MemoryStore:
         self.root: str | None = None
         self._versions: dict[str, int] = {}
         self._sweeps = 0
+        self._dropped = 0
         self._synced = 0
 
     def create(self) -> None:
@@ -151,7 +152,9 @@ class MemoryStore:
 
     def record_damaged(self, digests: Iterable[str]) -> int:
         """Drops the objects (found damaged): the next snapshot stores them again."""
-        return sum(self.objects.pop(digest, None) is not None for digest in digests)
+        dropped = sum(self.objects.pop(digest, None) is not None for digest in digests)
+        self._dropped += dropped
+        return dropped
 
     def digests(self) -> Iterator[str]:
         """Yields every held digest."""
@@ -161,6 +164,10 @@ class MemoryStore:
         """True when a sweep ran since the last call."""
         swept, self._synced = self._sweeps != self._synced, self._sweeps
         return swept
+
+    def witness(self) -> bytes:
+        """Changes with every sweep, and every object dropped as damaged."""
+        return b"%d %d" % (self._sweeps, self._dropped)
 
     def sweep(
         self, live: set[str] | None, *, merge: bool = False, dry_run: bool = False

@@ -129,6 +129,10 @@ class ObjectStore(Protocol):
         """Forgets what it remembers if a sweep ran since the last call; True if one did."""
         ...
 
+    def witness(self) -> bytes:
+        """Bytes that change whenever an object stored now may be gone: compared, not parsed."""
+        ...
+
     def sweep(
         self, live: set[str] | None, *, merge: bool = False, dry_run: bool = False
     ) -> tuple[int, int]:

@@ -30,7 +30,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 
 from worksnap.errors import ForeignStoreError, StoreError
-from worksnap.fsio import released_with, write_all
+from worksnap.fsio import released_with, stamp_of, write_all
 from worksnap.layout import TEMP_MARK, StorePaths
 from worksnap.storeplace import (
     DIR_MODE,
@@ -541,6 +541,20 @@ class StoreDir:
                         freed += st.st_size
                         removed += 1
         return removed, freed
+
+    def objects_witness(self, packs: list[str]) -> bytes:
+        """Bytes that change whenever a stored object may be gone (`ObjectStore.witness`).
+
+        `generation` (a sweep or a damaged copy writes it anew); each published pack's index
+        (`packs`), by name and stamp (one removed, merged or damaged in place); each folder of
+        loose objects, by stamp (an object removed from it moves it).
+        """
+        paths = self.paths
+        places = [paths.pack_index(p) for p in packs]
+        places += [os.path.join(paths.objects, n) for n in sorted(self.listdir(paths.objects))]
+        stamps = [None if (st := self.lstat(p)) is None else stamp_of(st) for p in places]
+        generation = self.read_optional(paths.generation, limit=256)
+        return repr((generation, places, stamps)).encode()
 
     def new_name(self) -> str:
         """A fresh random name for a file this process alone writes (a pack)."""
