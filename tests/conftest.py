@@ -134,7 +134,9 @@ class Hashes:
 
     def __init__(self, *, racy_margin_ns: int = 0) -> None:
         self.paths: list[str] = []
-        self.seams = Seams(read_file=self._read_file, racy_margin_ns=racy_margin_ns)
+        # (each capture walks: the caches of the walk are what is counted)
+        self.seams = Seams(read_file=self._read_file, racy_margin_ns=racy_margin_ns,
+                           last_capture=False)  # fmt: skip
 
     def _read_file(
         self, path: str | bytes, rel: str, *, keep: bool, dir_fd: int | None = None, **kw: Any
@@ -154,12 +156,12 @@ class Hashes:
 class Walks:
     """Records what every scan of a workspace listed and matched (through `Seams.scan_tree`).
 
-    Its workspaces have a racy margin of 0, like `Hashes`'.
+    Its workspaces have a racy margin of 0, like `Hashes`', and every capture walks.
     """
 
     def __init__(self) -> None:
         self.stats = WalkStats()
-        self.seams = Seams(scan_tree=self._scan_tree, racy_margin_ns=0)
+        self.seams = Seams(scan_tree=self._scan_tree, racy_margin_ns=0, last_capture=False)
 
     def _scan_tree(self, *args: Any, **kwargs: Any) -> Scan:
         return scan_tree(*args, stats=self.stats, **kwargs)

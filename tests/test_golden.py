@@ -533,7 +533,7 @@ def _check_cache(path: Path, normalise: Normaliser) -> None:
 
     `cache/trees`: one of msgpack [version 1, root, table]; `cache/trees.log` and
     `cache/stat.log`: such frames of their base's shape, each after its length (4 bytes,
-    big-endian).
+    big-endian). `cache/capture`: one of msgpack `lastcapture.LastCapture`.
     """
     raw = path.read_bytes()
     if path.name == "last.json":  # {session: [id, digest of the ids stored]}
@@ -550,13 +550,22 @@ def _check_cache(path: Path, normalise: Normaliser) -> None:
     for frame in frames:
         assert zstandard.get_frame_parameters(frame).has_checksum, path
         decoded = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(frame))
+        if path.name == "capture":  # [1, key, witness, capture less entries, loose, bytes,
+            # [[dir, stamp, .gitignore stamp, entry indexes, states]], entries]
+            version, _, _, head, _, total, groups, entries = decoded
+            assert version == 1, path
+            assert normalise(head["root"]) == "<TMP>/ws", head
+            files = sum(e["type"] == "file" for e in entries)
+            assert head["entries"] == [] and files == sum(len(g[3]) for g in groups)
+            assert total == sum(e["size"] for e in entries if e["type"] == "file")
+            continue
         if path.name in ("trees", "trees.log"):
             version, *decoded = decoded
             assert version == 1, path
         cached_root, table = decoded
         assert normalise(cached_root) == "<TMP>/ws", cached_root
         assert isinstance(table, dict), path
-    assert path.name in ("stat", "stat.log", "dirs", "trees", "trees.log"), path
+    assert path.name in ("stat", "stat.log", "dirs", "trees", "trees.log", "capture"), path
 
 
 @pytest.mark.slow

@@ -68,6 +68,7 @@ LEVELS: dict[str, int] = {
     "scan": 2,
     "scanparts": 2,
     "carry": 2,
+    "lastcapture": 2,
     "written": 2,
     "audit": 2,
     "differences": 2,

@@ -201,7 +201,8 @@ def test_two_processes_appending_at_once(root: Path, tmp_path: Path) -> None:
 
 
 def _fresh(root: Path, store: Path) -> tuple[Manifest, int, int]:
-    with Workspace(root, store=store, seams=Seams(racy_margin_ns=0)) as ws:
+    """A snapshot by a new workspace that walks (how its trees were built is counted)."""
+    with Workspace(root, store=store, seams=Seams(racy_margin_ns=0, last_capture=False)) as ws:
         taken = ws.snapshot()
         return taken, ws._capture.trees.memo.cached, ws._capture.trees.memo.encoded
 

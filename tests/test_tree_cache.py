@@ -41,6 +41,11 @@ def _tree(root: Path) -> Path:
     return root
 
 
+WALKS = Seams(racy_margin_ns=0, last_capture=False)
+"""Every capture walks (`lastcapture.py` would take the last one whole): what is tested
+here is how a walk's trees are built."""
+
+
 def _store(root: Path) -> Path:
     return root.parent / "store"  # outside the root, as the cold capture's
 
@@ -51,7 +56,7 @@ def _paths(root: Path) -> StorePaths:
 
 def _fresh_snapshot(root: Path) -> tuple[Manifest, int, int]:
     """A snapshot by a new workspace (a new process): the directories cached and encoded."""
-    with Workspace(root, store=_store(root), seams=Seams(racy_margin_ns=0)) as ws:
+    with Workspace(root, store=_store(root), seams=WALKS) as ws:
         taken = ws.snapshot()
         memo = ws._capture.trees.memo
         return taken, memo.cached, memo.encoded
@@ -132,7 +137,7 @@ def test_a_damaged_or_foreign_base_is_dropped(root: Path, tmp_path: Path, damage
         assert load_tree_table(store, "/somewhere/else")[0] == {}
         os.rename(root, tmp_path / "moved")  # the same store, now read for another root
         root = tmp_path / "moved"
-        with Workspace(root, store=tmp_path / "store", seams=Seams(racy_margin_ns=0)) as ws:
+        with Workspace(root, store=tmp_path / "store", seams=WALKS) as ws:
             ws.rebind()
     taken, cached, _ = _fresh_snapshot(root)
     assert cached == 0
@@ -192,7 +197,7 @@ def test_a_record_whose_tree_is_not_among_its_objects_is_not_used(
 _KILLED_MID_APPEND = """
 import os, signal, sys
 from pathlib import Path
-from worksnap.workspace import Workspace
+from worksnap.workspace import Seams, Workspace
 
 real_write = os.write
 
@@ -209,7 +214,7 @@ def write(fd, data):
 os.write = write
 root, store = Path(sys.argv[1]), Path(sys.argv[2])
 (root / "d2" / "g.txt").write_text("edited before the kill\\n")
-with Workspace(root, store=store) as ws:
+with Workspace(root, store=store, seams=Seams(last_capture=False)) as ws:
     ws.snapshot()
 """
 

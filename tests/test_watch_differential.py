@@ -316,13 +316,19 @@ def test_a_new_workspace_at_every_step_matches_a_plain_capture(
     outside = tmp_path / "outside"
     outside.mkdir()
     log = tmp_path / "store" / "cache" / "stat.log"
-    logged = [0]
+    logged, unwalked = [0], [0]
     margin = Seams(racy_margin_ns=20_000_000)  # a tick of the kernel's clock is 4 ms at most
+    pauses = random.Random(SEED + 4)
 
     def snapshot() -> Manifest:
-        time.sleep(0.025)  # every change is older than the margin: every file's record is kept
+        if pauses.random() < 0.8:
+            # Every change older than the margin: every file's record is kept, and the
+            # capture too (`lastcapture.py`), to be taken again when nothing it rested on
+            # moved. Else changes within the margin: states not trusted, hashed again.
+            time.sleep(0.025)
         with Workspace(root, store=tmp_path / "store", exclude=EXCLUDE, seams=margin) as ws:
             taken = ws.snapshot()
+            unwalked[0] += ws._capture.last.taken
         logged[0] += log.exists()
         return taken
 
@@ -334,6 +340,39 @@ def test_a_new_workspace_at_every_step_matches_a_plain_capture(
         label="a new workspace per step",
     )  # fmt: skip
     assert logged[0] > 0  # the stat cache's log was written and read back
+    assert unwalked[0] > 0  # the last capture was taken again
+    print(f"  {unwalked[0]} snapshots taken without a walk")
+
+
+def test_a_new_workspace_per_step_on_a_coarse_file_system(coarse_tmp: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Whole seconds: what a plain command keeps of its capture (`lastcapture.py`) is trusted
+    only once a tick old, and a file rewritten within its tick is hashed again."""
+    root = coarse_tmp / "ws"
+    root.mkdir()
+    seed_tree(root, random.Random(SEED + 5))
+    outside = coarse_tmp / "outside"
+    outside.mkdir()
+    cap, unwalked = 2048, [0]
+    pauses = random.Random(SEED + 6)
+
+    def snapshot() -> Manifest:
+        if pauses.random() < 0.25:
+            time.sleep(1.05)  # now and then, everything a tick old: the capture is kept
+        with Workspace(root, store=tmp_path / "store", max_file_bytes=cap) as ws:
+            taken = ws.snapshot()
+            unwalked[0] += ws._capture.last.taken
+        return taken
+
+    walk(
+        root, None, None, outside, STEPS // 50, SEED + 5,
+        snapshot=snapshot,
+        plain=lambda: plain_capture(root, tmp_path / "plain-store", max_file_bytes=cap),
+        flaky=None,
+        label="a new workspace per step, coarse file system",
+    )  # fmt: skip
+    shutil.rmtree(coarse_tmp)
+    assert unwalked[0] > 0  # the last capture was taken again
+    print(f"  {unwalked[0]} snapshots taken without a walk")
 
 
 def test_a_watched_workspace_on_a_coarse_file_system(coarse_tmp: Path, tmp_path: Path) -> None:  # noqa: F811

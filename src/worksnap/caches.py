@@ -340,7 +340,8 @@ class Caches:
     """
 
     def __init__(self, store: StoreDir, root: str, store_exists: Callable[[], bool]) -> None:
-        self._store = store
+        self.files = store
+        """The store's directory."""
         self._root = root
         self._store_exists = store_exists
         self._stat: StatTable | None = None
@@ -361,7 +362,7 @@ class Caches:
         """The stat cache (read from the store the first time)."""
         if self._stat is None:
             if self._store_exists():
-                self._stat, *sizes = load_stat_table(self._store, self._root)
+                self._stat, *sizes = load_stat_table(self.files, self._root)
                 self._stat_bytes = (sizes[0], sizes[1])
                 self._stat_saved = self._stat_read = self._stat
             else:
@@ -372,7 +373,7 @@ class Caches:
         """The listing cache (read from the store the first time); a scan updates it in place."""
         if self._listings is None:
             self._listings = (
-                load_listings(self._store, self._root) if self._store_exists() else Listings()
+                load_listings(self.files, self._root) if self._store_exists() else Listings()
             )
         return self._listings
 
@@ -380,7 +381,7 @@ class Caches:
         """The tree cache (read from the store the first time)."""
         if self._trees is None:
             if self._store_exists():
-                self._trees, *sizes = load_tree_table(self._store, self._root)
+                self._trees, *sizes = load_tree_table(self.files, self._root)
                 self._trees_bytes = (sizes[0], sizes[1])
             else:
                 self._trees = {}
@@ -452,7 +453,7 @@ class Caches:
             if self._stat is not None and not self._finer:
                 self._save_stat(self._stat)
             if self._listings is not None and not self._finer:
-                save_listings(self._store, self._root, self._listings)
+                save_listings(self.files, self._root, self._listings)
             if self._trees_new:
                 self._save_trees()
         except OSError:
@@ -464,9 +465,9 @@ class Caches:
         """Appends what changed since the last save; folds the log into a new base when long."""
         base, log = self._stat_bytes
         if self._stat_saved is None or _fold(base, log):
-            self._stat_bytes = (save_stat_table(self._store, self._root, table), 0)
+            self._stat_bytes = (save_stat_table(self.files, self._root, table), 0)
         elif changes := stat_changes(self._stat_saved, table):
-            self._stat_bytes = (base, log + append_stat_changes(self._store, self._root, changes))
+            self._stat_bytes = (base, log + append_stat_changes(self.files, self._root, changes))
         self._stat_saved = table
 
     def _save_trees(self) -> None:
@@ -475,16 +476,16 @@ class Caches:
         if _fold(base, log):
             # The last build's directories, and what was built since the last save.
             table = {**(self._trees_current() if self._trees_current else {}), **self._trees_new}
-            self._trees_bytes = (save_tree_table(self._store, self._root, table), 0)
+            self._trees_bytes = (save_tree_table(self.files, self._root, table), 0)
         else:
-            added = append_tree_records(self._store, self._root, self._trees_new)
+            added = append_tree_records(self.files, self._root, self._trees_new)
             self._trees_bytes = (base, log + added)
         self._trees_new = {}
 
     def tick(self) -> int:
         """The timestamp tick recorded for the store's file system (0: fine, or not known)."""
         if self._tick is None:
-            self._tick = load_tick(self._store) if self._store_exists() else 0
+            self._tick = load_tick(self.files) if self._store_exists() else 0
         return self._tick
 
     def record_tick(self, tick_ns: int) -> None:
@@ -500,18 +501,18 @@ class Caches:
         self._tick = tick_ns
         self._finer = True
         if self._store_exists():
-            paths = self._store.paths
+            paths = self.files.paths
             for path in (paths.stat_cache, paths.stat_cache_log, paths.listing_cache):
-                self._store.unlink(path)
+                self.files.unlink(path)
             self._stat_saved, self._stat_bytes = None, (0, 0)  # (the next base is whole)
-            save_tick(self._store, tick_ns)
+            save_tick(self.files, tick_ns)
 
     def drop(self) -> None:
         """Deletes both caches, in memory and in the store (the store was rebound)."""
-        paths = self._store.paths
+        paths = self.files.paths
         for path in (paths.stat_cache, paths.stat_cache_log, paths.listing_cache,
                      paths.tree_cache, paths.tree_cache_log):  # fmt: skip
-            self._store.unlink(path)
+            self.files.unlink(path)
         self._stat = None
         self._stat_saved = None
         self._stat_bytes = (0, 0)

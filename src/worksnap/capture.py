@@ -2,7 +2,8 @@
 
 scan (what is there) -> stat cache (is it unchanged?) -> hash and store (what is not)
 -> an unsaved manifest of kind "current". A snapshot saves one (see catalog.py);
-a plan compares one with its target (see transaction.py).
+a plan compares one with its target (see transaction.py). Without a watcher, the last
+snapshot's capture is taken again when nothing it rested on moved (`lastcapture.py`).
 
 A cached digest is trusted only for a file whose times are older than the scan
 that recorded it by more than a file system timestamp tick: a file changed again
@@ -41,6 +42,7 @@ from worksnap.fsio import (
 )
 from worksnap.hash import SMALL, Prefetch, hash_bytes, read_file
 from worksnap.ignore import Rules, base_rules
+from worksnap.lastcapture import Keeper, settled
 from worksnap.manifest import VERSION, Entry, Manifest, new_id, now_rfc3339
 from worksnap.paths import Digest, Root, fs_path
 from worksnap.progress import Reporter
@@ -116,12 +118,10 @@ class Capture:
         store: where file contents go.
         caches: the stat and listing caches.
         max_file_bytes: larger files are listed in `large`, not captured.
-        watcher: the change source that says which directories had events since
-            the last capture (None: every capture scans the whole tree).
+        watcher: says which directories had events since the last capture (None: no watch).
         report: where progress goes.
-        read_file: reads and hashes one file (`hash.read_file`).
-        scan_tree: walks the tree (`scan.scan_tree`).
-        prefetch: makes the read-ahead helper (`hash.Prefetch`).
+        read_file, scan_tree, prefetch: `hash.read_file`, `scan.scan_tree`, `hash.Prefetch`.
+        last_capture: take the last snapshot's capture again if nothing it rested on moved.
         slow_read_seconds: mean read time per file above which reading ahead starts.
         racy_margin_ns: see `RACY_MARGIN_NS` (tests: 0, fresh files cached at once).
         nodes: a watched capture's new tree nodes, kept for later comparisons (`CaptureTrees`).
@@ -138,6 +138,7 @@ class Capture:
         report: Reporter,
         read_file: ReadFile = read_file,
         scan_tree: ScanTree = scan_tree,
+        last_capture: bool = True,
         prefetch: Callable[[], Prefetch] = Prefetch,
         slow_read_seconds: float = SLOW_READ_SECONDS,
         racy_margin_ns: int = RACY_MARGIN_NS,
@@ -171,6 +172,8 @@ class Capture:
         # only for a watcher, which takes a clean directory's whole.
         self.trees = CaptureTrees(store, caches, children=watcher is not None, nodes=nodes)
         self._last_cap = max_file_bytes
+        self.last = Keeper(caches.files, store, root, self.trees, enabled=last_capture)
+        """The last snapshot's capture, taken again when nothing it rested on moved."""
 
     @property
     def watching(self) -> bool:
@@ -317,6 +320,11 @@ class Capture:
         trust_before = scan_start - margin
         swept = self._store.sync() if store_objects else False
         rules = self.rules()
+        if self._watcher is None and (taken := self.last.take(
+                rules.key, store_objects=store_objects, cap=cap, tick=tick, margin=margin,
+                trust_before=trust_before, hash_file=self.hash_and_store)):  # fmt: skip
+            self._used = None  # (`decided_by` reads them again)
+            return msgspec.structs.replace(taken, id=new_id(), time=now_rfc3339(scan_start))
         tracked = self.tracked(rules)
         self._used = (rules, tracked)
         watcher = self._watcher
@@ -492,6 +500,10 @@ class Capture:
             exclude=sorted(self._root.exclude - {self._root.store_rel or ""}),
         )
         self._caches.save(force=self._watcher is None)  # after the build: its trees too
+        if watcher is None and store_objects:
+            index = settled(t.index, t.stamp, t.racy_before) if (t := self._tracked) else None
+            self.last.walked(current, listings.dirs, fresh, rules.key, cap=cap, tick=tick,
+                             index=index)  # fmt: skip
         if watcher is not None and remember is not None:
             # Commit: from here on the events taken are consumed and the memory is this scan's.
             self._memory = remember
@@ -517,22 +529,11 @@ class Capture:
         changes.note_index(tracked, self._memory_tracked)
 
     def audit(self, *, check: Callable[[], None] | None = None) -> list[str]:
-        """Compares what the watcher vouches for with a plain scan of the tree now.
+        """What the watcher vouches for that a plain scan now does not find (`audit_memory`).
 
-        The plain scan uses no cache, no memory and no watcher, and reads the rules
-        and git's index afresh. Directories with events pending before or after it
-        are left out (they are read again at the next capture anyway); any other
-        difference is something the watcher missed. Then the memory is dropped, so
-        the next capture reads everything afresh.
-
-        Args:
-            check: called at every directory; it may raise to abandon the audit
-                (a command is waiting).
-
-        Returns:
-            One line per difference: the path, what differs, and the latest events
-            seen in its directory. Empty when the watcher was right (or when there
-            is nothing watched to compare).
+        One line per difference (none without a watcher); then the memory is dropped, so
+        the next capture reads everything afresh. `check` is called at every directory; it
+        may raise to abandon the audit (a command is waiting).
         """
         watcher = self._watcher
         if watcher is None or not self._memory:

@@ -22,6 +22,7 @@ read, and changed, in one place:
       cache/multi-pack-index     every packed object's place, sorted by digest (the same)
       cache/timestamps           present when the file system keeps coarse (whole-second) times
       cache/last.json            each session's newest full snapshot, by id (the next one's parent)
+      cache/capture              the last plain snapshot's capture, to take the next without a walk
       cache/remote/<id>/<digest> indexes of the remote repository <id> (immutable; a copy)
       generation                 rewritten by every gc sweep
       damaged-copies             packed copies `verify --repair` found damaged, not read
@@ -338,6 +339,7 @@ class StorePaths:
         "generation",
         "gitignore",
         "journal",
+        "last_capture",
         "last_full",
         "listing_cache",
         "lock",
@@ -389,6 +391,8 @@ class StorePaths:
         self.timestamps = os.path.join(self.cache, "timestamps")
         self.multi_pack_index = os.path.join(self.cache, "multi-pack-index")
         """Every packed object's place, sorted by digest: read where it lies (multipack)."""
+        self.last_capture = os.path.join(self.cache, "capture")
+        """The last plain snapshot's capture and what it rested on (`lastcapture.py`)."""
         self.last_full = os.path.join(self.cache, "last.json")
         """Each session's newest full snapshot, by id: the next one's parent."""
         """The file system's timestamp tick in ns, once times without a fraction were seen."""

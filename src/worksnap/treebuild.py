@@ -399,6 +399,10 @@ class CaptureTrees:
             self._built = (root, loose, memo.root_bytes())
         return root
 
+    def took(self, root: str, loose: Loose, total: int) -> None:
+        """Notes a capture's trees as stored, without a build (`lastcapture.Keeper`)."""
+        self._built = (root, loose, total)
+
     def previous(self, rel: str) -> str | None:
         """The digest file `rel` had in the last capture's trees (see `TreeMemo.previous`)."""
         return self.memo.previous(rel, self._store.read)

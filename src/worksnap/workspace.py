@@ -74,8 +74,8 @@ class Seams:
     Attributes:
         racy_margin_ns: how much older than a scan a file must be for its digest to be
             cached (`capture.RACY_MARGIN_NS`); a test sets 0 instead of sleeping.
-        read_file: reads and hashes one file (`hash.read_file`).
-        scan_tree: walks the tree (`scan.scan_tree`).
+        read_file, scan_tree: read and hash one file, walk the tree (`hash`, `scan`).
+        last_capture: False: every plain capture walks (`lastcapture.py`; tests of a walk).
         prefetch: makes the read-ahead helper (`hash.Prefetch`).
         slow_read_seconds: mean read time per file above which reading ahead starts.
         apply_plan: carries out a plan (`apply.apply_plan`).
@@ -86,6 +86,7 @@ class Seams:
     racy_margin_ns: int = RACY_MARGIN_NS
     read_file: ReadFile = read_file
     scan_tree: ScanTree = scan_tree
+    last_capture: bool = True
     prefetch: Callable[[], Prefetch] = Prefetch
     slow_read_seconds: float = SLOW_READ_SECONDS
     apply_plan: ApplyPlan = apply_plan
@@ -183,6 +184,7 @@ class Workspace:
             report=self._reporter,
             read_file=seams.read_file,
             scan_tree=seams.scan_tree,
+            last_capture=seams.last_capture,
             prefetch=seams.prefetch,
             slow_read_seconds=seams.slow_read_seconds,
             racy_margin_ns=seams.racy_margin_ns,
@@ -231,10 +233,7 @@ class Workspace:
         return self.store.added
 
     def audit(self, *, check: Callable[[], None] | None = None) -> builtins.list[str]:
-        """Compares the watched state with a plain scan, rebuilt on a difference.
-
-        Returns a line per path missed (and its events); `check` may raise to abandon it.
-        """
+        """A line per path the watcher missed (and its events): `Capture.audit`."""
         return self._capture.audit(check=check)
 
     def use(self, *, session: str, progress: Callable[[Progress], None] | None) -> None:
@@ -358,6 +357,7 @@ class Workspace:
                     self.store.discard()  # a full disk must not stay full of a half pack
                     raise
                 self.store.sweep_abandoned()  # packs of snapshots killed before publishing
+                self._capture.last.keep()  # under the lock: no sweep since the save
         except OSError as exc:
             raise SnapshotError.unwritable(self.store_dir, exc) from None
         try:

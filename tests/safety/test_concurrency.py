@@ -221,7 +221,7 @@ class _Tracer:
             os.path.relpath(p, self.store)
             for p in (
                 paths.stat_cache, paths.listing_cache, paths.tree_cache, paths.lock_holder,
-                paths.last_full,
+                paths.last_full, paths.last_capture,
             )
         }  # fmt: skip
         for i, (kind, where, dst) in enumerate(self.events):
