@@ -25,6 +25,7 @@ equal, `tests/test_last_capture.py` tries what would fool it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -316,13 +317,28 @@ def look(root: str, last: LastCapture, cap: int) -> Moved | None:
             st = os.lstat(_os(path), dir_fd=root_fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size <= cap:
                 return None
-        if len(last.entries) <= SPLIT_AT or threading.active_count() > 1 or _cores() < 2:
+        if len(last.entries) <= SPLIT_AT or not _alone() or _cores() < 2:
             return _look(root_fd, last, cap, 0, 1)
         return _shared(root_fd, last, cap)
     except (OSError, IndexError):
         return None
     finally:
         os.close(root_fd)
+
+
+_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
+"""Blocked across `_shared`'s fork (`stopsignals.py` turns some into exceptions)."""
+
+
+def _alone() -> bool:
+    """True when this process runs one thread (a library's own, such as BLAKE3's, count).
+
+    A fork copies the caller's thread alone, and no lock another one holds.
+    """
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # (no /proc)
+        return threading.active_count() == 1
 
 
 def _cores() -> int:
@@ -333,33 +349,55 @@ def _cores() -> int:
 
 
 def _shared(root_fd: int, last: LastCapture, cap: int) -> Moved | None:
-    """`look`, with a forked child taking every other directory."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: look, say what moved, and leave without cleaning up
-        try:
-            os.close(read_end)
-            moved = _look(root_fd, last, cap, 1, 2)
-            if moved is not None:
-                data = memoryview(msgspec.msgpack.encode(moved))
-                while data:
-                    data = data[os.write(write_end, data) :]
-        finally:
-            os._exit(0)
-    os.close(write_end)
+    """`look`, with a forked child taking every other directory.
+
+    The stopping signals are blocked from before the fork until the child is reaped and
+    the pipe closed (a Ctrl-C waits for the look, a fraction of a second): a child
+    interrupted before it reached `os._exit` ran on as a second copy of the caller, and
+    released the store's lock, shared with the parent, on its way out; a parent
+    interrupted there leaked the pipe, or left the child a zombie (two reviews).
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
     try:
+        read_end, write_end = os.pipe()
         try:
-            mine = _look(root_fd, last, cap, 0, 2)
-        except (OSError, IndexError):
-            mine = None
-        if mine is None:
-            os.kill(pid, signal.SIGKILL)
-            return None
-        with open(read_end, "rb", closefd=False) as f:
-            theirs = f.read()
+            pid = os.fork()
+        except OSError:  # (no process to spare: look alone, below)
+            os.close(read_end)
+            os.close(write_end)
+            pid = -1
+        if pid == 0:  # the child: look, say what moved, and leave without cleaning up
+            try:
+                os.close(read_end)
+                moved = _look(root_fd, last, cap, 1, 2)
+                if moved is not None:
+                    data = memoryview(msgspec.msgpack.encode(moved))
+                    while data:
+                        data = data[os.write(write_end, data) :]
+            finally:
+                os._exit(0)
+        if pid > 0:
+            os.close(write_end)
+            mine, theirs = None, b""
+            try:
+                with contextlib.suppress(OSError, IndexError):
+                    mine = _look(root_fd, last, cap, 0, 2)
+                if mine is not None:
+                    with open(read_end, "rb", closefd=False) as f:
+                        theirs = f.read()
+            finally:
+                if not theirs:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                os.close(read_end)
+                with contextlib.suppress(ChildProcessError):  # (reaped: SIGCHLD ignored)
+                    os.waitpid(pid, 0)
     finally:
-        os.close(read_end)
-        os.waitpid(pid, 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # (a stop waiting is raised here)
+    if pid < 0:
+        return _look(root_fd, last, cap, 0, 1)
+    if mine is None:
+        return None
     try:
         moved = mine + msgspec.msgpack.decode(theirs, type=list[tuple[int, int]])
     except msgspec.DecodeError:
