@@ -42,7 +42,7 @@ from worksnap.frames import CHUNK, MAX_UNPACKED, ZSTD_MAGIC, msgpack_array, pack
 from worksnap.fsio import MODES, DirTree, FileState, Stamp, file_state, is_coarse, stamp_of
 from worksnap.manifest import Entry, Manifest
 from worksnap.paths import Digest, Root, fs_path
-from worksnap.scanparts import DIR_FLAGS
+from worksnap.scanparts import DIR_FLAGS, os_name
 from worksnap.sources import index_file, source_stamp
 from worksnap.store import ObjectStore
 from worksnap.storedir import StoreDir
@@ -314,7 +314,7 @@ def look(root: str, last: LastCapture, cap: int) -> Moved | None:
         return None  # (the walk says why)
     try:
         for path in last.head.large:  # (few)
-            st = os.lstat(_os(path), dir_fd=root_fd)
+            st = os.lstat(os_name(path), dir_fd=root_fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size <= cap:
                 return None
         if len(last.entries) <= SPLIT_AT or not _alone() or _cores() < 2:
@@ -413,22 +413,22 @@ def _look(root_fd: int, last: LastCapture, cap: int, first: int, step: int) -> M
     mine = range(first, len(last.groups), step)
     for g in mine:
         d, dir_stamp, ignore_stamp, _, _ = last.groups[g]
-        if stamp_of(os.lstat(_os(d or "."), dir_fd=root_fd)) != dir_stamp:
+        if stamp_of(os.lstat(os_name(d or "."), dir_fd=root_fd)) != dir_stamp:
             return None
         if ignore_stamp is not None:
-            ignore = os.lstat(_os(f"{d}/.gitignore" if d else ".gitignore"), dir_fd=root_fd)
+            ignore = os.lstat(os_name(f"{d}/.gitignore" if d else ".gitignore"), dir_fd=root_fd)
             if stamp_of(ignore) != ignore_stamp:
                 return None
     moved: Moved = []
     entries, regular = last.entries, stat.S_ISREG
     for g in mine:
         d, _, _, indexes, states = last.groups[g]
-        fd = os.open(_os(d or "."), DIR_FLAGS, dir_fd=root_fd)
+        fd = os.open(os_name(d or "."), DIR_FLAGS, dir_fd=root_fd)
         try:
             for f, index in enumerate(indexes):
                 entry = entries[index]  # (an index out of range: IndexError, walk)
                 name = entry.path.rpartition("/")[2]
-                st = os.lstat(name if "\x00" not in name else fs_path(name), dir_fd=fd)
+                st = os.lstat(os_name(name), dir_fd=fd)
                 if st.st_size > cap or not regular(st.st_mode) or entry.type != "file":
                     return None
                 if (state := states[f]) is None or file_state(st) != state:
@@ -438,11 +438,6 @@ def _look(root_fd: int, last: LastCapture, cap: int, first: int, step: int) -> M
         finally:
             os.close(fd)
     return moved
-
-
-def _os(path: str) -> str | bytes:
-    """A wire path as `os` takes it (`paths.fs_path`: its bytes, where it escapes some)."""
-    return path if "\x00" not in path else fs_path(path)
 
 
 def renew(
